@@ -1,0 +1,222 @@
+"""The event store: append to and read back the log, on JetStream or in memory.
+
+Both stores keep one contract (tests/integration/test_event_store.py runs the same suite
+against each): sequences grow, a session's events come back in append order, and an
+append with `expected_last_seq` fails with `AppendConflict` when the session moved on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
+
+from nats.js import api
+from nats.js.errors import APIError, NotFoundError
+
+from turnstream.core.events import Event, EventBase, decode, encode
+from turnstream.core.subjects import Subjects
+
+WRONG_LAST_SEQUENCE = 10071
+APPEND_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 30.0
+
+
+class StoredEvent(NamedTuple):
+    seq: int
+    event: Event
+
+
+class AppendConflict(Exception):
+    """The session's log moved past `expected_last_seq`: reload and decide again."""
+
+    def __init__(self, session_id: str, expected: int, detail: str = "") -> None:
+        super().__init__(f"session {session_id}: expected last seq {expected}; {detail}")
+        self.session_id = session_id
+        self.expected = expected
+
+
+class EventStore(Protocol):
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventBase],
+        *,
+        expected_last_seq: int | None = None,
+    ) -> list[int]:
+        """Append in order; return each event's sequence. Conditional on the first event."""
+        ...
+
+    async def append_facts(self, events: Sequence[EventBase]) -> list[int]:
+        """Append unconditionally, pipelined, events of any sessions, in order."""
+        ...
+
+    async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
+        """The session's events after `after_seq`, in order."""
+        ...
+
+    async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
+        """Every event after `after_seq`, in order."""
+        ...
+
+    async def last_seq(self, session_id: str) -> int:
+        """Sequence of the session's last event; 0 for a session with none."""
+        ...
+
+
+class JetStreamEventStore:
+    """The log as the `<PREFIX>_LOG` stream, one subject per session and event kind."""
+
+    def __init__(self, js: Any, subjects: Subjects) -> None:
+        self.js = js
+        self.subjects = subjects
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventBase],
+        *,
+        expected_last_seq: int | None = None,
+    ) -> list[int]:
+        if not events:
+            return []
+        first, rest = events[0], events[1:]
+        seqs: list[int] = []
+        if expected_last_seq is not None:
+            headers = {
+                "Nats-Msg-Id": first.id,
+                "Nats-Expected-Last-Subject-Sequence": str(expected_last_seq),
+                "Nats-Expected-Last-Subject-Sequence-Subject": self.subjects.log_session(
+                    session_id
+                ),
+            }
+            try:
+                ack = await self.js.publish(
+                    self._subject(session_id, first),
+                    encode(first),
+                    timeout=APPEND_TIMEOUT_S,
+                    headers=headers,
+                )
+            except APIError as exc:
+                if exc.err_code == WRONG_LAST_SEQUENCE:
+                    raise AppendConflict(session_id, expected_last_seq, str(exc)) from exc
+                raise
+            seqs.append(ack.seq)
+            return seqs + await self.append_facts(rest)
+        return await self.append_facts(events)
+
+    async def append_facts(self, events: Sequence[EventBase]) -> list[int]:
+        log = self.subjects.log
+        futures = [
+            await self.js.publish_async(
+                log(event.session_id, event.type),  # type: ignore[attr-defined]
+                encode(event),
+                headers={"Nats-Msg-Id": event.id},
+            )
+            for event in events
+        ]
+        if not futures:
+            return []
+        acks = await asyncio.wait_for(asyncio.gather(*futures), APPEND_TIMEOUT_S)
+        return [ack.seq for ack in acks]
+
+    def _subject(self, session_id: str, event: EventBase) -> str:
+        return self.subjects.log(session_id, event.type)  # type: ignore[attr-defined]
+
+    async def last_seq(self, session_id: str) -> int:
+        return await self._last_seq(self.subjects.log_session(session_id))
+
+    async def _last_seq(self, subject: str) -> int:
+        try:
+            msg = await self.js.get_last_msg(self.subjects.log_stream, subject)
+        except NotFoundError:
+            return 0
+        return int(msg.seq)
+
+    async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
+        return await self._read(self.subjects.log_session(session_id), after_seq)
+
+    async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
+        return await self._read(self.subjects.log_all, after_seq)
+
+    async def _read(self, subject: str, after_seq: int) -> list[StoredEvent]:
+        """Ordered push consumer from `after_seq + 1` up to the last event that exists now."""
+        last = await self._last_seq(subject)
+        if last <= after_seq:
+            return []
+        out: list[StoredEvent] = []
+        done = asyncio.get_running_loop().create_future()
+
+        async def on_msg(msg: Any) -> None:
+            seq = msg.metadata.sequence.stream
+            if seq <= last:
+                out.append(StoredEvent(seq, decode(msg.data)))
+            if seq >= last and not done.done():
+                done.set_result(None)
+
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
+        )
+        sub = await self.js.subscribe(
+            subject,
+            stream=self.subjects.log_stream,
+            cb=on_msg,
+            ordered_consumer=True,
+            config=config,
+            pending_msgs_limit=1_000_000,
+            pending_bytes_limit=1024 * 1024 * 1024,
+        )
+        try:
+            await asyncio.wait_for(done, READ_TIMEOUT_S)
+        finally:
+            await sub.unsubscribe()
+        return out
+
+
+class InMemoryEventStore:
+    """The same contract in a list: for unit tests and for tools that need no server."""
+
+    def __init__(self) -> None:
+        self.log: list[StoredEvent] = []
+        self._ids: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[EventBase],
+        *,
+        expected_last_seq: int | None = None,
+    ) -> list[int]:
+        if not events:
+            return []
+        current = self._last.get(session_id, 0)
+        if expected_last_seq is not None and expected_last_seq != current:
+            if events[0].id not in self._ids:
+                raise AppendConflict(session_id, expected_last_seq, f"last is {current}")
+        seqs = []
+        for event in events:
+            if event.id in self._ids:  # same dedup as Nats-Msg-Id
+                seqs.append(self._ids[event.id])
+                continue
+            seq = len(self.log) + 1
+            self.log.append(StoredEvent(seq, event))  # type: ignore[arg-type]
+            self._ids[event.id] = seq
+            self._last[session_id] = seq
+            seqs.append(seq)
+        return seqs
+
+    async def append_facts(self, events: Sequence[EventBase]) -> list[int]:
+        seqs = []
+        for event in events:
+            seqs.extend(await self.append(event.session_id, [event]))
+        return seqs
+
+    async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
+        return [s for s in self.log[after_seq:] if s.event.session_id == session_id]
+
+    async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
+        return self.log[after_seq:]
+
+    async def last_seq(self, session_id: str) -> int:
+        return self._last.get(session_id, 0)

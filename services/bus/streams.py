@@ -1,0 +1,68 @@
+"""Idempotent creation of the streams and buckets (DESIGN §3); `ops/` documents the same."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nats.js import api
+from nats.js.errors import BadRequestError
+
+from turnstream.core.subjects import Subjects
+
+DAY_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    log_max_age_days: float = 0
+    inbound_max_age_days: float = 7
+    duplicate_window_s: float = 120
+    max_msg_size: int = 8 * 1024 * 1024
+    replicas: int = 1
+
+
+def stream_configs(subjects: Subjects, limits: StreamLimits) -> list[api.StreamConfig]:
+    common: dict[str, Any] = {
+        "storage": api.StorageType.FILE,
+        "retention": api.RetentionPolicy.LIMITS,
+        "duplicate_window": limits.duplicate_window_s,
+        "max_msg_size": limits.max_msg_size,
+        "num_replicas": limits.replicas,
+    }
+    return [
+        api.StreamConfig(
+            name=subjects.inbound_stream,
+            subjects=[subjects.inbound_all],
+            max_age=limits.inbound_max_age_days * DAY_S,
+            description="turnstream inbound commands (Nats-Msg-Id = idempotencyKey)",
+            **common,
+        ),
+        api.StreamConfig(
+            name=subjects.log_stream,
+            subjects=[subjects.log_all],
+            max_age=limits.log_max_age_days * DAY_S,
+            allow_direct=True,
+            description="turnstream event log: <prefix>.log.<session>.<EventType>",
+            **common,
+        ),
+    ]
+
+
+async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> None:
+    """Create or update the streams and KV buckets; safe to call from every service."""
+    for config in stream_configs(subjects, limits):
+        try:
+            await js.add_stream(config=config)
+        except BadRequestError:
+            await js.update_stream(config=config)
+    await js.create_key_value(
+        config=api.KeyValueConfig(
+            bucket=subjects.leases_bucket, history=1, ttl=0, storage=api.StorageType.FILE
+        )
+    )
+    await js.create_key_value(
+        config=api.KeyValueConfig(
+            bucket=subjects.sessions_bucket, history=1, storage=api.StorageType.FILE
+        )
+    )

@@ -1,0 +1,134 @@
+"""A small client for gateway authors, agents and the CLI: publish a command, follow its turn.
+
+The outcome comes from the log (DESIGN §2): the turn's events carry the command's
+`idempotencyKey` as their `correlationId`, and exactly one `TurnEnded` closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import uuid_utils
+
+from turnstream.bus import Bus
+from turnstream.core.events import Event, FailureClass, TurnEnded, TurnStatus, decode
+from turnstream.core.subjects import REJECTED_SESSION, is_session_id
+
+EventSink = Callable[[Event], Awaitable[None] | None]
+DeltaSink = Callable[[str], Awaitable[None] | None]
+
+
+@dataclass
+class TurnOutcome:
+    status: TurnStatus
+    turn_id: str | None
+    reply: str | None
+    failure_class: FailureClass | None = None
+    reason: str | None = None
+    next_action: str | None = None
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+
+def message_command(
+    session_id: str,
+    text: str,
+    *,
+    chat_id: str | None = None,
+    sender_kind: str = "human",
+    sender_id: str = "cli",
+    idempotency_key: str | None = None,
+    reply_to: str | None = None,
+    kind: str = "message",
+) -> dict[str, Any]:
+    """A well-formed inbound `message` (or `steer`) command."""
+    return {
+        "type": kind,
+        "sessionId": session_id,
+        "chatId": chat_id or session_id,
+        "sender": {"kind": sender_kind, "id": sender_id},
+        "text": text,
+        "idempotencyKey": idempotency_key or str(uuid_utils.uuid7()),
+        "replyTo": reply_to,
+    }
+
+
+async def publish_command(
+    bus: Bus, session_id: str, command: dict[str, Any] | bytes, idempotency_key: str | None = None
+) -> int:
+    """Publish to the inbound stream; returns its sequence. Retries are deduplicated."""
+    if isinstance(command, dict):
+        idempotency_key = idempotency_key or command.get("idempotencyKey")
+        payload = orjson.dumps(command)
+    else:
+        payload = command
+    headers = {"Nats-Msg-Id": idempotency_key} if idempotency_key else None
+    ack = await bus.js.publish(bus.subjects.inbound(session_id), payload, headers=headers)
+    return int(ack.seq)
+
+
+async def send_and_wait(
+    bus: Bus,
+    command: dict[str, Any],
+    *,
+    on_event: EventSink | None = None,
+    on_delta: DeltaSink | None = None,
+    timeout: float = 60.0,
+) -> TurnOutcome:
+    """Publish `command` and follow its turn until its `TurnEnded` is in the log."""
+    session_id, key = command["sessionId"], command["idempotencyKey"]
+    subjects = bus.subjects
+    done: asyncio.Future[TurnOutcome] = asyncio.get_running_loop().create_future()
+    seen: list[Event] = []
+    turn_id: str | None = None
+
+    async def call(sink: Callable[[Any], Awaitable[None] | None] | None, value: Any) -> None:
+        if sink is not None:
+            result = sink(value)
+            if asyncio.iscoroutine(result):
+                await result
+
+    async def on_log(msg: Any) -> None:
+        nonlocal turn_id
+        event = decode(msg.data)
+        if event.correlation_id != key:
+            return
+        turn_id = turn_id or event.turn_id
+        seen.append(event)
+        await call(on_event, event)
+        if isinstance(event, TurnEnded) and not done.done():
+            data = event.data
+            done.set_result(
+                TurnOutcome(
+                    status=data.status,
+                    turn_id=event.turn_id,
+                    reply=data.reply,
+                    failure_class=data.failure_class,
+                    reason=data.reason,
+                    next_action=data.next_action,
+                    events=seen,
+                )
+            )
+
+    async def on_live(msg: Any) -> None:
+        body = orjson.loads(msg.data)
+        if turn_id is not None and body.get("turnId") == turn_id:
+            await call(on_delta, body["delta"])
+
+    # input with an unusable session id is recorded under the reserved rejected session
+    log_session = session_id if is_session_id(session_id) else REJECTED_SESSION
+    log_sub = await bus.nc.subscribe(subjects.log_session(log_session), cb=on_log)
+    live_sub = await bus.nc.subscribe(subjects.live_session(log_session), cb=on_live)
+    try:
+        await publish_command(bus, session_id, command)
+        return await asyncio.wait_for(done, timeout)
+    finally:
+        await log_sub.unsubscribe()
+        await live_sub.unsubscribe()

@@ -1,0 +1,1 @@
+"""The contract (events, commands, subjects, ids) and the pure turn logic. No I/O here."""

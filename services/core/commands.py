@@ -1,0 +1,75 @@
+"""Inbound commands: what gateways and agents publish to `<prefix>.in.<sessionId>`.
+
+Commands are requests, not facts: the gateway validates them and appends the fact
+(`InputAccepted`, `InterruptReceived`, …) or an `InputRejected` that says why.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StringConstraints, TypeAdapter
+
+from turnstream.core.events import Sender, WireModel
+from turnstream.core.subjects import SESSION_ID_PATTERN
+
+SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN)]
+MAX_TEXT_CHARS = 100_000
+
+
+class CommandBase(WireModel):
+    session_id: SessionId
+    """Must equal the session token of the subject it was published on."""
+    chat_id: Annotated[str, Field(min_length=1, max_length=256)]
+    sender: Sender
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=256)]
+    """Also the `Nats-Msg-Id` of the publish: a retried publish is a no-op."""
+    reply_to: SessionId | None = None
+    """Session to deliver the reply to (agent-to-agent); `null` for none."""
+
+
+class MessageCommand(CommandBase):
+    """Start a turn (or queue one behind the active turn)."""
+
+    type: Literal["message"]
+    text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
+
+
+class SteerCommand(CommandBase):
+    """Inject text into the active turn before its next model call."""
+
+    type: Literal["steer"]
+    text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
+
+
+class InterruptCommand(CommandBase):
+    """Stop the active turn: `graceful` summarises, `hard` cancels at once."""
+
+    type: Literal["interrupt"]
+    mode: Literal["graceful", "hard"] = "graceful"
+
+
+class AnswerCommand(CommandBase):
+    """Answer a pending interaction (a tool-call approval prompt)."""
+
+    type: Literal["answer"]
+    interaction_id: Annotated[str, Field(min_length=1)]
+    decision: Literal["approve", "deny"]
+    reason: str | None = None
+
+
+class AttachCommand(CommandBase):
+    """Attach a workflow (state machine) to the session."""
+
+    type: Literal["attach"]
+    workflow: Annotated[str, Field(min_length=1)]
+    ctx: dict[str, Any] = Field(default_factory=dict)
+
+
+InboundCommand = Annotated[
+    MessageCommand | SteerCommand | InterruptCommand | AnswerCommand | AttachCommand,
+    Field(discriminator="type"),
+]
+
+COMMAND_ADAPTER: TypeAdapter[InboundCommand] = TypeAdapter(InboundCommand)
+COMMAND_TYPES = ("message", "steer", "interrupt", "answer", "attach")

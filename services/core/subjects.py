@@ -1,0 +1,84 @@
+"""Subject, stream and bucket names: the one place that spells them (DESIGN §3)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_:-]{1,128}$"
+_SESSION_ID = re.compile(SESSION_ID_PATTERN)
+
+REJECTED_SESSION = "_rejected"
+"""Where input whose session id is unusable is recorded (the subject cannot carry it)."""
+
+
+def is_session_id(value: str) -> bool:
+    """True when `value` is a subject-safe session id."""
+    return bool(_SESSION_ID.match(value))
+
+
+@dataclass(frozen=True, slots=True)
+class Subjects:
+    """Names for one deployment; `prefix` lets several deployments share an account."""
+
+    prefix: str = "ts"
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.prefix):
+            raise ValueError(
+                f"subject prefix {self.prefix!r} must be 1-32 of [A-Za-z0-9_-] "
+                "(set TURNSTREAM_PREFIX to a plain token such as 'ts')"
+            )
+
+    # streams, buckets
+    @property
+    def inbound_stream(self) -> str:
+        return f"{self.prefix.upper()}_INBOUND"
+
+    @property
+    def log_stream(self) -> str:
+        return f"{self.prefix.upper()}_LOG"
+
+    @property
+    def leases_bucket(self) -> str:
+        return f"{self.prefix}_leases"
+
+    @property
+    def sessions_bucket(self) -> str:
+        return f"{self.prefix}_sessions"
+
+    # inbound
+    def inbound(self, session_id: str) -> str:
+        return f"{self.prefix}.in.{session_id}"
+
+    @property
+    def inbound_all(self) -> str:
+        return f"{self.prefix}.in.>"
+
+    def session_of_inbound(self, subject: str) -> str:
+        """The session token of an inbound subject (may be invalid; the gateway checks)."""
+        return subject[len(self.prefix) + 4 :]
+
+    # log
+    def log(self, session_id: str, event_type: str) -> str:
+        return f"{self.prefix}.log.{session_id}.{event_type}"
+
+    def log_session(self, session_id: str) -> str:
+        return f"{self.prefix}.log.{session_id}.>"
+
+    def log_kind(self, event_type: str) -> str:
+        return f"{self.prefix}.log.*.{event_type}"
+
+    @property
+    def log_all(self) -> str:
+        return f"{self.prefix}.log.>"
+
+    # live tokens, service requests
+    def live(self, session_id: str, turn_id: str) -> str:
+        return f"{self.prefix}.live.{session_id}.{turn_id}"
+
+    def live_session(self, session_id: str) -> str:
+        return f"{self.prefix}.live.{session_id}.*"
+
+    def api(self, service: str, verb: str) -> str:
+        return f"{self.prefix}.api.{service}.{verb}"

@@ -1,0 +1,1 @@
+"""gateway: validates inbound commands and appends the facts they amount to."""

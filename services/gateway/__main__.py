@@ -1,0 +1,3 @@
+from turnstream.gateway.app import main
+
+main()

@@ -1,0 +1,220 @@
+"""Pure intake: raw inbound bytes → the events to append (accepted or rejected).
+
+Event ids are derived from the inbound stream sequence, so a redelivered command
+yields the same ids and the log's dedup makes the retry a no-op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from turnstream.core.commands import (
+    COMMAND_ADAPTER,
+    COMMAND_TYPES,
+    AnswerCommand,
+    AttachCommand,
+    InboundCommand,
+    InterruptCommand,
+    MessageCommand,
+    SteerCommand,
+)
+from turnstream.core.events import (
+    EventBase,
+    FailureClass,
+    InputAccepted,
+    InputAcceptedData,
+    InputRejected,
+    InputRejectedData,
+    InterruptReceived,
+    InterruptReceivedData,
+    RejectionKind,
+    TurnEnded,
+    TurnEndedData,
+)
+from turnstream.core.ids import derived_uuid7
+from turnstream.core.subjects import REJECTED_SESSION, is_session_id
+
+EXCERPT_BYTES = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One raw command as it came off the inbound stream."""
+
+    session_token: str
+    """The session part of the subject it was published on."""
+    data: bytes
+    seq: int
+    stored_at: datetime
+    stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    kind: RejectionKind
+    reason: str
+    errors: list[str]
+    fields: dict[str, Any]
+
+
+def intake(raw: Inbound, *, max_bytes: int, now: datetime, source: str) -> list[EventBase]:
+    """Validate one inbound command; return the events that record the outcome."""
+    parsed = check(raw, max_bytes=max_bytes)
+    ids = _Ids(raw)
+    if isinstance(parsed, Rejection):
+        return _rejected(raw, parsed, ids, now, source)
+    envelope = {
+        "session_id": parsed.session_id,
+        "chat_id": parsed.chat_id,
+        "trace_id": ids("trace"),
+        "correlation_id": parsed.idempotency_key,
+        "source": source,
+        "time": now,
+    }
+    match parsed:
+        case MessageCommand() | SteerCommand():
+            data = InputAcceptedData(
+                kind=parsed.type,
+                text=parsed.text,
+                sender=parsed.sender,
+                idempotency_key=parsed.idempotency_key,
+                reply_to=parsed.reply_to,
+                inbound_seq=raw.seq,
+            )
+            return [InputAccepted(id=ids("event"), turn_id=ids("turn"), data=data, **envelope)]
+        case InterruptCommand():
+            interrupt = InterruptReceivedData(
+                mode=parsed.mode,
+                sender=parsed.sender,
+                idempotency_key=parsed.idempotency_key,
+                inbound_seq=raw.seq,
+            )
+            return [InterruptReceived(id=ids("event"), data=interrupt, **envelope)]
+        case AnswerCommand() | AttachCommand():
+            unsupported = Rejection(
+                "unsupported",
+                f"'{parsed.type}' commands are part of the contract but this version of "
+                "turnstream does not handle them yet; nothing was changed",
+                [],
+                {"sessionId": parsed.session_id, "chatId": parsed.chat_id},
+            )
+            return _rejected(raw, unsupported, ids, now, source)
+
+
+def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
+    """The command, or why it is rejected (first failing check wins)."""
+    if len(raw.data) > max_bytes:
+        return Rejection(
+            "oversize",
+            f"command is {len(raw.data)} bytes; the limit is {max_bytes} "
+            "(TURNSTREAM_MAX_INPUT_BYTES). Send large content as a file the tools can read.",
+            [],
+            {},
+        )
+    try:
+        body = orjson.loads(raw.data)
+    except orjson.JSONDecodeError as exc:
+        return Rejection("not_json", f"payload is not JSON ({exc}); publish a JSON object", [], {})
+    if not isinstance(body, dict):
+        return Rejection(
+            "not_json", f"payload is JSON {type(body).__name__}, expected an object", [], {}
+        )
+    fields = {k: body[k] for k in ("sessionId", "chatId", "idempotencyKey") if k in body}
+    if not is_session_id(raw.session_token):
+        return Rejection(
+            "bad_session_id",
+            f"session id {raw.session_token!r} in the subject is not 1-128 of [A-Za-z0-9_:-]",
+            [],
+            fields,
+        )
+    kind = body.get("type")
+    if kind not in COMMAND_TYPES:
+        return Rejection(
+            "unknown_type",
+            f"unknown command type {kind!r}; expected one of {', '.join(COMMAND_TYPES)}",
+            [],
+            fields,
+        )
+    try:
+        command = COMMAND_ADAPTER.validate_python(body)
+    except ValidationError as exc:
+        errors = [
+            f"{'.'.join(str(p) for p in err['loc'][1:]) or '(root)'}: {err['msg']}"
+            for err in exc.errors(include_url=False)
+        ]
+        if any(e.startswith("sessionId:") for e in errors):
+            return Rejection(
+                "bad_session_id",
+                "sessionId must be 1-128 of [A-Za-z0-9_:-]",
+                errors,
+                fields,
+            )
+        return Rejection(
+            "schema", f"command does not match the '{kind}' schema: {errors[0]}", errors, fields
+        )
+    if command.session_id != raw.session_token:
+        return Rejection(
+            "schema",
+            f"sessionId {command.session_id!r} differs from the subject's session "
+            f"{raw.session_token!r}; publish to <prefix>.in.<sessionId>",
+            [],
+            fields,
+        )
+    return command
+
+
+class _Ids:
+    def __init__(self, raw: Inbound) -> None:
+        self.ms = int(raw.stored_at.timestamp() * 1000)
+        self.key = f"{raw.stream}:{raw.seq}"
+
+    def __call__(self, purpose: str) -> str:
+        return derived_uuid7(self.ms, f"{self.key}:{purpose}")
+
+
+def _rejected(
+    raw: Inbound, why: Rejection, ids: _Ids, now: datetime, source: str
+) -> list[EventBase]:
+    session = raw.session_token if is_session_id(raw.session_token) else REJECTED_SESSION
+    chat = why.fields.get("chatId")
+    key = why.fields.get("idempotencyKey")
+    envelope = {
+        "session_id": session,
+        "chat_id": chat if isinstance(chat, str) and chat else "unknown",
+        "turn_id": ids("turn"),
+        "trace_id": ids("trace"),
+        "correlation_id": key if isinstance(key, str) and key else ids("correlation"),
+        "source": source,
+        "time": now,
+    }
+    rejected = InputRejected(
+        id=ids("event"),
+        data=InputRejectedData(
+            kind=why.kind,
+            reason=why.reason,
+            errors=why.errors,
+            idempotency_key=key if isinstance(key, str) else None,
+            inbound_seq=raw.seq,
+            size=len(raw.data),
+            excerpt=raw.data[:EXCERPT_BYTES].decode("utf-8", "replace"),
+        ),
+        **envelope,
+    )
+    ended = TurnEnded(
+        id=ids("ended"),
+        causation_id=rejected.id,
+        data=TurnEndedData(
+            status="failed",
+            failure_class=FailureClass.INVALID_INPUT,
+            reason=why.reason,
+            next_action="fix the command as the reason says and publish it again with a "
+            f"new idempotencyKey (raw command kept at inbound seq {raw.seq})",
+        ),
+        **envelope,
+    )
+    return [rejected, ended]

@@ -1,0 +1,138 @@
+"""A provider that replays a YAML/JSON script (DESIGN §2): tests and the no-key demo.
+
+Reply `i` of the script answers the session's `i`-th provider call (the call count is a
+fact in the log, so a replay picks the same reply); past the end the script wraps round.
+Placeholders: `{input}` (the latest user message), `{input:N}` (its first N characters),
+`{call}` (the call index).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from turnstream.core.events import StopReason, Usage
+from turnstream.core.turn import (
+    ProviderFailure,
+    ProviderOutcome,
+    ProviderRequest,
+    ProviderSuccess,
+)
+from turnstream.providers.base import DeltaSink
+
+_PLACEHOLDER = re.compile(r"\{(\w+)(?::(\d+))?\}")
+_KNOWN = {"input", "call"}
+
+
+class ScriptError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    error_class: str = "server_error"
+    message: str = "scripted failure"
+    retryable: bool = False
+    status_code: int | None = 500
+
+
+class ScriptReply(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = ""
+    delay_ms: Annotated[int, Field(ge=0)] = 0
+    """Pause before each chunk, to watch tokens stream."""
+    chunks: Literal["word", "char", "whole"] = "word"
+    stop_reason: StopReason = "end_turn"
+    error: ScriptError | None = None
+    """Fail this call instead of answering."""
+
+    @field_validator("text")
+    @classmethod
+    def _known_placeholders(cls, text: str) -> str:
+        unknown = {m.group(1) for m in _PLACEHOLDER.finditer(text)} - _KNOWN
+        if unknown:
+            raise ValueError(
+                f"unknown placeholder(s) {sorted(unknown)}; use {{input}}, {{input:N}}, {{call}}"
+            )
+        return text
+
+
+class Script(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    replies: Annotated[list[ScriptReply], Field(min_length=1)]
+
+
+def load_script(path: Path | None) -> Script:
+    """Read a script file (YAML or JSON); the built-in demo when `path` is None."""
+    if path is None:
+        text = resources.files("turnstream.providers").joinpath("demo.yaml").read_text()
+        source = "built-in demo script"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ValueError(f"cannot read script {path}: {exc} (check TURNSTREAM_SCRIPT)") from exc
+        source = str(path)
+    try:
+        return Script.model_validate(yaml.safe_load(text))
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise ValueError(f"invalid script {source}: {exc}") from exc
+
+
+def _render(template: str, request: ProviderRequest) -> str:
+    last_user = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
+
+    def sub(match: re.Match[str]) -> str:
+        value = last_user if match.group(1) == "input" else str(request.call_index)
+        limit = match.group(2)
+        return value[: int(limit)] if limit else value
+
+    return _PLACEHOLDER.sub(sub, template)
+
+
+def _chunks(text: str, mode: str) -> list[str]:
+    if mode == "whole" or not text:
+        return [text] if text else []
+    if mode == "char":
+        return list(text)
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+class ScriptedProvider:
+    name = "scripted"
+
+    def __init__(self, script: Script, model: str = "demo") -> None:
+        self.script = script
+        self.model = model
+
+    async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
+        reply = self.script.replies[request.call_index % len(self.script.replies)]
+        if reply.delay_ms:
+            await asyncio.sleep(reply.delay_ms / 1000)
+        if reply.error is not None:
+            err = reply.error
+            return ProviderFailure(
+                error_class=err.error_class,
+                message=err.message,
+                retryable=err.retryable,
+                status_code=err.status_code,
+                failed_at=datetime.now(UTC),
+            )
+        text = _render(reply.text, request)
+        first_byte_at = datetime.now(UTC)
+        pieces = _chunks(text, reply.chunks)
+        for i, piece in enumerate(pieces):
+            if reply.delay_ms and i:
+                await asyncio.sleep(reply.delay_ms / 1000)
+            await on_delta(piece)
+        prompt_words = sum(len(m.text.split()) for m in request.messages)
+        return ProviderSuccess(
+            text=text,
+            stop_reason=reply.stop_reason,
+            usage=Usage(input_tokens=prompt_words, output_tokens=len(pieces)),
+            first_byte_at=first_byte_at,
+            finished_at=datetime.now(UTC),
+        )

@@ -1,0 +1,71 @@
+"""What every service shell shares: the real clock and ids, its name, signals, connecting."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import uuid_utils
+
+from turnstream.bus import Bus, connect
+from turnstream.bus.streams import StreamLimits
+from turnstream.settings import Settings
+
+log = logging.getLogger("turnstream")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_event_id() -> str:
+    return str(uuid_utils.uuid7())
+
+
+def source_name(service: str) -> str:
+    return f"{service}/{socket.gethostname()}-{os.getpid()}"
+
+
+def stream_limits(settings: Settings) -> StreamLimits:
+    return StreamLimits(
+        log_max_age_days=settings.log_max_age_days,
+        inbound_max_age_days=settings.inbound_max_age_days,
+        duplicate_window_s=settings.duplicate_window_s,
+    )
+
+
+async def connect_service(settings: Settings, service: str) -> Bus:
+    """Connect and make sure the streams exist (every service may be the first one up)."""
+    return await connect(
+        settings.resolved_nats_url(),
+        settings.subjects,
+        name=source_name(service),
+        ensure=stream_limits(settings),
+    )
+
+
+def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitable[None]]) -> None:
+    """Run `serve` until SIGINT/SIGTERM sets its stop event; it then drains and returns."""
+    logging.basicConfig(
+        level=os.environ.get("TURNSTREAM_LOG_LEVEL", "INFO"),
+        format=f"%(asctime)s {service} %(levelname)s %(message)s",
+    )
+    settings = Settings()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(settings, stop)
+
+    try:
+        asyncio.run(main())
+    except ConnectionError as exc:
+        log.error("%s", exc)
+        raise SystemExit(2) from exc

@@ -1,0 +1,106 @@
+"""The one settings model: `turnstream.yaml` (optional), overridden by `TURNSTREAM_*` env vars."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from turnstream.core.subjects import Subjects
+from turnstream.core.turn import TurnConfig
+
+CONFIG_FILE_ENV = "TURNSTREAM_CONFIG"
+
+
+class Settings(BaseSettings):
+    """Deployment settings. Env var = `TURNSTREAM_` + the field name in upper case."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TURNSTREAM_", extra="ignore", use_attribute_docstrings=True
+    )
+
+    nats_url: str | None = None
+    """Connect to this server instead of the embedded one (`up`) or the one `up` started."""
+    nats_port: int | None = None
+    """Port for the embedded server; a free one when unset."""
+    data_dir: Path = Path(".turnstream")
+    """Embedded server store and local files."""
+    prefix: str = "ts"
+    """Subject prefix, so several deployments can share an account."""
+    provider: Literal["scripted", "anthropic", "openai"] = "scripted"
+    script: Path | None = None
+    """Script file for the scripted provider; the built-in demo when unset."""
+    model: str | None = None
+    base_url: str | None = None
+    workspace: Path = Path("workspace")
+    security_mode: Literal["auto", "ask", "allowlist", "deny"] = "ask"
+    max_iterations: int = Field(default=50, ge=1)
+    """Model calls per turn before it ends with `limit_exceeded`."""
+    max_output_continuations: int = Field(default=1, ge=0)
+    workflows: Path = Path("workflows")
+    max_input_bytes: int = Field(default=256 * 1024, ge=1024)
+    """Inbound commands larger than this are rejected (`oversize`)."""
+    log_max_age_days: float = Field(default=0, ge=0)
+    """Age limit of the event log; 0 keeps it forever."""
+    inbound_max_age_days: float = Field(default=7, ge=0)
+    """How long raw inbound commands stay (rejected ones are referenced by sequence)."""
+    duplicate_window_s: float = Field(default=120, gt=0)
+    """JetStream dedup window for `Nats-Msg-Id` (retried publishes and appends)."""
+    system_prompt: str | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        yaml_file = Path(os.environ.get(CONFIG_FILE_ENV, "turnstream.yaml"))
+        return (
+            init_settings,
+            env_settings,
+            YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file),
+        )
+
+    @property
+    def subjects(self) -> Subjects:
+        return Subjects(self.prefix)
+
+    @property
+    def model_name(self) -> str:
+        return self.model or {"scripted": "demo"}.get(self.provider, "default")
+
+    def turn_config(self) -> TurnConfig:
+        return TurnConfig(
+            provider=self.provider,
+            model=self.model_name,
+            max_iterations=self.max_iterations,
+            max_output_continuations=self.max_output_continuations,
+            system_prompt=self.system_prompt,
+        )
+
+    @property
+    def url_file(self) -> Path:
+        """Where `turnstream up` writes the URL of its embedded server for other commands."""
+        return self.data_dir / "nats.url"
+
+    def resolved_nats_url(self) -> str:
+        """The server to talk to: explicit, else the one a running `turnstream up` started."""
+        if self.nats_url:
+            return self.nats_url
+        if self.url_file.exists():
+            return self.url_file.read_text().strip()
+        raise RuntimeError(
+            f"no NATS server: set TURNSTREAM_NATS_URL, pass --nats-url, or start "
+            f"`turnstream up` first (it writes {self.url_file})"
+        )

@@ -1,0 +1,1 @@
+"""turn-runner: the one decider per session; walks each turn through its stages."""

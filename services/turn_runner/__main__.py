@@ -1,0 +1,3 @@
+from turnstream.turn_runner.app import main
+
+main()

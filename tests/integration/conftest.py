@@ -1,0 +1,52 @@
+"""A real nats-server per test module (free loopback port, temporary store)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from turnstream.bus import Bus, connect
+from turnstream.bus.embedded import EmbeddedServer
+from turnstream.bus.streams import StreamLimits
+from turnstream.core.subjects import Subjects
+from turnstream.gateway import app as gateway
+from turnstream.settings import Settings
+from turnstream.turn_runner import app as turn_runner
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    store = tmp_path_factory.mktemp("nats")
+    with EmbeddedServer(store, log_file=store / "server.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+async def bus(nats_server: EmbeddedServer) -> AsyncIterator[Bus]:
+    bus = await connect(nats_server.url, Subjects("ts"), ensure=StreamLimits())
+    yield bus
+    await bus.close()
+
+
+@contextlib.asynccontextmanager
+async def running_services(settings: Settings, bus: Bus) -> AsyncIterator[None]:
+    """gateway and turn-runner as tasks on their own connections, stopped on exit."""
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(gateway.serve(settings, stop))
+        tasks.create_task(turn_runner.serve(settings, stop))
+        await asyncio.sleep(0.3)
+        try:
+            yield
+        finally:
+            stop.set()
+
+
+def settings_for(server: EmbeddedServer, tmp: Path, **overrides: object) -> Settings:
+    return Settings(nats_url=server.url, data_dir=tmp, **overrides)  # type: ignore[arg-type]
