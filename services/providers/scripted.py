@@ -27,7 +27,7 @@ from turnstream.core.turn import (
 )
 from turnstream.providers.base import DeltaSink
 
-_PLACEHOLDER = re.compile(r"\{(\w+)(?::(\d+))?\}")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)(?::(\d+))?\}")
 _KNOWN = {"input", "call"}
 
 

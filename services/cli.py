@@ -1,0 +1,287 @@
+"""`turnstream`: run the deployment, send messages, watch and replay the log."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+
+from turnstream.bus import Bus
+from turnstream.client import message_command, send_and_wait
+from turnstream.console import event_line, print_session
+from turnstream.core.events import (
+    Event,
+    FollowUpQueued,
+    InputRejected,
+    Stage,
+    StagePreFired,
+    decode,
+)
+from turnstream.core.projection import build_view
+from turnstream.core.schemas import exported_schemas
+from turnstream.runtime import connect_service
+from turnstream.settings import Settings
+
+app = typer.Typer(
+    help="turnstream: LLM agent turns as event-sourced services on NATS JetStream.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+schemas_app = typer.Typer(help="JSON Schema of the wire contract.", no_args_is_help=True)
+app.add_typer(schemas_app, name="schemas")
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+T = TypeVar("T")
+
+NatsUrl = Annotated[
+    str | None, typer.Option("--nats-url", help="NATS server (default: the one `up` started).")
+]
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help="Data directory (TURNSTREAM_DATA_DIR).")
+]
+
+
+def _settings(nats_url: str | None = None, data_dir: Path | None = None, **more: Any) -> Settings:
+    overrides: dict[str, Any] = {k: v for k, v in more.items() if v is not None}
+    if nats_url:
+        overrides["nats_url"] = nats_url
+    if data_dir:
+        overrides["data_dir"] = data_dir
+    return Settings(**overrides)
+
+
+def _run(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
+    async def main() -> T:
+        bus = await connect_service(settings, "cli")
+        try:
+            return await work(bus)
+        finally:
+            await bus.close()
+
+    try:
+        return asyncio.run(main())
+    except (ConnectionError, RuntimeError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def up(
+    nats_url: NatsUrl = None,
+    nats_port: Annotated[
+        int | None, typer.Option("--nats-port", help="Port for the embedded server.")
+    ] = None,
+    data_dir: DataDir = None,
+    provider: Annotated[
+        str | None, typer.Option(help="scripted | anthropic | openai (TURNSTREAM_PROVIDER)")
+    ] = None,
+    script: Annotated[Path | None, typer.Option(help="Script for the scripted provider.")] = None,
+) -> None:
+    """Run an embedded nats-server and all services until Ctrl-C."""
+    from turnstream.up import run_up
+
+    settings = _settings(nats_url, data_dir, nats_port=nats_port, provider=provider, script=script)
+    try:
+        run_up(settings, console)
+    except RuntimeError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def send(
+    session: Annotated[str, typer.Argument(help="Session id: 1-128 of [A-Za-z0-9_:-].")],
+    text: Annotated[str, typer.Argument(help="The message.")],
+    chat: Annotated[str | None, typer.Option(help="Chat id (default: the session id).")] = None,
+    sender: Annotated[str, typer.Option(help="Sender as kind:id, e.g. agent:planner.")] = (
+        "human:cli"
+    ),
+    key: Annotated[str | None, typer.Option(help="Idempotency key (default: new).")] = None,
+    reply_to: Annotated[str | None, typer.Option(help="Session that wants the reply.")] = None,
+    steer: Annotated[bool, typer.Option(help="Send as a steer command.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the turn.")] = 120.0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the reply.")] = False,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Send a message, stream its tokens and stages, print the reply.
+
+    Exits 0 when the turn completed, 1 when it failed or was denied.
+    """
+    kind, _, sender_id = sender.partition(":")
+    command = message_command(
+        session,
+        text,
+        chat_id=chat,
+        sender_kind=kind,
+        sender_id=sender_id or kind,
+        idempotency_key=key,
+        reply_to=reply_to,
+        kind="steer" if steer else "message",
+    )
+    streamed: list[str] = []
+    shown: set[tuple[str, int]] = set()
+    started = time.perf_counter()
+
+    def stage_line(stage: str, iteration: int) -> None:
+        if (stage, iteration) in shown:
+            return
+        shown.add((stage, iteration))
+        if streamed:
+            console.print()
+            streamed.clear()
+        suffix = f" (round {iteration})" if iteration > 1 else ""
+        console.print(f"[dim]▸ {stage}{suffix}[/]")
+
+    def on_event(event: Event) -> None:
+        if quiet:
+            return
+        if isinstance(event, StagePreFired):
+            stage_line(event.data.stage, event.data.iteration)
+        elif isinstance(event, InputRejected | FollowUpQueued):
+            console.print(event_line(event))
+
+    def on_delta(delta: str) -> None:
+        if quiet:
+            return
+        rounds = [i for stage, i in shown if stage == Stage.SEND_REQUEST]
+        stage_line(Stage.STREAM_RESPONSE, max(rounds, default=1))
+        streamed.append(delta)
+        console.print(delta, end="", style="bold")
+
+    settings = _settings(nats_url, data_dir)
+    outcome = _run(
+        settings,
+        lambda bus: send_and_wait(
+            bus, command, on_event=on_event, on_delta=on_delta, timeout=timeout
+        ),
+    )
+    elapsed = (time.perf_counter() - started) * 1000
+    if streamed:
+        console.print()
+    if outcome.completed:
+        if quiet:
+            console.print(outcome.reply or "")
+        else:
+            console.print(
+                f"[green]✔ completed[/] [dim]turn {outcome.turn_id} · {elapsed:.0f} ms[/]"
+            )
+        return
+    err.print(f"[red]✘ {outcome.status}[/] [{outcome.failure_class}] {outcome.reason}")
+    if outcome.next_action:
+        err.print(f"[yellow]next:[/] {outcome.next_action}")
+    raise typer.Exit(1)
+
+
+@app.command()
+def tail(
+    session: Annotated[str | None, typer.Argument(help="Only this session.")] = None,
+    history: Annotated[
+        bool, typer.Option("--history", help="Print the stored events first.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Raw events, one per line.")] = False,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Follow events as they are appended, one readable line each (Ctrl-C stops)."""
+
+    def show(event: Event) -> None:
+        if as_json:
+            sys.stdout.write(event.model_dump_json(by_alias=True, exclude_none=True) + "\n")
+            sys.stdout.flush()
+        else:
+            console.print(event_line(event))
+
+    async def follow(bus: Bus) -> None:
+        subject = bus.subjects.log_session(session) if session else bus.subjects.log_all
+
+        async def on_msg(msg: Any) -> None:
+            show(decode(msg.data))
+
+        sub = await bus.nc.subscribe(subject, cb=on_msg)
+        if history:
+            stored = await (bus.store.read_session(session) if session else bus.store.read_all())
+            for item in stored:
+                show(item.event)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await sub.unsubscribe()
+
+    try:
+        _run(_settings(nats_url, data_dir), follow)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def replay(
+    session: Annotated[str, typer.Argument(help="The session to rebuild.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The decider state as JSON.")] = False,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Rebuild a session from the log: its turns with a stage timeline and durations."""
+    from turnstream.core.turn import SessionState, fold, state_to_json
+
+    settings = _settings(nats_url, data_dir)
+    stored = _run(settings, lambda bus: bus.store.read_session(session))
+    events = [item.event for item in stored]
+    if as_json:
+        state = fold(SessionState(session), events)
+        sys.stdout.write(state_to_json(state).decode() + "\n")
+        return
+    if not events:
+        err.print(f"[yellow]session {session} has no events[/]")
+        raise typer.Exit(1)
+    print_session(console, build_view(session, events))
+
+
+@schemas_app.command("export")
+def schemas_export(
+    out: Annotated[Path, typer.Option(help="Directory to write to.")] = Path("schemas"),
+    check: Annotated[
+        bool, typer.Option("--check", help="Fail if the files differ instead of writing.")
+    ] = False,
+) -> None:
+    """Write the JSON Schema of inbound commands and log events."""
+    stale = []
+    for name, content in exported_schemas().items():
+        path = out / name
+        if check:
+            if not path.exists() or path.read_bytes() != content:
+                stale.append(str(path))
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        console.print(f"wrote {path}")
+    if stale:
+        err.print(f"[red]out of date:[/] {', '.join(stale)}; run `turnstream schemas export`")
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(
+    session: Annotated[str, typer.Argument(help="Session to ask the turn-runner about.")],
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """The turn-runner's live state of a session (JSON)."""
+
+    async def ask(bus: Bus) -> bytes:
+        subject = bus.subjects.api("turn-runner", "session")
+        msg = await bus.nc.request(subject, orjson.dumps({"sessionId": session}), timeout=5)
+        return bytes(msg.data)
+
+    sys.stdout.write(_run(_settings(nats_url, data_dir), ask).decode() + "\n")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,154 @@
+"""The wire contract: every event kind round-trips; the committed schemas match the models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.unit.factories import T0
+from turnstream.core.commands import COMMAND_ADAPTER
+from turnstream.core.events import EVENT_TYPES, decode, encode
+from turnstream.core.ids import derived_uuid7
+from turnstream.core.schemas import exported_schemas
+
+ENVELOPE = {
+    "id": "01a20000-0000-7000-8000-000000000001",
+    "time": T0.isoformat(),
+    "sessionId": "s1",
+    "chatId": "c1",
+    "turnId": "t1",
+    "traceId": "tr1",
+    "correlationId": "k1",
+    "causationId": "c0",
+    "source": "test/1",
+}
+SENDER = {"kind": "agent", "id": "planner"}
+SAMPLE_DATA = {
+    "InputAccepted": {
+        "kind": "message",
+        "text": "hi",
+        "sender": SENDER,
+        "idempotencyKey": "k1",
+        "replyTo": "s2",
+        "inboundSeq": 4,
+    },
+    "InputRejected": {
+        "kind": "schema",
+        "reason": "r",
+        "errors": ["text: missing"],
+        "inboundSeq": 5,
+        "size": 10,
+        "excerpt": "{}",
+    },
+    "SteeringInjected": {"inputId": "i", "text": "t"},
+    "FollowUpQueued": {"inputId": "i", "behindTurnId": "t0"},
+    "InterruptReceived": {
+        "mode": "hard",
+        "sender": SENDER,
+        "idempotencyKey": "k",
+        "inboundSeq": 1,
+    },
+    "SessionTurnStart": {"inputId": "i", "text": "hi", "sender": SENDER},
+    "StagePreFired": {"stage": "COMPOSE_REQUEST", "iteration": 1},
+    "StagePostFired": {"stage": "RENDER", "iteration": 1, "outcome": "ok"},
+    "RenderEmitted": {"text": "hello", "replyTo": "s2"},
+    "TurnEnded": {
+        "status": "failed",
+        "failureClass": "limit_exceeded",
+        "reason": "r",
+        "nextAction": "n",
+        "iterations": 50,
+    },
+    "SessionTurnEnd": {"status": "completed"},
+    "ProviderRequestStarted": {
+        "provider": "scripted",
+        "model": "demo",
+        "iteration": 1,
+        "callIndex": 0,
+        "messageCount": 1,
+    },
+    "ProviderRequestCompleted": {
+        "message": {"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
+        "usage": {"inputTokens": 1, "outputTokens": 2},
+        "stopReason": "end_turn",
+        "iteration": 1,
+    },
+    "ProviderRequestFailed": {
+        "errorClass": "overloaded",
+        "message": "m",
+        "retryable": True,
+        "statusCode": 529,
+        "iteration": 1,
+    },
+    "ProviderRetry": {"attempt": 1, "delayMs": 500, "errorClass": "rate_limit", "message": "m"},
+    "ContextCompacted": {"droppedMessages": 4, "tokensBefore": 900, "tokensAfter": 300},
+}
+
+
+def test_every_event_kind_has_a_sample() -> None:
+    assert set(SAMPLE_DATA) == set(EVENT_TYPES)
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLE_DATA))
+def test_event_round_trips_through_the_wire(kind: str) -> None:
+    raw = orjson.dumps({**ENVELOPE, "type": kind, "data": SAMPLE_DATA[kind]})
+    event = decode(raw)
+    assert type(event) is EVENT_TYPES[kind]
+    wire = orjson.loads(encode(event))
+    assert wire["sessionId"] == "s1" and wire["type"] == kind
+    assert wire["schemaVersion"] == 1
+    assert decode(encode(event)) == event
+
+
+def test_unknown_fields_and_kinds_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        decode(orjson.dumps({**ENVELOPE, "type": "Nope", "data": {}}))
+    with pytest.raises(ValueError):
+        data = {**SAMPLE_DATA["SessionTurnEnd"], "extra": 1}
+        decode(orjson.dumps({**ENVELOPE, "type": "SessionTurnEnd", "data": data}))
+
+
+def test_a_newer_schema_version_is_refused_with_a_clear_error() -> None:
+    raw = {**ENVELOPE, "type": "SessionTurnEnd", "data": {"status": "completed"}}
+    with pytest.raises(ValueError, match="upgrade turnstream"):
+        decode(orjson.dumps({**raw, "schemaVersion": 2}))
+
+
+def test_committed_schemas_match_a_fresh_export() -> None:
+    folder = Path(__file__).parents[2] / "schemas"
+    for name, content in exported_schemas().items():
+        committed = (folder / name).read_bytes()
+        assert committed == content, f"{name} is stale: run `turnstream schemas export`"
+
+
+def test_inbound_schema_accepts_the_documented_example() -> None:
+    example = {
+        "type": "message",
+        "sessionId": "s1",
+        "chatId": "c1",
+        "sender": {"kind": "human", "id": "u1"},
+        "text": "hello",
+        "idempotencyKey": "k1",
+        "replyTo": None,
+    }
+    command = COMMAND_ADAPTER.validate_python(example)
+    assert command.type == "message"
+    import jsonschema
+
+    schema = orjson.loads(exported_schemas()["inbound-command.schema.json"])
+    jsonschema.validate(example, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**example, "sessionId": "bad id"}, schema)
+
+
+def test_derived_ids_are_valid_uuid7_and_stable() -> None:
+    import uuid
+
+    a = derived_uuid7(1_700_000_000_000, "TS_INBOUND:7:event")
+    assert a == derived_uuid7(1_700_000_000_000, "TS_INBOUND:7:event")
+    assert a != derived_uuid7(1_700_000_000_000, "TS_INBOUND:8:event")
+    parsed = uuid.UUID(a)
+    assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+    assert int(a.replace("-", "")[:12], 16) == 1_700_000_000_000

@@ -1,0 +1,106 @@
+"""The gateway's pure intake: each kind of bad input gets its own specific rejection."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from tests.unit.factories import T0
+from turnstream.core.events import InputAccepted, InputRejected, InterruptReceived, TurnEnded
+from turnstream.core.subjects import REJECTED_SESSION
+from turnstream.gateway.intake import Inbound, intake
+
+GOOD = {
+    "type": "message",
+    "sessionId": "s1",
+    "chatId": "c1",
+    "sender": {"kind": "human", "id": "u1"},
+    "text": "hello",
+    "idempotencyKey": "k1",
+    "replyTo": None,
+}
+NO_TEXT = {k: v for k, v in GOOD.items() if k != "text"}
+
+
+def run(body: object, *, token: str = "s1", max_bytes: int = 4096, seq: int = 1):
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    raw = Inbound(session_token=token, data=data, seq=seq, stored_at=T0, stream="TS_INBOUND")
+    return intake(raw, max_bytes=max_bytes, now=T0, source="gateway/test")
+
+
+def rejection(events) -> InputRejected:
+    assert len(events) == 2
+    rejected, ended = events
+    assert isinstance(rejected, InputRejected)
+    assert isinstance(ended, TurnEnded)
+    assert ended.data.status == "failed"
+    assert ended.data.failure_class == "invalid_input"
+    assert ended.data.next_action and ended.data.reason == rejected.data.reason
+    assert ended.turn_id == rejected.turn_id and ended.causation_id == rejected.id
+    return rejected
+
+
+def test_a_good_message_is_accepted_with_assigned_ids() -> None:
+    (event,) = run(GOOD, seq=7)
+    assert isinstance(event, InputAccepted)
+    assert event.data.text == "hello" and event.data.inbound_seq == 7
+    assert event.turn_id and event.trace_id and event.turn_id != event.id
+    assert event.correlation_id == "k1"
+    assert event.data.sender.kind == "human"
+
+
+def test_redelivery_yields_the_same_event_ids() -> None:
+    assert run(GOOD, seq=3)[0].id == run(GOOD, seq=3)[0].id
+    assert run(GOOD, seq=3)[0].id != run(GOOD, seq=4)[0].id
+
+
+def test_agents_take_the_same_path_as_humans() -> None:
+    (event,) = run({**GOOD, "sender": {"kind": "agent", "id": "planner"}, "replyTo": "s2"})
+    assert isinstance(event, InputAccepted) and event.data.reply_to == "s2"
+
+
+@pytest.mark.parametrize(
+    ("body", "token", "kind", "needle"),
+    [
+        (b"{not json", "s1", "not_json", "not JSON"),
+        (b"[1, 2]", "s1", "not_json", "expected an object"),
+        (NO_TEXT, "s1", "schema", "text"),
+        ({**GOOD, "sender": {"kind": "robot", "id": "x"}}, "s1", "schema", "sender"),
+        ({**GOOD, "sessionId": "other"}, "s1", "schema", "differs"),
+        ({**GOOD, "type": "dance"}, "s1", "unknown_type", "dance"),
+        ({**GOOD, "sessionId": "bad id!"}, "bad id!", "bad_session_id", "session id"),
+        ({**GOOD, "extra": 1}, "s1", "schema", "extra"),
+        (
+            {**NO_TEXT, "type": "answer", "interactionId": "i", "decision": "approve"},
+            "s1",
+            "unsupported",
+            "answer",
+        ),
+    ],
+)
+def test_bad_input_gets_a_specific_rejection(body, token, kind, needle) -> None:
+    rejected = rejection(run(body, token=token))
+    assert rejected.data.kind == kind
+    assert needle in rejected.data.reason + " ".join(rejected.data.errors)
+
+
+def test_oversize_is_rejected_before_parsing() -> None:
+    rejected = rejection(run({**GOOD, "text": "x" * 5000}, max_bytes=4096))
+    assert rejected.data.kind == "oversize" and rejected.data.size > 4096
+    assert len(rejected.data.excerpt) <= 512
+
+
+def test_bad_session_id_is_recorded_under_the_reserved_session() -> None:
+    rejected = rejection(run(GOOD, token="a.b"))
+    assert rejected.session_id == REJECTED_SESSION
+    assert rejected.data.idempotency_key == "k1" and rejected.correlation_id == "k1"
+
+
+def test_not_json_keeps_an_excerpt_and_the_inbound_sequence() -> None:
+    rejected = rejection(run(b"\xff\xfe garbage", seq=42))
+    assert rejected.data.inbound_seq == 42 and "garbage" in rejected.data.excerpt
+
+
+def test_interrupt_is_recorded_as_a_fact() -> None:
+    (event,) = run({**NO_TEXT, "type": "interrupt", "mode": "hard"})
+    assert isinstance(event, InterruptReceived) and event.data.mode == "hard"
