@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypeVar
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from turnstream.bus import Bus
 from turnstream.client import message_command, send_and_wait
@@ -26,6 +27,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.projection import build_view
 from turnstream.core.schemas import exported_schemas
+from turnstream.core.subjects import is_session_id
 from turnstream.runtime import connect_service
 from turnstream.settings import Settings
 
@@ -115,6 +117,9 @@ def send(
 
     Exits 0 when the turn completed, 1 when it failed or was denied.
     """
+    if not is_session_id(session):
+        err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
+        raise typer.Exit(2)
     kind, _, sender_id = sender.partition(":")
     command = message_command(
         session,
@@ -174,9 +179,10 @@ def send(
                 f"[green]✔ completed[/] [dim]turn {outcome.turn_id} · {elapsed:.0f} ms[/]"
             )
         return
-    err.print(f"[red]✘ {outcome.status}[/] [{outcome.failure_class}] {outcome.reason}")
+    failure = escape(f"[{outcome.failure_class}] {outcome.reason}")
+    err.print(f"[red]✘ {outcome.status}[/] {failure}")
     if outcome.next_action:
-        err.print(f"[yellow]next:[/] {outcome.next_action}")
+        err.print(f"[yellow]next:[/] {escape(outcome.next_action)}")
     raise typer.Exit(1)
 
 
@@ -285,3 +291,7 @@ def status(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

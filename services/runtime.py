@@ -64,8 +64,16 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
             loop.add_signal_handler(sig, stop.set)
         await serve(settings, stop)
 
+    profile_to = os.environ.get("TURNSTREAM_PROFILE_DIR")
     try:
-        asyncio.run(main())
+        if profile_to:  # for finding where a service spends its time (bench, ops)
+            import cProfile
+
+            with cProfile.Profile() as profile:
+                asyncio.run(main())
+            profile.dump_stats(f"{profile_to}/{service}-{os.getpid()}.prof")
+        else:
+            asyncio.run(main())
     except ConnectionError as exc:
         log.error("%s", exc)
         raise SystemExit(2) from exc

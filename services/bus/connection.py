@@ -23,7 +23,7 @@ class Bus:
     store: JetStreamEventStore = field(init=False)
 
     def __post_init__(self) -> None:
-        self.store = JetStreamEventStore(self.js, self.subjects)
+        self.store = JetStreamEventStore(self.nc, self.js, self.subjects)
 
     async def close(self) -> None:
         if not self.nc.is_closed:

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 from nats.js import api
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import NotFoundError
 
+from turnstream.bus.appender import AppendError, PipelinedAppender
 from turnstream.core.events import Event, EventBase, decode, encode
 from turnstream.core.subjects import Subjects
 
@@ -67,9 +68,10 @@ class EventStore(Protocol):
 class JetStreamEventStore:
     """The log as the `<PREFIX>_LOG` stream, one subject per session and event kind."""
 
-    def __init__(self, js: Any, subjects: Subjects) -> None:
+    def __init__(self, nc: Any, js: Any, subjects: Subjects) -> None:
         self.js = js
         self.subjects = subjects
+        self.appender = PipelinedAppender(nc)
 
     async def append(
         self,
@@ -80,48 +82,32 @@ class JetStreamEventStore:
     ) -> list[int]:
         if not events:
             return []
+        if expected_last_seq is None:
+            return await self.append_facts(events)
+        # The first event carries the condition and is awaited alone: if it is refused,
+        # none of the rest may be appended. Once it is in, the rest are pipelined.
         first, rest = events[0], events[1:]
-        seqs: list[int] = []
-        if expected_last_seq is not None:
-            headers = {
-                "Nats-Msg-Id": first.id,
-                "Nats-Expected-Last-Subject-Sequence": str(expected_last_seq),
-                "Nats-Expected-Last-Subject-Sequence-Subject": self.subjects.log_session(
-                    session_id
-                ),
-            }
-            try:
-                ack = await self.js.publish(
-                    self._subject(session_id, first),
-                    encode(first),
-                    timeout=APPEND_TIMEOUT_S,
-                    headers=headers,
-                )
-            except APIError as exc:
-                if exc.err_code == WRONG_LAST_SEQUENCE:
-                    raise AppendConflict(session_id, expected_last_seq, str(exc)) from exc
-                raise
-            seqs.append(ack.seq)
-            return seqs + await self.append_facts(rest)
-        return await self.append_facts(events)
+        headers = {
+            "Nats-Msg-Id": first.id,
+            "Nats-Expected-Last-Subject-Sequence": str(expected_last_seq),
+            "Nats-Expected-Last-Subject-Sequence-Subject": self.subjects.log_session(session_id),
+        }
+        item = (self._subject(session_id, first), encode(first), headers)
+        try:
+            seqs = await self.appender.publish([item], APPEND_TIMEOUT_S)
+        except AppendError as exc:
+            if exc.err_code == WRONG_LAST_SEQUENCE:
+                raise AppendConflict(session_id, expected_last_seq, str(exc)) from exc
+            raise
+        return seqs + await self.append_facts(rest)
 
     async def append_facts(self, events: Sequence[EventBase]) -> list[int]:
         log = self.subjects.log
-        futures = [
-            await self.js.publish_async(
-                log(event.session_id, event.type),  # type: ignore[attr-defined]
-                encode(event),
-                headers={"Nats-Msg-Id": event.id},
-            )
-            for event in events
-        ]
-        if not futures:
-            return []
-        acks = await asyncio.wait_for(asyncio.gather(*futures), APPEND_TIMEOUT_S)
-        return [ack.seq for ack in acks]
+        items = [(log(e.session_id, e.type), encode(e), {"Nats-Msg-Id": e.id}) for e in events]
+        return await self.appender.publish(items, APPEND_TIMEOUT_S)
 
     def _subject(self, session_id: str, event: EventBase) -> str:
-        return self.subjects.log(session_id, event.type)  # type: ignore[attr-defined]
+        return self.subjects.log(session_id, event.type)
 
     async def last_seq(self, session_id: str) -> int:
         return await self._last_seq(self.subjects.log_session(session_id))

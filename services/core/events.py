@@ -72,6 +72,8 @@ class EventBase(WireModel):
 
     id: str
     """Unique event id (UUIDv7); also the `Nats-Msg-Id`, so a retried append is a no-op."""
+    type: str
+    """The event kind (the discriminator); each kind narrows it to its own name."""
     time: datetime
     """When the fact was recorded (RFC 3339, UTC)."""
     session_id: str

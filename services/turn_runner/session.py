@@ -113,28 +113,37 @@ class SessionActor:
                 config, ctx = self.runner.turn_config, self.context()
                 await self.commit(lambda s: on_provider_result(s, outcome, config, ctx))
                 await self.advance()
+        if needs_provider_call(self.state) and self.provider_task is None:
+            self.start_provider_call(self.state)  # e.g. a turn recovered mid-call
 
     async def advance(self) -> None:
         config = self.runner.turn_config
         await self.commit(lambda s: decide(s, config, self.context()))
-        if needs_provider_call(self.state) and self.provider_task is None:
-            self.start_provider_call()
 
     async def commit(self, step: Callable[[SessionState], list[Event]]) -> None:
-        """Append what `step` decides, conditional on `last_seq`; on conflict reload, redo."""
+        """Append what `step` decides, conditional on `last_seq`; on conflict reload, redo.
+
+        The first event carries the condition and is awaited alone: once it is in, this
+        runner owns the decision, so the provider call (if the decision asks for one)
+        starts while the rest of the events are still being appended.
+        """
+        store = self.runner.bus.store
         for _ in range(MAX_CONFLICT_RETRIES):
             events = step(self.state)
             if not events:
                 return
+            decided = fold(self.state, events)
             try:
-                seqs = await self.runner.bus.store.append(
-                    self.session_id, events, expected_last_seq=self.last_seq
+                seqs = await store.append(
+                    self.session_id, events[:1], expected_last_seq=self.last_seq
                 )
             except AppendConflict:
                 await self.reload()
                 continue
-            self.state = fold(self.state, events)
-            self.last_seq = seqs[-1]
+            if needs_provider_call(decided) and self.provider_task is None:
+                self.start_provider_call(decided)
+            seqs += await store.append_facts(events[1:])
+            self.state, self.last_seq = decided, seqs[-1]
             return
         raise RuntimeError(f"session {self.id}: {MAX_CONFLICT_RETRIES} append conflicts in a row")
 
@@ -152,8 +161,8 @@ class SessionActor:
     def context(self) -> Context:
         return Context(now=self.runner.now(), new_id=self.runner.new_id, source=self.runner.source)
 
-    def start_provider_call(self) -> None:
-        request = compose_request(self.state, self.runner.turn_config)
+    def start_provider_call(self, state: SessionState) -> None:
+        request = compose_request(state, self.runner.turn_config)
         live = self.runner.bus.subjects.live(self.session_id, request.turn_id)
         nc = self.runner.bus.nc
         index = 0

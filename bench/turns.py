@@ -1,0 +1,208 @@
+"""Turn latency and throughput next to the raw JetStream floor, in one run.
+
+    python bench/turns.py [--turns 2000] [--json bench/results/turns.json]
+
+Starts an embedded nats-server and the services as separate processes (as `turnstream
+up` does), then measures:
+  floor   a 1 KB event appended with ack, and delivered through an ordered consumer (p50)
+  turns   publish inbound → `TurnEnded` observed, scripted provider with zero delay,
+          K = 1, 10, 50 concurrent sessions (p50, p99, turns/s)
+  depth   turns 1-5 against turns 46-50 of the same sessions (nothing may grow)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from turnstream.bus import Bus, connect
+from turnstream.bus.embedded import EmbeddedServer
+from turnstream.bus.streams import StreamLimits
+from turnstream.client import message_command
+from turnstream.core.subjects import Subjects
+from turnstream.settings import Settings
+from turnstream.up import Supervisor
+
+console = Console(highlight=False)
+SCRIPT = 'replies:\n  - {text: "ok {input:20}", chunks: whole}\n'
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def floor(bus: Bus, n: int = 2000) -> dict[str, float]:
+    """Append-with-ack and ordered-consumer delivery of 1 KB events, one at a time."""
+    payload = orjson.dumps({"pad": "x" * 1000})
+    subject = bus.subjects.log("bench-floor", "Floor")
+    delivered: dict[int, float] = {}
+    arrived = asyncio.Event()
+
+    async def on_msg(msg: Any) -> None:
+        delivered[msg.metadata.sequence.stream] = time.perf_counter()
+        arrived.set()
+
+    sub = await bus.js.subscribe(
+        bus.subjects.log_session("bench-floor"), ordered_consumer=True, cb=on_msg
+    )
+    acks, deliveries = [], []
+    for _ in range(n):
+        arrived.clear()
+        start = time.perf_counter()
+        ack = await bus.js.publish(subject, payload)
+        acks.append(time.perf_counter() - start)
+        while ack.seq not in delivered:
+            await asyncio.wait_for(arrived.wait(), 5)
+            arrived.clear()
+        deliveries.append(delivered[ack.seq] - start)
+    await sub.unsubscribe()
+    return {
+        "append_ack_p50_ms": pct(acks, 0.5) * 1000,
+        "append_to_delivery_p50_ms": pct(deliveries, 0.5) * 1000,
+    }
+
+
+class TurnWatcher:
+    """One subscription to every TurnEnded; resolves the waiter of each correlation id."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.waiters: dict[str, asyncio.Future[float]] = {}
+
+    async def start(self) -> None:
+        await self.bus.nc.subscribe(self.bus.subjects.log_kind("TurnEnded"), cb=self.on_msg)
+
+    async def on_msg(self, msg: Any) -> None:
+        at = time.perf_counter()
+        key = orjson.loads(msg.data)["correlationId"]
+        waiter = self.waiters.pop(key, None)
+        if waiter and not waiter.done():
+            waiter.set_result(at)
+
+    async def turn(self, session: str, text: str) -> float:
+        command = message_command(session, text)
+        key = command["idempotencyKey"]
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters[key] = waiter
+        start = time.perf_counter()
+        await self.bus.js.publish(
+            self.bus.subjects.inbound(session), orjson.dumps(command), headers={"Nats-Msg-Id": key}
+        )
+        return await asyncio.wait_for(waiter, 30) - start
+
+
+async def concurrent(watcher: TurnWatcher, k: int, total: int, tag: str) -> dict[str, float]:
+    latencies: list[float] = []
+    per_worker = max(1, total // k)
+
+    async def worker(i: int) -> None:
+        for n in range(per_worker):
+            latencies.append(await watcher.turn(f"bench-{tag}-{i}", f"turn {n}"))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(k)))
+    elapsed = time.perf_counter() - start
+    return {
+        "k": k,
+        "turns": len(latencies),
+        "p50_ms": pct(latencies, 0.5) * 1000,
+        "p99_ms": pct(latencies, 0.99) * 1000,
+        "turns_per_s": len(latencies) / elapsed,
+    }
+
+
+async def depth(watcher: TurnWatcher, sessions: int = 6, turns: int = 50) -> dict[str, float]:
+    by_index: dict[int, list[float]] = {i: [] for i in range(turns)}
+    for s in range(sessions):
+        for i in range(turns):
+            by_index[i].append(await watcher.turn(f"bench-depth-{s}", f"turn {i}"))
+    early = [v for i in range(5) for v in by_index[i]]
+    late = [v for i in range(turns - 5, turns) for v in by_index[i]]
+    first, last = statistics.median(early) * 1000, statistics.median(late) * 1000
+    return {"turns_1_5_p50_ms": first, "turns_46_50_p50_ms": last, "ratio": last / first}
+
+
+async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    bus = await connect(url, Subjects("ts"), ensure=StreamLimits())
+    watcher = TurnWatcher(bus)
+    await watcher.start()
+    try:
+        await concurrent(watcher, 10, 200, "warm")  # warm up every process
+        result: dict[str, Any] = {"floor": await floor(bus)}
+        result["turns"] = [
+            await concurrent(watcher, k, args.turns if k > 1 else args.turns // 4, f"k{k}")
+            for k in (1, 10, 50)
+        ]
+        result["depth"] = await depth(watcher)
+        return result
+    finally:
+        await bus.close()
+
+
+def report(result: dict[str, Any]) -> None:
+    f = result["floor"]
+    floor_ms = f["append_to_delivery_p50_ms"]
+    console.print(
+        f"[bold]JetStream floor[/] (1 KB): append+ack p50 {f['append_ack_p50_ms']:.3f} ms, "
+        f"append→ordered-consumer delivery p50 {floor_ms:.3f} ms"
+    )
+    table = Table("K sessions", "turns", "p50 ms", "p99 ms", "turns/s", "p50 / floor")
+    for row in result["turns"]:
+        table.add_row(
+            str(row["k"]),
+            str(row["turns"]),
+            f"{row['p50_ms']:.2f}",
+            f"{row['p99_ms']:.2f}",
+            f"{row['turns_per_s']:.0f}",
+            f"{row['p50_ms'] / floor_ms:.1f}×",
+        )
+    console.print(table)
+    d = result["depth"]
+    console.print(
+        f"[bold]depth[/]: turns 1-5 p50 {d['turns_1_5_p50_ms']:.2f} ms, turns 46-50 p50 "
+        f"{d['turns_46_50_p50_ms']:.2f} ms, ratio {d['ratio']:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=2000, help="turns per K>1 run")
+    parser.add_argument("--json", type=Path, default=Path("bench/results/turns.json"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "script.yaml").write_text(SCRIPT)
+        settings = Settings(data_dir=root, script=root / "script.yaml")
+        with EmbeddedServer(root / "nats") as server:
+            supervisor = Supervisor(server.url, settings, console)
+            supervisor.start_all()
+            try:
+                time.sleep(1.5)
+                result = asyncio.run(run(args, server.url))
+            finally:
+                supervisor.stop_all()
+    result["machine"] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": __import__("os").cpu_count(),
+    }
+    report(result)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    console.print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

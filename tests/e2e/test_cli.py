@@ -1,0 +1,129 @@
+"""The CLI and all services as processes, the way a user runs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+SCRIPT = """
+replies:
+  - text: "echo: {input}"
+  - error: {error_class: server_error, message: "scripted outage", status_code: 500}
+"""
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnstream.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    root = tmp_path_factory.mktemp("e2e")
+    script = root / "script.yaml"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
+    env.update(
+        TURNSTREAM_DATA_DIR=str(root / "data"),
+        TURNSTREAM_SCRIPT=str(script),
+        TURNSTREAM_CONFIG=str(root / "absent.yaml"),
+        COLUMNS="120",
+    )
+    up = subprocess.Popen(
+        [sys.executable, "-m", "turnstream.cli", "up"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url_file = root / "data" / "nats.url"
+    deadline = time.monotonic() + 30
+    while not url_file.exists() and time.monotonic() < deadline:
+        assert up.poll() is None, up.stdout.read() if up.stdout else ""
+        time.sleep(0.1)
+    time.sleep(1.0)  # the services connect and create their consumers
+    try:
+        yield env
+    finally:
+        up.send_signal(signal.SIGTERM)
+        out, _ = up.communicate(timeout=30)
+        assert up.returncode == 0, out
+        assert "stopped" in out
+        assert not url_file.exists()
+
+
+def test_send_streams_the_reply_and_exits_zero(deployment: dict[str, str]) -> None:
+    result = cli("send", "e2e-1", "hello from the CLI", env=deployment)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "echo: hello from the CLI" in result.stdout
+    assert "SEND_REQUEST" in result.stdout and "completed" in result.stdout
+
+
+def test_replay_prints_the_turn_with_its_stage_timeline(deployment: dict[str, str]) -> None:
+    assert cli("send", "e2e-2", "first", env=deployment).returncode == 0
+    result = cli("replay", "e2e-2", env=deployment)
+    assert result.returncode == 0, result.stderr
+    for stage in ("RECEIVE_INPUT", "COMPOSE_REQUEST", "SEND_REQUEST", "STREAM_RESPONSE", "RENDER"):
+        assert stage in result.stdout
+    assert "completed" in result.stdout and "echo: first" in result.stdout
+
+
+def test_a_failed_turn_exits_non_zero_with_reason_and_next_action(
+    deployment: dict[str, str],
+) -> None:
+    assert cli("send", "e2e-3", "one", env=deployment).returncode == 0
+    result = cli("send", "e2e-3", "two", env=deployment)  # script reply 2 is an outage
+    assert result.returncode == 1
+    assert "provider_error" in result.stderr and "next:" in result.stderr
+
+
+def test_bad_session_id_is_reported_not_hung(deployment: dict[str, str]) -> None:
+    result = cli("send", "no spaces allowed", "hi", env=deployment, timeout=30)
+    assert result.returncode != 0
+    assert "session" in (result.stdout + result.stderr).lower()
+
+
+def test_tail_history_shows_one_line_per_event(deployment: dict[str, str]) -> None:
+    assert cli("send", "e2e-4", "tail me", env=deployment).returncode == 0
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "turnstream.cli", "tail", "e2e-4", "--history"],
+        env=deployment,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)
+    tail.send_signal(signal.SIGINT)
+    out, _ = tail.communicate(timeout=10)
+    lines = [line for line in out.splitlines() if "e2e-4" in line]
+    assert len(lines) == 17
+    assert "InputAccepted" in lines[0] and "SessionTurnEnd" in lines[-1]
+
+
+def test_status_answers_with_the_live_state(deployment: dict[str, str]) -> None:
+    assert cli("send", "e2e-5", "status?", env=deployment).returncode == 0
+    result = cli("status", "e2e-5", env=deployment)
+    assert '"turns_ended":1' in result.stdout
+
+
+def test_schemas_check_passes_on_the_committed_files() -> None:
+    root = Path(__file__).parents[2]
+    result = subprocess.run(
+        [sys.executable, "-m", "turnstream.cli", "schemas", "export", "--check"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr

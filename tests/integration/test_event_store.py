@@ -1,0 +1,116 @@
+"""One contract suite for the event store, run against JetStream and the in-memory store."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.unit.factories import T0
+from turnstream.bus import AppendConflict, Bus
+from turnstream.bus.store import EventStore, InMemoryEventStore
+from turnstream.core.events import SessionTurnEnd, SessionTurnEndData
+
+_ids = itertools.count(1)
+
+
+def ev(session: str, n: int | None = None) -> SessionTurnEnd:
+    n = n if n is not None else next(_ids)
+    return SessionTurnEnd(
+        id=f"01a20000-0000-7000-8000-{n:012d}",
+        time=T0,
+        session_id=session,
+        chat_id="c",
+        turn_id="t",
+        trace_id="tr",
+        correlation_id="k",
+        source="test/1",
+        data=SessionTurnEndData(status="completed"),
+    )
+
+
+@pytest.fixture(params=["memory", "jetstream"])
+async def store(request: pytest.FixtureRequest, bus: Bus) -> AsyncIterator[EventStore]:
+    if request.param == "memory":
+        yield InMemoryEventStore()
+    else:
+        yield bus.store
+
+
+_sessions = itertools.count(1)
+
+
+def session() -> str:
+    return f"store-{next(_sessions)}"
+
+
+async def test_append_returns_growing_sequences_and_reads_back_in_order(store) -> None:
+    s = session()
+    events = [ev(s) for _ in range(5)]
+    seqs = await store.append(s, events)
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
+    stored = await store.read_session(s)
+    assert [x.event for x in stored] == events
+    assert [x.seq for x in stored] == seqs
+    assert await store.last_seq(s) == seqs[-1]
+
+
+async def test_sessions_are_kept_apart(store) -> None:
+    a, b = session(), session()
+    await store.append(a, [ev(a), ev(a)])
+    await store.append(b, [ev(b)])
+    await store.append(a, [ev(a)])
+    assert len(await store.read_session(a)) == 3
+    assert len(await store.read_session(b)) == 1
+    assert await store.read_session(session()) == []
+    assert await store.last_seq(session()) == 0
+
+
+async def test_read_after_returns_only_the_tail(store) -> None:
+    s = session()
+    seqs = await store.append(s, [ev(s) for _ in range(4)])
+    tail = await store.read_session(s, after_seq=seqs[1])
+    assert [x.seq for x in tail] == seqs[2:]
+
+
+async def test_conditional_append_succeeds_on_the_current_last_sequence(store) -> None:
+    s = session()
+    assert await store.append(s, [ev(s)], expected_last_seq=0)
+    last = await store.last_seq(s)
+    seqs = await store.append(s, [ev(s), ev(s)], expected_last_seq=last)
+    assert len(seqs) == 2
+
+
+async def test_stale_conditional_append_raises_a_conflict_and_appends_nothing(store) -> None:
+    s = session()
+    first = await store.append(s, [ev(s)])
+    await store.append(s, [ev(s)])  # someone else moved the session on
+    with pytest.raises(AppendConflict):
+        await store.append(s, [ev(s), ev(s), ev(s)], expected_last_seq=first[-1])
+    assert len(await store.read_session(s)) == 2
+
+
+async def test_new_session_must_be_empty_for_expected_zero(store) -> None:
+    s = session()
+    await store.append(s, [ev(s)])
+    with pytest.raises(AppendConflict):
+        await store.append(s, [ev(s)], expected_last_seq=0)
+
+
+async def test_an_event_appended_twice_is_stored_once(store) -> None:
+    s = session()
+    event = ev(s)
+    first = await store.append(s, [event])
+    again = await store.append(s, [event])
+    assert first == again
+    assert len(await store.read_session(s)) == 1
+
+
+async def test_append_facts_spans_sessions_in_order(store) -> None:
+    a, b = session(), session()
+    events = [ev(a), ev(b), ev(a)]
+    seqs = await store.append_facts(events)
+    assert seqs == sorted(seqs)
+    everything = await store.read_all(after_seq=seqs[0] - 1)
+    assert [x.event for x in everything][:3] == events
