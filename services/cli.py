@@ -274,6 +274,21 @@ def schemas_export(
 
 
 @app.command()
+def streams(
+    replicas: Annotated[int, typer.Option(help="Stream replicas.")] = 1,
+) -> None:
+    """Print the stream definitions services create (ops/streams.json is this output)."""
+    from turnstream.bus.streams import StreamLimits, describe
+    from turnstream.runtime import stream_limits
+
+    limits = stream_limits(_settings())
+    limits = StreamLimits(**{**limits.__dict__, "replicas": replicas})
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    sys.stdout.write(orjson.dumps(describe(_settings().subjects, limits), option=options).decode())
+    sys.stdout.write("\n")
+
+
+@app.command()
 def status(
     session: Annotated[str, typer.Argument(help="Session to ask the turn-runner about.")],
     nats_url: NatsUrl = None,

@@ -36,6 +36,7 @@ def stream_limits(settings: Settings) -> StreamLimits:
         log_max_age_days=settings.log_max_age_days,
         inbound_max_age_days=settings.inbound_max_age_days,
         duplicate_window_s=settings.duplicate_window_s,
+        replicas=settings.replicas,
     )
 
 

@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     duplicate_window_s: float = Field(default=120, gt=0)
     """JetStream dedup window for `Nats-Msg-Id` (retried publishes and appends)."""
     system_prompt: str | None = None
+    replicas: int = Field(default=1, ge=1, le=5)
+    """Stream replicas (3 on a cluster: an append is acked once a quorum has it)."""
 
     @classmethod
     def settings_customise_sources(

@@ -41,7 +41,7 @@ async def connect(
     """Connect; with `ensure`, create or update the streams and buckets first."""
     try:
         nc = await nats.connect(
-            url,
+            [server.strip() for server in url.split(",")],  # a cluster: comma-separated
             name=name,
             connect_timeout=connect_timeout,
             max_reconnect_attempts=-1,

@@ -49,6 +49,11 @@ def stream_configs(subjects: Subjects, limits: StreamLimits) -> list[api.StreamC
     ]
 
 
+def describe(subjects: Subjects, limits: StreamLimits) -> list[dict[str, Any]]:
+    """The stream definitions as JSON-ready dicts (what `ops/streams.json` documents)."""
+    return [config.as_dict() for config in stream_configs(subjects, limits)]
+
+
 async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> None:
     """Create or update the streams and KV buckets; safe to call from every service."""
     for config in stream_configs(subjects, limits):
@@ -58,11 +63,17 @@ async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> N
             await js.update_stream(config=config)
     await js.create_key_value(
         config=api.KeyValueConfig(
-            bucket=subjects.leases_bucket, history=1, ttl=0, storage=api.StorageType.FILE
+            bucket=subjects.leases_bucket,
+            history=1,
+            storage=api.StorageType.FILE,
+            replicas=limits.replicas,
         )
     )
     await js.create_key_value(
         config=api.KeyValueConfig(
-            bucket=subjects.sessions_bucket, history=1, storage=api.StorageType.FILE
+            bucket=subjects.sessions_bucket,
+            history=1,
+            storage=api.StorageType.FILE,
+            replicas=limits.replicas,
         )
     )

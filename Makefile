@@ -1,0 +1,40 @@
+# The targets are exactly what CI runs (.ci/run calls `make test`).
+VENV   ?= .venv
+PYTHON ?= python3
+BIN    := $(VENV)/bin
+
+.PHONY: up test lint typecheck bench schemas clean
+
+$(BIN)/turnstream: pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "turnstream needs Python 3.11+"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+## run the embedded nats-server and every service (Ctrl-C stops)
+up: $(BIN)/turnstream
+	$(BIN)/turnstream up
+
+## lint, type-check, check the exported contract, run every test
+test: lint typecheck $(BIN)/turnstream
+	$(BIN)/turnstream schemas export --check
+	$(BIN)/pytest
+
+lint: $(BIN)/turnstream
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(BIN)/turnstream
+	$(BIN)/mypy
+
+## turn latency and throughput next to the raw JetStream floor
+bench: $(BIN)/turnstream
+	$(BIN)/python bench/append.py
+	$(BIN)/python bench/turns.py
+
+schemas: $(BIN)/turnstream
+	$(BIN)/turnstream schemas export
+
+clean:
+	rm -rf $(VENV) .turnstream .pytest_cache .mypy_cache .ruff_cache

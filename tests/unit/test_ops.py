@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from turnstream.bus.streams import StreamLimits, describe
+from turnstream.core.subjects import Subjects
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_ops_streams_json_is_what_the_services_create() -> None:
+    committed = orjson.loads((ROOT / "ops" / "streams.json").read_bytes())
+    assert committed == describe(Subjects("ts"), StreamLimits(replicas=3)), (
+        "ops/streams.json drifted: run `turnstream streams --replicas 3 > ops/streams.json`"
+    )
+
+
+def test_prefix_renames_streams_and_subjects() -> None:
+    names = {c["name"]: c["subjects"] for c in describe(Subjects("acme"), StreamLimits())}
+    assert names == {"ACME_INBOUND": ["acme.in.>"], "ACME_LOG": ["acme.log.>"]}
