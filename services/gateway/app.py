@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 
@@ -35,6 +36,10 @@ async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None)
             try:
                 msgs = await sub.fetch(BATCH, timeout=0.5)
             except (TimeoutError, NatsTimeoutError):
+                continue
+            except NatsError as exc:  # disconnected: nats-py reconnects, we retry
+                log.warning("fetch failed (%s); retrying", exc)
+                await asyncio.sleep(0.5)
                 continue
             events = []
             for msg in msgs:

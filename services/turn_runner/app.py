@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 
@@ -95,6 +96,10 @@ class Runner:
                     try:
                         msgs = await sub.fetch(BATCH, timeout=0.5)
                     except (TimeoutError, NatsTimeoutError):
+                        continue
+                    except NatsError as exc:  # disconnected: nats-py reconnects, we retry
+                        log.warning("fetch failed (%s); retrying", exc)
+                        await asyncio.sleep(0.5)
                         continue
                     for msg in msgs:
                         event = decode(msg.data)
