@@ -3,7 +3,8 @@
 Reply `i` of the script answers the session's `i`-th provider call (the call count is a
 fact in the log, so a replay picks the same reply); past the end the script wraps round.
 Placeholders: `{input}` (the latest user message), `{input:N}` (its first N characters),
-`{call}` (the call index).
+`{last_tool_result}` / `{last_tool_result:N}` (the latest tool result), `{call}` (the call
+index). A reply with `tool_calls` asks for those tools (its `text`, if any, comes first).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -24,11 +25,12 @@ from turnstream.core.turn import (
     ProviderOutcome,
     ProviderRequest,
     ProviderSuccess,
+    ToolCall,
 )
 from turnstream.providers.base import DeltaSink
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)(?::(\d+))?\}")
-_KNOWN = {"input", "call"}
+_KNOWN = {"input", "call", "last_tool_result"}
 
 
 class ScriptError(BaseModel):
@@ -39,13 +41,21 @@ class ScriptError(BaseModel):
     status_code: int | None = 500
 
 
+class ScriptToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class ScriptReply(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str = ""
+    tool_calls: list[ScriptToolCall] = Field(default_factory=list)
     delay_ms: Annotated[int, Field(ge=0)] = 0
     """Pause before each chunk, to watch tokens stream."""
     chunks: Literal["word", "char", "whole"] = "word"
-    stop_reason: StopReason = "end_turn"
+    stop_reason: StopReason | None = None
+    """Defaults to `tool_use` for a reply with tool calls, else `end_turn`."""
     error: ScriptError | None = None
     """Fail this call instead of answering."""
 
@@ -55,7 +65,8 @@ class ScriptReply(BaseModel):
         unknown = {m.group(1) for m in _PLACEHOLDER.finditer(text)} - _KNOWN
         if unknown:
             raise ValueError(
-                f"unknown placeholder(s) {sorted(unknown)}; use {{input}}, {{input:N}}, {{call}}"
+                f"unknown placeholder(s) {sorted(unknown)}; use {{input}}, {{input:N}}, "
+                "{last_tool_result}, {last_tool_result:N}, {call}"
             )
         return text
 
@@ -83,10 +94,17 @@ def load_script(path: Path | None) -> Script:
 
 
 def _render(template: str, request: ProviderRequest) -> str:
-    last_user = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
+    def last(role: str) -> str:
+        return next((m.text for m in reversed(request.messages) if m.role == role), "")
 
     def sub(match: re.Match[str]) -> str:
-        value = last_user if match.group(1) == "input" else str(request.call_index)
+        name = match.group(1)
+        if name == "input":
+            value = last("user")
+        elif name == "last_tool_result":
+            value = last("tool")
+        else:
+            value = str(request.call_index)
         limit = match.group(2)
         return value[: int(limit)] if limit else value
 
@@ -129,9 +147,14 @@ class ScriptedProvider:
                 await asyncio.sleep(reply.delay_ms / 1000)
             await on_delta(piece)
         prompt_words = sum(len(m.text.split()) for m in request.messages)
+        calls = tuple(
+            ToolCall(f"call_{request.call_index}_{i}", call.name, call.arguments)
+            for i, call in enumerate(reply.tool_calls)
+        )
         return ProviderSuccess(
             text=text,
-            stop_reason=reply.stop_reason,
+            tool_calls=calls,
+            stop_reason=reply.stop_reason or ("tool_use" if calls else "end_turn"),
             usage=Usage(input_tokens=prompt_words, output_tokens=len(pieces)),
             first_byte_at=first_byte_at,
             finished_at=datetime.now(UTC),

@@ -21,11 +21,42 @@ async def collect(provider: ScriptedProvider, req: ProviderRequest):
     return await provider.complete(req, sink), deltas
 
 
-async def test_demo_script_echoes_the_input_as_streamed_words() -> None:
-    outcome, deltas = await collect(ScriptedProvider(load_script(None)), request(0, "hello you"))
-    assert isinstance(outcome, ProviderSuccess)
-    assert 'You said: "hello you"' in outcome.text
-    assert "".join(deltas) == outcome.text and len(deltas) > 3
+async def test_demo_script_makes_a_tool_round_trip_then_echoes() -> None:
+    provider = ScriptedProvider(load_script(None))
+    first, _ = await collect(provider, request(0, "hello you"))
+    assert isinstance(first, ProviderSuccess)
+    assert [c.name for c in first.tool_calls] == ["list_dir"]
+    assert first.stop_reason == "tool_use"
+    messages = (
+        Message("user", "hello you"),
+        Message("assistant", first.text, tool_calls=first.tool_calls),
+        Message("tool", "README.md\nsrc/", tool_call_id=first.tool_calls[0].id),
+    )
+    second, deltas = await collect(provider, ProviderRequest("s", "t", 2, 1, None, messages))
+    assert isinstance(second, ProviderSuccess) and not second.tool_calls
+    assert 'You said: "hello you"' in second.text and "README.md" in second.text
+    assert "".join(deltas) == second.text and len(deltas) > 3
+
+
+async def test_tool_calls_get_stable_ids_per_call_index(tmp_path: Path) -> None:
+    script = tmp_path / "tools.yaml"
+    script.write_text(
+        "replies:\n"
+        "  - tool_calls: [{name: a, arguments: {x: 1}}, {name: b}]\n"
+        "  - text: 'got {last_tool_result:4}'\n"
+    )
+    provider = ScriptedProvider(load_script(script))
+    first, _ = await collect(provider, request(4))
+    assert isinstance(first, ProviderSuccess)
+    assert [(c.id, c.name, c.arguments) for c in first.tool_calls] == [
+        ("call_4_0", "a", {"x": 1}),
+        ("call_4_1", "b", {}),
+    ]
+    again, _ = await collect(provider, request(4))
+    assert isinstance(again, ProviderSuccess) and again.tool_calls == first.tool_calls
+    messages = (Message("user", "q"), Message("tool", "abcdefgh", tool_call_id="call_4_0"))
+    second, _ = await collect(provider, ProviderRequest("s", "t", 2, 5, None, messages))
+    assert isinstance(second, ProviderSuccess) and second.text == "got abcd"
 
 
 async def test_reply_is_chosen_by_call_index_and_wraps(tmp_path: Path) -> None:

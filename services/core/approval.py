@@ -1,0 +1,309 @@
+"""The approval decider of one session: which proposed tool calls may run.
+
+    ToolInvocationProposed ─► ToolCallModeInvoked{mode, verdict}
+        auto ─────────────► ToolCallApproved{mode}
+        deny ─────────────► ToolCallDenied{mode}
+        allowlist, a rule matches ─► ToolCallApproved{allowlist}
+        ask, or an allowlist miss ─► queued ─► InteractionRequested{deadline}  (one open per
+                                   session, in call order)
+            InteractionAnswered ─► ToolCallApproved | ToolCallDenied {interaction}
+            deadline passed     ─► ToolCallDenied{interaction, timedOut}
+
+The security mode is fixed for a session at its first proposal (the first
+`ToolCallModeInvoked` records it), so changing the deployment default later does not
+change sessions already running. Deadlines are in the log, so they survive restarts.
+Event ids are derived from the invocation or interaction they decide, so two deciders
+(or a redelivery) produce the same ids and the log keeps one copy.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from turnstream.core.events import (
+    Authority,
+    Event,
+    EventBase,
+    InteractionAnswered,
+    InteractionRequested,
+    InteractionRequestedData,
+    SecurityMode,
+    Sender,
+    ToolCallApproved,
+    ToolCallApprovedData,
+    ToolCallDenied,
+    ToolCallDeniedData,
+    ToolCallModeInvoked,
+    ToolCallModeInvokedData,
+    ToolInvocationProposed,
+)
+from turnstream.core.ids import derived_uuid7
+from turnstream.core.turn.state import with_changes
+
+Status = Literal["new", "queued", "asking", "decided"]
+
+
+@dataclass(frozen=True)
+class AllowRule:
+    """Approve a call whose tool name matches `tool` and each argument its glob."""
+
+    tool: str
+    args: dict[str, str] = field(default_factory=dict)
+
+    def matches(self, tool: str, args: dict[str, Any]) -> bool:
+        if not fnmatch.fnmatchcase(tool, self.tool):
+            return False
+        return all(
+            name in args and fnmatch.fnmatchcase(str(args[name]), pattern)
+            for name, pattern in self.args.items()
+        )
+
+
+@dataclass(frozen=True)
+class ApprovalConfig:
+    default_mode: SecurityMode = "ask"
+    allowlist: tuple[AllowRule, ...] = ()
+    answer_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Proposal:
+    event: ToolInvocationProposed
+    status: Status = "new"
+
+    @property
+    def invocation_id(self) -> str:
+        return self.event.data.invocation_id
+
+
+@dataclass(frozen=True)
+class OpenInteraction:
+    interaction_id: str
+    invocation_id: str
+    deadline: datetime
+    requested_id: str
+    answer: InteractionAnswered | None = None
+
+
+@dataclass(frozen=True)
+class ApprovalState:
+    session_id: str
+    mode: SecurityMode | None = None
+    turn_id: str | None = None
+    proposals: tuple[Proposal, ...] = ()
+    """The current turn's proposals, in call order."""
+    open: OpenInteraction | None = None
+
+
+def evolve(state: ApprovalState, event: Event) -> ApprovalState:
+    """Fold the events the approval decider cares about; ignore the rest."""
+    match event:
+        case ToolInvocationProposed(data=data) if data.known:
+            if event.turn_id != state.turn_id:
+                state = with_changes(state, turn_id=event.turn_id, proposals=(), open=None)
+            if any(p.invocation_id == data.invocation_id for p in state.proposals):
+                return state
+            return with_changes(state, proposals=(*state.proposals, Proposal(event)))
+        case ToolCallModeInvoked(data=data):
+            state = state if state.mode else with_changes(state, mode=data.mode)
+            status: Status = "queued" if data.verdict == "ask" else "decided"
+            return _set(state, data.invocation_id, status, only_from="new")
+        case InteractionRequested(data=data):
+            opened = OpenInteraction(
+                data.interaction_id, data.invocation_id, data.deadline, event.id
+            )
+            return with_changes(_set(state, data.invocation_id, "asking"), open=opened)
+        case InteractionAnswered(data=data):
+            if state.open and state.open.interaction_id == data.interaction_id:
+                if state.open.answer is None:
+                    return with_changes(state, open=with_changes(state.open, answer=event))
+            return state
+        case ToolCallApproved(data=data) | ToolCallDenied(data=data):
+            state = _set(state, data.invocation_id, "decided")
+            if state.open and state.open.invocation_id == data.invocation_id:
+                state = with_changes(state, open=None)
+            return state
+        case _:
+            return state
+
+
+def fold(state: ApprovalState, events: list[Event]) -> ApprovalState:
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+def decide(state: ApprovalState, config: ApprovalConfig, now: datetime, source: str) -> list[Event]:
+    """Every approval event that follows from `state` at time `now`."""
+    out: list[Event] = []
+    while step := _next_step(state, config, now, source):
+        out.extend(step)
+        state = fold(state, step)
+    return out
+
+
+def next_deadline(state: ApprovalState) -> datetime | None:
+    """When the shell must wake this session up to time out its open prompt."""
+    return state.open.deadline if state.open and state.open.answer is None else None
+
+
+def open_interaction(state: ApprovalState) -> tuple[OpenInteraction, Proposal] | None:
+    """The prompt waiting for an answer, with the proposal it is about."""
+    if state.open is None:
+        return None
+    proposal = _find(state, state.open.invocation_id)
+    return (state.open, proposal) if proposal else None
+
+
+def _next_step(
+    state: ApprovalState, config: ApprovalConfig, now: datetime, source: str
+) -> list[Event]:
+    mode = state.mode or config.default_mode
+    new = next((p for p in state.proposals if p.status == "new"), None)
+    if new is not None:
+        return _judge(new, mode, config, now, source)
+    if state.open is not None:
+        proposal = _find(state, state.open.invocation_id)
+        if proposal is None:
+            return []
+        answer = state.open.answer
+        if answer is not None:
+            by, why = answer.data.sender, answer.data.reason
+            if answer.data.decision == "approve":
+                return [_approved(proposal, "interaction", now, source, by, why, answer.id)]
+            reason = why or f"{by.kind} {by.id} denied it"
+            return [_denied(proposal, "interaction", reason, now, source, by=by, cause=answer.id)]
+        if now >= state.open.deadline:
+            return [
+                _denied(
+                    proposal,
+                    "interaction",
+                    f"no answer by the deadline ({config.answer_timeout_s:.0f} s)",
+                    now,
+                    source,
+                    timed_out=True,
+                    cause=state.open.requested_id,
+                )
+            ]
+        return []
+    queued = next((p for p in state.proposals if p.status == "queued"), None)
+    if queued is not None:
+        return [_ask(queued, config, now, source)]
+    return []
+
+
+def _judge(
+    proposal: Proposal, mode: SecurityMode, config: ApprovalConfig, now: datetime, source: str
+) -> list[Event]:
+    data = proposal.event.data
+    if mode == "auto":
+        verdict, events = "approve", [_approved(proposal, "mode", now, source)]
+    elif mode == "deny":
+        reason = "the session's security mode is deny"
+        verdict, events = "deny", [_denied(proposal, "mode", reason, now, source)]
+    elif mode == "allowlist" and any(r.matches(data.tool, data.args) for r in config.allowlist):
+        verdict, events = "approve", [_approved(proposal, "allowlist", now, source)]
+    else:
+        verdict, events = "ask", []
+    invoked = ToolCallModeInvokedData(invocation_id=data.invocation_id, mode=mode, verdict=verdict)
+    first = _make(proposal, ToolCallModeInvoked, invoked, now, source, "mode", proposal.event.id)
+    return [first, *[e.model_copy(update={"causation_id": first.id}) for e in events]]
+
+
+def _ask(proposal: Proposal, config: ApprovalConfig, now: datetime, source: str) -> Event:
+    data = proposal.event.data
+    interaction_id = derived_uuid7(_ms(proposal.event.time), f"{data.invocation_id}:interaction")
+    args = ", ".join(f"{k}={v!r}" for k, v in data.args.items())
+    requested = InteractionRequestedData(
+        interaction_id=interaction_id,
+        invocation_id=data.invocation_id,
+        tool=data.tool,
+        args=data.args,
+        deadline=now + timedelta(seconds=config.answer_timeout_s),
+        prompt=f"allow {data.tool}({args})?",
+    )
+    return _make(proposal, InteractionRequested, requested, now, source, "ask", proposal.event.id)
+
+
+def _approved(
+    proposal: Proposal,
+    authority: Authority,
+    now: datetime,
+    source: str,
+    by: Sender | None = None,
+    reason: str | None = None,
+    cause: str | None = None,
+) -> Event:
+    data = ToolCallApprovedData(
+        invocation_id=proposal.invocation_id, authority=authority, answered_by=by, reason=reason
+    )
+    return _make(proposal, ToolCallApproved, data, now, source, "decision", cause)
+
+
+def _denied(
+    proposal: Proposal,
+    authority: Authority,
+    reason: str,
+    now: datetime,
+    source: str,
+    *,
+    by: Sender | None = None,
+    timed_out: bool = False,
+    cause: str | None = None,
+) -> Event:
+    data = ToolCallDeniedData(
+        invocation_id=proposal.invocation_id,
+        authority=authority,
+        reason=reason,
+        timed_out=timed_out,
+        answered_by=by,
+    )
+    return _make(proposal, ToolCallDenied, data, now, source, "decision", cause)
+
+
+def _make(
+    proposal: Proposal,
+    cls: type[EventBase],
+    data: Any,
+    now: datetime,
+    source: str,
+    purpose: str,
+    cause: str | None,
+) -> Event:
+    origin = proposal.event
+    event = cls(  # type: ignore[call-arg]
+        id=derived_uuid7(_ms(origin.time), f"{proposal.invocation_id}:{purpose}"),
+        time=now,
+        session_id=origin.session_id,
+        chat_id=origin.chat_id,
+        turn_id=origin.turn_id,
+        trace_id=origin.trace_id,
+        correlation_id=origin.correlation_id,
+        causation_id=cause or origin.id,
+        source=source,
+        data=data,
+    )
+    return event  # type: ignore[return-value]
+
+
+def _find(state: ApprovalState, invocation_id: str) -> Proposal | None:
+    return next((p for p in state.proposals if p.invocation_id == invocation_id), None)
+
+
+def _set(
+    state: ApprovalState, invocation_id: str, status: Status, only_from: Status | None = None
+) -> ApprovalState:
+    proposals = tuple(
+        with_changes(p, status=status)
+        if p.invocation_id == invocation_id and (only_from is None or p.status == only_from)
+        else p
+        for p in state.proposals
+    )
+    return with_changes(state, proposals=proposals)
+
+
+def _ms(time: datetime) -> int:
+    return int(time.timestamp() * 1000)

@@ -1,0 +1,250 @@
+"""The log's event kinds: frozen pydantic models with one envelope (DESIGN §2).
+
+Every event is a past-tense fact. On the wire field names are camelCase; `type` is the
+discriminator of the `Event` union and `EVENT_ADAPTER` is the one decoder. Old schema
+versions are upgraded by `upcast` (pure) before validation, so a log written today
+replays tomorrow.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from pydantic import Field, TypeAdapter
+
+from turnstream.core.events.base import (
+    SCHEMA_VERSION,
+    EventBase,
+    FailureClass,
+    Sender,
+    Stage,
+    StageOutcome,
+    TurnStatus,
+    WireModel,
+)
+from turnstream.core.events.input import (
+    FollowUpQueued,
+    FollowUpQueuedData,
+    InputAccepted,
+    InputAcceptedData,
+    InputRejected,
+    InputRejectedData,
+    InterruptReceived,
+    InterruptReceivedData,
+    RejectionKind,
+    SteeringInjected,
+    SteeringInjectedData,
+)
+from turnstream.core.events.lifecycle import (
+    RenderEmitted,
+    RenderEmittedData,
+    SessionTurnEnd,
+    SessionTurnEndData,
+    SessionTurnStart,
+    SessionTurnStartData,
+    StagePostFired,
+    StagePostFiredData,
+    StagePreFired,
+    StagePreFiredData,
+    TurnEnded,
+    TurnEndedData,
+)
+from turnstream.core.events.provider import (
+    AssistantMessage,
+    ContentBlock,
+    ContextCompacted,
+    ContextCompactedData,
+    ProviderRequestCompleted,
+    ProviderRequestCompletedData,
+    ProviderRequestFailed,
+    ProviderRequestFailedData,
+    ProviderRequestStarted,
+    ProviderRequestStartedData,
+    ProviderRetry,
+    ProviderRetryData,
+    StopReason,
+    TextBlock,
+    ToolUseBlock,
+    Usage,
+)
+from turnstream.core.events.tools import (
+    Authority,
+    HookAction,
+    HookDecided,
+    HookDecidedData,
+    InteractionAnswered,
+    InteractionAnsweredData,
+    InteractionRequested,
+    InteractionRequestedData,
+    SecurityMode,
+    ToolCallApproved,
+    ToolCallApprovedData,
+    ToolCallDenied,
+    ToolCallDeniedData,
+    ToolCallModeInvoked,
+    ToolCallModeInvokedData,
+    ToolError,
+    ToolInvocationCancelled,
+    ToolInvocationCancelledData,
+    ToolInvocationFailed,
+    ToolInvocationFailedData,
+    ToolInvocationProposed,
+    ToolInvocationProposedData,
+    ToolInvocationRequested,
+    ToolInvocationRequestedData,
+    ToolInvocationStarted,
+    ToolInvocationStartedData,
+    ToolInvocationSucceeded,
+    ToolInvocationSucceededData,
+)
+
+# ---------------------------------------------------------------- the union
+
+Event = Annotated[
+    InputAccepted
+    | InputRejected
+    | SteeringInjected
+    | FollowUpQueued
+    | InterruptReceived
+    | SessionTurnStart
+    | StagePreFired
+    | StagePostFired
+    | RenderEmitted
+    | TurnEnded
+    | SessionTurnEnd
+    | ProviderRequestStarted
+    | ProviderRequestCompleted
+    | ProviderRequestFailed
+    | ProviderRetry
+    | ContextCompacted
+    | ToolInvocationProposed
+    | ToolCallModeInvoked
+    | ToolCallApproved
+    | ToolCallDenied
+    | InteractionRequested
+    | InteractionAnswered
+    | ToolInvocationRequested
+    | ToolInvocationStarted
+    | ToolInvocationSucceeded
+    | ToolInvocationFailed
+    | ToolInvocationCancelled
+    | HookDecided,
+    Field(discriminator="type"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+EVENT_TYPES: dict[str, type[EventBase]] = {
+    cls.model_fields["type"].default: cls
+    for cls in EventBase.__subclasses__()
+    if "type" in cls.model_fields
+}
+
+
+def upcast(raw: dict[str, Any]) -> dict[str, Any]:
+    """Upgrade an event dict written by an older schema version to the current one."""
+    version = raw.get("schemaVersion", 1)
+    if version > SCHEMA_VERSION:
+        raise ValueError(
+            f"event schemaVersion {version} is newer than this build understands "
+            f"({SCHEMA_VERSION}); upgrade turnstream"
+        )
+    return raw
+
+
+def encode(event: EventBase) -> bytes:
+    """Event → wire bytes (camelCase JSON)."""
+    return event.__pydantic_serializer__.to_json(event, by_alias=True, exclude_none=True)
+
+
+def decode(data: bytes) -> Event:
+    """Wire bytes → event. Fast path for current-version events; upcasts older ones."""
+    if b'"schemaVersion":1,' in data or b'"schemaVersion":1}' in data:
+        return EVENT_ADAPTER.validate_json(data)
+    return EVENT_ADAPTER.validate_python(upcast(orjson.loads(data)))
+
+
+__all__ = [
+    "EVENT_ADAPTER",
+    "EVENT_TYPES",
+    "SCHEMA_VERSION",
+    "AssistantMessage",
+    "Authority",
+    "ContentBlock",
+    "ContextCompacted",
+    "ContextCompactedData",
+    "Event",
+    "EventBase",
+    "FailureClass",
+    "FollowUpQueued",
+    "FollowUpQueuedData",
+    "HookAction",
+    "HookDecided",
+    "HookDecidedData",
+    "InputAccepted",
+    "InputAcceptedData",
+    "InputRejected",
+    "InputRejectedData",
+    "InteractionAnswered",
+    "InteractionAnsweredData",
+    "InteractionRequested",
+    "InteractionRequestedData",
+    "InterruptReceived",
+    "InterruptReceivedData",
+    "ProviderRequestCompleted",
+    "ProviderRequestCompletedData",
+    "ProviderRequestFailed",
+    "ProviderRequestFailedData",
+    "ProviderRequestStarted",
+    "ProviderRequestStartedData",
+    "ProviderRetry",
+    "ProviderRetryData",
+    "RejectionKind",
+    "RenderEmitted",
+    "RenderEmittedData",
+    "SecurityMode",
+    "Sender",
+    "SessionTurnEnd",
+    "SessionTurnEndData",
+    "SessionTurnStart",
+    "SessionTurnStartData",
+    "Stage",
+    "StageOutcome",
+    "StagePostFired",
+    "StagePostFiredData",
+    "StagePreFired",
+    "StagePreFiredData",
+    "SteeringInjected",
+    "SteeringInjectedData",
+    "StopReason",
+    "TextBlock",
+    "ToolCallApproved",
+    "ToolCallApprovedData",
+    "ToolCallDenied",
+    "ToolCallDeniedData",
+    "ToolCallModeInvoked",
+    "ToolCallModeInvokedData",
+    "ToolError",
+    "ToolInvocationCancelled",
+    "ToolInvocationCancelledData",
+    "ToolInvocationFailed",
+    "ToolInvocationFailedData",
+    "ToolInvocationProposed",
+    "ToolInvocationProposedData",
+    "ToolInvocationRequested",
+    "ToolInvocationRequestedData",
+    "ToolInvocationStarted",
+    "ToolInvocationStartedData",
+    "ToolInvocationSucceeded",
+    "ToolInvocationSucceededData",
+    "ToolUseBlock",
+    "TurnEnded",
+    "TurnEndedData",
+    "TurnStatus",
+    "Usage",
+    "WireModel",
+    "decode",
+    "encode",
+    "upcast",
+]

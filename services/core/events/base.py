@@ -1,0 +1,82 @@
+"""The envelope and the vocabulary every event kind shares."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+SCHEMA_VERSION = 1
+
+
+class WireModel(BaseModel):
+    """Base of everything on the wire: immutable, strict about unknown fields, camelCase."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class Stage(StrEnum):
+    """The stages of one turn, each bracketed by `StagePreFired`/`StagePostFired`."""
+
+    RECEIVE_INPUT = "RECEIVE_INPUT"
+    COMPOSE_REQUEST = "COMPOSE_REQUEST"
+    SEND_REQUEST = "SEND_REQUEST"
+    STREAM_RESPONSE = "STREAM_RESPONSE"
+    TOOL_CALL = "TOOL_CALL"
+    RENDER = "RENDER"
+
+
+class FailureClass(StrEnum):
+    """Why a turn did not complete."""
+
+    INVALID_INPUT = "invalid_input"
+    POLICY_DENIED = "policy_denied"
+    TOOL_RUNTIME_ERROR = "tool_runtime_error"
+    TIMEOUT = "timeout"
+    PROVIDER_ERROR = "provider_error"
+    REPORT_MISSING = "report_missing"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    INTERRUPTED = "interrupted"
+    RECOVERED = "recovered"
+
+
+TurnStatus = Literal["completed", "failed", "denied"]
+StageOutcome = Literal["ok", "failed", "skipped"]
+
+
+class Sender(WireModel):
+    """Who sent an input. Humans and agents take the same path; the kind is data."""
+
+    kind: Literal["human", "agent"]
+    id: Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class EventBase(WireModel):
+    """The envelope every log event carries."""
+
+    id: str
+    """Unique event id (UUIDv7); also the `Nats-Msg-Id`, so a retried append is a no-op."""
+    type: str
+    """The event kind (the discriminator); each kind narrows it to its own name."""
+    time: datetime
+    """When the fact was recorded (RFC 3339, UTC)."""
+    session_id: str
+    chat_id: str
+    turn_id: str | None = None
+    """The turn this event belongs to; absent for session-level events."""
+    trace_id: str
+    correlation_id: str
+    causation_id: str | None = None
+    """Id of the event that caused this one."""
+    source: str
+    """Service and instance that appended it, e.g. `turn-runner/host-1234`."""
+    schema_version: int = SCHEMA_VERSION

@@ -1,0 +1,83 @@
+"""Input events: what the gateway accepted, rejected or recorded, and how input is parked."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from turnstream.core.events.base import EventBase, Sender, WireModel
+
+
+class InputAcceptedData(WireModel):
+    kind: Literal["message", "steer"]
+    text: str
+    sender: Sender
+    idempotency_key: str
+    reply_to: str | None = None
+    """Session that wants the reply (agent to agent)."""
+    inbound_seq: int
+    """Sequence of the raw command in the inbound stream."""
+
+
+class InputAccepted(EventBase):
+    type: Literal["InputAccepted"] = "InputAccepted"
+    data: InputAcceptedData
+
+
+RejectionKind = Literal[
+    "not_json", "schema", "bad_session_id", "oversize", "unknown_type", "unsupported"
+]
+
+
+class InputRejectedData(WireModel):
+    kind: RejectionKind
+    """Which check failed."""
+    reason: str
+    """One line for people: what is wrong and how to fix it."""
+    errors: list[str] = Field(default_factory=list)
+    """Field-level details (schema errors)."""
+    idempotency_key: str | None = None
+    inbound_seq: int
+    """The raw command stays in the inbound stream at this sequence: nothing is lost."""
+    size: int
+    excerpt: str
+    """The first bytes of the payload, decoded leniently."""
+
+
+class InputRejected(EventBase):
+    type: Literal["InputRejected"] = "InputRejected"
+    data: InputRejectedData
+
+
+class SteeringInjectedData(WireModel):
+    input_id: str
+    text: str
+
+
+class SteeringInjected(EventBase):
+    type: Literal["SteeringInjected"] = "SteeringInjected"
+    data: SteeringInjectedData
+
+
+class FollowUpQueuedData(WireModel):
+    input_id: str
+    """The `InputAccepted` that waits for the active turn to end."""
+    behind_turn_id: str
+
+
+class FollowUpQueued(EventBase):
+    type: Literal["FollowUpQueued"] = "FollowUpQueued"
+    data: FollowUpQueuedData
+
+
+class InterruptReceivedData(WireModel):
+    mode: Literal["graceful", "hard"]
+    sender: Sender
+    idempotency_key: str
+    inbound_seq: int
+
+
+class InterruptReceived(EventBase):
+    type: Literal["InterruptReceived"] = "InterruptReceived"
+    data: InterruptReceivedData

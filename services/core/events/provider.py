@@ -1,0 +1,110 @@
+"""Provider events: model calls, their results, retries and compaction."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from turnstream.core.events.base import EventBase, WireModel
+
+
+class TextBlock(WireModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolUseBlock(WireModel):
+    """A complete tool call from the model."""
+
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+ContentBlock = Annotated[TextBlock | ToolUseBlock, Field(discriminator="type")]
+
+
+class AssistantMessage(WireModel):
+    role: Literal["assistant"] = "assistant"
+    content: list[ContentBlock]
+
+    @property
+    def text(self) -> str:
+        return "".join(block.text for block in self.content if isinstance(block, TextBlock))
+
+    @property
+    def tool_calls(self) -> list[ToolUseBlock]:
+        return [block for block in self.content if isinstance(block, ToolUseBlock)]
+
+
+class Usage(WireModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
+
+
+class ProviderRequestStartedData(WireModel):
+    provider: str
+    model: str
+    iteration: int
+    call_index: int
+    """How many provider calls this session made before this one (scripted replies key on it)."""
+    message_count: int
+
+
+class ProviderRequestStarted(EventBase):
+    type: Literal["ProviderRequestStarted"] = "ProviderRequestStarted"
+    data: ProviderRequestStartedData
+
+
+class ProviderRequestCompletedData(WireModel):
+    message: AssistantMessage
+    usage: Usage
+    stop_reason: StopReason
+    iteration: int
+
+
+class ProviderRequestCompleted(EventBase):
+    type: Literal["ProviderRequestCompleted"] = "ProviderRequestCompleted"
+    data: ProviderRequestCompletedData
+
+
+class ProviderRequestFailedData(WireModel):
+    error_class: str
+    """e.g. `rate_limit`, `overloaded`, `server_error`, `connection`, `bad_request`."""
+    message: str
+    retryable: bool
+    status_code: int | None = None
+    iteration: int
+
+
+class ProviderRequestFailed(EventBase):
+    type: Literal["ProviderRequestFailed"] = "ProviderRequestFailed"
+    data: ProviderRequestFailedData
+
+
+class ProviderRetryData(WireModel):
+    attempt: int
+    delay_ms: int
+    error_class: str
+    message: str
+
+
+class ProviderRetry(EventBase):
+    type: Literal["ProviderRetry"] = "ProviderRetry"
+    data: ProviderRetryData
+
+
+class ContextCompactedData(WireModel):
+    dropped_messages: int
+    tokens_before: int
+    tokens_after: int
+
+
+class ContextCompacted(EventBase):
+    type: Literal["ContextCompacted"] = "ContextCompacted"
+    data: ContextCompactedData

@@ -1,0 +1,72 @@
+"""The turn state machine of one session: `evolve` folds events, `decide` says what's next."""
+
+from __future__ import annotations
+
+from pydantic import TypeAdapter
+
+from turnstream.core.turn.decide import (
+    awaiting_hooks,
+    compose_request,
+    decide,
+    dispatchable,
+    needs_provider_call,
+    on_hook_verdicts,
+    on_provider_result,
+)
+from turnstream.core.turn.evolve import evolve, fold
+from turnstream.core.turn.state import (
+    ActiveTurn,
+    Context,
+    HookVerdict,
+    Message,
+    PendingInput,
+    ProviderFailure,
+    ProviderOutcome,
+    ProviderRequest,
+    ProviderSuccess,
+    SessionState,
+    ToolCall,
+    ToolCallState,
+    ToolInfo,
+    TurnConfig,
+)
+
+_STATE_ADAPTER: TypeAdapter[SessionState] = TypeAdapter(SessionState)
+
+
+def state_to_json(state: SessionState) -> bytes:
+    """The session state as JSON (the runner's status API, snapshots, comparisons)."""
+    return _STATE_ADAPTER.dump_json(state)
+
+
+def state_from_json(data: bytes) -> SessionState:
+    return _STATE_ADAPTER.validate_json(data)
+
+
+__all__ = [
+    "ActiveTurn",
+    "Context",
+    "HookVerdict",
+    "Message",
+    "PendingInput",
+    "ProviderFailure",
+    "ProviderOutcome",
+    "ProviderRequest",
+    "ProviderSuccess",
+    "SessionState",
+    "ToolCall",
+    "ToolCallState",
+    "ToolInfo",
+    "TurnConfig",
+    "awaiting_hooks",
+    "compose_request",
+    "decide",
+    "dispatchable",
+    "evolve",
+    "fold",
+    "needs_provider_call",
+    "on_hook_verdicts",
+    "on_provider_result",
+    "state_from_json",
+    "state_to_json",
+]

@@ -1,0 +1,437 @@
+"""`decide`: every event that follows from a session's state, until it must wait.
+
+    InputAccepted ──► pending ──(no active turn)──► SessionTurnStart
+      RECEIVE_INPUT ─► COMPOSE_REQUEST ─► SEND_REQUEST ─► ProviderRequestStarted
+                                                   │ the shell calls the provider,
+                                                   ▼ then `on_provider_result`
+      STREAM_RESPONSE ─┬─ tool calls ─► TOOL_CALL: ToolInvocationProposed per call
+                       │                  wait for ToolCallApproved / Denied (approval service)
+                       │                  (tool hooks: the shell runs them, `on_hook_verdicts`)
+                       │                  ToolInvocationRequested: read-only calls together,
+                       │                  a mutating call alone and in order
+                       │                  wait for Succeeded / Failed (tool-executor)
+                       │                  ─► COMPOSE_REQUEST with the results (bounded)
+                       ├─ stop = max_tokens, continuation left ─► COMPOSE_REQUEST (bounded)
+                       └─ otherwise ─► RENDER ─► TurnEnded{completed} ─► SessionTurnEnd
+      any failure or bound ─► TurnEnded{failed, class, reason, nextAction} ─► SessionTurnEnd
+    InputAccepted while a turn is active ─► FollowUpQueued (message) | SteeringInjected (steer)
+
+A turn's position is derived from its last stage event, so `decide` continues a turn
+from wherever the log left it. Pure: the clock and the id factory come in `Context`.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from turnstream.core.events import (
+    AssistantMessage,
+    ContentBlock,
+    Event,
+    FailureClass,
+    FollowUpQueued,
+    FollowUpQueuedData,
+    HookDecided,
+    HookDecidedData,
+    ProviderRequestCompleted,
+    ProviderRequestCompletedData,
+    ProviderRequestFailed,
+    ProviderRequestFailedData,
+    ProviderRequestStarted,
+    ProviderRequestStartedData,
+    RenderEmitted,
+    RenderEmittedData,
+    SessionTurnEnd,
+    SessionTurnEndData,
+    SessionTurnStart,
+    SessionTurnStartData,
+    Stage,
+    SteeringInjected,
+    SteeringInjectedData,
+    TextBlock,
+    ToolError,
+    ToolInvocationFailed,
+    ToolInvocationFailedData,
+    ToolInvocationProposed,
+    ToolInvocationProposedData,
+    ToolInvocationRequested,
+    ToolInvocationRequestedData,
+    ToolUseBlock,
+)
+from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.evolve import fold
+from turnstream.core.turn.state import (
+    ActiveTurn,
+    Context,
+    HookVerdict,
+    PendingInput,
+    ProviderFailure,
+    ProviderOutcome,
+    ProviderRequest,
+    ProviderSuccess,
+    SessionState,
+    ToolCallState,
+    TurnConfig,
+)
+
+
+def decide(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
+    """Every event that follows from `state` without an outside effect, in order."""
+    out: list[Event] = []
+    while step := _next_step(state, config, ctx):
+        out.extend(step)
+        state = fold(state, step)
+    return out
+
+
+def needs_provider_call(state: SessionState) -> bool:
+    """True when the active turn waits for a provider response the shell must fetch."""
+    return state.active is not None and state.active.awaiting_provider
+
+
+def awaiting_hooks(state: SessionState, config: TurnConfig) -> list[ToolCallState]:
+    """Approved calls ready to go that the tool hooks must see first (the shell runs them)."""
+    turn = state.active
+    if not config.tool_hooks or turn is None or turn.ended or turn.abort:
+        return []
+    if turn.stage is not Stage.TOOL_CALL or not turn.stage_open:
+        return []
+    return dispatchable(turn.calls)
+
+
+def dispatchable(calls: tuple[ToolCallState, ...]) -> list[ToolCallState]:
+    """Approved calls that may be requested now: consecutive read-only calls together,
+    a mutating call alone once everything before it is done; always in call order."""
+    ready: list[ToolCallState] = []
+    for i, call in enumerate(calls):
+        if call.status == "proposed":
+            break  # approvals arrive in call order; later calls wait for this one
+        if call.status != "approved":
+            continue
+        earlier = calls[:i]
+        if call.read_only:
+            if any(not e.read_only and not e.done for e in earlier):
+                break
+            ready.append(call)
+        else:
+            if any(not e.done for e in earlier) or ready:
+                break
+            ready.append(call)
+            break
+    return ready
+
+
+def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
+    """The provider request for the active turn, built from the session history."""
+    turn = state.active
+    assert turn is not None, "compose_request needs an active turn"
+    return ProviderRequest(
+        session_id=state.session_id,
+        turn_id=turn.turn_id,
+        iteration=turn.iteration,
+        call_index=state.provider_calls - 1,
+        system=config.system_prompt,
+        messages=state.history,
+        tools=config.tools,
+    )
+
+
+def on_provider_result(
+    state: SessionState, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
+) -> list[Event]:
+    """The events that record a provider outcome, then whatever follows from them."""
+    turn = state.active
+    if turn is None or not turn.awaiting_provider or turn.ended:
+        return []  # a late result for a turn that moved on: nothing to record
+    b = Builder(state.session_id, turn, ctx)
+    events: list[Event] = []
+    match outcome:
+        case ProviderSuccess():
+            if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
+                events.append(b.post(Stage.SEND_REQUEST, "ok", outcome.first_byte_at))
+            if not (turn.stage is Stage.STREAM_RESPONSE and turn.stage_open):
+                events.append(b.pre(Stage.STREAM_RESPONSE, outcome.first_byte_at))
+            content: list[ContentBlock] = []
+            if outcome.text:
+                content.append(TextBlock(text=outcome.text))
+            content += [
+                ToolUseBlock(id=c.id, name=c.name, input=c.arguments) for c in outcome.tool_calls
+            ]
+            data = ProviderRequestCompletedData(
+                message=AssistantMessage(content=content),
+                usage=outcome.usage,
+                stop_reason=outcome.stop_reason,
+                iteration=turn.iteration,
+            )
+            events.append(b.make(ProviderRequestCompleted, data, outcome.finished_at))
+            events.append(b.post(Stage.STREAM_RESPONSE, "ok", outcome.finished_at))
+        case ProviderFailure():
+            failed = ProviderRequestFailedData(
+                error_class=outcome.error_class,
+                message=outcome.message,
+                retryable=outcome.retryable,
+                status_code=outcome.status_code,
+                iteration=turn.iteration,
+            )
+            events.append(b.make(ProviderRequestFailed, failed, outcome.failed_at))
+            if turn.stage_open:
+                events.append(b.post(turn.stage, "failed", outcome.failed_at))
+        case _:
+            assert_never(outcome)
+    state = fold(state, events)
+    return events + decide(state, config, ctx)
+
+
+def on_hook_verdicts(
+    state: SessionState, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
+) -> list[Event]:
+    """Record what the tool hooks decided, request the calls they let through, go on."""
+    turn = state.active
+    if turn is None:
+        return []
+    b = Builder(state.session_id, turn, ctx)
+    events: list[Event] = []
+    calls = {c.invocation_id: c for c in turn.calls}
+    for verdict in verdicts:
+        call = calls.get(verdict.invocation_id)
+        if call is None or call.status != "approved":
+            continue
+        if verdict.action != "continue":
+            data = HookDecidedData(
+                hook=verdict.hook,
+                kind=verdict.kind,
+                stage=Stage.TOOL_CALL.value,
+                point="pre",
+                action=verdict.action,
+                reason=verdict.reason,
+                invocation_id=call.invocation_id,
+                timed_out=verdict.timed_out,
+                args=verdict.args if verdict.action == "modify" else None,
+            )
+            events.append(b.make(HookDecided, data))
+        if verdict.action in ("abort_turn", "hard_abort"):
+            break
+        if verdict.action in ("continue", "modify"):
+            args = verdict.args if verdict.action == "modify" and verdict.args else call.args
+            events.append(_requested(b, call, config, args))
+    state = fold(state, events)
+    return events + decide(state, config, ctx)
+
+
+def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
+    turn = state.active
+    if turn is None:
+        return _start_turn(state, ctx)
+    waiting = [p for p in state.pending if not p.queued]
+    if waiting:
+        return [_park(state.session_id, turn, p, ctx) for p in waiting]
+    b = Builder(state.session_id, turn, ctx)
+    if turn.ended is not None:
+        return [b.make(SessionTurnEnd, SessionTurnEndData(status=turn.ended))]
+    if turn.abort is not None:
+        action, reason = turn.abort
+        failure = FailureClass.INTERRUPTED if action == "hard_abort" else FailureClass.POLICY_DENIED
+        return _fail(
+            b,
+            turn,
+            failure,
+            reason,
+            "the turn was stopped by a hook; send a new "
+            "message to continue (tool calls before the stop may have completed)",
+        )
+    if turn.started_at is not None:
+        elapsed = (ctx.now - turn.started_at).total_seconds()
+        if elapsed > config.max_turn_seconds:
+            return _fail(
+                b,
+                turn,
+                FailureClass.TIMEOUT,
+                f"the turn ran {elapsed:.0f} s, past its wall-time bound of "
+                f"{config.max_turn_seconds:.0f} s",
+                "tool calls of this turn may have completed; send a follow-up to continue, "
+                "or raise TURNSTREAM_MAX_TURN_SECONDS",
+            )
+    if turn.awaiting_provider:
+        return []
+    stage, is_open = turn.stage, turn.stage_open
+    if turn.provider_error and not is_open:
+        return _fail(
+            b,
+            turn,
+            FailureClass.PROVIDER_ERROR,
+            f"the model provider failed ({turn.provider_error})",
+            "send the message again; if it keeps failing, check the provider's status "
+            "and TURNSTREAM_PROVIDER / TURNSTREAM_BASE_URL",
+        )
+    match stage, is_open:
+        case Stage.RECEIVE_INPUT, True:
+            return [b.post(stage, "ok")]
+        case Stage.RECEIVE_INPUT, False:
+            return _compose_or_stop(b, turn, config)
+        case Stage.COMPOSE_REQUEST, True:
+            return [b.post(stage, "ok")]
+        case Stage.COMPOSE_REQUEST, False:
+            return [b.pre(Stage.SEND_REQUEST)]
+        case Stage.SEND_REQUEST, True:
+            data = ProviderRequestStartedData(
+                provider=config.provider,
+                model=config.model,
+                iteration=turn.iteration,
+                call_index=state.provider_calls,
+                message_count=len(state.history),
+            )
+            return [b.make(ProviderRequestStarted, data)]
+        case Stage.STREAM_RESPONSE, False:
+            if turn.requested_calls:
+                return [b.pre(Stage.TOOL_CALL)]
+            wants_more = turn.stop_reason == "max_tokens"
+            if wants_more and turn.completions <= config.max_output_continuations:
+                return _compose_or_stop(b, turn, config)
+            return [b.pre(Stage.RENDER)]
+        case Stage.TOOL_CALL, True:
+            return _tool_step(b, turn, config)
+        case Stage.TOOL_CALL, False:
+            return _compose_or_stop(b, turn, config)
+        case Stage.RENDER, True:
+            if not turn.rendered:
+                render = RenderEmittedData(text=turn.reply, reply_to=turn.reply_to)
+                return [b.make(RenderEmitted, render)]
+            return [b.post(stage, "ok")]
+        case Stage.RENDER, False:
+            return [b.end("completed", reply=turn.reply)]
+        case _:
+            # SEND_REQUEST closed without a result or STREAM_RESPONSE left open: the
+            # response was lost (a crash between batches). Ask the provider again.
+            return [b.pre(Stage.SEND_REQUEST)]
+
+
+def _tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    calls = turn.calls
+    if len(calls) < len(turn.requested_calls):
+        return _propose(b, turn, config)
+    ready = dispatchable(calls)
+    if ready and not config.tool_hooks:
+        return [_requested(b, call, config, call.args) for call in ready]
+    if all(call.done for call in calls):
+        return [b.post(Stage.TOOL_CALL, "ok")]
+    return []  # waiting for approvals, hooks or results
+
+
+def _propose(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    todo = turn.requested_calls[len(turn.calls) :]
+    limit = config.max_tool_calls_per_turn
+    if turn.tool_calls_made + len(todo) > limit:
+        return _fail(
+            b,
+            turn,
+            FailureClass.LIMIT_EXCEEDED,
+            f"the model asked for {len(todo)} more tool call(s) after {turn.tool_calls_made}; "
+            f"maxToolCallsPerTurn={limit}",
+            "prior tool calls of this turn may have completed; send a follow-up to continue, "
+            "or raise TURNSTREAM_MAX_TOOL_CALLS_PER_TURN",
+        )
+    events: list[Event] = []
+    known = ", ".join(t.name for t in config.tools) or "none"
+    for index, call in enumerate(todo, start=len(turn.calls)):
+        info = config.tool(call.name)
+        invocation_id = b.ctx.new_id()
+        proposed = ToolInvocationProposedData(
+            invocation_id=invocation_id,
+            call_id=call.id,
+            tool=call.name,
+            args=call.arguments,
+            index=index,
+            iteration=turn.iteration,
+            read_only=info.read_only if info else False,
+            known=info is not None,
+        )
+        events.append(b.make(ToolInvocationProposed, proposed))
+        if info is None:
+            error = ToolError(
+                error_class=FailureClass.TOOL_RUNTIME_ERROR,
+                kind="unknown_tool",
+                detail=f"there is no tool named {call.name!r}; available: {known}",
+            )
+            failed = ToolInvocationFailedData(invocation_id=invocation_id, error=error)
+            events.append(b.make(ToolInvocationFailed, failed))
+    return events
+
+
+def _requested(
+    b: Builder, call: ToolCallState, config: TurnConfig, args: dict[str, object]
+) -> Event:
+    info = config.tool(call.tool)
+    data = ToolInvocationRequestedData(
+        invocation_id=call.invocation_id,
+        call_id=call.call_id,
+        tool=call.tool,
+        args=args,
+        read_only=call.read_only,
+        idempotent=info.idempotent if info else False,
+        timeout_ms=int((info.timeout_s if info else 30.0) * 1000),
+        iteration=b.turn.iteration,
+    )
+    return b.make(ToolInvocationRequested, data)
+
+
+def _fail(
+    b: Builder, turn: ActiveTurn, failure: FailureClass, reason: str, next_action: str
+) -> list[Event]:
+    events: list[Event] = []
+    if turn.stage_open:
+        events.append(b.post(turn.stage, "failed"))
+    events.append(b.end("failed", failure, reason=reason, next_action=next_action))
+    return events
+
+
+def _compose_or_stop(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    if turn.iteration >= config.max_iterations:
+        return _fail(
+            b,
+            turn,
+            FailureClass.LIMIT_EXCEEDED,
+            f"the turn reached maxIterations={config.max_iterations} model calls",
+            "prior tool calls of this turn may have completed; send a follow-up to "
+            "continue, or raise TURNSTREAM_MAX_ITERATIONS",
+        )
+    return [b.pre(Stage.COMPOSE_REQUEST, iteration=turn.iteration + 1)]
+
+
+def _start_turn(state: SessionState, ctx: Context) -> list[Event]:
+    if not state.pending:
+        return []
+    nxt = state.pending[0]
+    turn = ActiveTurn(
+        turn_id=nxt.turn_id,
+        input_id=nxt.input_id,
+        chat_id=nxt.chat_id,
+        trace_id=nxt.trace_id,
+        correlation_id=nxt.correlation_id,
+        reply_to=nxt.reply_to,
+        last_event_id=nxt.input_id,
+    )
+    b = Builder(state.session_id, turn, ctx)
+    data = SessionTurnStartData(input_id=nxt.input_id, text=nxt.text, sender=nxt.sender)
+    return [b.make(SessionTurnStart, data), b.pre(Stage.RECEIVE_INPUT)]
+
+
+def _park(session_id: str, turn: ActiveTurn, pending: PendingInput, ctx: Context) -> Event:
+    """An input that arrived during a turn: steer it in, or queue it for the next turn."""
+    b = Builder(
+        session_id,
+        ActiveTurn(
+            turn_id=pending.turn_id,
+            input_id=pending.input_id,
+            chat_id=pending.chat_id,
+            trace_id=pending.trace_id,
+            correlation_id=pending.correlation_id,
+            reply_to=pending.reply_to,
+            last_event_id=pending.input_id,
+        ),
+        ctx,
+    )
+    if pending.kind == "steer":
+        steer = SteeringInjectedData(input_id=pending.input_id, text=pending.text)
+        return b.make(SteeringInjected, steer, turn_id=turn.turn_id)
+    queued = FollowUpQueuedData(input_id=pending.input_id, behind_turn_id=turn.turn_id)
+    return b.make(FollowUpQueued, queued)

@@ -1,0 +1,314 @@
+"""`evolve(state, event)`: fold one event into a session's state."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from turnstream.core.events import (
+    ContextCompacted,
+    Event,
+    EventBase,
+    FollowUpQueued,
+    HookDecided,
+    InputAccepted,
+    InputRejected,
+    InteractionAnswered,
+    InteractionRequested,
+    InterruptReceived,
+    ProviderRequestCompleted,
+    ProviderRequestFailed,
+    ProviderRequestStarted,
+    ProviderRetry,
+    RenderEmitted,
+    SessionTurnEnd,
+    SessionTurnStart,
+    Stage,
+    StagePostFired,
+    StagePreFired,
+    SteeringInjected,
+    ToolCallApproved,
+    ToolCallDenied,
+    ToolCallModeInvoked,
+    ToolInvocationCancelled,
+    ToolInvocationFailed,
+    ToolInvocationProposed,
+    ToolInvocationRequested,
+    ToolInvocationStarted,
+    ToolInvocationSucceeded,
+    TurnEnded,
+)
+from turnstream.core.turn.state import (
+    ActiveTurn,
+    CallStatus,
+    Message,
+    PendingInput,
+    SessionState,
+    ToolCall,
+    ToolCallState,
+    with_changes,
+)
+
+
+def evolve(state: SessionState, event: Event) -> SessionState:
+    """Fold one event into the session state."""
+    match event:
+        case InputAccepted(data=data):
+            pending = PendingInput(
+                input_id=event.id,
+                turn_id=event.turn_id or event.id,
+                chat_id=event.chat_id,
+                trace_id=event.trace_id,
+                correlation_id=event.correlation_id,
+                kind=data.kind,
+                text=data.text,
+                sender=data.sender,
+                reply_to=data.reply_to,
+            )
+            return with_changes(state, pending=(*state.pending, pending))
+        case FollowUpQueued(data=data):
+            return with_changes(
+                state,
+                pending=tuple(
+                    with_changes(p, queued=True) if p.input_id == data.input_id else p
+                    for p in state.pending
+                ),
+            )
+        case SteeringInjected(data=data):
+            state = _drop_pending(state, data.input_id)
+            if state.active is None:
+                return state
+            return _turn(state, event, steering=(*state.active.steering, data.text))
+        case SessionTurnStart(data=data):
+            started = next((p for p in state.pending if p.input_id == data.input_id), None)
+            turn = ActiveTurn(
+                turn_id=event.turn_id or data.input_id,
+                input_id=data.input_id,
+                chat_id=event.chat_id,
+                trace_id=event.trace_id,
+                correlation_id=event.correlation_id,
+                reply_to=started.reply_to if started else None,
+                last_event_id=event.id,
+                started_at=event.time,
+                stage_open=False,
+            )
+            return with_changes(
+                _drop_pending(state, data.input_id),
+                active=turn,
+                history=(*state.history, Message("user", data.text)),
+            )
+        case StagePreFired(data=data):
+            if not _is_active(state, event):
+                return state
+            assert state.active is not None
+            if data.stage is Stage.COMPOSE_REQUEST and state.active.steering:
+                steered = tuple(Message("user", text) for text in state.active.steering)
+                state = with_changes(state, history=state.history + steered)
+                state = _turn(state, event, steering=())
+            return _turn(state, event, stage=data.stage, stage_open=True, iteration=data.iteration)
+        case StagePostFired(data=data):
+            if data.stage is Stage.TOOL_CALL and _is_active(state, event):
+                state = _append_tool_results(state)
+                state = _turn(state, event, calls=(), requested_calls=())
+            return _turn(state, event, stage=data.stage, stage_open=False)
+        case ProviderRequestStarted():
+            if not _is_active(state, event):
+                return state
+            state = with_changes(state, provider_calls=state.provider_calls + 1)
+            return _turn(state, event, awaiting_provider=True, provider_error=None)
+        case ProviderRequestCompleted(data=data):
+            if not _is_active(state, event):
+                return state
+            assert state.active is not None
+            turn, message = state.active, data.message
+            calls = tuple(ToolCall(b.id, b.name, b.input) for b in message.tool_calls)
+            entry = Message("assistant", message.text, tool_calls=calls)
+            state = with_changes(state, history=(*state.history, entry))
+            return _turn(
+                state,
+                event,
+                awaiting_provider=False,
+                stop_reason=data.stop_reason,
+                reply=turn.reply + message.text,
+                completions=turn.completions + 1,
+                requested_calls=calls,
+            )
+        case ProviderRequestFailed(data=data):
+            error = f"{data.error_class}: {data.message}"
+            return _turn(state, event, awaiting_provider=False, provider_error=error)
+        case ToolInvocationProposed(data=data):
+            if not _is_active(state, event):
+                return state
+            assert state.active is not None
+            call = ToolCallState(
+                invocation_id=data.invocation_id,
+                call_id=data.call_id,
+                tool=data.tool,
+                args=data.args,
+                index=data.index,
+                read_only=data.read_only,
+                idempotent=False,
+                timeout_ms=0,
+            )
+            return _turn(
+                state,
+                event,
+                calls=(*state.active.calls, call),
+                tool_calls_made=state.active.tool_calls_made + 1,
+            )
+        case ToolCallApproved(data=data):
+            return _call(state, event, data.invocation_id, {"proposed"}, status="approved")
+        case ToolCallDenied(data=data):
+            text = f"denied ({data.authority}): {data.reason}"
+            return _call(
+                state, event, data.invocation_id, {"proposed", "approved"}, **_denied(text)
+            )
+        case ToolInvocationRequested(data=data):
+            return _call(
+                state,
+                event,
+                data.invocation_id,
+                {"approved"},
+                status="requested",
+                args=data.args,
+                idempotent=data.idempotent,
+                timeout_ms=data.timeout_ms,
+            )
+        case ToolInvocationSucceeded(data=data):
+            return _call(
+                state, event, data.invocation_id, _OPEN, status="succeeded", result=data.output
+            )
+        case ToolInvocationFailed(data=data):
+            err = data.error
+            text = f"error ({err.error_class}/{err.kind}): {err.detail}"
+            return _call(
+                state, event, data.invocation_id, _OPEN, status="failed", result=text, is_error=True
+            )
+        case ToolInvocationCancelled(data=data):
+            text = f"cancelled: {data.reason}"
+            return _call(
+                state,
+                event,
+                data.invocation_id,
+                _OPEN,
+                status="cancelled",
+                result=text,
+                is_error=True,
+            )
+        case HookDecided(data=data):
+            return _hook(state, event, data.action, data.hook, data.reason, data)
+        case RenderEmitted():
+            return _turn(state, event, rendered=True)
+        case TurnEnded(data=data):
+            if not _is_active(state, event):
+                return state  # e.g. the gateway's terminal event for rejected input
+            return _turn(state, event, ended=data.status)
+        case SessionTurnEnd(data=data):
+            if not _is_active(state, event):
+                return state
+            assert state.active is not None
+            leftover = tuple(Message("user", text) for text in state.active.steering)
+            return with_changes(
+                state,
+                active=None,
+                history=state.history + leftover,
+                turns_ended=state.turns_ended + 1,
+                last_turn_id=state.active.turn_id,
+                last_status=data.status,
+            )
+        case (
+            InputRejected()
+            | InterruptReceived()
+            | ProviderRetry()
+            | ContextCompacted()
+            | ToolCallModeInvoked()
+            | InteractionRequested()
+            | InteractionAnswered()
+            | ToolInvocationStarted()
+        ):
+            return state
+        case _:
+            assert_never(event)
+
+
+_OPEN: frozenset[str] = frozenset({"proposed", "approved", "requested"})
+
+
+def fold(state: SessionState, events: list[Event]) -> SessionState:
+    """Fold many events."""
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+def _denied(text: str) -> dict[str, object]:
+    return {"status": "denied", "result": text, "is_error": True}
+
+
+def _is_active(state: SessionState, event: EventBase) -> bool:
+    return state.active is not None and state.active.turn_id == event.turn_id
+
+
+def _turn(state: SessionState, event: EventBase, **changes: object) -> SessionState:
+    if not _is_active(state, event):
+        return state
+    assert state.active is not None
+    return with_changes(state, active=with_changes(state.active, last_event_id=event.id, **changes))
+
+
+def _call(
+    state: SessionState,
+    event: EventBase,
+    invocation_id: str,
+    from_status: frozenset[str] | set[str],
+    **changes: object,
+) -> SessionState:
+    """Move one call of the active turn on, if it is in one of `from_status` (idempotent)."""
+    if not _is_active(state, event):
+        return state
+    assert state.active is not None
+    calls = state.active.calls
+    for i, call in enumerate(calls):
+        if call.invocation_id == invocation_id:
+            if call.status not in from_status:
+                return state
+            moved = with_changes(call, **changes)
+            return _turn(state, event, calls=(*calls[:i], moved, *calls[i + 1 :]))
+    return state
+
+
+def _hook(
+    state: SessionState,
+    event: EventBase,
+    action: str,
+    hook: str,
+    reason: str | None,
+    data: object,
+) -> SessionState:
+    invocation_id = getattr(data, "invocation_id", None)
+    why = reason or "no reason given"
+    if action in ("abort_turn", "hard_abort"):
+        return _turn(state, event, abort=(action, f"hook {hook}: {why}"))
+    if action == "deny_tool" and invocation_id:
+        text = f"denied (hook {hook}): {why}"
+        return _call(state, event, invocation_id, {"approved"}, **_denied(text))
+    args = getattr(data, "args", None)
+    if action == "modify" and invocation_id and args is not None:
+        return _call(state, event, invocation_id, {"approved"}, args=args)
+    return _turn(state, event)
+
+
+def _append_tool_results(state: SessionState) -> SessionState:
+    """The round's results join the history in the model's call order."""
+    assert state.active is not None
+    results = tuple(
+        Message("tool", call.result, tool_call_id=call.call_id, is_error=call.is_error)
+        for call in sorted(state.active.calls, key=lambda c: c.index)
+    )
+    return with_changes(state, history=state.history + results)
+
+
+def _drop_pending(state: SessionState, input_id: str) -> SessionState:
+    return with_changes(state, pending=tuple(p for p in state.pending if p.input_id != input_id))
+
+
+__all__ = ["CallStatus", "evolve", "fold"]

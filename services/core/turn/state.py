@@ -1,0 +1,215 @@
+"""What the decider knows: session and turn state, its configuration, provider I/O shapes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from turnstream.core.events import Sender, Stage, StopReason, TurnStatus, Usage
+from turnstream.core.ids import IdFactory
+
+S = TypeVar("S")
+
+
+def with_changes(obj: S, **changes: Any) -> S:
+    """A copy of a frozen dataclass with some fields changed.
+
+    `dataclasses.replace` costs ~10 µs per call on Python 3.11 and a turn makes dozens;
+    copying the instance dict costs ~2 µs.
+    """
+    new = object.__new__(type(obj))
+    fields = dict(obj.__dict__)
+    fields.update(changes)
+    object.__setattr__(new, "__dict__", fields)
+    return new
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call as the model made it."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One entry of the conversation history the next request is composed from."""
+
+    role: Literal["user", "assistant", "tool"]
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    """assistant: the calls it made."""
+    tool_call_id: str | None = None
+    """tool: which call this is the result of."""
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """What the turn needs to know about a tool: to offer it and to schedule it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    read_only: bool
+    idempotent: bool
+    timeout_s: float
+
+
+CallStatus = Literal[
+    "proposed", "approved", "denied", "requested", "succeeded", "failed", "cancelled"
+]
+TERMINAL: frozenset[str] = frozenset({"denied", "succeeded", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class ToolCallState:
+    invocation_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    index: int
+    read_only: bool
+    idempotent: bool
+    timeout_ms: int
+    status: CallStatus = "proposed"
+    result: str = ""
+    is_error: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+
+@dataclass(frozen=True)
+class PendingInput:
+    input_id: str
+    turn_id: str
+    chat_id: str
+    trace_id: str
+    correlation_id: str
+    kind: Literal["message", "steer"]
+    text: str
+    sender: Sender
+    reply_to: str | None
+    queued: bool = False
+
+
+@dataclass(frozen=True)
+class ActiveTurn:
+    turn_id: str
+    input_id: str
+    chat_id: str
+    trace_id: str
+    correlation_id: str
+    reply_to: str | None
+    last_event_id: str
+    started_at: datetime | None = None
+    stage: Stage = Stage.RECEIVE_INPUT
+    stage_open: bool = True
+    iteration: int = 0
+    awaiting_provider: bool = False
+    provider_error: str | None = None
+    """`class: message` of the last failed provider call of this round."""
+    stop_reason: StopReason | None = None
+    completions: int = 0
+    reply: str = ""
+    requested_calls: tuple[ToolCall, ...] = ()
+    """The tool calls of the latest model response, to be proposed in TOOL_CALL."""
+    calls: tuple[ToolCallState, ...] = ()
+    """This round's proposed calls, in the model's order."""
+    tool_calls_made: int = 0
+    abort: tuple[Literal["abort_turn", "hard_abort"], str] | None = None
+    """A hook ended the turn: the action and its reason."""
+    rendered: bool = False
+    ended: TurnStatus | None = None
+    steering: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """Everything the decider knows about a session; a fold over its log."""
+
+    session_id: str
+    pending: tuple[PendingInput, ...] = ()
+    active: ActiveTurn | None = None
+    history: tuple[Message, ...] = ()
+    provider_calls: int = 0
+    turns_ended: int = 0
+    last_turn_id: str | None = None
+    last_status: TurnStatus | None = None
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    provider: str = "scripted"
+    model: str = "demo"
+    max_iterations: int = 50
+    max_output_continuations: int = 1
+    system_prompt: str | None = None
+    tools: tuple[ToolInfo, ...] = ()
+    max_tool_calls_per_turn: int = 64
+    max_turn_seconds: float = 600.0
+    tool_hooks: bool = False
+    """Guard or transform hooks run on each approved call before it is requested."""
+
+    def tool(self, name: str) -> ToolInfo | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+@dataclass(frozen=True)
+class Context:
+    now: datetime
+    new_id: IdFactory
+    source: str
+
+
+@dataclass(frozen=True)
+class ProviderRequest:
+    """What the shell hands to a provider."""
+
+    session_id: str
+    turn_id: str
+    iteration: int
+    call_index: int
+    system: str | None
+    messages: tuple[Message, ...]
+    tools: tuple[ToolInfo, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProviderSuccess:
+    text: str
+    stop_reason: StopReason
+    usage: Usage
+    first_byte_at: datetime
+    finished_at: datetime
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProviderFailure:
+    error_class: str
+    message: str
+    retryable: bool
+    failed_at: datetime
+    status_code: int | None = None
+
+
+ProviderOutcome = ProviderSuccess | ProviderFailure
+
+
+@dataclass(frozen=True)
+class HookVerdict:
+    """What the tool hooks said about one approved call (the shell runs them)."""
+
+    invocation_id: str
+    action: Literal["continue", "modify", "deny_tool", "abort_turn", "hard_abort"]
+    hook: str = ""
+    kind: Literal["transform", "guard", "observer"] = "guard"
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+    timed_out: bool = False
