@@ -166,7 +166,7 @@ def test_results_join_the_history_in_call_order_for_the_next_request() -> None:
     assert [m.tool_call_id for m in tools] == ["c0", "c1"]
     assert tools[0].is_error and "io_error" in tools[0].text
     assert tools[1].text == "second" and not tools[1].is_error
-    assistant = [m for m in request.messages if m.role == "assistant"][0]
+    assistant = next(m for m in request.messages if m.role == "assistant")
     assert [c.name for c in assistant.tool_calls] == ["read_file", "grep"]
     assert request.iteration == 2
 
