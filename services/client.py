@@ -128,7 +128,8 @@ async def send_and_wait(
     live_sub = await bus.nc.subscribe(subjects.live_session(log_session), cb=on_live)
     try:
         await publish_command(bus, session_id, command)
-        return await asyncio.wait_for(done, timeout)
+        async with asyncio.timeout(timeout):
+            return await done
     finally:
         await log_sub.unsubscribe()
         await live_sub.unsubscribe()

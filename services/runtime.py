@@ -14,7 +14,10 @@ import uuid_utils
 
 from turnstream.bus import Bus, connect
 from turnstream.bus.streams import StreamLimits
+from turnstream.core.turn import ToolInfo
+from turnstream.hooks import HookRegistry
 from turnstream.settings import Settings
+from turnstream.tools import ToolRegistry
 
 log = logging.getLogger("turnstream")
 
@@ -78,3 +81,41 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
     except ConnectionError as exc:
         log.error("%s", exc)
         raise SystemExit(2) from exc
+
+
+def tool_infos(registry: ToolRegistry) -> tuple[ToolInfo, ...]:
+    """What the turn core needs to know of each registered tool."""
+    return tuple(
+        ToolInfo(
+            name=spec.name,
+            description=spec.description,
+            parameters=spec.parameters,
+            read_only=spec.read_only,
+            idempotent=spec.idempotent,
+            timeout_s=spec.timeout_s,
+        )
+        for spec in registry.specs()
+    )
+
+
+async def watch_hooks(bus: Bus, hooks: HookRegistry, stop: asyncio.Event) -> None:
+    """Keep the remote hooks of `hooks` in step with the hooks bucket."""
+    kv = await bus.js.key_value(bus.subjects.hooks_bucket)
+    watcher = await kv.watchall()
+    try:
+        while not stop.is_set():
+            try:
+                entry = await watcher.updates(timeout=0.5)
+            except TimeoutError:
+                continue
+            except Exception as exc:  # nats-py raises its own timeout type here
+                if "timeout" not in type(exc).__name__.lower():
+                    log.warning("hooks watch failed (%s); retrying", exc)
+                    await asyncio.sleep(0.5)
+                continue
+            if entry is None:
+                continue  # end of the initial values
+            deleted = entry.operation in ("DEL", "PURGE") or entry.value is None
+            hooks.set_remote(entry.key, None if deleted else entry.value)
+    finally:
+        await watcher.stop()

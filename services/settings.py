@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -14,10 +14,16 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from turnstream.core.approval import AllowRule, ApprovalConfig
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import TurnConfig
 
 CONFIG_FILE_ENV = "TURNSTREAM_CONFIG"
+
+
+class AllowRuleSetting(BaseModel):
+    tool: str
+    args: dict[str, str] = Field(default_factory=dict)
 
 
 class Settings(BaseSettings):
@@ -42,6 +48,18 @@ class Settings(BaseSettings):
     base_url: str | None = None
     workspace: Path = Path("workspace")
     security_mode: Literal["auto", "ask", "allowlist", "deny"] = "ask"
+    """Security mode of new sessions (fixed for a session at its first tool call)."""
+    allowlist: list[AllowRuleSetting] = Field(default_factory=list)
+    """`allowlist` mode: `[{tool: "read_*"}, {tool: write_file, args: {path: "notes/*"}}]`."""
+    answer_timeout_s: float = Field(default=300, gt=0)
+    """An approval prompt unanswered this long is denied."""
+    max_tool_calls_per_turn: int = Field(default=64, ge=1)
+    max_turn_seconds: float = Field(default=600, gt=0)
+    """Wall-time bound of one turn."""
+    tool_result_budget: int = Field(default=16_000, ge=256)
+    """Characters of a tool result the model sees; the full result goes to the object store."""
+    tool_concurrency: int = Field(default=32, ge=1)
+    """Invocations one tool-executor runs at once."""
     max_iterations: int = Field(default=50, ge=1)
     """Model calls per turn before it ends with `limit_exceeded`."""
     max_output_continuations: int = Field(default=1, ge=0)
@@ -89,6 +107,15 @@ class Settings(BaseSettings):
             max_iterations=self.max_iterations,
             max_output_continuations=self.max_output_continuations,
             system_prompt=self.system_prompt,
+            max_tool_calls_per_turn=self.max_tool_calls_per_turn,
+            max_turn_seconds=self.max_turn_seconds,
+        )
+
+    def approval_config(self) -> ApprovalConfig:
+        return ApprovalConfig(
+            default_mode=self.security_mode,
+            allowlist=tuple(AllowRule(r.tool, dict(r.args)) for r in self.allowlist),
+            answer_timeout_s=self.answer_timeout_s,
         )
 
     @property

@@ -14,7 +14,7 @@ from rich.console import Console
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.settings import Settings
 
-SERVICES = ("gateway", "turn_runner")
+SERVICES = ("gateway", "turn_runner", "approval", "tool_executor")
 """Service packages started by `up`, each as `python -m turnstream.<name>`."""
 MAX_RESTARTS = 5
 

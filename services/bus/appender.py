@@ -67,7 +67,8 @@ class PipelinedAppender:
         try:
             for index, (subject, payload, headers) in enumerate(items):
                 await publish(subject, payload, reply=f"{inbox}.{key}.{index}", headers=headers)
-            return await asyncio.wait_for(batch.future, timeout)
+            async with asyncio.timeout(timeout):
+                return await batch.future
         finally:
             del self.batches[key]
 

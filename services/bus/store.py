@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 from nats.js import api
@@ -62,6 +63,10 @@ class EventStore(Protocol):
 
     async def last_seq(self, session_id: str) -> int:
         """Sequence of the session's last event; 0 for a session with none."""
+        ...
+
+    async def read_kind(self, event_type: str, *, since: datetime) -> list[StoredEvent]:
+        """Every event of one kind, across sessions, appended at or after `since`."""
         ...
 
 
@@ -125,24 +130,38 @@ class JetStreamEventStore:
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
         return await self._read(self.subjects.log_all, after_seq)
 
+    async def read_kind(self, event_type: str, *, since: datetime) -> list[StoredEvent]:
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_TIME,
+            opt_start_time=since.astimezone(UTC),
+        )
+        return await self._consume(self.subjects.log_kind(event_type), config, None)
+
     async def _read(self, subject: str, after_seq: int) -> list[StoredEvent]:
         """Ordered push consumer from `after_seq + 1` up to the last event that exists now."""
         last = await self._last_seq(subject)
         if last <= after_seq:
             return []
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
+        )
+        return await self._consume(subject, config, last)
+
+    async def _consume(
+        self, subject: str, config: api.ConsumerConfig, last: int | None
+    ) -> list[StoredEvent]:
+        """Read through an ordered push consumer: up to `last`, or until nothing is pending."""
         out: list[StoredEvent] = []
         done = asyncio.get_running_loop().create_future()
 
         async def on_msg(msg: Any) -> None:
             seq = msg.metadata.sequence.stream
-            if seq <= last:
+            if last is None or seq <= last:
                 out.append(StoredEvent(seq, decode(msg.data)))
-            if seq >= last and not done.done():
+            finished = seq >= last if last is not None else msg.metadata.num_pending == 0
+            if finished and not done.done():
                 done.set_result(None)
 
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
-        )
         sub = await self.js.subscribe(
             subject,
             stream=self.subjects.log_stream,
@@ -153,7 +172,10 @@ class JetStreamEventStore:
             pending_bytes_limit=1024 * 1024 * 1024,
         )
         try:
-            await asyncio.wait_for(done, READ_TIMEOUT_S)
+            if last is None and (await sub.consumer_info()).num_pending == 0 and not out:
+                return out
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                await done
         finally:
             await sub.unsubscribe()
         return out
@@ -203,6 +225,9 @@ class InMemoryEventStore:
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
         return self.log[after_seq:]
+
+    async def read_kind(self, event_type: str, *, since: datetime) -> list[StoredEvent]:
+        return [s for s in self.log if s.event.type == event_type and s.event.time >= since]
 
     async def last_seq(self, session_id: str) -> int:
         return self._last.get(session_id, 0)

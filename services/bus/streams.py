@@ -61,19 +61,18 @@ async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> N
             await js.add_stream(config=config)
         except BadRequestError:
             await js.update_stream(config=config)
-    await js.create_key_value(
-        config=api.KeyValueConfig(
-            bucket=subjects.leases_bucket,
-            history=1,
-            storage=api.StorageType.FILE,
-            replicas=limits.replicas,
+    for bucket in (
+        subjects.leases_bucket,
+        subjects.sessions_bucket,
+        subjects.invocations_bucket,
+        subjects.hooks_bucket,
+    ):
+        await js.create_key_value(
+            config=api.KeyValueConfig(
+                bucket=bucket, history=1, storage=api.StorageType.FILE, replicas=limits.replicas
+            )
         )
-    )
-    await js.create_key_value(
-        config=api.KeyValueConfig(
-            bucket=subjects.sessions_bucket,
-            history=1,
-            storage=api.StorageType.FILE,
-            replicas=limits.replicas,
-        )
+    await js.create_object_store(  # nats-py takes the name from `bucket`, not the config
+        bucket=subjects.blobs_bucket,
+        config=api.ObjectStoreConfig(storage=api.StorageType.FILE, replicas=limits.replicas),
     )

@@ -47,6 +47,21 @@ class Subjects:
     def sessions_bucket(self) -> str:
         return f"{self.prefix}_sessions"
 
+    @property
+    def invocations_bucket(self) -> str:
+        """Tool invocation claims: `<invocation id>` → who runs it, and whether it is done."""
+        return f"{self.prefix}_invocations"
+
+    @property
+    def hooks_bucket(self) -> str:
+        """Remote hooks: `<name>` → their `HookSpec` JSON."""
+        return f"{self.prefix}_hooks"
+
+    @property
+    def blobs_bucket(self) -> str:
+        """Object store for payloads above the result budget (full tool results)."""
+        return f"{self.prefix}_blobs"
+
     # inbound
     def inbound(self, session_id: str) -> str:
         return f"{self.prefix}.in.{session_id}"

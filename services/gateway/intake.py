@@ -30,6 +30,8 @@ from turnstream.core.events import (
     InputAcceptedData,
     InputRejected,
     InputRejectedData,
+    InteractionAnswered,
+    InteractionAnsweredData,
     InterruptReceived,
     InterruptReceivedData,
     RejectionKind,
@@ -95,11 +97,21 @@ def intake(raw: Inbound, *, max_bytes: int, now: datetime, source: str) -> list[
                 inbound_seq=raw.seq,
             )
             return [InterruptReceived(id=ids("event"), data=interrupt, **envelope)]
-        case AnswerCommand() | AttachCommand():
+        case AnswerCommand():
+            answer = InteractionAnsweredData(
+                interaction_id=parsed.interaction_id,
+                decision=parsed.decision,
+                reason=parsed.reason,
+                sender=parsed.sender,
+                idempotency_key=parsed.idempotency_key,
+                inbound_seq=raw.seq,
+            )
+            return [InteractionAnswered(id=ids("event"), data=answer, **envelope)]
+        case AttachCommand():
             unsupported = Rejection(
                 "unsupported",
-                f"'{parsed.type}' commands are part of the contract but this version of "
-                "turnstream does not handle them yet; nothing was changed",
+                "'attach' commands are part of the contract but this version of turnstream "
+                "has no workflow service yet; nothing was changed",
                 [],
                 {"sessionId": parsed.session_id, "chatId": parsed.chat_id},
             )

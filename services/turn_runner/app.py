@@ -4,29 +4,45 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import orjson
-from nats.errors import Error as NatsError
-from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js import api
 
 from turnstream.bus import Bus
-from turnstream.core.events import decode
+from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.core.events import Event, StagePostFired, StagePreFired, decode
 from turnstream.core.ids import IdFactory
 from turnstream.core.turn import SessionState, TurnConfig, fold, state_to_json
+from turnstream.hooks import HookCall, HookRegistry
+from turnstream.mailbox import Mailboxes
 from turnstream.providers import Provider, build_provider
-from turnstream.runtime import connect_service, new_event_id, now, run_service, source_name
+from turnstream.runtime import (
+    connect_service,
+    new_event_id,
+    now,
+    run_service,
+    source_name,
+    tool_infos,
+    watch_hooks,
+)
 from turnstream.settings import Settings
-from turnstream.turn_runner.session import Delivered, SessionActor
+from turnstream.tools import ToolRegistry
+from turnstream.turn_runner.session import Delivered, Item, SessionActor
 
 log = logging.getLogger("turnstream.turn_runner")
 DURABLE = "turn-runner"
-REACTS_TO = ("InputAccepted",)
-"""The event kinds that move a turn forward (more arrive with tools and approvals)."""
-BATCH = 256
+REACTS_TO = (
+    "InputAccepted",
+    "ToolCallApproved",
+    "ToolCallDenied",
+    "ToolInvocationSucceeded",
+    "ToolInvocationFailed",
+    "ToolInvocationCancelled",
+)
+"""The event kinds that move a turn forward."""
 
 
 class Runner:
@@ -36,81 +52,84 @@ class Runner:
         provider: Provider,
         turn_config: TurnConfig,
         *,
+        hooks: HookRegistry | None = None,
         clock: Callable[[], datetime] = now,
         new_id: IdFactory = new_event_id,
     ) -> None:
         self.bus = bus
         self.provider = provider
-        self.turn_config = turn_config
+        self.base_config = turn_config
+        self.hooks = hooks or HookRegistry(nc=bus.nc)
         self.now = clock
         self.new_id = new_id
         self.source = source_name("turn-runner")
-        self.sessions: dict[str, SessionActor] = {}
-        self._tasks: asyncio.TaskGroup | None = None
+        self.mailboxes: Mailboxes[Item] = Mailboxes(lambda key: SessionActor(self, key))
 
-    def actor(self, session_id: str) -> SessionActor:
-        actor = self.sessions.get(session_id)
-        if actor is None or actor.closed:
-            assert self._tasks is not None
-            actor = SessionActor(self, session_id)
-            self.sessions[session_id] = actor
-            self._tasks.create_task(self._run_actor(actor), name=f"session:{session_id}")
-        return actor
+    @property
+    def turn_config(self) -> TurnConfig:
+        has_hooks = self.hooks.has_tool_hooks
+        if has_hooks == self.base_config.tool_hooks:
+            return self.base_config
+        self.base_config = replace(self.base_config, tool_hooks=has_hooks)
+        return self.base_config
 
-    async def _run_actor(self, actor: SessionActor) -> None:
-        try:
-            await actor.run()
-        finally:
-            if actor.provider_task is not None:
-                actor.provider_task.cancel()
-            if self.sessions.get(actor.session_id) is actor:
-                del self.sessions[actor.session_id]
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """A task owned by the runner's task group (cancelled on shutdown)."""
+        assert self.mailboxes.tasks is not None
+        return self.mailboxes.tasks.create_task(work, name=name)
+
+    def observe(self, events: list[Event]) -> None:
+        """Hand stage events to observer hooks; they cannot change the turn."""
+        for event in events:
+            if not isinstance(event, StagePreFired | StagePostFired):
+                continue
+            point = "pre" if isinstance(event, StagePreFired) else "post"
+            stage = event.data.stage.value
+            if not self.hooks.at(stage, point, {"observer"}):
+                continue
+            request = HookCall(
+                hook="",
+                session_id=event.session_id,
+                turn_id=event.turn_id,
+                stage=stage,
+                point=point,
+                event=orjson.loads(event.model_dump_json(by_alias=True)),
+            )
+            self.spawn(self.hooks.observe(stage, point, request), f"observe:{event.id}")
 
     async def session_state(self, session_id: str) -> SessionState:
         """The live state if the session is in memory, else rebuilt from the log."""
-        actor = self.sessions.get(session_id)
-        if actor is not None and actor.loaded:
+        actor = self.mailboxes.actor(session_id)
+        if isinstance(actor, SessionActor) and actor.loaded:
             return actor.state
         stored = await self.bus.store.read_session(session_id)
         return fold(SessionState(session_id), [s.event for s in stored])
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
-        config = api.ConsumerConfig(
-            durable_name=DURABLE,
-            filter_subjects=[subjects.log_kind(kind) for kind in REACTS_TO],
-            ack_policy=api.AckPolicy.EXPLICIT,
-            ack_wait=60,
-            max_ack_pending=20_000,
+        sub = await durable_pull(
+            self.bus.js,
+            subjects.log_stream,
+            DURABLE,
+            [subjects.log_kind(kind) for kind in REACTS_TO],
         )
-        await self.bus.js.add_consumer(subjects.log_stream, config=config)
-        sub = await self.bus.js.pull_subscribe_bind(DURABLE, stream=subjects.log_stream)
         api_sub = await self.bus.nc.subscribe(
             subjects.api("turn-runner", "session"), cb=self._answer_session
         )
+
+        async def on_batch(msgs: list[Any]) -> None:
+            for msg in msgs:
+                event = decode(msg.data)
+                seq = msg.metadata.sequence.stream
+                self.mailboxes.deliver(event.session_id, Delivered(msg, seq, event))
+
         log.info("turn-runner consuming %s with provider %s", REACTS_TO, self.provider.name)
         try:
             async with asyncio.TaskGroup() as tasks:
-                self._tasks = tasks
-                while not stop.is_set():
-                    try:
-                        msgs = await sub.fetch(BATCH, timeout=0.5)
-                    except (TimeoutError, NatsTimeoutError):
-                        continue
-                    except NatsError as exc:  # disconnected: nats-py reconnects, we retry
-                        log.warning("fetch failed (%s); retrying", exc)
-                        await asyncio.sleep(0.5)
-                        continue
-                    for msg in msgs:
-                        event = decode(msg.data)
-                        seq = msg.metadata.sequence.stream
-                        self.actor(event.session_id).deliver(Delivered(msg, seq, event))
-                raise _Stopped
-        except* _Stopped:
-            pass
+                tasks.create_task(self.mailboxes.run(stop))
+                tasks.create_task(fetch_loop(sub, stop, on_batch))
         finally:
             await api_sub.unsubscribe()
-            await sub.unsubscribe()
 
     async def _answer_session(self, msg: Any) -> None:
         try:
@@ -121,16 +140,24 @@ class Runner:
         await msg.respond(body)
 
 
-class _Stopped(Exception):
-    """Raised inside the task group to cancel the session actors on shutdown."""
-
-
-async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None) -> None:
+async def serve(
+    settings: Settings,
+    stop: asyncio.Event,
+    bus: Bus | None = None,
+    *,
+    tools: ToolRegistry | None = None,
+    hooks: HookRegistry | None = None,
+) -> None:
     provider = build_provider(settings.provider, script=settings.script, model=settings.model)
     own_bus = bus is None
     bus = bus or await connect_service(settings, "turn-runner")
+    registry = tools or ToolRegistry.load()
+    hooks = hooks or HookRegistry.load(bus.nc)
+    config = replace(settings.turn_config(), tools=tool_infos(registry))
     try:
-        await Runner(bus, provider, settings.turn_config()).serve(stop)
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(watch_hooks(bus, hooks, stop))
+            tasks.create_task(Runner(bus, provider, config, hooks=hooks).serve(stop))
     finally:
         if own_bus:
             await bus.close()

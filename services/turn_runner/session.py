@@ -1,13 +1,13 @@
 """One session's actor: folds its facts, asks the pure core what's next, appends, acks.
 
-Everything for a session happens on its own task, one item at a time, so a session
-never runs two turns at once while different sessions proceed in parallel. The
-provider call runs on a side task; its outcome comes back through the same inbox, so
+The provider call runs on a side task and its outcome comes back through the inbox, so
 an input that arrives meanwhile is handled (queued or steered) while the model streams.
 
-Bookkeeping: `last_seq` is the session's last log sequence we know (the condition of
-our next append); `input_mark` is the highest delivered-kind sequence folded, so a
-redelivered or already-replayed input is not folded twice.
+Bookkeeping: `last_seq` is the session's last log sequence we know (the condition of our
+next append); `input_mark` is the highest sequence of a delivered fact folded, so a
+redelivered or already replayed fact is not folded twice. Facts the runner does not
+consume (a mode verdict, a tool start) may land after `last_seq`: the next conditional
+append then fails and the actor reloads the session, which is always correct.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -27,11 +28,13 @@ from turnstream.core.turn import (
     ProviderFailure,
     ProviderOutcome,
     SessionState,
+    awaiting_hooks,
     compose_request,
     decide,
     evolve,
     fold,
     needs_provider_call,
+    on_hook_verdicts,
     on_provider_result,
 )
 
@@ -40,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("turnstream.turn_runner")
 MAX_CONFLICT_RETRIES = 20
-IDLE_EXIT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,12 @@ class ProviderDone:
     outcome: ProviderOutcome
 
 
-Item = Delivered | ProviderDone
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Wake up and decide again (a turn's wall-time bound may have passed)."""
+
+
+Item = Delivered | ProviderDone | Tick
 
 
 class SessionActor:
@@ -67,39 +74,22 @@ class SessionActor:
         self.last_seq = 0
         self.input_mark = 0
         self.loaded = False
-        self.closed = False
-        self.inbox: asyncio.Queue[Item] = asyncio.Queue()
         self.provider_task: asyncio.Task[None] | None = None
+        self.provider_turn: str | None = None
+        self.timed_turn: str | None = None
 
-    def deliver(self, item: Item) -> None:
-        self.inbox.put_nowait(item)
+    def busy(self) -> bool:
+        return self.provider_task is not None
 
-    async def run(self) -> None:
-        while True:
-            try:
-                item = await asyncio.wait_for(self.inbox.get(), IDLE_EXIT_S)
-            except TimeoutError:
-                if self.inbox.empty() and self.provider_task is None:
-                    self.closed = True  # no await between the check and this: no lost item
-                    return
-                continue
-            try:
-                await self.handle(item)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("session %s: handling failed; reloading from the log", self.id)
-                self.loaded = False
-                if isinstance(item, Delivered):
-                    await item.msg.nak(delay=1)
-
-    @property
-    def id(self) -> str:
-        return self.session_id
+    async def failed(self, item: Item) -> None:
+        self.loaded = False  # reload from the log before the next item
+        if isinstance(item, Delivered):
+            await item.msg.nak(delay=1)
 
     async def handle(self, item: Item) -> None:
         if not self.loaded:
             await self.reload()
+        config = self.runner.turn_config
         match item:
             case Delivered(msg=msg, seq=seq, event=event):
                 if seq > self.input_mark:
@@ -109,16 +99,42 @@ class SessionActor:
                 await self.advance()
                 await msg.ack()
             case ProviderDone(outcome=outcome):
-                self.provider_task = None
-                config, ctx = self.runner.turn_config, self.context()
+                self.provider_task, self.provider_turn = None, None
+                ctx = self.context()
                 await self.commit(lambda s: on_provider_result(s, outcome, config, ctx))
                 await self.advance()
-        if needs_provider_call(self.state) and self.provider_task is None:
-            self.start_provider_call(self.state)  # e.g. a turn recovered mid-call
+            case Tick():
+                await self.advance()
+        await self.after()
 
     async def advance(self) -> None:
         config = self.runner.turn_config
         await self.commit(lambda s: decide(s, config, self.context()))
+        for _ in range(MAX_CONFLICT_RETRIES):
+            calls = awaiting_hooks(self.state, config)
+            if not calls or self.state.active is None:
+                break
+            verdicts = await self.runner.hooks.run_tool_hooks(
+                self.session_id, self.state.active.turn_id, calls
+            )
+            await self.commit(
+                partial(on_hook_verdicts, verdicts=verdicts, config=config, ctx=self.context())
+            )
+
+    async def after(self) -> None:
+        """Start, stop or time what the new state needs."""
+        active = self.state.active
+        if self.provider_task is not None and (
+            active is None or active.turn_id != self.provider_turn
+        ):
+            self.provider_task.cancel()  # the turn it was for is over
+            self.provider_task, self.provider_turn = None, None
+        if needs_provider_call(self.state) and self.provider_task is None:
+            self.start_provider_call(self.state)  # e.g. a turn recovered mid-call
+        if active is not None and active.turn_id != self.timed_turn:
+            self.timed_turn = active.turn_id
+            bound = self.runner.turn_config.max_turn_seconds
+            self.runner.mailboxes.deliver_later(self.session_id, Tick(), bound + 0.05)
 
     async def commit(self, step: Callable[[SessionState], list[Event]]) -> None:
         """Append what `step` decides, conditional on `last_seq`; on conflict reload, redo.
@@ -144,8 +160,9 @@ class SessionActor:
                 self.start_provider_call(decided)
             seqs += await store.append_facts(events[1:])
             self.state, self.last_seq = decided, seqs[-1]
+            self.runner.observe(events)
             return
-        raise RuntimeError(f"session {self.id}: {MAX_CONFLICT_RETRIES} append conflicts in a row")
+        raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
 
     async def reload(self) -> None:
         """Rebuild the state from the session's whole log (the truth)."""
@@ -176,6 +193,8 @@ class SessionActor:
         async def call() -> None:
             try:
                 outcome = await self.runner.provider.complete(request, on_delta)
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:  # a provider bug must still end the turn
                 log.exception("provider %s raised", self.runner.provider.name)
                 outcome = ProviderFailure(
@@ -184,6 +203,7 @@ class SessionActor:
                     retryable=False,
                     failed_at=self.runner.now(),
                 )
-            self.deliver(ProviderDone(request.turn_id, outcome))
+            self.runner.mailboxes.deliver(self.session_id, ProviderDone(request.turn_id, outcome))
 
-        self.provider_task = asyncio.create_task(call(), name=f"provider:{self.session_id}")
+        self.provider_turn = request.turn_id
+        self.provider_task = self.runner.spawn(call(), f"provider:{self.session_id}")

@@ -9,12 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from turnstream.approval import app as approval
 from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
 from turnstream.core.subjects import Subjects
 from turnstream.gateway import app as gateway
+from turnstream.hooks import HookRegistry
 from turnstream.settings import Settings
+from turnstream.tool_executor import app as tool_executor
+from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import app as turn_runner
 
 pytestmark = pytest.mark.integration
@@ -35,13 +39,21 @@ async def bus(nats_server: EmbeddedServer) -> AsyncIterator[Bus]:
 
 
 @contextlib.asynccontextmanager
-async def running_services(settings: Settings, bus: Bus) -> AsyncIterator[None]:
-    """gateway and turn-runner as tasks on their own connections, stopped on exit."""
+async def running_services(
+    settings: Settings,
+    bus: Bus,
+    *,
+    tools: ToolRegistry | None = None,
+    hooks: HookRegistry | None = None,
+) -> AsyncIterator[None]:
+    """Every service as a task on its own connection, stopped on exit."""
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
         tasks.create_task(gateway.serve(settings, stop))
-        tasks.create_task(turn_runner.serve(settings, stop))
-        await asyncio.sleep(0.3)
+        tasks.create_task(turn_runner.serve(settings, stop, tools=tools, hooks=hooks))
+        tasks.create_task(approval.serve(settings, stop))
+        tasks.create_task(tool_executor.serve(settings, stop, tools=tools))
+        await asyncio.sleep(0.4)
         try:
             yield
         finally:
@@ -49,4 +61,6 @@ async def running_services(settings: Settings, bus: Bus) -> AsyncIterator[None]:
 
 
 def settings_for(server: EmbeddedServer, tmp: Path, **overrides: object) -> Settings:
-    return Settings(nats_url=server.url, data_dir=tmp, **overrides)  # type: ignore[arg-type]
+    values: dict[str, object] = {"workspace": tmp / "workspace", "security_mode": "auto"}
+    values.update(overrides)
+    return Settings(nats_url=server.url, data_dir=tmp, **values)  # type: ignore[arg-type]

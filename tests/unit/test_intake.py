@@ -70,11 +70,12 @@ def test_agents_take_the_same_path_as_humans() -> None:
         ({**GOOD, "type": "dance"}, "s1", "unknown_type", "dance"),
         ({**GOOD, "sessionId": "bad id!"}, "bad id!", "bad_session_id", "session id"),
         ({**GOOD, "extra": 1}, "s1", "schema", "extra"),
+        ({**NO_TEXT, "type": "attach", "workflow": "review"}, "s1", "unsupported", "attach"),
         (
-            {**NO_TEXT, "type": "answer", "interactionId": "i", "decision": "approve"},
+            {**NO_TEXT, "type": "answer", "interactionId": "i", "decision": "maybe"},
             "s1",
-            "unsupported",
-            "answer",
+            "schema",
+            "decision",
         ),
     ],
 )
@@ -104,3 +105,13 @@ def test_not_json_keeps_an_excerpt_and_the_inbound_sequence() -> None:
 def test_interrupt_is_recorded_as_a_fact() -> None:
     (event,) = run({**NO_TEXT, "type": "interrupt", "mode": "hard"})
     assert isinstance(event, InterruptReceived) and event.data.mode == "hard"
+
+
+def test_an_answer_is_recorded_for_the_approval_service() -> None:
+    from turnstream.core.events import InteractionAnswered
+
+    body = {**NO_TEXT, "type": "answer", "interactionId": "q1", "decision": "deny", "reason": "no"}
+    (event,) = run(body, seq=5)
+    assert isinstance(event, InteractionAnswered)
+    assert event.data.interaction_id == "q1" and event.data.decision == "deny"
+    assert event.data.sender.id == "u1" and event.data.inbound_seq == 5

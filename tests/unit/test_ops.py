@@ -20,3 +20,16 @@ def test_ops_streams_json_is_what_the_services_create() -> None:
 def test_prefix_renames_streams_and_subjects() -> None:
     names = {c["name"]: c["subjects"] for c in describe(Subjects("acme"), StreamLimits())}
     assert names == {"ACME_INBOUND": ["acme.in.>"], "ACME_LOG": ["acme.log.>"]}
+
+
+def test_services_never_use_asyncio_wait_for() -> None:
+    """On Python 3.11 `asyncio.wait_for` swallows a cancellation that races its inner
+    future; the cancelled task then waits forever (it hung service shutdown here).
+    `async with asyncio.timeout(...)` is correct; this keeps it that way."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in (ROOT / "services").rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "wait_for(" in line and not line.lstrip().startswith("#")
+    ]
+    assert offenders == []

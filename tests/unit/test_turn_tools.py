@@ -177,7 +177,7 @@ def test_a_denied_call_returns_a_typed_result_and_the_rest_go_on() -> None:
     assert requested(d.feed(approve(d.inv(1)))) == ["read_file"]
     d.feed(succeed(d.inv(1)))
     tools = [m for m in compose_request(d.state, CONFIG).messages if m.role == "tool"]
-    assert tools[0].is_error and tools[0].text.startswith("denied (mode)")
+    assert tools[0].is_error and tools[0].text.startswith("policy_denied (mode)")
 
 
 def test_an_unknown_tool_fails_at_once_without_asking_anyone() -> None:

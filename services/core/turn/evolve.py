@@ -158,7 +158,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         case ToolCallApproved(data=data):
             return _call(state, event, data.invocation_id, {"proposed"}, status="approved")
         case ToolCallDenied(data=data):
-            text = f"denied ({data.authority}): {data.reason}"
+            text = f"policy_denied ({data.authority}): {data.reason}"
             return _call(
                 state, event, data.invocation_id, {"proposed", "approved"}, **_denied(text)
             )
@@ -289,7 +289,7 @@ def _hook(
     if action in ("abort_turn", "hard_abort"):
         return _turn(state, event, abort=(action, f"hook {hook}: {why}"))
     if action == "deny_tool" and invocation_id:
-        text = f"denied (hook {hook}): {why}"
+        text = f"policy_denied (hook {hook}): {why}"
         return _call(state, event, invocation_id, {"approved"}, **_denied(text))
     args = getattr(data, "args", None)
     if action == "modify" and invocation_id and args is not None:

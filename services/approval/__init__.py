@@ -1,0 +1,1 @@
+"""approval: decides which proposed tool calls may run (security mode, prompts, deadlines)."""

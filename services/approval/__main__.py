@@ -1,0 +1,3 @@
+from turnstream.approval.app import main
+
+main()

@@ -1,0 +1,172 @@
+"""approval shell: consume proposals and answers, append decisions, time out prompts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+
+from turnstream.bus import Bus
+from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.core import approval
+from turnstream.core.approval import ApprovalConfig, ApprovalState
+from turnstream.core.events import Event, decode
+from turnstream.mailbox import Mailboxes
+from turnstream.runtime import connect_service, now, run_service, source_name
+from turnstream.settings import Settings
+
+log = logging.getLogger("turnstream.approval")
+DURABLE = "approval"
+CONSUMES = ("ToolInvocationProposed", "InteractionAnswered")
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    msg: Any
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Wake up: a prompt's deadline may have passed (or a restart wants the state loaded)."""
+
+
+Item = Delivered | Tick
+
+
+class ApprovalActor:
+    def __init__(self, service: ApprovalService, session_id: str) -> None:
+        self.service = service
+        self.session_id = session_id
+        self.state = ApprovalState(session_id)
+        self.loaded = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def busy(self) -> bool:
+        return approval.next_deadline(self.state) is not None
+
+    async def failed(self, item: Item) -> None:
+        self.loaded = False
+        if isinstance(item, Delivered):
+            await item.msg.nak(delay=1)
+
+    async def handle(self, item: Item) -> None:
+        if not self.loaded:
+            stored = await self.service.bus.store.read_session(self.session_id)
+            self.state = approval.fold(ApprovalState(self.session_id), [s.event for s in stored])
+            self.loaded = True
+        if isinstance(item, Delivered):
+            self.state = approval.evolve(self.state, item.event)  # folding twice is harmless
+        svc = self.service
+        events = approval.decide(self.state, svc.config, svc.clock(), svc.source)
+        if events:
+            await svc.bus.store.append_facts(events)
+            self.state = approval.fold(self.state, events)
+        if isinstance(item, Delivered):
+            await item.msg.ack()
+        self.schedule()
+
+    def schedule(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        deadline = approval.next_deadline(self.state)
+        if deadline is not None:
+            delay = (deadline - self.service.clock()).total_seconds() + 0.01
+            self.timer = self.service.mailboxes.deliver_later(self.session_id, Tick(), delay)
+
+
+class ApprovalService:
+    def __init__(
+        self, bus: Bus, config: ApprovalConfig, *, clock: Callable[[], datetime] = now
+    ) -> None:
+        self.bus = bus
+        self.config = config
+        self.clock = clock
+        self.source = source_name("approval")
+        self.mailboxes: Mailboxes[Item] = Mailboxes(lambda key: ApprovalActor(self, key))
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        subjects = self.bus.subjects
+        sub = await durable_pull(
+            self.bus.js,
+            subjects.log_stream,
+            DURABLE,
+            [subjects.log_kind(kind) for kind in CONSUMES],
+        )
+        api_sub = await self.bus.nc.subscribe(subjects.api("approval", "pending"), cb=self._pending)
+
+        async def on_batch(msgs: list[Any]) -> None:
+            for msg in msgs:
+                event = decode(msg.data)
+                self.mailboxes.deliver(event.session_id, Delivered(msg, event))
+
+        log.info("approval consuming %s; default mode %s", CONSUMES, self.config.default_mode)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self.mailboxes.run(stop))
+                tasks.create_task(self._resume_open_prompts())
+                tasks.create_task(fetch_loop(sub, stop, on_batch))
+        finally:
+            await api_sub.unsubscribe()
+
+    async def _resume_open_prompts(self) -> None:
+        """After a restart: load every session that may have a prompt still open, so its
+        deadline is timed again (deadlines are in the log)."""
+        await asyncio.sleep(0)  # let the mailboxes start
+        since = self.clock() - timedelta(seconds=self.config.answer_timeout_s + 60)
+        requested = await self.bus.store.read_kind("InteractionRequested", since=since)
+        for session_id in {s.event.session_id for s in requested}:
+            self.mailboxes.deliver(session_id, Tick())
+
+    def pending(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """Open prompts, for `turnstream approvals`."""
+        out = []
+        for key, box in self.mailboxes.boxes.items():
+            actor = box.actor
+            if (session_id and key != session_id) or not isinstance(actor, ApprovalActor):
+                continue
+            found = approval.open_interaction(actor.state)
+            if found is None:
+                continue
+            interaction, proposal = found
+            out.append(
+                {
+                    "interactionId": interaction.interaction_id,
+                    "sessionId": key,
+                    "turnId": proposal.event.turn_id,
+                    "invocationId": interaction.invocation_id,
+                    "tool": proposal.event.data.tool,
+                    "args": proposal.event.data.args,
+                    "deadline": interaction.deadline.isoformat(),
+                    "answered": interaction.answer is not None,
+                }
+            )
+        return out
+
+    async def _pending(self, msg: Any) -> None:
+        try:
+            query = orjson.loads(msg.data) if msg.data else {}
+            body = orjson.dumps({"pending": self.pending(query.get("sessionId"))})
+        except Exception as exc:
+            body = orjson.dumps({"error": f"{type(exc).__name__}: {exc}"})
+        await msg.respond(body)
+
+
+async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None) -> None:
+    own_bus = bus is None
+    bus = bus or await connect_service(settings, "approval")
+    try:
+        await ApprovalService(bus, settings.approval_config()).serve(stop)
+    finally:
+        if own_bus:
+            await bus.close()
+
+
+def main() -> None:
+    run_service("approval", serve)

@@ -1,0 +1,146 @@
+"""Hooks in one place: in-process ones from entry points, remote ones from the KV bucket.
+
+Timeout rules (a remote hook that is down counts as timed out):
+  observer  ignored
+  transform the call goes on unchanged
+  guard     on a tool call: the call is denied (safety first); elsewhere: ignored
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from importlib.metadata import entry_points
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from turnstream.core.turn import HookVerdict, ToolCallState
+from turnstream.hooks.base import Hook, HookCall, HookReply, HookSpec
+
+log = logging.getLogger("turnstream.hooks")
+ENTRY_POINT_GROUP = "turnstream.hooks"
+
+
+class HookRegistry:
+    def __init__(self, local: Iterable[tuple[HookSpec, Hook]] = (), nc: Any = None) -> None:
+        self.local: dict[str, tuple[HookSpec, Hook]] = {spec.name: (spec, fn) for spec, fn in local}
+        self.remote: dict[str, HookSpec] = {}
+        self.nc = nc
+
+    @classmethod
+    def load(cls, nc: Any = None, extra: Iterable[tuple[HookSpec, Hook]] = ()) -> HookRegistry:
+        """Entry-point hooks plus `extra`."""
+        found: list[tuple[HookSpec, Hook]] = list(extra)
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                value = ep.load()
+                items = value() if callable(value) and not isinstance(value, tuple) else value
+                found.extend([items] if isinstance(items, tuple) else list(items))
+            except Exception as exc:
+                raise RuntimeError(
+                    f"hook entry point {ep.name!r} ({ep.value}) failed to load: {exc}; fix or "
+                    f"uninstall the package that declares it in [{ENTRY_POINT_GROUP}]"
+                ) from exc
+        return cls(found, nc)
+
+    def set_remote(self, key: str, value: bytes | None) -> None:
+        """Apply one entry of the hooks bucket (None = deleted)."""
+        if value is None:
+            self.remote.pop(key, None)
+            return
+        try:
+            spec = HookSpec.model_validate_json(value)
+        except ValidationError as exc:
+            log.warning("ignoring remote hook %r: %s", key, exc)
+            return
+        if not spec.subject:
+            log.warning("ignoring remote hook %r: it names no subject", key)
+            return
+        self.remote[key] = spec
+
+    def specs(self) -> list[HookSpec]:
+        specs = [spec for spec, _ in self.local.values()] + list(self.remote.values())
+        return sorted(specs, key=lambda s: (s.priority, s.name))
+
+    def at(self, stage: str, point: str, kinds: set[str]) -> list[HookSpec]:
+        return [
+            s
+            for s in self.specs()
+            if s.kind in kinds and s.point == point and s.stage in (stage, "*")
+        ]
+
+    @property
+    def has_tool_hooks(self) -> bool:
+        return bool(self.at("TOOL_CALL", "pre", {"guard", "transform"}))
+
+    async def call(self, spec: HookSpec, request: HookCall) -> HookReply | None:
+        """One hook call with its timeout; None when it timed out, was down or answered badly."""
+        timeout = spec.timeout_ms / 1000
+        try:
+            if spec.name in self.local and spec.subject is None:
+                _, fn = self.local[spec.name]
+                async with asyncio.timeout(timeout):
+                    return await fn(request)
+            if self.nc is None or spec.subject is None:
+                return None
+            body = request.model_dump_json(by_alias=True).encode()
+            msg = await self.nc.request(spec.subject, body, timeout=timeout)
+            return HookReply.model_validate(orjson.loads(msg.data))
+        except Exception as exc:  # timeout, no responders, a crash or a bad reply
+            log.warning("hook %s did not answer (%s): applying its timeout rule", spec.name, exc)
+            return None
+
+    async def run_tool_hooks(
+        self, session_id: str, turn_id: str, calls: list[ToolCallState]
+    ) -> list[HookVerdict]:
+        """Guards and transforms at TOOL_CALL pre for each call, in priority order."""
+        specs = self.at("TOOL_CALL", "pre", {"guard", "transform"})
+        verdicts = []
+        for call in calls:
+            args, verdict = dict(call.args), None
+            for spec in specs:
+                request = HookCall(
+                    hook=spec.name,
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    stage="TOOL_CALL",
+                    point="pre",
+                    invocation_id=call.invocation_id,
+                    tool=call.tool,
+                    args=args,
+                )
+                reply = await self.call(spec, request)
+                if reply is None:
+                    if spec.kind == "guard":
+                        verdict = HookVerdict(
+                            call.invocation_id,
+                            "deny_tool",
+                            hook=spec.name,
+                            kind=spec.kind,
+                            reason=f"guard {spec.name} did not answer within {spec.timeout_ms} ms",
+                            timed_out=True,
+                        )
+                        break
+                    continue
+                if reply.action == "modify" and reply.args is not None:
+                    args = reply.args
+                    verdict = HookVerdict(
+                        call.invocation_id, "modify", spec.name, spec.kind, reply.reason, args
+                    )
+                elif reply.action in ("deny_tool", "abort_turn", "hard_abort"):
+                    verdict = HookVerdict(
+                        call.invocation_id, reply.action, spec.name, spec.kind, reply.reason
+                    )
+                    break
+            verdicts.append(verdict or HookVerdict(call.invocation_id, "continue"))
+            if verdict is not None and verdict.action in ("abort_turn", "hard_abort"):
+                break
+        return verdicts
+
+    async def observe(self, stage: str, point: str, request: HookCall) -> None:
+        """Observers at a stage: their answers and failures change nothing."""
+        for spec in self.at(stage, point, {"observer"}):
+            await self.call(spec, request.model_copy(update={"hook": spec.name}))

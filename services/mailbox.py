@@ -1,0 +1,99 @@
+"""Per-session mailboxes: one worker task per session, items handled one at a time.
+
+A session's facts are handled in order on its own task, so a session never does two
+things at once while different sessions proceed in parallel. An idle worker exits (its
+state is a rebuildable copy of the log); the next item for its session starts a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+log = logging.getLogger("turnstream")
+Item = TypeVar("Item")
+Item_contra = TypeVar("Item_contra", contravariant=True)
+
+
+class Actor(Protocol[Item_contra]):
+    async def handle(self, item: Item_contra) -> None:
+        """Handle one item; raising means it was not handled (see `failed`)."""
+        ...
+
+    async def failed(self, item: Item_contra) -> None:
+        """`handle` raised: e.g. nak the message so it is redelivered, forget cached state."""
+        ...
+
+    def busy(self) -> bool:
+        """True while the actor must stay alive with an empty inbox (e.g. a call in flight)."""
+        ...
+
+
+class _Mailbox(Generic[Item]):
+    def __init__(self, actor: Actor[Item]) -> None:
+        self.actor = actor
+        self.inbox: asyncio.Queue[Item] = asyncio.Queue()
+        self.closed = False
+
+
+class Mailboxes(Generic[Item]):
+    def __init__(self, make_actor: Callable[[str], Actor[Item]], *, idle_s: float = 300.0) -> None:
+        self.make_actor = make_actor
+        self.idle_s = idle_s
+        self.boxes: dict[str, _Mailbox[Item]] = {}
+        self.tasks: asyncio.TaskGroup | None = None
+        self.workers: set[asyncio.Task[None]] = set()
+
+    def deliver(self, key: str, item: Item) -> None:
+        box = self.boxes.get(key)
+        if box is None or box.closed:
+            assert self.tasks is not None, "Mailboxes.deliver before run()"
+            box = self.boxes[key] = _Mailbox(self.make_actor(key))
+            task = self.tasks.create_task(self._work(key, box), name=f"session:{key}")
+            self.workers.add(task)
+            task.add_done_callback(self.workers.discard)
+        box.inbox.put_nowait(item)
+
+    def deliver_later(self, key: str, item: Item, delay_s: float) -> asyncio.TimerHandle:
+        """Deliver `item` after `delay_s` (deadlines, wall-time bounds)."""
+        return asyncio.get_running_loop().call_later(max(0.0, delay_s), self.deliver, key, item)
+
+    def actor(self, key: str) -> Actor[Item] | None:
+        box = self.boxes.get(key)
+        return box.actor if box is not None and not box.closed else None
+
+    async def run(self, until: asyncio.Event) -> None:
+        """Keep the workers alive until `until` is set, then cancel them."""
+        async with asyncio.TaskGroup() as tasks:
+            self.tasks = tasks
+            await until.wait()
+            for task in list(self.workers):
+                task.cancel()
+        self.tasks = None
+
+    async def _work(self, key: str, box: _Mailbox[Item]) -> None:
+        try:
+            while True:
+                try:
+                    # asyncio.timeout, never wait_for: on 3.11 wait_for swallows a
+                    # cancellation that races the inner future, and the task then hangs
+                    async with asyncio.timeout(self.idle_s):
+                        item = await box.inbox.get()
+                except TimeoutError:
+                    if box.inbox.empty() and not box.actor.busy():
+                        box.closed = True  # no await between the check and this: no lost item
+                        return
+                    continue
+                try:
+                    await box.actor.handle(item)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("session %s: handling failed", key)
+                    await box.actor.failed(item)
+        finally:
+            box.closed = True
+            if self.boxes.get(key) is box:
+                del self.boxes[key]

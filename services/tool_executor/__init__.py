@@ -1,0 +1,1 @@
+"""tool-executor: runs requested tool invocations, each at most once (scale by adding instances)."""

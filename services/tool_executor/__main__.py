@@ -1,0 +1,3 @@
+from turnstream.tool_executor.app import main
+
+main()

@@ -1,0 +1,255 @@
+"""tool-executor shell: claim, validate, run with a timeout, append the result, ack.
+
+At most once per invocation id: the claim `invocation.<id>` is created in the KV bucket
+before the tool runs (create fails if it exists). A request redelivered after its result
+was appended finds the claim `done` and is only acked. A claim still `running` with no
+live task here means an executor died mid-run: an idempotent tool runs again, any other
+is failed with `interrupted, mayHaveRun: true`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from nats.js.errors import KeyWrongLastSequenceError
+
+from turnstream.bus import Bus
+from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.core.events import (
+    FailureClass,
+    ToolInvocationRequested,
+    TurnEnded,
+    decode,
+)
+from turnstream.runtime import connect_service, now, run_service, source_name
+from turnstream.settings import Settings
+from turnstream.tool_executor.outcome import Facts, needs_blob
+from turnstream.tools import ToolContext, ToolError, ToolRegistry
+
+log = logging.getLogger("turnstream.tool_executor")
+DURABLE = "tool-executor"
+RUNNING, DONE = b"running", b"done"
+
+
+class Executor:
+    def __init__(
+        self,
+        bus: Bus,
+        registry: ToolRegistry,
+        workspace: Path,
+        *,
+        budget: int = 16_000,
+        concurrency: int = 32,
+        clock: Callable[[], datetime] = now,
+    ) -> None:
+        self.bus = bus
+        self.registry = registry
+        self.workspace = workspace.resolve()
+        self.budget = budget
+        self.clock = clock
+        self.source = source_name("tool-executor")
+        self.slots = asyncio.Semaphore(concurrency)
+        self.running: dict[str, tuple[asyncio.Task[None], ToolInvocationRequested]] = {}
+        self.aborted: set[str] = set()
+        """Invocations cancelled because their turn was hard-aborted (not a shutdown)."""
+        self.kv: Any = None
+        self.blobs: Any = None
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        subjects = self.bus.subjects
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.kv = await self.bus.js.key_value(subjects.invocations_bucket)
+        self.blobs = await self.bus.js.object_store(subjects.blobs_bucket)
+        longest = max((s.timeout_s for s in self.registry.specs()), default=30.0)
+        sub = await durable_pull(
+            self.bus.js,
+            subjects.log_stream,
+            DURABLE,
+            [subjects.log_kind("ToolInvocationRequested")],
+            ack_wait_s=longest + 60,
+        )
+        aborts = await self.bus.nc.subscribe(subjects.log_kind("TurnEnded"), cb=self._on_turn_end)
+        log.info("tool-executor running %s in %s", self.registry.names(), self.workspace)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+
+                async def on_batch(msgs: list[Any]) -> None:
+                    for msg in msgs:
+                        event = decode(msg.data)
+                        if isinstance(event, ToolInvocationRequested):
+                            tasks.create_task(self.run_one(msg, event))
+                        else:
+                            await msg.ack()
+
+                await fetch_loop(sub, stop, on_batch)
+                for task, _ in list(self.running.values()):
+                    task.cancel()
+        finally:
+            await aborts.unsubscribe()
+
+    async def run_one(self, msg: Any, request: ToolInvocationRequested) -> None:
+        invocation_id = request.data.invocation_id
+        if invocation_id in self.running:
+            await msg.ack()  # a redelivery of what this executor is running right now
+            return
+        async with self.slots:
+            facts = await self._claim(request)
+            if facts is None:
+                await msg.ack()
+                return
+            task = asyncio.current_task()
+            assert task is not None
+            self.running[invocation_id] = (task, request)
+            try:
+                await self._run(facts)
+            except asyncio.CancelledError:
+                if invocation_id not in self.aborted:
+                    raise  # shutting down: the claim stays `running` for the next executor
+                self.aborted.discard(invocation_id)
+                await self._append(facts.cancelled("the turn was hard-aborted", self.clock()))
+                await self.kv.put(invocation_id, DONE)
+                await msg.ack()
+                return
+            finally:
+                self.running.pop(invocation_id, None)
+            await self.kv.put(invocation_id, DONE)
+            await msg.ack()
+
+    async def _claim(self, request: ToolInvocationRequested) -> Facts | None:
+        """Facts for this attempt, or None when there is nothing (more) to do."""
+        invocation_id = request.data.invocation_id
+        try:
+            await self.kv.create(invocation_id, RUNNING)
+            return Facts(request, self.source)
+        except KeyWrongLastSequenceError:
+            pass
+        entry = await self.kv.get(invocation_id)
+        if entry.value == DONE:
+            return None
+        facts = Facts(request, self.source, attempt=2)
+        if request.data.idempotent:
+            log.warning("invocation %s was interrupted; running it again", invocation_id)
+            return facts
+        await self._append(
+            facts.failed(
+                FailureClass.TOOL_RUNTIME_ERROR,
+                "interrupted",
+                "an executor stopped while running this call; it may have had effects, so "
+                "it is not run again",
+                self.clock(),
+                may_have_run=True,
+            )
+        )
+        await self.kv.put(invocation_id, DONE)
+        return None
+
+    async def _run(self, facts: Facts) -> None:
+        data = facts.request.data
+        tool = self.registry.get(data.tool)
+        if tool is None:
+            detail = f"no tool named {data.tool!r} here; known: {', '.join(self.registry.names())}"
+            fail = facts.failed(
+                FailureClass.TOOL_RUNTIME_ERROR, "unknown_tool", detail, self.clock()
+            )
+            await self._append(fail)
+            return
+        errors = self.registry.validate_args(data.tool, data.args)
+        if errors:
+            detail = "; ".join(errors)
+            fail = facts.failed(
+                FailureClass.TOOL_RUNTIME_ERROR, "invalid_arguments", detail, self.clock()
+            )
+            await self._append(fail)
+            return
+        await self._append(facts.started(self.clock()))
+        timeout = data.timeout_ms / 1000
+        ctx = ToolContext(self.workspace, facts.request.session_id, data.invocation_id)
+        start = time.perf_counter()
+
+        def took() -> float:
+            return (time.perf_counter() - start) * 1000
+
+        try:
+            async with asyncio.timeout(timeout):
+                output = await tool.run(dict(data.args), ctx)
+        except ToolError as exc:
+            event = facts.failed(
+                FailureClass.TOOL_RUNTIME_ERROR,
+                exc.kind,
+                exc.detail,
+                self.clock(),
+                may_have_run=not data.read_only,
+                duration_ms=took(),
+            )
+        except TimeoutError:
+            event = facts.failed(
+                FailureClass.TIMEOUT,
+                "timeout",
+                f"{data.tool} did not finish within {timeout:g} s",
+                self.clock(),
+                may_have_run=not data.read_only,
+                duration_ms=took(),
+            )
+        except Exception as exc:
+            log.exception("tool %s crashed", data.tool)
+            event = facts.failed(
+                FailureClass.TOOL_RUNTIME_ERROR,
+                "crashed",
+                f"{type(exc).__name__}: {exc}",
+                self.clock(),
+                may_have_run=not data.read_only,
+                duration_ms=took(),
+            )
+        else:
+            blob = None
+            if needs_blob(output, self.budget):
+                blob = data.invocation_id
+                await self.blobs.put(blob, output.encode())
+            event = facts.succeeded(output, self.budget, self.clock(), took(), blob)
+        await self._append(event)
+
+    async def _append(self, event: Any) -> None:
+        await self.bus.store.append_facts([event])
+
+    async def _on_turn_end(self, msg: Any) -> None:
+        """A hard abort ends its turn `failed, interrupted`: cancel what that turn runs."""
+        event = decode(msg.data)
+        if not isinstance(event, TurnEnded) or event.data.failure_class != "interrupted":
+            return
+        for task, request in list(self.running.values()):
+            if request.turn_id == event.turn_id:
+                self.aborted.add(request.data.invocation_id)
+                task.cancel()
+
+
+async def serve(
+    settings: Settings,
+    stop: asyncio.Event,
+    bus: Bus | None = None,
+    *,
+    tools: ToolRegistry | None = None,
+) -> None:
+    own_bus = bus is None
+    bus = bus or await connect_service(settings, "tool-executor")
+    executor = Executor(
+        bus,
+        tools or ToolRegistry.load(),
+        settings.workspace,
+        budget=settings.tool_result_budget,
+        concurrency=settings.tool_concurrency,
+    )
+    try:
+        await executor.serve(stop)
+    finally:
+        if own_bus:
+            await bus.close()
+
+
+def main() -> None:
+    run_service("tool-executor", serve)

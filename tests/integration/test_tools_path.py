@@ -1,0 +1,367 @@
+"""The tool path over a real nats-server: propose, approve, run once, feed back."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.integration.conftest import running_services, settings_for
+from turnstream.bus import Bus
+from turnstream.bus.embedded import EmbeddedServer
+from turnstream.client import message_command, publish_command, send_and_wait
+from turnstream.core.events import (
+    HookDecided,
+    InteractionRequested,
+    ToolCallDenied,
+    ToolInvocationFailed,
+    ToolInvocationRequested,
+    ToolInvocationStarted,
+    ToolInvocationSucceeded,
+    TurnEnded,
+)
+from turnstream.hooks import HookCall, HookRegistry, HookReply, HookSpec
+from turnstream.tools import ToolContext, ToolRegistry, ToolSpec
+
+
+def record_run(path: Path, invocation_id: str) -> None:
+    with path.open("a") as runs:
+        runs.write(invocation_id + "\n")
+
+
+class Sleepy:
+    """A test tool that sleeps, counts its runs in a file, and says when it ran."""
+
+    def __init__(self, name: str, read_only: bool, timeout_s: float = 5.0) -> None:
+        self.spec = ToolSpec(
+            name=name,
+            description=f"test tool {name}",
+            parameters={
+                "type": "object",
+                "properties": {"ms": {"type": "integer", "minimum": 0}},
+                "additionalProperties": False,
+            },
+            read_only=read_only,
+            idempotent=read_only,
+            timeout_s=timeout_s,
+        )
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        record_run(ctx.workspace / f"{self.spec.name}.runs", ctx.invocation_id)
+        await asyncio.sleep(args.get("ms", 0) / 1000)
+        return f"{self.spec.name} done"
+
+
+def registry() -> ToolRegistry:
+    return ToolRegistry.load(
+        extra=[Sleepy("slow_read", True), Sleepy("slow_write", False), Sleepy("hang", True, 0.3)]
+    )
+
+
+def script(tmp: Path, *replies: str) -> Path:
+    path = tmp / "script.yaml"
+    path.write_text("replies:\n" + "".join(f"  - {r}\n" for r in replies))
+    return path
+
+
+async def events_of(bus: Bus, session: str):
+    return [s.event for s in await bus.store.read_session(session)]
+
+
+def only(events, cls):
+    return [e for e in events if isinstance(e, cls)]
+
+
+@pytest.fixture
+def tmp(tmp_path: Path) -> Path:
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "workspace" / "notes.txt").write_text("the secret word is turnip\n")
+    return tmp_path
+
+
+ROUND_TRIP = (
+    "{tool_calls: [{name: read_file, arguments: {path: notes.txt}}]}",
+    '{text: "the file says: {last_tool_result:40}"}',
+)
+
+
+async def test_tool_round_trip_completes_with_the_result_in_the_reply(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    settings = settings_for(nats_server, tmp, script=script(tmp, *ROUND_TRIP))
+    async with running_services(settings, bus, tools=registry()):
+        outcome = await send_and_wait(bus, message_command("rt", "read my notes"), timeout=15)
+    assert outcome.status == "completed", outcome
+    assert "turnip" in (outcome.reply or "")
+    events = await events_of(bus, "rt")
+    assert len(only(events, TurnEnded)) == 1
+    kinds = [e.type for e in events]
+    for kind in (
+        "ToolInvocationProposed",
+        "ToolCallModeInvoked",
+        "ToolCallApproved",
+        "ToolInvocationRequested",
+        "ToolInvocationStarted",
+        "ToolInvocationSucceeded",
+    ):
+        assert kinds.count(kind) == 1, kind
+    assert kinds.index("ToolCallApproved") < kinds.index("ToolInvocationRequested")
+
+
+async def test_read_only_calls_overlap_and_mutating_ones_never_do(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    calls = ", ".join(
+        f"{{name: {name}, arguments: {{ms: 300}}}}"
+        for name in ("slow_read", "slow_read", "slow_write", "slow_write", "slow_read")
+    )
+    settings = settings_for(
+        nats_server, tmp, script=script(tmp, f"{{tool_calls: [{calls}]}}", '{text: "done"}')
+    )
+    async with running_services(settings, bus, tools=registry()):
+        outcome = await send_and_wait(bus, message_command("par", "go"), timeout=20)
+    assert outcome.completed
+    events = await events_of(bus, "par")
+    requested = {e.data.invocation_id: e.data.tool for e in only(events, ToolInvocationRequested)}
+    started = {e.data.invocation_id: e.time for e in only(events, ToolInvocationStarted)}
+    ended = {e.data.invocation_id: e.time for e in only(events, ToolInvocationSucceeded)}
+    order = [e.data.invocation_id for e in only(events, ToolInvocationRequested)]
+    spans = [(requested[i], started[i], ended[i]) for i in order]
+    (r1, s1, e1), (r2, s2, e2) = spans[0], spans[1]
+    assert r1 == r2 == "slow_read"
+    assert s2 < e1 and s1 < e2, "the two reads should run at the same time"
+    for i, (tool, start, end) in enumerate(spans):
+        for j, (other, ostart, oend) in enumerate(spans):
+            if i != j and "slow_write" in (tool, other):
+                assert end <= ostart or oend <= start, f"{tool} overlapped {other}"
+    assert [t for t, _, _ in spans] == [
+        "slow_read",
+        "slow_read",
+        "slow_write",
+        "slow_write",
+        "slow_read",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "kind"),
+    [
+        ("{path: ../outside.txt}", "path_escape"),
+        ("{path: 42}", "invalid_arguments"),
+        ("{file: notes.txt}", "invalid_arguments"),
+    ],
+)
+async def test_bad_arguments_come_back_to_the_model_as_typed_errors(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path, args: str, kind: str
+) -> None:
+    replies = (
+        f"{{tool_calls: [{{name: read_file, arguments: {args}}}]}}",
+        '{text: "got: {last_tool_result:200}"}',
+    )
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
+    session = f"bad-{kind}-{abs(hash(args)) % 1000}"
+    async with running_services(settings, bus, tools=registry()):
+        outcome = await send_and_wait(bus, message_command(session, "x"), timeout=15)
+    assert outcome.completed  # the model gets the error and answers
+    (failed,) = only(await events_of(bus, session), ToolInvocationFailed)
+    assert failed.data.error.kind == kind
+    assert failed.data.error.error_class == "tool_runtime_error"
+    assert kind in (outcome.reply or "")
+
+
+async def test_a_hanging_tool_times_out(nats_server: EmbeddedServer, bus: Bus, tmp: Path) -> None:
+    replies = (
+        "{tool_calls: [{name: hang, arguments: {ms: 60000}}]}",
+        '{text: "{last_tool_result}"}',
+    )
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
+    async with running_services(settings, bus, tools=registry()):
+        outcome = await send_and_wait(bus, message_command("hang", "x"), timeout=15)
+    (failed,) = only(await events_of(bus, "hang"), ToolInvocationFailed)
+    assert failed.data.error.error_class == "timeout"
+    assert "0.3 s" in failed.data.error.detail and "timeout" in (outcome.reply or "")
+
+
+async def test_a_redelivered_request_runs_once(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    replies = ("{tool_calls: [{name: slow_write, arguments: {ms: 1}}]}", '{text: "ok"}')
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
+    async with running_services(settings, bus, tools=registry()):
+        await send_and_wait(bus, message_command("once", "x"), timeout=15)
+        (request,) = only(await events_of(bus, "once"), ToolInvocationRequested)
+        # the same request again, as a redelivery would bring it
+        again = request.model_copy(update={"id": request.id[:-4] + "ffff"})
+        await bus.store.append_facts([again])
+        await asyncio.sleep(1.0)
+    runs = (tmp / "workspace" / "slow_write.runs").read_text().split()
+    assert runs == [request.data.invocation_id]
+    assert len(only(await events_of(bus, "once"), ToolInvocationSucceeded)) == 1
+
+
+async def test_deny_mode_returns_policy_denied_to_the_model(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    replies = (*ROUND_TRIP[:1], '{text: "tool said: {last_tool_result}"}')
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies), security_mode="deny")
+    async with running_services(settings, bus, tools=registry()):
+        outcome = await send_and_wait(bus, message_command("denied", "x"), timeout=15)
+    assert outcome.completed
+    assert "policy_denied" in (outcome.reply or "")
+    events = await events_of(bus, "denied")
+    assert len(only(events, ToolCallDenied)) == 1 and not only(events, ToolInvocationStarted)
+
+
+async def answer_prompts(bus: Bus, session: str, decision: str | None, seen: list) -> None:
+    """Answer each prompt of `session` as it appears (None: never answer)."""
+
+    async def on_msg(msg: Any) -> None:
+        prompt = InteractionRequested.model_validate_json(msg.data)
+        seen.append(prompt)
+        if decision is None:
+            return
+        command = {
+            "type": "answer",
+            "sessionId": session,
+            "chatId": session,
+            "sender": {"kind": "human", "id": "reviewer"},
+            "idempotencyKey": f"answer-{prompt.data.interaction_id}",
+            "interactionId": prompt.data.interaction_id,
+            "decision": decision,
+            "reason": "test says so",
+        }
+        await publish_command(bus, session, command)
+
+    await bus.nc.subscribe(bus.subjects.log(session, "InteractionRequested"), cb=on_msg)
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny", None])
+async def test_ask_mode_prompts_and_follows_the_answer(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path, decision: str | None
+) -> None:
+    replies = (*ROUND_TRIP[:1], '{text: "tool said: {last_tool_result}"}')
+    settings = settings_for(
+        nats_server, tmp, script=script(tmp, *replies), security_mode="ask", answer_timeout_s=0.6
+    )
+    session = f"ask-{decision}"
+    seen: list = []
+    async with running_services(settings, bus, tools=registry()):
+        await answer_prompts(bus, session, decision, seen)
+        outcome = await send_and_wait(bus, message_command(session, "x"), timeout=15)
+    assert outcome.completed and len(seen) == 1
+    events = await events_of(bus, session)
+    if decision == "approve":
+        assert "turnip" in (outcome.reply or "")
+        assert only(events, ToolInvocationSucceeded)
+    else:
+        (denied,) = only(events, ToolCallDenied)
+        assert denied.data.timed_out is (decision is None)
+        assert denied.data.authority == "interaction"
+        assert "policy_denied" in (outcome.reply or "") and not only(events, ToolInvocationStarted)
+
+
+def guard(name: str, reply: HookReply | None, timeout_ms: int = 300) -> tuple[HookSpec, Any]:
+    async def hook(call: HookCall) -> HookReply:
+        if reply is None:
+            await asyncio.sleep(10)
+        assert reply is not None
+        return reply
+
+    spec = HookSpec(name=name, stage="TOOL_CALL", point="pre", kind="guard", timeout_ms=timeout_ms)
+    return spec, hook
+
+
+@pytest.mark.parametrize(
+    ("hook", "timed_out"),
+    [
+        (guard("no-notes", HookReply(action="deny_tool", reason="notes are private")), False),
+        (guard("sleepy-guard", None), True),
+    ],
+)
+async def test_a_guard_hook_denies_and_a_silent_guard_denies_on_timeout(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path, hook, timed_out: bool
+) -> None:
+    replies = (*ROUND_TRIP[:1], '{text: "tool said: {last_tool_result}"}')
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
+    session = f"guard-{timed_out}"
+    hooks = HookRegistry([hook], nc=None)
+    async with running_services(settings, bus, tools=registry(), hooks=hooks):
+        outcome = await send_and_wait(bus, message_command(session, "x"), timeout=15)
+    assert outcome.completed
+    events = await events_of(bus, session)
+    (decided,) = only(events, HookDecided)
+    assert decided.data.action == "deny_tool" and decided.data.timed_out is timed_out
+    assert not only(events, ToolInvocationRequested)
+    assert "policy_denied (hook" in (outcome.reply or "")
+
+
+async def test_a_remote_hook_registered_in_kv_that_is_down_counts_as_timed_out(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    replies = (*ROUND_TRIP[:1], '{text: "tool said: {last_tool_result}"}')
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
+    kv = await bus.js.key_value(bus.subjects.hooks_bucket)
+    spec = {
+        "name": "remote-guard",
+        "stage": "TOOL_CALL",
+        "point": "pre",
+        "kind": "guard",
+        "timeoutMs": 200,
+        "subject": "hooks.remote-guard",
+    }
+    await kv.put("remote-guard", orjson.dumps(spec))
+    try:
+        async with running_services(settings, bus, tools=registry()):
+            outcome = await send_and_wait(bus, message_command("remote-down", "x"), timeout=15)
+    finally:
+        await kv.delete("remote-guard")
+    (decided,) = only(await events_of(bus, "remote-down"), HookDecided)
+    assert decided.data.hook == "remote-guard" and decided.data.timed_out
+    assert outcome.completed and "did not answer" in (outcome.reply or "")
+
+
+async def test_a_remote_hook_that_answers_can_rewrite_arguments(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    (tmp / "workspace" / "public.txt").write_text("nothing to see\n")
+    replies = (*ROUND_TRIP[:1], '{text: "tool said: {last_tool_result}"}')
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
+
+    async def respond(msg: Any) -> None:
+        call = HookCall.model_validate_json(msg.data)
+        assert call.tool == "read_file"
+        await msg.respond(orjson.dumps({"action": "modify", "args": {"path": "public.txt"}}))
+
+    responder = await bus.nc.subscribe("hooks.redirect", cb=respond)
+    kv = await bus.js.key_value(bus.subjects.hooks_bucket)
+    spec = {
+        "name": "redirect",
+        "stage": "TOOL_CALL",
+        "kind": "transform",
+        "subject": "hooks.redirect",
+    }
+    await kv.put("redirect", orjson.dumps(spec))
+    try:
+        async with running_services(settings, bus, tools=registry()):
+            outcome = await send_and_wait(bus, message_command("remote-up", "x"), timeout=15)
+    finally:
+        await kv.delete("redirect")
+        await responder.unsubscribe()
+    assert "nothing to see" in (outcome.reply or "")
+    (decided,) = only(await events_of(bus, "remote-up"), HookDecided)
+    assert decided.data.action == "modify" and decided.data.args == {"path": "public.txt"}
+
+
+async def test_max_iterations_ends_a_tool_loop_with_limit_exceeded(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    settings = settings_for(nats_server, tmp, script=script(tmp, ROUND_TRIP[0]), max_iterations=3)
+    async with running_services(settings, bus, tools=registry()):
+        outcome = await send_and_wait(bus, message_command("loop", "x"), timeout=20)
+    assert outcome.status == "failed" and outcome.failure_class == "limit_exceeded"
+    assert "maxIterations=3" in (outcome.reason or "")
+    assert "may have completed" in (outcome.next_action or "")
+    assert len(only(await events_of(bus, "loop"), ToolInvocationSucceeded)) == 3
