@@ -13,16 +13,29 @@ import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from turnstream.bus import Bus
-from turnstream.client import message_command, send_and_wait
+from turnstream.client import (
+    answer_command,
+    message_command,
+    pending_prompts,
+    publish_command,
+    send_and_wait,
+)
 from turnstream.console import event_line, print_session
 from turnstream.core.events import (
     Event,
     FollowUpQueued,
+    HookDecided,
     InputRejected,
+    InteractionRequested,
     Stage,
     StagePreFired,
+    ToolCallDenied,
+    ToolInvocationFailed,
+    ToolInvocationProposed,
+    ToolInvocationSucceeded,
     decode,
 )
 from turnstream.core.projection import build_view
@@ -145,13 +158,43 @@ def send(
         suffix = f" (round {iteration})" if iteration > 1 else ""
         console.print(f"[dim]▸ {stage}{suffix}[/]")
 
-    def on_event(event: Event) -> None:
-        if quiet:
+    interactive = sys.stdin.isatty() and not quiet
+
+    async def ask(bus: Bus, prompt: InteractionRequested) -> None:
+        data = prompt.data
+        if not interactive:
+            console.print(
+                f"[yellow]? approval needed:[/] {escape(data.prompt)} "
+                f"— answer with `turnstream approve {data.interaction_id}` (or deny)"
+            )
             return
+        reply = await asyncio.to_thread(input, f"? {data.prompt} [y/N] ")
+        decision = "approve" if reply.strip().lower() in ("y", "yes") else "deny"
+        await publish_command(
+            bus, session, answer_command(session, data.interaction_id, decision, sender_id="cli")
+        )
+
+    def on_event(event: Event, bus: Bus) -> Awaitable[None] | None:
+        if isinstance(event, InteractionRequested):
+            return ask(bus, event)
+        if quiet:
+            return None
         if isinstance(event, StagePreFired):
             stage_line(event.data.stage, event.data.iteration)
-        elif isinstance(event, InputRejected | FollowUpQueued):
+        elif isinstance(event, ToolInvocationProposed):
+            args = ", ".join(f"{k}={v!r}" for k, v in event.data.args.items())
+            console.print(f"  [cyan]⚙ {event.data.tool}[/]({escape(args)})")
+        elif isinstance(
+            event,
+            InputRejected
+            | FollowUpQueued
+            | ToolCallDenied
+            | ToolInvocationFailed
+            | ToolInvocationSucceeded
+            | HookDecided,
+        ):
             console.print(event_line(event))
+        return None
 
     def on_delta(delta: str) -> None:
         if quiet:
@@ -162,12 +205,23 @@ def send(
         console.print(delta, end="", style="bold")
 
     settings = _settings(nats_url, data_dir)
-    outcome = _run(
-        settings,
-        lambda bus: send_and_wait(
-            bus, command, on_event=on_event, on_delta=on_delta, timeout=timeout
-        ),
-    )
+    try:
+        outcome = _run(
+            settings,
+            lambda bus: send_and_wait(
+                bus,
+                command,
+                on_event=lambda event: on_event(event, bus),
+                on_delta=on_delta,
+                timeout=timeout,
+            ),
+        )
+    except TimeoutError:
+        err.print(
+            f"\n[yellow]no terminal event within {timeout:g} s[/]; the turn may still be "
+            f"running (waiting for an approval?): `turnstream tail {session}` follows it"
+        )
+        raise typer.Exit(1) from None
     elapsed = (time.perf_counter() - started) * 1000
     if streamed:
         console.print()
@@ -286,6 +340,71 @@ def streams(
     options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
     sys.stdout.write(orjson.dumps(describe(_settings().subjects, limits), option=options).decode())
     sys.stdout.write("\n")
+
+
+@app.command()
+def approvals(
+    session: Annotated[str | None, typer.Argument(help="Only this session.")] = None,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """List the approval prompts waiting for an answer."""
+    pending = _run(_settings(nats_url, data_dir), lambda bus: pending_prompts(bus, session))
+    if not pending:
+        console.print("no pending approvals")
+        return
+    table = Table("session", "tool", "arguments", "deadline", "interaction (approve/deny ID)")
+    for p in pending:
+        args = ", ".join(f"{k}={v!r}" for k, v in p["args"].items())
+        table.add_row(p["sessionId"], p["tool"], args, p["deadline"][11:19], p["interactionId"])
+    table.columns[-1].no_wrap = True
+    table.columns[-1].min_width = 36
+    console.print(table)
+
+
+def _answer(interaction_id: str, decision: str, reason: str | None, settings: Settings) -> None:
+    async def work(bus: Bus) -> str | None:
+        pending = await pending_prompts(bus)
+        found = next((p for p in pending if p["interactionId"] == interaction_id), None)
+        if found is None:
+            return None
+        session_id = found["sessionId"]
+        command = answer_command(session_id, interaction_id, decision, reason=reason)
+        await publish_command(bus, session_id, command)
+        return str(found["tool"])
+
+    tool = _run(settings, work)
+    if tool is None:
+        err.print(
+            f"[red]error:[/] no pending prompt {interaction_id}; `turnstream approvals` lists them"
+        )
+        raise typer.Exit(1)
+    console.print(f"{decision}d {tool} ({interaction_id})")
+
+
+Reason = Annotated[str | None, typer.Option(help="Why (recorded with the answer).")]
+
+
+@app.command()
+def approve(
+    interaction_id: Annotated[str, typer.Argument(help="From `turnstream approvals`.")],
+    reason: Reason = None,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Allow a pending tool call."""
+    _answer(interaction_id, "approve", reason, _settings(nats_url, data_dir))
+
+
+@app.command()
+def deny(
+    interaction_id: Annotated[str, typer.Argument(help="From `turnstream approvals`.")],
+    reason: Reason = None,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Refuse a pending tool call (the model is told, and may try something else)."""
+    _answer(interaction_id, "deny", reason, _settings(nats_url, data_dir))
 
 
 @app.command()

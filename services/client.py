@@ -60,6 +60,39 @@ def message_command(
     }
 
 
+def answer_command(
+    session_id: str,
+    interaction_id: str,
+    decision: str,
+    *,
+    sender_kind: str = "human",
+    sender_id: str = "cli",
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """An inbound `answer` to a pending approval prompt."""
+    return {
+        "type": "answer",
+        "sessionId": session_id,
+        "chatId": session_id,
+        "sender": {"kind": sender_kind, "id": sender_id},
+        "idempotencyKey": f"answer-{interaction_id}",
+        "interactionId": interaction_id,
+        "decision": decision,
+        "reason": reason,
+    }
+
+
+async def pending_prompts(bus: Bus, session_id: str | None = None) -> list[dict[str, Any]]:
+    """Open approval prompts, from the approval service."""
+    subject = bus.subjects.api("approval", "pending")
+    query = orjson.dumps({"sessionId": session_id} if session_id else {})
+    msg = await bus.nc.request(subject, query, timeout=5)
+    body = orjson.loads(msg.data)
+    if "error" in body:
+        raise RuntimeError(f"approval service: {body['error']}")
+    return list(body["pending"])
+
+
 async def publish_command(
     bus: Bus, session_id: str, command: dict[str, Any] | bytes, idempotency_key: str | None = None
 ) -> int:

@@ -9,8 +9,11 @@ from rich.text import Text
 from turnstream.core.events import (
     Event,
     FollowUpQueued,
+    HookDecided,
     InputAccepted,
     InputRejected,
+    InteractionAnswered,
+    InteractionRequested,
     InterruptReceived,
     ProviderRequestCompleted,
     ProviderRequestFailed,
@@ -21,6 +24,15 @@ from turnstream.core.events import (
     StagePostFired,
     StagePreFired,
     SteeringInjected,
+    ToolCallApproved,
+    ToolCallDenied,
+    ToolCallModeInvoked,
+    ToolInvocationCancelled,
+    ToolInvocationFailed,
+    ToolInvocationProposed,
+    ToolInvocationRequested,
+    ToolInvocationStarted,
+    ToolInvocationSucceeded,
     TurnEnded,
 )
 from turnstream.core.projection import SessionView, TurnView
@@ -49,7 +61,7 @@ def summarize(event: Event) -> str:
         case SessionTurnStart(data=d):
             return _clip(d.text)
         case StagePreFired(data=d):
-            return f"{d.stage} ▸ (round {d.iteration})"
+            return f"{d.stage} ▸" + (f" (round {d.iteration})" if d.iteration else "")
         case StagePostFired(data=d):
             return f"{d.stage} ◂ {d.outcome}"
         case ProviderRequestStarted(data=d):
@@ -63,6 +75,34 @@ def summarize(event: Event) -> str:
             return f"attempt {d.attempt} in {d.delay_ms} ms ({d.error_class})"
         case RenderEmitted(data=d):
             return _clip(d.text)
+        case ToolInvocationProposed(data=d):
+            args = ", ".join(f"{k}={v!r}" for k, v in d.args.items())
+            return _clip(f"#{d.index} {d.tool}({args})" + ("" if d.known else " — unknown tool"))
+        case ToolCallModeInvoked(data=d):
+            return f"mode {d.mode}: {d.verdict}"
+        case ToolCallApproved(data=d):
+            by = f" by {d.answered_by.kind}:{d.answered_by.id}" if d.answered_by else ""
+            return f"approved ({d.authority}){by}"
+        case ToolCallDenied(data=d):
+            return _clip(f"denied ({d.authority}): {d.reason}", 90)
+        case InteractionRequested(data=d):
+            return _clip(f"{d.prompt} (id {d.interaction_id}, until {d.deadline:%H:%M:%S})", 100)
+        case InteractionAnswered(data=d):
+            return f"{d.decision} by {d.sender.kind}:{d.sender.id} for {d.interaction_id[-8:]}"
+        case ToolInvocationRequested(data=d):
+            return f"{d.tool} ({'read-only' if d.read_only else 'mutating'})"
+        case ToolInvocationStarted(data=d):
+            return f"attempt {d.attempt}"
+        case ToolInvocationSucceeded(data=d):
+            cut = " (truncated)" if d.truncated else ""
+            return _clip(f"{d.duration_ms:.1f} ms{cut}: {d.output}")
+        case ToolInvocationFailed(data=d):
+            e = d.error
+            return _clip(f"{e.error_class}/{e.kind}: {e.detail}", 90)
+        case ToolInvocationCancelled(data=d):
+            return d.reason
+        case HookDecided(data=d):
+            return _clip(f"{d.hook} ({d.kind}) → {d.action}: {d.reason or ''}", 90)
         case TurnEnded(data=d):
             if d.status == "completed":
                 return "completed"

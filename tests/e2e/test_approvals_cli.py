@@ -1,0 +1,92 @@
+"""Approvals from the command line: the built-in demo's tool call in `ask` mode."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    root = tmp_path_factory.mktemp("e2e-approvals")
+    (root / "workspace").mkdir()
+    (root / "workspace" / "hello.txt").write_text("hi\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
+    env.update(
+        TURNSTREAM_DATA_DIR=str(root / "data"),
+        TURNSTREAM_WORKSPACE=str(root / "workspace"),
+        TURNSTREAM_CONFIG=str(root / "absent.yaml"),
+        TURNSTREAM_SECURITY_MODE="ask",
+        COLUMNS="160",
+    )
+    up = subprocess.Popen(
+        [sys.executable, "-m", "turnstream.cli", "up"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not (root / "data" / "nats.url").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.5)
+    try:
+        yield env
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=30)
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnstream.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_demo_tool_call_waits_for_approval_then_completes(deployment: dict[str, str]) -> None:
+    send = subprocess.Popen(
+        [sys.executable, "-m", "turnstream.cli", "send", "demo-ask", "what is here?"],
+        env=deployment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    pending = ""
+    for _ in range(60):
+        pending = cli("approvals", env=deployment).stdout
+        if "list_dir" in pending:
+            break
+        time.sleep(0.25)
+    assert "list_dir" in pending and "demo-ask" in pending, pending
+    interaction = next(
+        word for line in pending.splitlines() for word in line.split() if word.count("-") == 4
+    )
+    approved = cli("approve", interaction, "--reason", "looks fine", env=deployment)
+    assert approved.returncode == 0, approved.stderr
+    out, errors = send.communicate(timeout=30)
+    assert send.returncode == 0, out + errors
+    assert "approval needed" in out and "turnstream approve" in out
+    assert "hello.txt" in out and "completed" in out
+    assert cli("approvals", env=deployment).stdout.strip() == "no pending approvals"
+
+
+def test_answering_an_unknown_prompt_says_how_to_find_the_real_ones(
+    deployment: dict[str, str],
+) -> None:
+    result = cli("deny", "not-a-prompt", env=deployment)
+    assert result.returncode == 1
+    assert "turnstream approvals" in result.stderr
