@@ -4,16 +4,19 @@
 
 Starts an embedded nats-server and the services as separate processes (as `turnstream
 up` does), then measures:
-  floor   a 1 KB event appended with ack, and delivered through an ordered consumer (p50)
-  turns   publish inbound → `TurnEnded` observed, scripted provider with zero delay,
-          K = 1, 10, 50 concurrent sessions (p50, p99, turns/s)
-  depth   turns 1-5 against turns 46-50 of the same sessions (nothing may grow)
+  floor     a 1 KB event appended with ack, and delivered through an ordered consumer (p50)
+  text      publish inbound → `TurnEnded` observed, scripted provider with zero delay,
+            K = 1, 10, 50 concurrent sessions (p50, p99, turns/s)
+  one-tool  the same with one `read_file` call per turn, approved by `auto` mode
+            (7 cross-service hops: client→gateway→runner→approval→runner→executor→runner)
+  depth     turns 1-5 against turns 46-50 of the same sessions (nothing may grow)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import statistics
 import sys
@@ -35,7 +38,16 @@ from turnstream.settings import Settings
 from turnstream.up import Supervisor
 
 console = Console(highlight=False)
-SCRIPT = 'replies:\n  - {text: "ok {input:20}", chunks: whole}\n'
+SCRIPTS = {
+    "text": 'replies:\n  - {text: "ok {input:20}", chunks: whole}\n',
+    "one-tool": (
+        "replies:\n"
+        "  - {tool_calls: [{name: read_file, arguments: {path: bench.txt}}]}\n"
+        '  - {text: "read {last_tool_result:20}", chunks: whole}\n'
+    ),
+}
+HOPS = {"text": 3, "one-tool": 7}
+"""Cross-service hops on a turn's critical path (client→gateway→runner→client, …)."""
 
 
 def pct(values: list[float], q: float) -> float:
@@ -134,19 +146,31 @@ async def depth(watcher: TurnWatcher, sessions: int = 6, turns: int = 50) -> dic
     return {"turns_1_5_p50_ms": first, "turns_46_50_p50_ms": last, "ratio": last / first}
 
 
-async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
+async def scenario(args: argparse.Namespace, url: str, name: str) -> dict[str, Any]:
     bus = await connect(url, Subjects("ts"), ensure=StreamLimits())
     watcher = TurnWatcher(bus)
     await watcher.start()
     try:
-        await concurrent(watcher, 10, 200, "warm")  # warm up every process
-        result: dict[str, Any] = {"floor": await floor(bus)}
-        result["turns"] = [
-            await concurrent(watcher, k, args.turns if k > 1 else args.turns // 4, f"k{k}")
-            for k in (1, 10, 50)
-        ]
-        result["depth"] = await depth(watcher)
+        await concurrent(watcher, 10, 200, f"warm-{name}")  # warm up every process
+        result: dict[str, Any] = {
+            "turns": [
+                await concurrent(
+                    watcher, k, args.turns if k > 1 else args.turns // 4, f"{name}-k{k}"
+                )
+                for k in (1, 10, 50)
+            ]
+        }
+        if name == "text":
+            result["depth"] = await depth(watcher)
         return result
+    finally:
+        await bus.close()
+
+
+async def measure_floor(url: str) -> dict[str, float]:
+    bus = await connect(url, Subjects("ts"), ensure=StreamLimits())
+    try:
+        return await floor(bus)
     finally:
         await bus.close()
 
@@ -158,18 +182,24 @@ def report(result: dict[str, Any]) -> None:
         f"[bold]JetStream floor[/] (1 KB): append+ack p50 {f['append_ack_p50_ms']:.3f} ms, "
         f"append→ordered-consumer delivery p50 {floor_ms:.3f} ms"
     )
-    table = Table("K sessions", "turns", "p50 ms", "p99 ms", "turns/s", "p50 / floor")
-    for row in result["turns"]:
-        table.add_row(
-            str(row["k"]),
-            str(row["turns"]),
-            f"{row['p50_ms']:.2f}",
-            f"{row['p99_ms']:.2f}",
-            f"{row['turns_per_s']:.0f}",
-            f"{row['p50_ms'] / floor_ms:.1f}×",
-        )
+    table = Table(
+        "turn", "K", "turns", "p50 ms", "p99 ms", "turns/s", "p50 / floor", "p50 / path floor"
+    )
+    for name in SCRIPTS:
+        path_floor = HOPS[name] * floor_ms
+        for row in result[name]["turns"]:
+            table.add_row(
+                name,
+                str(row["k"]),
+                str(row["turns"]),
+                f"{row['p50_ms']:.2f}",
+                f"{row['p99_ms']:.2f}",
+                f"{row['turns_per_s']:.0f}",
+                f"{row['p50_ms'] / floor_ms:.1f}×",
+                f"{row['p50_ms'] / path_floor:.1f}× of {path_floor:.2f}",
+            )
     console.print(table)
-    d = result["depth"]
+    d = result["text"]["depth"]
     console.print(
         f"[bold]depth[/]: turns 1-5 p50 {d['turns_1_5_p50_ms']:.2f} ms, turns 46-50 p50 "
         f"{d['turns_46_50_p50_ms']:.2f} ms, ratio {d['ratio']:.2f}"
@@ -181,22 +211,29 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2000, help="turns per K>1 run")
     parser.add_argument("--json", type=Path, default=Path("bench/results/turns.json"))
     args = parser.parse_args()
+    result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "script.yaml").write_text(SCRIPT)
-        settings = Settings(data_dir=root, script=root / "script.yaml")
+        (root / "workspace").mkdir()
+        (root / "workspace" / "bench.txt").write_text("x" * 1000)
+        os.environ["TURNSTREAM_SECURITY_MODE"] = "auto"
+        os.environ["TURNSTREAM_WORKSPACE"] = str(root / "workspace")
         with EmbeddedServer(root / "nats") as server:
-            supervisor = Supervisor(server.url, settings, console)
-            supervisor.start_all()
-            try:
-                time.sleep(1.5)
-                result = asyncio.run(run(args, server.url))
-            finally:
-                supervisor.stop_all()
+            result["floor"] = asyncio.run(measure_floor(server.url))
+            for name, script in SCRIPTS.items():
+                (root / f"{name}.yaml").write_text(script)
+                settings = Settings(data_dir=root, script=root / f"{name}.yaml")
+                supervisor = Supervisor(server.url, settings, console)
+                supervisor.start_all()
+                try:
+                    time.sleep(1.5)
+                    result[name] = asyncio.run(scenario(args, server.url, name))
+                finally:
+                    supervisor.stop_all()
     result["machine"] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpus": __import__("os").cpu_count(),
+        "cpus": os.cpu_count(),
     }
     report(result)
     args.json.parent.mkdir(parents=True, exist_ok=True)

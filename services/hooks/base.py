@@ -42,6 +42,8 @@ class HookCall(_Wire):
     invocation_id: str | None = None
     tool: str | None = None
     args: dict[str, Any] | None = None
+    text: str | None = None
+    """RECEIVE_INPUT: the input; RENDER: the reply."""
     event: dict[str, Any] | None = None
     """Observers: the stage event itself."""
 
@@ -53,6 +55,8 @@ class HookReply(_Wire):
     reason: str | None = None
     args: dict[str, Any] | None = None
     """With `modify` at TOOL_CALL: the arguments to use instead."""
+    text: str | None = None
+    """With `modify` at RECEIVE_INPUT or RENDER: the text to use instead."""
 
 
 Hook = Callable[[HookCall], Awaitable[HookReply]]

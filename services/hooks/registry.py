@@ -1,5 +1,9 @@
 """Hooks in one place: in-process ones from entry points, remote ones from the KV bucket.
 
+Where guards and transforms attach: TOOL_CALL pre (per approved call: deny it, rewrite its
+arguments, stop the turn), RECEIVE_INPUT pre (rewrite the input, stop the turn) and RENDER
+pre (rewrite the reply, stop the turn). Observers attach anywhere.
+
 Timeout rules (a remote hook that is down counts as timed out):
   observer  ignored
   transform the call goes on unchanged
@@ -17,7 +21,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from turnstream.core.turn import HookVerdict, ToolCallState
+from turnstream.core.events import Stage
+from turnstream.core.turn import STAGE_HOOK_POINTS, HookVerdict, StageHookVerdict, ToolCallState
 from turnstream.hooks.base import Hook, HookCall, HookReply, HookSpec
 
 log = logging.getLogger("turnstream.hooks")
@@ -75,6 +80,41 @@ class HookRegistry:
     @property
     def has_tool_hooks(self) -> bool:
         return bool(self.at("TOOL_CALL", "pre", {"guard", "transform"}))
+
+    @property
+    def stage_hooks(self) -> frozenset[Stage]:
+        """The text stages (RECEIVE_INPUT, RENDER) that have guards or transforms at pre."""
+        return frozenset(
+            stage
+            for stage in STAGE_HOOK_POINTS
+            if self.at(stage.value, "pre", {"guard", "transform"})
+        )
+
+    async def run_stage_hooks(
+        self, session_id: str, turn_id: str, stage: Stage, text: str
+    ) -> StageHookVerdict:
+        """Guards and transforms at a text stage's pre, in priority order."""
+        verdict = StageHookVerdict(stage, "continue")
+        for spec in self.at(stage.value, "pre", {"guard", "transform"}):
+            request = HookCall(
+                hook=spec.name,
+                session_id=session_id,
+                turn_id=turn_id,
+                stage=stage.value,
+                point="pre",
+                text=text,
+            )
+            reply = await self.call(spec, request)
+            if reply is None:
+                continue  # a silent guard or transform changes nothing here
+            if reply.action == "modify" and reply.text is not None:
+                text = reply.text
+                verdict = StageHookVerdict(
+                    stage, "modify", spec.name, spec.kind, reply.reason, text
+                )
+            elif reply.action in ("abort_turn", "hard_abort"):
+                return StageHookVerdict(stage, reply.action, spec.name, spec.kind, reply.reason)
+        return verdict
 
     async def call(self, spec: HookSpec, request: HookCall) -> HookReply | None:
         """One hook call with its timeout; None when it timed out, was down or answered badly."""

@@ -167,7 +167,9 @@ class Executor:
             )
             await self._append(fail)
             return
-        await self._append(facts.started(self.clock()))
+        # Started is published while the tool runs (its ack is awaited with the result's):
+        # the claim, not this event, is what keeps the call at most once.
+        started = asyncio.ensure_future(self._append(facts.started(self.clock())))
         timeout = data.timeout_ms / 1000
         ctx = ToolContext(self.workspace, facts.request.session_id, data.invocation_id)
         start = time.perf_counter()
@@ -212,6 +214,7 @@ class Executor:
                 blob = data.invocation_id
                 await self.blobs.put(blob, output.encode())
             event = facts.succeeded(output, self.budget, self.clock(), took(), blob)
+        await started
         await self._append(event)
 
     async def _append(self, event: Any) -> None:

@@ -67,10 +67,11 @@ class Runner:
 
     @property
     def turn_config(self) -> TurnConfig:
-        has_hooks = self.hooks.has_tool_hooks
-        if has_hooks == self.base_config.tool_hooks:
-            return self.base_config
-        self.base_config = replace(self.base_config, tool_hooks=has_hooks)
+        """The configuration, following the hooks that are registered right now."""
+        tool_hooks, stage_hooks = self.hooks.has_tool_hooks, self.hooks.stage_hooks
+        config = self.base_config
+        if (tool_hooks, stage_hooks) != (config.tool_hooks, config.stage_hooks):
+            self.base_config = replace(config, tool_hooks=tool_hooks, stage_hooks=stage_hooks)
         return self.base_config
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:

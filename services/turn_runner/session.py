@@ -29,6 +29,7 @@ from turnstream.core.turn import (
     ProviderOutcome,
     SessionState,
     awaiting_hooks,
+    awaiting_stage_hooks,
     compose_request,
     decide,
     evolve,
@@ -36,6 +37,8 @@ from turnstream.core.turn import (
     needs_provider_call,
     on_hook_verdicts,
     on_provider_result,
+    on_stage_hooks,
+    stage_hook_text,
 )
 
 if TYPE_CHECKING:
@@ -109,17 +112,22 @@ class SessionActor:
 
     async def advance(self) -> None:
         config = self.runner.turn_config
+        hooks = self.runner.hooks
         await self.commit(lambda s: decide(s, config, self.context()))
-        for _ in range(MAX_CONFLICT_RETRIES):
-            calls = awaiting_hooks(self.state, config)
-            if not calls or self.state.active is None:
-                break
-            verdicts = await self.runner.hooks.run_tool_hooks(
-                self.session_id, self.state.active.turn_id, calls
-            )
-            await self.commit(
-                partial(on_hook_verdicts, verdicts=verdicts, config=config, ctx=self.context())
-            )
+        for _ in range(MAX_CONFLICT_RETRIES):  # hooks may let the turn reach more hooks
+            active = self.state.active
+            if active is None:
+                return
+            if calls := awaiting_hooks(self.state, config):
+                verdicts = await hooks.run_tool_hooks(self.session_id, active.turn_id, calls)
+                step = partial(on_hook_verdicts, verdicts=verdicts, config=config)
+            elif stage := awaiting_stage_hooks(self.state, config):
+                text = stage_hook_text(self.state)
+                verdict = await hooks.run_stage_hooks(self.session_id, active.turn_id, stage, text)
+                step = partial(on_stage_hooks, verdict=verdict, config=config)
+            else:
+                return
+            await self.commit(partial(step, ctx=self.context()))
 
     async def after(self) -> None:
         """Start, stop or time what the new state needs."""

@@ -17,6 +17,7 @@ from turnstream.core.events import (
     HookDecided,
     InteractionRequested,
     ToolCallDenied,
+    ToolInvocationCancelled,
     ToolInvocationFailed,
     ToolInvocationRequested,
     ToolInvocationStarted,
@@ -365,3 +366,130 @@ async def test_max_iterations_ends_a_tool_loop_with_limit_exceeded(
     assert "maxIterations=3" in (outcome.reason or "")
     assert "may have completed" in (outcome.next_action or "")
     assert len(only(await events_of(bus, "loop"), ToolInvocationSucceeded)) == 3
+
+
+async def test_a_large_result_is_cut_for_the_model_and_kept_whole_in_the_object_store(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    big = "".join(f"line {i:05d}\n" for i in range(3000))  # ~33 KB
+    (tmp / "workspace" / "big.txt").write_text(big)
+    replies = ("{tool_calls: [{name: read_file, arguments: {path: big.txt}}]}", '{text: "ok"}')
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies), tool_result_budget=1000)
+    async with running_services(settings, bus, tools=registry()):
+        await send_and_wait(bus, message_command("big", "x"), timeout=15)
+    (result,) = only(await events_of(bus, "big"), ToolInvocationSucceeded)
+    assert result.data.truncated and result.data.size == len(big)
+    assert result.data.output.startswith("line 00000") and len(result.data.output) < 1200
+    assert "truncated" in result.data.output and result.data.blob
+    store = await bus.js.object_store(bus.subjects.blobs_bucket)
+    kept = await store.get(result.data.blob)
+    assert kept.data.decode() == big
+
+
+async def test_a_hard_abort_cancels_the_turns_running_invocations(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    replies = ("{tool_calls: [{name: slow_read, arguments: {ms: 5000}}]}", '{text: "ok"}')
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
+    seen: asyncio.Queue = asyncio.Queue()
+    sub = await bus.nc.subscribe(bus.subjects.log("abort", "ToolInvocationStarted"), cb=seen.put)
+    async with running_services(settings, bus, tools=registry()):
+        waiting = asyncio.create_task(send_and_wait(bus, message_command("abort", "x"), timeout=15))
+        started = ToolInvocationStarted.model_validate_json(
+            (await asyncio.wait_for(seen.get(), 10)).data
+        )
+        # what a hard abort appends (interrupts arrive with the recovery work)
+        ended = TurnEnded(
+            id="01a20000-0000-7000-8000-00000000abcd",
+            time=started.time,
+            session_id="abort",
+            chat_id=started.chat_id,
+            turn_id=started.turn_id,
+            trace_id=started.trace_id,
+            correlation_id="operator",
+            source="test/1",
+            data={"status": "failed", "failureClass": "interrupted", "reason": "hard abort"},
+        )
+        await bus.store.append_facts([ended])
+        for _ in range(50):
+            cancelled = only(await events_of(bus, "abort"), ToolInvocationCancelled)
+            if cancelled:
+                break
+            await asyncio.sleep(0.1)
+        waiting.cancel()
+    await sub.unsubscribe()
+    assert cancelled and cancelled[0].data.invocation_id == started.data.invocation_id
+    assert not only(await events_of(bus, "abort"), ToolInvocationSucceeded)
+
+
+async def test_observer_hooks_see_every_stage_and_change_nothing(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    seen: list[tuple[str, str]] = []
+
+    async def observer(call: HookCall) -> HookReply:
+        seen.append((call.stage, call.point))
+        return HookReply(action="abort_turn")  # ignored: observers cannot change the turn
+
+    spec = HookSpec(name="watch", stage="*", point="pre", kind="observer")
+    settings = settings_for(nats_server, tmp, script=script(tmp, *ROUND_TRIP))
+    hooks = HookRegistry([(spec, observer)])
+    async with running_services(settings, bus, tools=registry(), hooks=hooks):
+        outcome = await send_and_wait(bus, message_command("observed", "x"), timeout=15)
+        await asyncio.sleep(0.2)
+    assert outcome.completed
+    stages = [stage for stage, _ in seen]
+    for stage in ("RECEIVE_INPUT", "COMPOSE_REQUEST", "SEND_REQUEST", "TOOL_CALL", "RENDER"):
+        assert stage in stages
+    assert not only(await events_of(bus, "observed"), HookDecided)
+
+
+async def test_an_approval_deadline_survives_a_restart_of_the_services(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    replies = (*ROUND_TRIP[:1], '{text: "tool said: {last_tool_result}"}')
+    settings = settings_for(
+        nats_server, tmp, script=script(tmp, *replies), security_mode="ask", answer_timeout_s=2
+    )
+    seen: asyncio.Queue = asyncio.Queue()
+    sub = await bus.nc.subscribe(bus.subjects.log("restart", "InteractionRequested"), cb=seen.put)
+    async with running_services(settings, bus, tools=registry()):
+        await publish_command(bus, "restart", message_command("restart", "x"))
+        await asyncio.wait_for(seen.get(), 10)
+    await sub.unsubscribe()  # every service is down now, the prompt still open
+    async with running_services(settings, bus, tools=registry()):
+        for _ in range(60):
+            events = await events_of(bus, "restart")
+            if only(events, TurnEnded):
+                break
+            await asyncio.sleep(0.1)
+    (denied,) = only(events, ToolCallDenied)
+    assert denied.data.timed_out
+    (ended,) = only(events, TurnEnded)
+    assert ended.data.status == "completed" and "policy_denied" in (ended.data.reply or "")
+
+
+async def test_text_stage_hooks_rewrite_the_input_and_the_reply(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    async def redact(call: HookCall) -> HookReply:
+        return HookReply(action="modify", text=(call.text or "").replace("hunter2", "***"))
+
+    async def shout(call: HookCall) -> HookReply:
+        return HookReply(action="modify", text=(call.text or "").upper())
+
+    hooks = HookRegistry(
+        [
+            (HookSpec(name="redact", stage="RECEIVE_INPUT", kind="transform"), redact),
+            (HookSpec(name="shout", stage="RENDER", kind="transform"), shout),
+        ]
+    )
+    settings = settings_for(nats_server, tmp, script=script(tmp, '{text: "you said {input}"}'))
+    async with running_services(settings, bus, tools=registry(), hooks=hooks):
+        outcome = await send_and_wait(bus, message_command("texts", "pw hunter2"), timeout=15)
+    assert outcome.reply == "YOU SAID PW ***"
+    decided = only(await events_of(bus, "texts"), HookDecided)
+    assert [(d.data.stage, d.data.hook) for d in decided] == [
+        ("RECEIVE_INPUT", "redact"),
+        ("RENDER", "shout"),
+    ]

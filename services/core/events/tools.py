@@ -186,6 +186,8 @@ class HookDecidedData(WireModel):
     timed_out: bool = False
     args: dict[str, Any] | None = None
     """The arguments after a `modify` of a tool call."""
+    text: str | None = None
+    """The input (RECEIVE_INPUT) or reply (RENDER) text after a `modify`."""
 
 
 class HookDecided(EventBase):

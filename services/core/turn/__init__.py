@@ -6,15 +6,19 @@ from pydantic import TypeAdapter
 
 from turnstream.core.turn.decide import (
     awaiting_hooks,
+    awaiting_stage_hooks,
     compose_request,
     decide,
     dispatchable,
     needs_provider_call,
     on_hook_verdicts,
     on_provider_result,
+    on_stage_hooks,
+    stage_hook_text,
 )
 from turnstream.core.turn.evolve import evolve, fold
 from turnstream.core.turn.state import (
+    STAGE_HOOK_POINTS,
     ActiveTurn,
     Context,
     HookVerdict,
@@ -25,6 +29,7 @@ from turnstream.core.turn.state import (
     ProviderRequest,
     ProviderSuccess,
     SessionState,
+    StageHookVerdict,
     ToolCall,
     ToolCallState,
     ToolInfo,
@@ -44,6 +49,7 @@ def state_from_json(data: bytes) -> SessionState:
 
 
 __all__ = [
+    "STAGE_HOOK_POINTS",
     "ActiveTurn",
     "Context",
     "HookVerdict",
@@ -54,11 +60,13 @@ __all__ = [
     "ProviderRequest",
     "ProviderSuccess",
     "SessionState",
+    "StageHookVerdict",
     "ToolCall",
     "ToolCallState",
     "ToolInfo",
     "TurnConfig",
     "awaiting_hooks",
+    "awaiting_stage_hooks",
     "compose_request",
     "decide",
     "dispatchable",
@@ -67,6 +75,8 @@ __all__ = [
     "needs_provider_call",
     "on_hook_verdicts",
     "on_provider_result",
+    "on_stage_hooks",
+    "stage_hook_text",
     "state_from_json",
     "state_to_json",
 ]

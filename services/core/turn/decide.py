@@ -70,6 +70,7 @@ from turnstream.core.turn.state import (
     ProviderRequest,
     ProviderSuccess,
     SessionState,
+    StageHookVerdict,
     ToolCallState,
     TurnConfig,
 )
@@ -119,6 +120,61 @@ def dispatchable(calls: tuple[ToolCallState, ...]) -> list[ToolCallState]:
             ready.append(call)
             break
     return ready
+
+
+def awaiting_stage_hooks(state: SessionState, config: TurnConfig) -> Stage | None:
+    """The stage whose guard/transform hooks must run before the turn goes on, if any."""
+    turn = state.active
+    if turn is None or turn.ended or turn.abort or not turn.stage_open:
+        return None
+    if turn.stage not in config.stage_hooks:
+        return None
+    if turn.stage is Stage.RENDER and turn.rendered:
+        return None
+    if turn.stage not in (Stage.RECEIVE_INPUT, Stage.RENDER):
+        return None
+    return turn.stage
+
+
+def stage_hook_text(state: SessionState) -> str:
+    """The text the stage hooks see: the input at RECEIVE_INPUT, the reply at RENDER."""
+    turn = state.active
+    assert turn is not None
+    if turn.stage is Stage.RENDER:
+        return turn.reply
+    last = next((m for m in reversed(state.history) if m.role == "user"), None)
+    return last.text if last else ""
+
+
+def on_stage_hooks(
+    state: SessionState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
+) -> list[Event]:
+    """Record what the stage hooks decided, take the stage on, go on."""
+    turn = state.active
+    if turn is None or awaiting_stage_hooks(state, config) is not verdict.stage:
+        return []
+    b = Builder(state.session_id, turn, ctx)
+    events: list[Event] = []
+    if verdict.action != "continue":
+        data = HookDecidedData(
+            hook=verdict.hook,
+            kind=verdict.kind,
+            stage=verdict.stage.value,
+            point="pre",
+            action=verdict.action,
+            reason=verdict.reason,
+            timed_out=verdict.timed_out,
+            text=verdict.text if verdict.action == "modify" else None,
+        )
+        events.append(b.make(HookDecided, data))
+    if verdict.action in ("continue", "modify"):
+        text = verdict.text if verdict.action == "modify" and verdict.text is not None else None
+        if verdict.stage is Stage.RENDER:
+            events.append(_render(b, turn, text if text is not None else turn.reply))
+        else:
+            events.append(b.post(Stage.RECEIVE_INPUT, "ok"))
+    state = fold(state, events)
+    return events + decide(state, config, ctx)
 
 
 def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
@@ -265,6 +321,8 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         )
     match stage, is_open:
         case Stage.RECEIVE_INPUT, True:
+            if stage in config.stage_hooks:
+                return []  # the shell runs the stage hooks, then `on_stage_hooks`
             return [b.post(stage, "ok")]
         case Stage.RECEIVE_INPUT, False:
             return _compose_or_stop(b, turn, config)
@@ -294,8 +352,9 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
             return _compose_or_stop(b, turn, config)
         case Stage.RENDER, True:
             if not turn.rendered:
-                render = RenderEmittedData(text=turn.reply, reply_to=turn.reply_to)
-                return [b.make(RenderEmitted, render)]
+                if stage in config.stage_hooks:
+                    return []  # the shell runs the stage hooks, then `on_stage_hooks`
+                return [_render(b, turn, turn.reply)]
             return [b.post(stage, "ok")]
         case Stage.RENDER, False:
             return [b.end("completed", reply=turn.reply)]
@@ -303,6 +362,10 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
             # SEND_REQUEST closed without a result or STREAM_RESPONSE left open: the
             # response was lost (a crash between batches). Ask the provider again.
             return [b.pre(Stage.SEND_REQUEST)]
+
+
+def _render(b: Builder, turn: ActiveTurn, text: str) -> Event:
+    return b.make(RenderEmitted, RenderEmittedData(text=text, reply_to=turn.reply_to))
 
 
 def _tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:

@@ -10,6 +10,7 @@ from turnstream.core.events import (
     EventBase,
     FollowUpQueued,
     HookDecided,
+    HookDecidedData,
     InputAccepted,
     InputRejected,
     InteractionAnswered,
@@ -195,7 +196,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 is_error=True,
             )
         case HookDecided(data=data):
-            return _hook(state, event, data.action, data.hook, data.reason, data)
+            return _hook(state, event, data)
         case RenderEmitted():
             return _turn(state, event, rendered=True)
         case TurnEnded(data=data):
@@ -276,24 +277,25 @@ def _call(
     return state
 
 
-def _hook(
-    state: SessionState,
-    event: EventBase,
-    action: str,
-    hook: str,
-    reason: str | None,
-    data: object,
-) -> SessionState:
-    invocation_id = getattr(data, "invocation_id", None)
-    why = reason or "no reason given"
-    if action in ("abort_turn", "hard_abort"):
-        return _turn(state, event, abort=(action, f"hook {hook}: {why}"))
-    if action == "deny_tool" and invocation_id:
-        text = f"policy_denied (hook {hook}): {why}"
-        return _call(state, event, invocation_id, {"approved"}, **_denied(text))
-    args = getattr(data, "args", None)
-    if action == "modify" and invocation_id and args is not None:
-        return _call(state, event, invocation_id, {"approved"}, args=args)
+def _hook(state: SessionState, event: EventBase, data: HookDecidedData) -> SessionState:
+    why = data.reason or "no reason given"
+    if data.action in ("abort_turn", "hard_abort"):
+        return _turn(state, event, abort=(data.action, f"hook {data.hook}: {why}"))
+    if data.action == "deny_tool" and data.invocation_id:
+        denied = f"policy_denied (hook {data.hook}): {why}"
+        return _call(state, event, data.invocation_id, {"approved"}, **_denied(denied))
+    if data.action != "modify":
+        return _turn(state, event)
+    if data.invocation_id and data.args is not None:
+        return _call(state, event, data.invocation_id, {"approved"}, args=data.args)
+    if data.text is not None and _is_active(state, event):
+        if data.stage == Stage.RENDER:
+            return _turn(state, event, reply=data.text)
+        if data.stage == Stage.RECEIVE_INPUT and state.history:
+            *rest, last = state.history
+            if last.role == "user":
+                changed = with_changes(last, text=data.text)
+                state = with_changes(state, history=(*rest, changed))
     return _turn(state, event)
 
 

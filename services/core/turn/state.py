@@ -155,6 +155,8 @@ class TurnConfig:
     max_turn_seconds: float = 600.0
     tool_hooks: bool = False
     """Guard or transform hooks run on each approved call before it is requested."""
+    stage_hooks: frozenset[Stage] = frozenset()
+    """Stages (RECEIVE_INPUT, RENDER) whose guard or transform hooks run at `pre`."""
 
     def tool(self, name: str) -> ToolInfo | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -200,6 +202,23 @@ class ProviderFailure:
 
 
 ProviderOutcome = ProviderSuccess | ProviderFailure
+
+
+STAGE_HOOK_POINTS: frozenset[Stage] = frozenset({Stage.RECEIVE_INPUT, Stage.RENDER})
+"""Where guard/transform hooks other than TOOL_CALL's attach (the text they may rewrite)."""
+
+
+@dataclass(frozen=True)
+class StageHookVerdict:
+    """What the stage hooks said at RECEIVE_INPUT or RENDER pre (the shell runs them)."""
+
+    stage: Stage
+    action: Literal["continue", "modify", "abort_turn", "hard_abort"]
+    hook: str = ""
+    kind: Literal["transform", "guard", "observer"] = "guard"
+    reason: str | None = None
+    text: str | None = None
+    timed_out: bool = False
 
 
 @dataclass(frozen=True)
