@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.bus.consume import durable_push
 from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalState
 from turnstream.core.events import Event, decode
@@ -93,32 +93,34 @@ class ApprovalService:
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
-        sub = await durable_pull(
-            self.bus.js,
-            subjects.log_stream,
-            DURABLE,
-            [subjects.log_kind(kind) for kind in CONSUMES],
-        )
+
+        async def on_msg(msg: Any) -> None:
+            event = decode(msg.data)
+            self.mailboxes.deliver(event.session_id, Delivered(msg, event))
+
         api_sub = await self.bus.nc.subscribe(subjects.api("approval", "pending"), cb=self._pending)
-
-        async def on_batch(msgs: list[Any]) -> None:
-            for msg in msgs:
-                event = decode(msg.data)
-                self.mailboxes.deliver(event.session_id, Delivered(msg, event))
-
         log.info("approval consuming %s; default mode %s", CONSUMES, self.config.default_mode)
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.mailboxes.run(stop))
+                await asyncio.sleep(0)  # the mailboxes take items from here on
                 tasks.create_task(self._resume_open_prompts())
-                tasks.create_task(fetch_loop(sub, stop, on_batch))
+                sub = await durable_push(
+                    self.bus.js,
+                    subjects.log_stream,
+                    DURABLE,
+                    subjects.deliver(DURABLE),
+                    [subjects.log_kind(kind) for kind in CONSUMES],
+                    on_msg,
+                )
+                await stop.wait()
+                await sub.unsubscribe()
         finally:
             await api_sub.unsubscribe()
 
     async def _resume_open_prompts(self) -> None:
         """After a restart: load every session that may have a prompt still open, so its
         deadline is timed again (deadlines are in the log)."""
-        await asyncio.sleep(0)  # let the mailboxes start
         since = self.clock() - timedelta(seconds=self.config.answer_timeout_s + 60)
         requested = await self.bus.store.read_kind("InteractionRequested", since=since)
         for session_id in {s.event.session_id for s in requested}:

@@ -10,6 +10,7 @@ from typing import Any
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
+from nats.js.errors import NotFoundError
 
 log = logging.getLogger("turnstream.bus")
 BATCH = 256
@@ -61,3 +62,53 @@ async def fetch_loop(
             await on_batch(msgs)
     finally:
         await sub.unsubscribe()
+
+
+async def durable_push(
+    js: Any,
+    stream: str,
+    durable: str,
+    deliver_subject: str,
+    subjects: Sequence[str],
+    on_msg: Callable[[Any], Awaitable[None]],
+    *,
+    ack_wait_s: float = 60,
+    max_ack_pending: int = 20_000,
+) -> Any:
+    """Create or update a shared durable push consumer (a deliver group) and subscribe.
+
+    A push consumer hands each message over as soon as it is stored: a pull `fetch` costs
+    a request (and, when idle, a no-wait probe) per wake-up, ~0.3 ms more per hop here
+    (bench/consumers.py). Instances of a service join the same deliver group and share the
+    work. A pull consumer of the same name from an older version is replaced, resuming
+    after its ack floor so nothing is processed twice or skipped.
+    """
+    config = api.ConsumerConfig(
+        durable_name=durable,
+        deliver_subject=deliver_subject,
+        deliver_group=durable,
+        filter_subjects=list(subjects),
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=ack_wait_s,
+        max_ack_pending=max_ack_pending,
+    )
+    try:
+        existing = await js.consumer_info(stream, durable)
+    except NotFoundError:
+        existing = None
+    if existing is not None and existing.config.deliver_subject is None:
+        floor = existing.ack_floor.stream_seq if existing.ack_floor else 0
+        log.warning("replacing pull consumer %s with a push consumer after seq %d", durable, floor)
+        await js.delete_consumer(stream, durable)
+        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = floor + 1
+    await js.add_consumer(stream, config=config)
+    return await js.subscribe_bind(
+        stream=stream,
+        config=config,
+        consumer=durable,
+        cb=on_msg,
+        manual_ack=True,
+        pending_msgs_limit=max_ack_pending + 1000,
+        pending_bytes_limit=1024 * 1024 * 1024,
+    )

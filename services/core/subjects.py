@@ -95,5 +95,9 @@ class Subjects:
     def live_session(self, session_id: str) -> str:
         return f"{self.prefix}.live.{session_id}.*"
 
+    def deliver(self, consumer: str) -> str:
+        """Where a push consumer delivers (outside every stream's subjects)."""
+        return f"{self.prefix}.deliver.{consumer}"
+
     def api(self, service: str, verb: str) -> str:
         return f"{self.prefix}.api.{service}.{verb}"

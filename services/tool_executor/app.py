@@ -20,7 +20,7 @@ from typing import Any
 from nats.js.errors import KeyWrongLastSequenceError
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.bus.consume import durable_push
 from turnstream.core.events import (
     FailureClass,
     ToolInvocationRequested,
@@ -67,27 +67,29 @@ class Executor:
         self.kv = await self.bus.js.key_value(subjects.invocations_bucket)
         self.blobs = await self.bus.js.object_store(subjects.blobs_bucket)
         longest = max((s.timeout_s for s in self.registry.specs()), default=30.0)
-        sub = await durable_pull(
-            self.bus.js,
-            subjects.log_stream,
-            DURABLE,
-            [subjects.log_kind("ToolInvocationRequested")],
-            ack_wait_s=longest + 60,
-        )
         aborts = await self.bus.nc.subscribe(subjects.log_kind("TurnEnded"), cb=self._on_turn_end)
         log.info("tool-executor running %s in %s", self.registry.names(), self.workspace)
         try:
             async with asyncio.TaskGroup() as tasks:
 
-                async def on_batch(msgs: list[Any]) -> None:
-                    for msg in msgs:
-                        event = decode(msg.data)
-                        if isinstance(event, ToolInvocationRequested):
-                            tasks.create_task(self.run_one(msg, event))
-                        else:
-                            await msg.ack()
+                async def on_msg(msg: Any) -> None:
+                    event = decode(msg.data)
+                    if isinstance(event, ToolInvocationRequested):
+                        tasks.create_task(self.run_one(msg, event))
+                    else:
+                        await msg.ack()
 
-                await fetch_loop(sub, stop, on_batch)
+                sub = await durable_push(
+                    self.bus.js,
+                    subjects.log_stream,
+                    DURABLE,
+                    subjects.deliver(DURABLE),
+                    [subjects.log_kind("ToolInvocationRequested")],
+                    on_msg,
+                    ack_wait_s=longest + 60,
+                )
+                await stop.wait()
+                await sub.unsubscribe()
                 for task, _ in list(self.running.values()):
                     task.cancel()
         finally:

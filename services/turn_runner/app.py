@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.bus.consume import durable_push
 from turnstream.core.events import Event, StagePostFired, StagePreFired, decode
 from turnstream.core.ids import IdFactory
 from turnstream.core.turn import SessionState, TurnConfig, fold, state_to_json
@@ -108,27 +108,30 @@ class Runner:
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
-        sub = await durable_pull(
-            self.bus.js,
-            subjects.log_stream,
-            DURABLE,
-            [subjects.log_kind(kind) for kind in REACTS_TO],
-        )
+
+        async def on_msg(msg: Any) -> None:
+            event = decode(msg.data)
+            seq = msg.metadata.sequence.stream
+            self.mailboxes.deliver(event.session_id, Delivered(msg, seq, event))
+
         api_sub = await self.bus.nc.subscribe(
             subjects.api("turn-runner", "session"), cb=self._answer_session
         )
-
-        async def on_batch(msgs: list[Any]) -> None:
-            for msg in msgs:
-                event = decode(msg.data)
-                seq = msg.metadata.sequence.stream
-                self.mailboxes.deliver(event.session_id, Delivered(msg, seq, event))
-
         log.info("turn-runner consuming %s with provider %s", REACTS_TO, self.provider.name)
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.mailboxes.run(stop))
-                tasks.create_task(fetch_loop(sub, stop, on_batch))
+                await asyncio.sleep(0)  # the mailboxes take items from here on
+                sub = await durable_push(
+                    self.bus.js,
+                    subjects.log_stream,
+                    DURABLE,
+                    subjects.deliver(DURABLE),
+                    [subjects.log_kind(kind) for kind in REACTS_TO],
+                    on_msg,
+                )
+                await stop.wait()
+                await sub.unsubscribe()
         finally:
             await api_sub.unsubscribe()
 
