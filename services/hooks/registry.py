@@ -34,6 +34,18 @@ class HookRegistry:
         self.local: dict[str, tuple[HookSpec, Hook]] = {spec.name: (spec, fn) for spec, fn in local}
         self.remote: dict[str, HookSpec] = {}
         self.nc = nc
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Recompute what the hot path asks (every decision asks which hooks exist)."""
+        specs = [spec for spec, _ in self.local.values()] + list(self.remote.values())
+        self._specs = sorted(specs, key=lambda s: (s.priority, s.name))
+        self.has_tool_hooks = bool(self.at("TOOL_CALL", "pre", {"guard", "transform"}))
+        self.stage_hooks: frozenset[Stage] = frozenset(
+            stage
+            for stage in STAGE_HOOK_POINTS
+            if self.at(stage.value, "pre", {"guard", "transform"})
+        )
 
     @classmethod
     def load(cls, nc: Any = None, extra: Iterable[tuple[HookSpec, Hook]] = ()) -> HookRegistry:
@@ -55,6 +67,7 @@ class HookRegistry:
         """Apply one entry of the hooks bucket (None = deleted)."""
         if value is None:
             self.remote.pop(key, None)
+            self._refresh()
             return
         try:
             spec = HookSpec.model_validate_json(value)
@@ -65,30 +78,17 @@ class HookRegistry:
             log.warning("ignoring remote hook %r: it names no subject", key)
             return
         self.remote[key] = spec
+        self._refresh()
 
     def specs(self) -> list[HookSpec]:
-        specs = [spec for spec, _ in self.local.values()] + list(self.remote.values())
-        return sorted(specs, key=lambda s: (s.priority, s.name))
+        return list(self._specs)
 
     def at(self, stage: str, point: str, kinds: set[str]) -> list[HookSpec]:
         return [
             s
-            for s in self.specs()
+            for s in self._specs
             if s.kind in kinds and s.point == point and s.stage in (stage, "*")
         ]
-
-    @property
-    def has_tool_hooks(self) -> bool:
-        return bool(self.at("TOOL_CALL", "pre", {"guard", "transform"}))
-
-    @property
-    def stage_hooks(self) -> frozenset[Stage]:
-        """The text stages (RECEIVE_INPUT, RENDER) that have guards or transforms at pre."""
-        return frozenset(
-            stage
-            for stage in STAGE_HOOK_POINTS
-            if self.at(stage.value, "pre", {"guard", "transform"})
-        )
 
     async def run_stage_hooks(
         self, session_id: str, turn_id: str, stage: Stage, text: str
