@@ -46,6 +46,14 @@ class Settings(BaseSettings):
     """Script file for the scripted provider; the built-in demo when unset."""
     model: str | None = None
     base_url: str | None = None
+    """Provider endpoint: e.g. a local OpenAI-compatible server (`http://localhost:11434/v1`)."""
+    max_tokens: int = Field(default=4096, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    provider_max_retries: int = Field(default=3, ge=0, le=10)
+    """Retries of a rate-limited, overloaded or dropped model call (each one a ProviderRetry)."""
+    provider_retry_base_s: float = Field(default=0.5, gt=0)
+    secrets_file: Path | None = None
+    """`KEY=value` lines (e.g. ANTHROPIC_API_KEY); the environment wins over the file."""
     workspace: Path = Path("workspace")
     security_mode: Literal["auto", "ask", "allowlist", "deny"] = "ask"
     """Security mode of new sessions (fixed for a session at its first tool call)."""
@@ -92,13 +100,34 @@ class Settings(BaseSettings):
             YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file),
         )
 
+    def secret(self, name: str) -> str | None:
+        """A secret from the environment, else from the secrets file."""
+        if os.environ.get(name):
+            return os.environ[name]
+        if self.secrets_file is None:
+            return None
+        try:
+            lines = self.secrets_file.read_text().splitlines()
+        except OSError as exc:
+            raise ValueError(
+                f"cannot read the secrets file {self.secrets_file}: {exc} "
+                "(check TURNSTREAM_SECRETS_FILE)"
+            ) from exc
+        for line in lines:
+            key, sep, value = line.strip().partition("=")
+            if sep and key.strip() == name:
+                return value.strip().strip('"').strip("'")
+        return None
+
     @property
     def subjects(self) -> Subjects:
         return Subjects(self.prefix)
 
     @property
     def model_name(self) -> str:
-        return self.model or {"scripted": "demo"}.get(self.provider, "default")
+        # the one place for default models; TURNSTREAM_MODEL picks another
+        defaults = {"scripted": "demo", "anthropic": "claude-sonnet-4-5", "openai": "gpt-4o-mini"}
+        return self.model or defaults[self.provider]
 
     def turn_config(self) -> TurnConfig:
         return TurnConfig(

@@ -152,7 +152,7 @@ async def serve(
     tools: ToolRegistry | None = None,
     hooks: HookRegistry | None = None,
 ) -> None:
-    provider = build_provider(settings.provider, script=settings.script, model=settings.model)
+    provider = build_provider(settings)
     own_bus = bus is None
     bus = bus or await connect_service(settings, "turn-runner")
     registry = tools or ToolRegistry.load()

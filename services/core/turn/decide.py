@@ -39,6 +39,8 @@ from turnstream.core.events import (
     ProviderRequestFailedData,
     ProviderRequestStarted,
     ProviderRequestStartedData,
+    ProviderRetry,
+    ProviderRetryData,
     RenderEmitted,
     RenderEmittedData,
     SessionTurnEnd,
@@ -201,6 +203,14 @@ def on_provider_result(
         return []  # a late result for a turn that moved on: nothing to record
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
+    for retry in outcome.retries:
+        retried = ProviderRetryData(
+            attempt=retry.attempt,
+            delay_ms=retry.delay_ms,
+            error_class=retry.error_class,
+            message=retry.message,
+        )
+        events.append(b.make(ProviderRetry, retried, retry.at))
     match outcome:
         case ProviderSuccess():
             if turn.stage is Stage.SEND_REQUEST and turn.stage_open:

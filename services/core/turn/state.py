@@ -183,6 +183,17 @@ class ProviderRequest:
 
 
 @dataclass(frozen=True)
+class Retry:
+    """One failed attempt that the provider retried after `delay_ms`."""
+
+    attempt: int
+    delay_ms: int
+    error_class: str
+    message: str
+    at: datetime
+
+
+@dataclass(frozen=True)
 class ProviderSuccess:
     text: str
     stop_reason: StopReason
@@ -190,15 +201,21 @@ class ProviderSuccess:
     first_byte_at: datetime
     finished_at: datetime
     tool_calls: tuple[ToolCall, ...] = ()
+    retries: tuple[Retry, ...] = ()
 
 
 @dataclass(frozen=True)
 class ProviderFailure:
     error_class: str
+    """`rate_limit`, `overloaded`, `server_error`, `connection`, `timeout`,
+    `prompt_too_long`, `bad_request`, `auth`, `internal`."""
     message: str
     retryable: bool
     failed_at: datetime
     status_code: int | None = None
+    retry_after_s: float | None = None
+    """The server's `retry-after`, when it sent one."""
+    retries: tuple[Retry, ...] = ()
 
 
 ProviderOutcome = ProviderSuccess | ProviderFailure

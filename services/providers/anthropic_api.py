@@ -1,0 +1,104 @@
+"""Anthropic Messages API through the official `anthropic` SDK, streaming."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+import anthropic
+import httpx
+
+from turnstream.core.events import StopReason, Usage
+from turnstream.core.turn import (
+    ProviderOutcome,
+    ProviderRequest,
+    ProviderSuccess,
+    ToolCall,
+)
+from turnstream.providers.base import DeltaSink
+from turnstream.providers.errors import connection_failure, status_failure
+from turnstream.providers.retry import RetryPolicy, with_retries
+from turnstream.providers.wire import anthropic_messages, anthropic_tools
+
+_STOPS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "tool_use": "tool_use",
+}
+
+
+class AnthropicProvider:
+    name = "anthropic"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_tokens: int = 4096,
+        temperature: float | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.retry = retry or RetryPolicy()
+        self.client = anthropic.AsyncAnthropic(
+            api_key=api_key or os.environ.get("ANTHROPIC_API_KEY"),
+            base_url=base_url,
+            max_retries=0,  # ours, recorded as ProviderRetry events
+            timeout=timeout_s,
+        )
+
+    async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
+        return await with_retries(lambda: self._attempt(request, on_delta), self.retry)
+
+    async def _attempt(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": anthropic_messages(request.messages),
+        }
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = anthropic_tools(request.tools)
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        first_byte_at: datetime | None = None
+        try:
+            async with self.client.messages.stream(**params) as stream:
+                async for event in stream:
+                    first_byte_at = first_byte_at or datetime.now(UTC)
+                    if event.type == "text":
+                        await on_delta(event.text)
+                final = await stream.get_final_message()
+        except anthropic.APIStatusError as exc:
+            return status_failure(exc.status_code, _message(exc), exc.response.headers)
+        except (anthropic.APIConnectionError, httpx.HTTPError) as exc:
+            return connection_failure(exc)
+        now = datetime.now(UTC)
+        text = "".join(b.text for b in final.content if b.type == "text")
+        calls = tuple(
+            ToolCall(b.id, b.name, dict(b.input)) for b in final.content if b.type == "tool_use"
+        )
+        return ProviderSuccess(
+            text=text,
+            stop_reason=_STOPS.get(final.stop_reason or "end_turn", "end_turn"),
+            usage=Usage(
+                input_tokens=final.usage.input_tokens, output_tokens=final.usage.output_tokens
+            ),
+            first_byte_at=first_byte_at or now,
+            finished_at=now,
+            tool_calls=calls,
+        )
+
+
+def _message(exc: anthropic.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    return str(error.get("message") or exc.message)

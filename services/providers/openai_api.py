@@ -1,0 +1,157 @@
+"""OpenAI Chat Completions (and any compatible server) through the official `openai` SDK."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import openai
+import orjson
+
+from turnstream.core.events import StopReason, Usage
+from turnstream.core.turn import (
+    ProviderFailure,
+    ProviderOutcome,
+    ProviderRequest,
+    ProviderSuccess,
+    ToolCall,
+)
+from turnstream.providers.base import DeltaSink
+from turnstream.providers.errors import connection_failure, status_failure
+from turnstream.providers.retry import RetryPolicy, with_retries
+from turnstream.providers.wire import openai_messages, openai_tools
+
+_STOPS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+}
+
+
+@dataclass
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_tokens: int = 4096,
+        temperature: float | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.retry = retry or RetryPolicy()
+        self.client = openai.AsyncOpenAI(
+            # a local OpenAI-compatible server (vLLM, Ollama, llama.cpp) needs no key
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+            base_url=base_url,
+            max_retries=0,  # ours, recorded as ProviderRetry events
+            timeout=timeout_s,
+        )
+
+    async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
+        return await with_retries(lambda: self._attempt(request, on_delta), self.retry)
+
+    async def _attempt(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": openai_messages(request.system, request.messages),
+            "max_tokens": self.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            params["tools"] = openai_tools(request.tools)
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        text: list[str] = []
+        calls: dict[int, _Call] = {}
+        finish, usage = "stop", Usage()
+        first_byte_at: datetime | None = None
+        try:
+            stream = await self.client.chat.completions.create(**params)
+            async for chunk in stream:
+                first_byte_at = first_byte_at or datetime.now(UTC)
+                if chunk.usage is not None:
+                    usage = Usage(
+                        input_tokens=chunk.usage.prompt_tokens,
+                        output_tokens=chunk.usage.completion_tokens,
+                    )
+                for choice in chunk.choices:
+                    delta = choice.delta
+                    if delta.content:
+                        text.append(delta.content)
+                        await on_delta(delta.content)
+                    for fragment in delta.tool_calls or []:
+                        call = calls.setdefault(fragment.index, _Call())
+                        call.id = fragment.id or call.id
+                        if fragment.function is not None:
+                            call.name = fragment.function.name or call.name
+                            call.arguments.append(fragment.function.arguments or "")
+                    if choice.finish_reason:
+                        finish = choice.finish_reason
+        except openai.APIStatusError as exc:
+            code = _code(exc)
+            return status_failure(exc.status_code, _message(exc), exc.response.headers, code)
+        except (openai.APIConnectionError, httpx.HTTPError) as exc:
+            return connection_failure(exc)
+        try:
+            tool_calls = tuple(
+                ToolCall(c.id, c.name, _arguments(c)) for _, c in sorted(calls.items())
+            )
+        except ValueError as exc:
+            return ProviderFailure(
+                error_class="bad_response",
+                message=str(exc),
+                retryable=True,
+                failed_at=datetime.now(UTC),
+            )
+        now = datetime.now(UTC)
+        return ProviderSuccess(
+            text="".join(text),
+            stop_reason=_STOPS.get(finish, "end_turn"),
+            usage=usage,
+            first_byte_at=first_byte_at or now,
+            finished_at=now,
+            tool_calls=tool_calls,
+        )
+
+
+def _arguments(call: _Call) -> dict[str, Any]:
+    raw = "".join(call.arguments) or "{}"
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(
+            f"tool call {call.name} arrived with arguments that are not JSON: {raw[:200]}"
+        ) from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"tool call {call.name} arguments are not an object: {raw[:200]}")
+    return value
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body) if isinstance(body, dict) else {}
+    return str(error.get("message") if isinstance(error, dict) else exc.message) or exc.message
+
+
+def _code(exc: openai.APIStatusError) -> str | None:
+    code = getattr(exc, "code", None)
+    return str(code) if code else None
