@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     """Provider endpoint: e.g. a local OpenAI-compatible server (`http://localhost:11434/v1`)."""
     max_tokens: int = Field(default=4096, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    tool_calling: Literal["hard", "soft", "none"] = "hard"
+    """What the model can do with tools: `hard` (native tool calls), `soft` (unreliable),
+    `none` (no tools are offered; e.g. a local model without function calling)."""
     provider_max_retries: int = Field(default=3, ge=0, le=10)
     """Retries of a rate-limited, overloaded or dropped model call (each one a ProviderRetry)."""
     provider_retry_base_s: float = Field(default=0.5, gt=0)
@@ -138,6 +141,7 @@ class Settings(BaseSettings):
             system_prompt=self.system_prompt,
             max_tool_calls_per_turn=self.max_tool_calls_per_turn,
             max_turn_seconds=self.max_turn_seconds,
+            offer_tools=self.tool_calling != "none",
         )
 
     def approval_config(self) -> ApprovalConfig:

@@ -272,3 +272,46 @@ def test_stage_enum_matches_design_order() -> None:
         "TOOL_CALL",
         "RENDER",
     ]
+
+
+def test_prompt_too_long_compacts_the_oldest_turns_and_asks_once_more() -> None:
+    from turnstream.core.events import ContextCompacted
+    from turnstream.core.turn import ProviderFailure
+
+    state, _ = run_turn(with_input(accepted(1, "first " * 50)), [success("one " * 50)])
+    state = fold(state, [accepted(2, "second")])
+    state, _ = run_turn(state, [success("two")])
+    state = fold(state, [accepted(3, "third")])
+    too_long = ProviderFailure(
+        "prompt_too_long", "prompt is too long", False, success().finished_at
+    )
+    state, log = run_turn(state, [too_long, success("three")], ids=Ids("z"))
+    compacted = [e for e in log if isinstance(e, ContextCompacted)]
+    assert len(compacted) == 1 and compacted[0].data.dropped_messages == 2
+    assert compacted[0].data.tokens_after < compacted[0].data.tokens_before
+    ended = [e for e in log if isinstance(e, TurnEnded)]
+    assert ended[-1].data.status == "completed" and ended[-1].data.reply == "three"
+    assert [m.text for m in state.history][:2] == ["second", "two"]
+
+
+def test_prompt_too_long_twice_or_with_nothing_to_drop_fails_the_turn() -> None:
+    from turnstream.core.turn import ProviderFailure
+
+    too_long = ProviderFailure(
+        "prompt_too_long", "prompt is too long", False, success().finished_at
+    )
+    _, log = run_turn(with_input(accepted(1)), [too_long])
+    ended = [e for e in log if isinstance(e, TurnEnded)]
+    assert ended and ended[0].data.failure_class is FailureClass.PROVIDER_ERROR
+    assert "prompt_too_long" in (ended[0].data.reason or "")
+
+
+def test_tools_are_not_offered_to_a_model_without_tool_calling() -> None:
+    from turnstream.core.turn import ToolInfo
+
+    tools = (ToolInfo("read_file", "r", {"type": "object"}, True, True, 1.0),)
+    state = with_input(accepted(1))
+    for offer, expected in ((True, 1), (False, 0)):
+        config = TurnConfig(tools=tools, offer_tools=offer)
+        decided = fold(state, decide(state, config, ctx()))
+        assert len(compose_request(decided, config).tools) == expected

@@ -27,6 +27,8 @@ from typing import assert_never
 from turnstream.core.events import (
     AssistantMessage,
     ContentBlock,
+    ContextCompacted,
+    ContextCompactedData,
     Event,
     FailureClass,
     FollowUpQueued,
@@ -66,6 +68,7 @@ from turnstream.core.turn.state import (
     ActiveTurn,
     Context,
     HookVerdict,
+    Message,
     PendingInput,
     ProviderFailure,
     ProviderOutcome,
@@ -190,7 +193,7 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
         call_index=state.provider_calls - 1,
         system=config.system_prompt,
         messages=state.history,
-        tools=config.tools,
+        tools=config.tools if config.offer_tools else (),
     )
 
 
@@ -321,6 +324,10 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         return []
     stage, is_open = turn.stage, turn.stage_open
     if turn.provider_error and not is_open:
+        if turn.provider_error.startswith("prompt_too_long") and not turn.compacted:
+            compacted = _compact(b, state, turn)
+            if compacted:
+                return compacted
         return _fail(
             b,
             turn,
@@ -372,6 +379,28 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
             # SEND_REQUEST closed without a result or STREAM_RESPONSE left open: the
             # response was lost (a crash between batches). Ask the provider again.
             return [b.pre(Stage.SEND_REQUEST)]
+
+
+def estimate_tokens(messages: tuple[Message, ...]) -> int:
+    """A rough token count (4 characters a token): enough to report a compaction."""
+    return sum(len(m.text) + 20 * len(m.tool_calls) for m in messages) // 4 + 1
+
+
+def _compact(b: Builder, state: SessionState, turn: ActiveTurn) -> list[Event]:
+    """Drop the oldest half of the earlier turns (whole turns), then ask again once."""
+    earlier = state.history[: turn.history_start]
+    starts = [i for i, m in enumerate(earlier) if m.role == "user" and i > 0]
+    if not earlier:
+        return []  # nothing but this turn: compaction cannot help
+    half = len(earlier) // 2
+    cut = next((i for i in starts if i >= half), len(earlier))
+    before = estimate_tokens(state.history)
+    data = ContextCompactedData(
+        dropped_messages=cut,
+        tokens_before=before,
+        tokens_after=before - estimate_tokens(state.history[:cut]),
+    )
+    return [b.make(ContextCompacted, data), b.pre(Stage.SEND_REQUEST)]
 
 
 def _render(b: Builder, turn: ActiveTurn, text: str) -> Event:

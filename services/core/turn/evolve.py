@@ -91,6 +91,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 last_event_id=event.id,
                 started_at=event.time,
                 stage_open=False,
+                history_start=len(state.history),
             )
             return with_changes(
                 _drop_pending(state, data.input_id),
@@ -216,11 +217,19 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 last_turn_id=state.active.turn_id,
                 last_status=data.status,
             )
+        case ContextCompacted(data=data):
+            if not _is_active(state, event):
+                return state
+            assert state.active is not None
+            before = state.active.history_start
+            dropped = min(data.dropped_messages, before)
+            state = with_changes(state, history=state.history[dropped:])
+            start = before - dropped
+            return _turn(state, event, history_start=start, compacted=True)
         case (
             InputRejected()
             | InterruptReceived()
             | ProviderRetry()
-            | ContextCompacted()
             | ToolCallModeInvoked()
             | InteractionRequested()
             | InteractionAnswered()

@@ -127,6 +127,10 @@ class ActiveTurn:
     rendered: bool = False
     ended: TurnStatus | None = None
     steering: tuple[str, ...] = ()
+    history_start: int = 0
+    """Index in the history of this turn's first message (compaction keeps it and after)."""
+    compacted: bool = False
+    """The history was compacted once for this turn (a prompt-too-long retry)."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,8 @@ class TurnConfig:
     tools: tuple[ToolInfo, ...] = ()
     max_tool_calls_per_turn: int = 64
     max_turn_seconds: float = 600.0
+    offer_tools: bool = True
+    """The model supports tool calling (`toolCalling: hard`); else no tools are offered."""
     tool_hooks: bool = False
     """Guard or transform hooks run on each approved call before it is requested."""
     stage_hooks: frozenset[Stage] = frozenset()
