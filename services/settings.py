@@ -129,7 +129,7 @@ class Settings(BaseSettings):
     @property
     def model_name(self) -> str:
         # the one place for default models; TURNSTREAM_MODEL picks another
-        defaults = {"scripted": "demo", "anthropic": "claude-sonnet-4-5", "openai": "gpt-4o-mini"}
+        defaults = {"scripted": "demo", "anthropic": "claude-sonnet-4-6", "openai": "gpt-4o-mini"}
         return self.model or defaults[self.provider]
 
     def turn_config(self) -> TurnConfig:

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anthropic
-import httpx
 
 from turnstream.core.events import StopReason, Usage
 from turnstream.core.turn import (
@@ -17,7 +16,12 @@ from turnstream.core.turn import (
     ToolCall,
 )
 from turnstream.providers.base import DeltaSink
-from turnstream.providers.errors import connection_failure, status_failure
+from turnstream.providers.errors import (
+    TRANSPORT_ERRORS,
+    connection_failure,
+    status_failure,
+    stream_failure,
+)
 from turnstream.providers.retry import RetryPolicy, with_retries
 from turnstream.providers.wire import anthropic_messages, anthropic_tools
 
@@ -54,6 +58,9 @@ class AnthropicProvider:
             timeout=timeout_s,
         )
 
+    async def close(self) -> None:
+        await self.client.close()
+
     async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
         return await with_retries(lambda: self._attempt(request, on_delta), self.retry)
 
@@ -78,8 +85,10 @@ class AnthropicProvider:
                         await on_delta(event.text)
                 final = await stream.get_final_message()
         except anthropic.APIStatusError as exc:
+            if exc.status_code == 200:  # an error event inside the stream
+                return stream_failure(getattr(exc, "type", None), _message(exc))
             return status_failure(exc.status_code, _message(exc), exc.response.headers)
-        except (anthropic.APIConnectionError, httpx.HTTPError) as exc:
+        except (anthropic.APIConnectionError, *TRANSPORT_ERRORS) as exc:
             return connection_failure(exc)
         now = datetime.now(UTC)
         text = "".join(b.text for b in final.content if b.type == "text")

@@ -18,3 +18,7 @@ class Provider(Protocol):
     async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
         """Stream one response. Failures come back as `ProviderFailure`, never raised."""
         ...
+
+    async def close(self) -> None:
+        """Release connections (on shutdown)."""
+        ...

@@ -7,6 +7,24 @@ from typing import Any
 
 from turnstream.core.turn import ProviderFailure
 
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a broken connection raises: httpx's errors, and httpx2's (which the
+    anthropic SDK uses and does not wrap when a stream breaks off)."""
+    import httpx
+
+    errors: list[type[BaseException]] = [httpx.HTTPError]
+    try:
+        import httpx2
+
+        errors.append(httpx2.HTTPError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+TRANSPORT_ERRORS = _transport_errors()
+
 _TOO_LONG = ("prompt is too long", "context_length_exceeded", "maximum context length")
 
 
@@ -36,6 +54,28 @@ def status_failure(
         failed_at=datetime.now(UTC),
         status_code=status,
         retry_after_s=_retry_after(headers),
+    )
+
+
+_TYPES = {
+    "overloaded_error": ("overloaded", True),
+    "rate_limit_error": ("rate_limit", True),
+    "rate_limit_exceeded": ("rate_limit", True),
+    "api_error": ("server_error", True),
+    "server_error": ("server_error", True),
+}
+
+
+def stream_failure(error_type: str | None, message: str) -> ProviderFailure:
+    """An error event inside an HTTP 200 stream (the provider failed mid-answer)."""
+    error_class, retryable = _TYPES.get(error_type or "", ("server_error", True))
+    if any(marker in message.lower() for marker in _TOO_LONG):
+        error_class, retryable = "prompt_too_long", False
+    return ProviderFailure(
+        error_class=error_class,
+        message=f"mid-stream {error_type or 'error'}: {message}"[:500],
+        retryable=retryable,
+        failed_at=datetime.now(UTC),
     )
 
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import openai
 import orjson
 
@@ -20,7 +19,12 @@ from turnstream.core.turn import (
     ToolCall,
 )
 from turnstream.providers.base import DeltaSink
-from turnstream.providers.errors import connection_failure, status_failure
+from turnstream.providers.errors import (
+    TRANSPORT_ERRORS,
+    connection_failure,
+    status_failure,
+    stream_failure,
+)
 from turnstream.providers.retry import RetryPolicy, with_retries
 from turnstream.providers.wire import openai_messages, openai_tools
 
@@ -64,6 +68,9 @@ class OpenAIProvider:
             max_retries=0,  # ours, recorded as ProviderRetry events
             timeout=timeout_s,
         )
+
+    async def close(self) -> None:
+        await self.client.close()
 
     async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
         return await with_retries(lambda: self._attempt(request, on_delta), self.retry)
@@ -109,8 +116,10 @@ class OpenAIProvider:
         except openai.APIStatusError as exc:
             code = _code(exc)
             return status_failure(exc.status_code, _message(exc), exc.response.headers, code)
-        except (openai.APIConnectionError, httpx.HTTPError) as exc:
+        except (openai.APIConnectionError, *TRANSPORT_ERRORS) as exc:
             return connection_failure(exc)
+        except openai.APIError as exc:  # an error event inside the stream
+            return stream_failure(_code(exc) or getattr(exc, "type", None), exc.message)
         try:
             tool_calls = tuple(
                 ToolCall(c.id, c.name, _arguments(c)) for _, c in sorted(calls.items())
@@ -152,6 +161,6 @@ def _message(exc: openai.APIStatusError) -> str:
     return str(error.get("message") if isinstance(error, dict) else exc.message) or exc.message
 
 
-def _code(exc: openai.APIStatusError) -> str | None:
+def _code(exc: openai.APIError) -> str | None:
     code = getattr(exc, "code", None)
     return str(code) if code else None

@@ -126,6 +126,9 @@ class ScriptedProvider:
         self.script = script
         self.model = model
 
+    async def close(self) -> None:
+        """Nothing to release."""
+
     async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
         reply = self.script.replies[request.call_index % len(self.script.replies)]
         if reply.delay_ms:

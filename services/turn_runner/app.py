@@ -163,6 +163,7 @@ async def serve(
             tasks.create_task(watch_hooks(bus, hooks, stop))
             tasks.create_task(Runner(bus, provider, config, hooks=hooks).serve(stop))
     finally:
+        await provider.close()
         if own_bus:
             await bus.close()
 

@@ -130,7 +130,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 event,
                 awaiting_provider=False,
                 stop_reason=data.stop_reason,
-                reply=turn.reply + message.text,
+                reply=_join(turn.reply, message.text, after_tools=turn.stop_reason == "tool_use"),
                 completions=turn.completions + 1,
                 requested_calls=calls,
             )
@@ -248,6 +248,13 @@ def fold(state: SessionState, events: list[Event]) -> SessionState:
     for event in events:
         state = evolve(state, event)
     return state
+
+
+def _join(reply: str, text: str, *, after_tools: bool) -> str:
+    """The turn's reply so far and a new round's text (a continuation joins seamlessly)."""
+    if reply and text and after_tools:
+        return f"{reply}\n\n{text}"
+    return reply + text
 
 
 def _denied(text: str) -> dict[str, object]:
