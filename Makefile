@@ -33,6 +33,7 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/consumers.py
 	$(BIN)/python bench/turns.py
+	$(BIN)/python bench/provider.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export

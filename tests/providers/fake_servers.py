@@ -258,6 +258,8 @@ class FakeServer:
     def __init__(self, script: Sequence[Reply]) -> None:
         self.requests: list[Recorded] = []
         self.failures: list[str] = []
+        self.streamed: list[tuple[float, float]] = []
+        """(first byte, last byte) of each stream sent, as `time.perf_counter()` (benchmarks)."""
         self._script = deque(script)
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
@@ -375,12 +377,14 @@ class FakeServer:
             self.request_id_header: self._request_id(),
         }
         writer.write(_head(200, headers))
+        first = time.perf_counter()
         for frame in frames:
             writer.write(_chunk(frame))
             await writer.drain()
         if end:
             writer.write(b"0\r\n\r\n")
             await writer.drain()
+        self.streamed.append((first, time.perf_counter()))
 
     def _frames(self, reply: Text | ToolCalls, body: Any) -> list[bytes]:
         raise NotImplementedError
