@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 from typing import Literal
@@ -24,6 +25,18 @@ CONFIG_FILE_ENV = "TURNSTREAM_CONFIG"
 class AllowRuleSetting(BaseModel):
     tool: str
     args: dict[str, str] = Field(default_factory=dict)
+
+
+class SessionOverride(BaseModel):
+    """Provider settings for the sessions whose id matches a pattern (deployment config:
+    a sender cannot choose where model calls go, or with which key)."""
+
+    provider: Literal["scripted", "anthropic", "openai"] | None = None
+    model: str | None = None
+    base_url: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    tool_calling: Literal["hard", "soft", "none"] | None = None
 
 
 class Settings(BaseSettings):
@@ -55,6 +68,9 @@ class Settings(BaseSettings):
     provider_max_retries: int = Field(default=3, ge=0, le=10)
     """Retries of a rate-limited, overloaded or dropped model call (each one a ProviderRetry)."""
     provider_retry_base_s: float = Field(default=0.5, gt=0)
+    sessions: dict[str, SessionOverride] = Field(default_factory=dict)
+    """Per-session provider settings by session-id glob, first match wins:
+    `{"support-*": {model: claude-haiku-4-5, max_tokens: 1024}}`."""
     secrets_file: Path | None = None
     """`KEY=value` lines (e.g. ANTHROPIC_API_KEY); the environment wins over the file."""
     workspace: Path = Path("workspace")
@@ -102,6 +118,16 @@ class Settings(BaseSettings):
             env_settings,
             YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file),
         )
+
+    def session_override(self, session_id: str) -> tuple[str, Settings]:
+        """The pattern that applies to a session ('' for none) and the settings it gets."""
+        for pattern, override in self.sessions.items():
+            if fnmatch.fnmatchcase(session_id, pattern):
+                changes = override.model_dump(exclude_none=True)
+                if "provider" in changes and "model" not in changes:
+                    changes["model"] = None  # the other provider's default model
+                return pattern, self.model_copy(update=changes)
+        return "", self
 
     def secret(self, name: str) -> str | None:
         """A secret from the environment, else from the secrets file."""

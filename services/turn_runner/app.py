@@ -53,11 +53,14 @@ class Runner:
         turn_config: TurnConfig,
         *,
         hooks: HookRegistry | None = None,
+        settings: Settings | None = None,
         clock: Callable[[], datetime] = now,
         new_id: IdFactory = new_event_id,
     ) -> None:
         self.bus = bus
         self.provider = provider
+        self.settings = settings
+        self.session_providers: dict[str, tuple[Provider, Settings]] = {}
         self.base_config = turn_config
         self.hooks = hooks or HookRegistry(nc=bus.nc)
         self.now = clock
@@ -73,6 +76,29 @@ class Runner:
         if (tool_hooks, stage_hooks) != (config.tool_hooks, config.stage_hooks):
             self.base_config = replace(config, tool_hooks=tool_hooks, stage_hooks=stage_hooks)
         return self.base_config
+
+    def for_session(self, session_id: str) -> tuple[Provider, TurnConfig]:
+        """The provider and turn configuration of a session (`sessions:` overrides)."""
+        config = self.turn_config
+        if self.settings is None or not self.settings.sessions:
+            return self.provider, config
+        pattern, settings = self.settings.session_override(session_id)
+        if not pattern:
+            return self.provider, config
+        if pattern not in self.session_providers:
+            self.session_providers[pattern] = (build_provider(settings), settings)
+        provider, settings = self.session_providers[pattern]
+        session_config = replace(
+            config,
+            provider=settings.provider,
+            model=settings.model_name,
+            offer_tools=settings.tool_calling != "none",
+        )
+        return provider, session_config
+
+    async def close(self) -> None:
+        for provider in [self.provider, *(p for p, _ in self.session_providers.values())]:
+            await provider.close()
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """A task owned by the runner's task group (cancelled on shutdown)."""
@@ -158,12 +184,13 @@ async def serve(
     registry = tools or ToolRegistry.load()
     hooks = hooks or HookRegistry.load(bus.nc)
     config = replace(settings.turn_config(), tools=tool_infos(registry))
+    runner = Runner(bus, provider, config, hooks=hooks, settings=settings)
     try:
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(watch_hooks(bus, hooks, stop))
-            tasks.create_task(Runner(bus, provider, config, hooks=hooks).serve(stop))
+            tasks.create_task(runner.serve(stop))
     finally:
-        await provider.close()
+        await runner.close()
         if own_bus:
             await bus.close()
 

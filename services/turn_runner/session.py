@@ -28,6 +28,7 @@ from turnstream.core.turn import (
     ProviderFailure,
     ProviderOutcome,
     SessionState,
+    TurnConfig,
     awaiting_hooks,
     awaiting_stage_hooks,
     compose_request,
@@ -92,7 +93,7 @@ class SessionActor:
     async def handle(self, item: Item) -> None:
         if not self.loaded:
             await self.reload()
-        config = self.runner.turn_config
+        config = self.config
         match item:
             case Delivered(msg=msg, seq=seq, event=event):
                 if seq > self.input_mark:
@@ -110,8 +111,12 @@ class SessionActor:
                 await self.advance()
         await self.after()
 
+    @property
+    def config(self) -> TurnConfig:
+        return self.runner.for_session(self.session_id)[1]
+
     async def advance(self) -> None:
-        config = self.runner.turn_config
+        config = self.config
         hooks = self.runner.hooks
         await self.commit(lambda s: decide(s, config, self.context()))
         for _ in range(MAX_CONFLICT_RETRIES):  # hooks may let the turn reach more hooks
@@ -141,7 +146,7 @@ class SessionActor:
             self.start_provider_call(self.state)  # e.g. a turn recovered mid-call
         if active is not None and active.turn_id != self.timed_turn:
             self.timed_turn = active.turn_id
-            bound = self.runner.turn_config.max_turn_seconds
+            bound = self.config.max_turn_seconds
             self.runner.mailboxes.deliver_later(self.session_id, Tick(), bound + 0.05)
 
     async def commit(self, step: Callable[[SessionState], list[Event]]) -> None:
@@ -187,7 +192,8 @@ class SessionActor:
         return Context(now=self.runner.now(), new_id=self.runner.new_id, source=self.runner.source)
 
     def start_provider_call(self, state: SessionState) -> None:
-        request = compose_request(state, self.runner.turn_config)
+        provider, config = self.runner.for_session(self.session_id)
+        request = compose_request(state, config)
         live = self.runner.bus.subjects.live(self.session_id, request.turn_id)
         nc = self.runner.bus.nc
         index = 0
@@ -200,11 +206,11 @@ class SessionActor:
 
         async def call() -> None:
             try:
-                outcome = await self.runner.provider.complete(request, on_delta)
+                outcome = await provider.complete(request, on_delta)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a provider bug must still end the turn
-                log.exception("provider %s raised", self.runner.provider.name)
+                log.exception("provider %s raised", provider.name)
                 outcome = ProviderFailure(
                     error_class="internal",
                     message=f"{type(exc).__name__}: {exc}",

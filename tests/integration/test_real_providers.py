@@ -72,3 +72,37 @@ async def test_a_tool_turn_through_a_real_adapter_never_logs_the_key(
     # the tool result went back to the model paired with its call
     second = orjson.dumps(fake.requests[2].body)
     assert b"call_1" in second and b"the answer is 42" in second
+
+
+async def test_sessions_matching_a_pattern_get_their_own_provider_and_model(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnstream.core.events import ProviderRequestStarted
+    from turnstream.settings import SessionOverride
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    script = tmp_path / "script.yaml"
+    script.write_text('replies:\n  - {text: "scripted {input}"}\n')
+    async with FakeAnthropic([Text("from claude")]) as fake:
+        overrides = {
+            "claude-*": SessionOverride(
+                provider="anthropic", base_url=fake.base_url, model="claude-fake-1", max_tokens=99
+            ),
+            "terse-*": SessionOverride(model="terse-demo"),
+        }
+        settings = settings_for(nats_server, tmp_path, script=script, sessions=overrides)
+        async with running_services(settings, bus):
+            routed = await send_and_wait(bus, message_command("claude-1", "hi"), timeout=15)
+            terse = await send_and_wait(bus, message_command("terse-1", "hi"), timeout=15)
+            plain = await send_and_wait(bus, message_command("plain-1", "hi"), timeout=15)
+    assert routed.reply == "from claude" and fake.requests[0].body["max_tokens"] == 99
+    assert terse.reply == plain.reply == "scripted hi"
+
+    async def model_of(session: str) -> tuple[str, str]:
+        events = [s.event for s in await bus.store.read_session(session)]
+        started = next(e for e in events if isinstance(e, ProviderRequestStarted))
+        return started.data.provider, started.data.model
+
+    assert await model_of("claude-1") == ("anthropic", "claude-fake-1")
+    assert await model_of("terse-1") == ("scripted", "terse-demo")
+    assert await model_of("plain-1") == ("scripted", "demo")

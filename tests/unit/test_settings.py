@@ -53,3 +53,17 @@ def test_nats_url_comes_from_the_running_up(tmp_path: Path) -> None:
     s.url_file.write_text("nats://127.0.0.1:4999\n")
     assert s.resolved_nats_url() == "nats://127.0.0.1:4999"
     assert Settings(data_dir=tmp_path, nats_url="nats://x:1").resolved_nats_url() == "nats://x:1"
+
+
+def test_session_overrides_match_by_glob_first_match_wins() -> None:
+    s = Settings(
+        provider="scripted",
+        sessions={
+            "support-*": {"model": "small", "max_tokens": 100},
+            "*": {"temperature": 0.5},
+        },
+    )
+    pattern, support = s.session_override("support-7")
+    assert pattern == "support-*" and support.model_name == "small" and support.max_tokens == 100
+    assert s.session_override("other")[1].temperature == 0.5
+    assert Settings().session_override("x") == ("", Settings())
