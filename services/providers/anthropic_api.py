@@ -22,7 +22,7 @@ from turnstream.providers.errors import (
     status_failure,
     stream_failure,
 )
-from turnstream.providers.retry import RetryPolicy, with_retries
+from turnstream.providers.sdk import SdkProvider
 from turnstream.providers.wire import anthropic_messages, anthropic_tools
 
 _STOPS: dict[str, StopReason] = {
@@ -33,7 +33,7 @@ _STOPS: dict[str, StopReason] = {
 }
 
 
-class AnthropicProvider:
+class AnthropicProvider(SdkProvider):
     name = "anthropic"
 
     def __init__(
@@ -42,27 +42,16 @@ class AnthropicProvider:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        max_tokens: int = 4096,
-        temperature: float | None = None,
-        retry: RetryPolicy | None = None,
         timeout_s: float = 600.0,
+        **options: Any,
     ) -> None:
-        self.model = model
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.retry = retry or RetryPolicy()
+        super().__init__(model, **options)
         self.client = anthropic.AsyncAnthropic(
             api_key=api_key or os.environ.get("ANTHROPIC_API_KEY"),
             base_url=base_url,
             max_retries=0,  # ours, recorded as ProviderRetry events
             timeout=timeout_s,
         )
-
-    async def close(self) -> None:
-        await self.client.close()
-
-    async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
-        return await with_retries(lambda: self._attempt(request, on_delta), self.retry)
 
     async def _attempt(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
         params: dict[str, Any] = {

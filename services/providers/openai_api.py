@@ -25,7 +25,7 @@ from turnstream.providers.errors import (
     status_failure,
     stream_failure,
 )
-from turnstream.providers.retry import RetryPolicy, with_retries
+from turnstream.providers.sdk import SdkProvider
 from turnstream.providers.wire import openai_messages, openai_tools
 
 _STOPS: dict[str, StopReason] = {
@@ -43,7 +43,7 @@ class _Call:
     arguments: list[str] = field(default_factory=list)
 
 
-class OpenAIProvider:
+class OpenAIProvider(SdkProvider):
     name = "openai"
 
     def __init__(
@@ -52,15 +52,10 @@ class OpenAIProvider:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        max_tokens: int = 4096,
-        temperature: float | None = None,
-        retry: RetryPolicy | None = None,
         timeout_s: float = 600.0,
+        **options: Any,
     ) -> None:
-        self.model = model
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.retry = retry or RetryPolicy()
+        super().__init__(model, **options)
         self.client = openai.AsyncOpenAI(
             # a local OpenAI-compatible server (vLLM, Ollama, llama.cpp) needs no key
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
@@ -68,12 +63,6 @@ class OpenAIProvider:
             max_retries=0,  # ours, recorded as ProviderRetry events
             timeout=timeout_s,
         )
-
-    async def close(self) -> None:
-        await self.client.close()
-
-    async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
-        return await with_retries(lambda: self._attempt(request, on_delta), self.retry)
 
     async def _attempt(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
         params: dict[str, Any] = {
