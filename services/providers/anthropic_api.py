@@ -15,7 +15,7 @@ from turnstream.core.turn import (
     ProviderSuccess,
     ToolCall,
 )
-from turnstream.providers.base import DeltaSink
+from turnstream.providers.base import DeltaSink, ToolCallSink
 from turnstream.providers.errors import (
     TRANSPORT_ERRORS,
     connection_failure,
@@ -53,7 +53,9 @@ class AnthropicProvider(SdkProvider):
             timeout=timeout_s,
         )
 
-    async def _attempt(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
+    async def _attempt(
+        self, request: ProviderRequest, on_delta: DeltaSink, on_tool_call: ToolCallSink
+    ) -> ProviderOutcome:
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
@@ -72,6 +74,10 @@ class AnthropicProvider(SdkProvider):
                     first_byte_at = first_byte_at or datetime.now(UTC)
                     if event.type == "text":
                         await on_delta(event.text)
+                    elif event.type == "content_block_stop":
+                        block = event.content_block
+                        if block.type == "tool_use":
+                            await on_tool_call(ToolCall(block.id, block.name, dict(block.input)))
                 final = await stream.get_final_message()
         except anthropic.APIStatusError as exc:
             if exc.status_code == 200:  # an error event inside the stream

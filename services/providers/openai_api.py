@@ -18,7 +18,7 @@ from turnstream.core.turn import (
     ProviderSuccess,
     ToolCall,
 )
-from turnstream.providers.base import DeltaSink
+from turnstream.providers.base import DeltaSink, ToolCallSink
 from turnstream.providers.errors import (
     TRANSPORT_ERRORS,
     connection_failure,
@@ -64,7 +64,9 @@ class OpenAIProvider(SdkProvider):
             timeout=timeout_s,
         )
 
-    async def _attempt(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
+    async def _attempt(
+        self, request: ProviderRequest, on_delta: DeltaSink, on_tool_call: ToolCallSink
+    ) -> ProviderOutcome:
         params: dict[str, Any] = {
             "model": self.model,
             "messages": openai_messages(request.system, request.messages),
@@ -95,6 +97,9 @@ class OpenAIProvider(SdkProvider):
                         text.append(delta.content)
                         await on_delta(delta.content)
                     for fragment in delta.tool_calls or []:
+                        if fragment.index not in calls and calls:
+                            # a new call starts: the one before it is complete
+                            await _hand_over(calls[max(calls)], on_tool_call)
                         call = calls.setdefault(fragment.index, _Call())
                         call.id = fragment.id or call.id
                         if fragment.function is not None:
@@ -102,6 +107,8 @@ class OpenAIProvider(SdkProvider):
                             call.arguments.append(fragment.function.arguments or "")
                     if choice.finish_reason:
                         finish = choice.finish_reason
+                        if calls:
+                            await _hand_over(calls[max(calls)], on_tool_call)
         except openai.APIStatusError as exc:
             code = _code(exc)
             return status_failure(exc.status_code, _message(exc), exc.response.headers, code)
@@ -129,6 +136,14 @@ class OpenAIProvider(SdkProvider):
             finished_at=now,
             tool_calls=tool_calls,
         )
+
+
+async def _hand_over(call: _Call, on_tool_call: ToolCallSink) -> None:
+    try:
+        arguments = _arguments(call)
+    except ValueError:
+        return  # the whole response will report it
+    await on_tool_call(ToolCall(call.id, call.name, arguments))
 
 
 def _arguments(call: _Call) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from turnstream.core.turn import (
     ProviderSuccess,
     ToolCall,
 )
-from turnstream.providers.base import DeltaSink
+from turnstream.providers.base import DeltaSink, ToolCallSink
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)(?::(\d+))?\}")
 _KNOWN = {"input", "call", "last_tool_result"}
@@ -129,7 +129,12 @@ class ScriptedProvider:
     async def close(self) -> None:
         """Nothing to release."""
 
-    async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
+    async def complete(
+        self,
+        request: ProviderRequest,
+        on_delta: DeltaSink,
+        on_tool_call: ToolCallSink | None = None,
+    ) -> ProviderOutcome:
         reply = self.script.replies[request.call_index % len(self.script.replies)]
         if reply.delay_ms:
             await asyncio.sleep(reply.delay_ms / 1000)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnstream.core.turn import ProviderOutcome, ProviderRequest
-from turnstream.providers.base import DeltaSink
+from turnstream.core.turn import ProviderOutcome, ProviderRequest, ToolCall
+from turnstream.providers.base import DeltaSink, ToolCallSink
 from turnstream.providers.retry import RetryPolicy, with_retries
 
 
@@ -31,8 +31,23 @@ class SdkProvider:
     async def close(self) -> None:
         await self.client.close()
 
-    async def complete(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
-        return await with_retries(lambda: self._attempt(request, on_delta), self.retry)
+    async def complete(
+        self,
+        request: ProviderRequest,
+        on_delta: DeltaSink,
+        on_tool_call: ToolCallSink | None = None,
+    ) -> ProviderOutcome:
+        handed: set[str] = set()
 
-    async def _attempt(self, request: ProviderRequest, on_delta: DeltaSink) -> ProviderOutcome:
+        async def once(call: ToolCall) -> None:
+            # a retried attempt streams the same calls again: hand each over once
+            if on_tool_call is not None and call.id not in handed:
+                handed.add(call.id)
+                await on_tool_call(call)
+
+        return await with_retries(lambda: self._attempt(request, on_delta, once), self.retry)
+
+    async def _attempt(
+        self, request: ProviderRequest, on_delta: DeltaSink, on_tool_call: ToolCallSink
+    ) -> ProviderOutcome:
         raise NotImplementedError

@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from turnstream.core.turn import (
     ProviderFailure,
     ProviderOutcome,
     SessionState,
+    ToolCall,
     TurnConfig,
     awaiting_hooks,
     awaiting_stage_hooks,
@@ -39,6 +41,7 @@ from turnstream.core.turn import (
     on_hook_verdicts,
     on_provider_result,
     on_stage_hooks,
+    on_tool_call_ready,
     stage_hook_text,
 )
 
@@ -63,11 +66,20 @@ class ProviderDone:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallReady:
+    """The model finished one tool call's block while it streams on."""
+
+    turn_id: str
+    call: ToolCall
+    first_byte_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Wake up and decide again (a turn's wall-time bound may have passed)."""
 
 
-Item = Delivered | ProviderDone | Tick
+Item = Delivered | ProviderDone | ToolCallReady | Tick
 
 
 class SessionActor:
@@ -102,14 +114,25 @@ class SessionActor:
                     self.last_seq = max(self.last_seq, seq)
                 await self.advance()
                 await msg.ack()
-            case ProviderDone(outcome=outcome):
-                self.provider_task, self.provider_turn = None, None
+            case ProviderDone(turn_id=turn_id, outcome=outcome):
+                if turn_id == self.provider_turn:
+                    self.provider_task, self.provider_turn = None, None
+                if self.is_current(turn_id):  # a late result of an ended turn is dropped
+                    ctx = self.context()
+                    await self.commit(lambda s: on_provider_result(s, outcome, config, ctx))
+                await self.advance()
+            case ToolCallReady(turn_id=turn_id, call=call, first_byte_at=first_byte_at):
+                if not self.is_current(turn_id):
+                    return
                 ctx = self.context()
-                await self.commit(lambda s: on_provider_result(s, outcome, config, ctx))
+                await self.commit(lambda s: on_tool_call_ready(s, call, first_byte_at, config, ctx))
                 await self.advance()
             case Tick():
                 await self.advance()
         await self.after()
+
+    def is_current(self, turn_id: str) -> bool:
+        return self.state.active is not None and self.state.active.turn_id == turn_id
 
     @property
     def config(self) -> TurnConfig:
@@ -197,16 +220,23 @@ class SessionActor:
         live = self.runner.bus.subjects.live(self.session_id, request.turn_id)
         nc = self.runner.bus.nc
         index = 0
+        first_byte_at: datetime | None = None
 
         async def on_delta(text: str) -> None:
-            nonlocal index
+            nonlocal index, first_byte_at
+            first_byte_at = first_byte_at or self.runner.now()
             payload = {"turnId": request.turn_id, "iteration": request.iteration}
             await nc.publish(live, orjson.dumps({**payload, "index": index, "delta": text}))
             index += 1
 
+        async def on_tool_call(call: ToolCall) -> None:
+            at = first_byte_at or self.runner.now()
+            ready = ToolCallReady(request.turn_id, call, at)
+            self.runner.mailboxes.deliver(self.session_id, ready)
+
         async def call() -> None:
             try:
-                outcome = await provider.complete(request, on_delta)
+                outcome = await provider.complete(request, on_delta, on_tool_call)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a provider bug must still end the turn

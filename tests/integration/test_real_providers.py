@@ -64,6 +64,10 @@ async def test_a_tool_turn_through_a_real_adapter_never_logs_the_key(
     assert [e.data.error_class for e in events if isinstance(e, ProviderRetry)] == ["rate_limit"]
     (result,) = [e for e in events if isinstance(e, ToolInvocationSucceeded)]
     assert "42" in result.data.output
+    # the call was handed to TOOL_CALL as soon as its block was complete, mid-stream
+    kinds = [e.type for e in events]
+    assert kinds.index("ToolInvocationProposed") < kinds.index("ProviderRequestCompleted")
+    assert kinds.count("ToolInvocationProposed") == 1
     # the key was sent to the provider, and nowhere else
     headers = fake.requests[0].headers
     assert CANARY in headers.get("authorization", "") + headers.get("x-api-key", "")

@@ -331,3 +331,32 @@ def test_a_stage_guard_abort_ends_the_turn_before_the_model_is_called() -> None:
     assert ended[0].data.failure_class is FailureClass.POLICY_DENIED
     assert "empty input" in (ended[0].data.reason or "")
     assert not [e for e in out if e.type == "ProviderRequestStarted"]
+
+
+def test_a_tool_call_complete_mid_stream_is_proposed_and_run_before_the_stream_ends() -> None:
+    from dataclasses import replace as dc_replace
+
+    from turnstream.core.turn import on_tool_call_ready
+
+    c = ctx(Ids())
+    state = fold(SessionState("s1"), [accepted(1, "go")])
+    log = decide(state, CONFIG, c)
+    state = fold(state, log)
+    call = ToolCall("c0", "read_file", {"path": "p0"})
+    early = on_tool_call_ready(state, call, T0, CONFIG, c)
+    assert [e.type for e in early] == ["StagePostFired", "StagePreFired", "ToolInvocationProposed"]
+    state = fold(state, early)
+    assert on_tool_call_ready(state, call, T0, CONFIG, c) == []  # once
+    inv = early[-1].data.invocation_id
+    state = fold(state, [approve(inv)])
+    running = decide(state, CONFIG, c)
+    assert requested(running) == ["read_file"]  # runs while the model still streams
+    state = fold(state, [*running, succeed(inv, "file text")])
+    reply = dc_replace(success("", "tool_use"), tool_calls=(call, ToolCall("c1", "grep", {})))
+    rest = on_provider_result(state, reply, CONFIG, c)
+    proposals = [e for e in rest if isinstance(e, ToolInvocationProposed)]
+    assert [p.data.call_id for p in proposals] == ["c1"]  # c0 is not proposed twice
+    assert [e.type for e in rest][:2] == ["ProviderRequestCompleted", "StagePostFired"]
+    state = fold(state, rest)
+    assert [c.call_id for c in state.active.calls] == ["c0", "c1"]
+    assert [c.index for c in state.active.calls] == [0, 1]

@@ -14,6 +14,7 @@ from turnstream.core.turn.decide import (
     on_hook_verdicts,
     on_provider_result,
     on_stage_hooks,
+    on_tool_call_ready,
     stage_hook_text,
 )
 from turnstream.core.turn.evolve import evolve, fold
@@ -78,6 +79,7 @@ __all__ = [
     "on_hook_verdicts",
     "on_provider_result",
     "on_stage_hooks",
+    "on_tool_call_ready",
     "stage_hook_text",
     "state_from_json",
     "state_to_json",

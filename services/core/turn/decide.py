@@ -22,6 +22,7 @@ from wherever the log left it. Pure: the clock and the id factory come in `Conte
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import assert_never
 
 from turnstream.core.events import (
@@ -76,6 +77,7 @@ from turnstream.core.turn.state import (
     ProviderSuccess,
     SessionState,
     StageHookVerdict,
+    ToolCall,
     ToolCallState,
     TurnConfig,
 )
@@ -100,7 +102,8 @@ def awaiting_hooks(state: SessionState, config: TurnConfig) -> list[ToolCallStat
     turn = state.active
     if not config.tool_hooks or turn is None or turn.ended or turn.abort:
         return []
-    if turn.stage is not Stage.TOOL_CALL or not turn.stage_open:
+    streaming = turn.stage is Stage.STREAM_RESPONSE and turn.awaiting_provider
+    if not (turn.stage is Stage.TOOL_CALL or streaming) or not turn.stage_open:
         return []
     return dispatchable(turn.calls)
 
@@ -251,6 +254,33 @@ def on_provider_result(
     return events + decide(state, config, ctx)
 
 
+def on_tool_call_ready(
+    state: SessionState,
+    call: ToolCall,
+    first_byte_at: datetime,
+    config: TurnConfig,
+    ctx: Context,
+) -> list[Event]:
+    """A tool call whose block is complete while the model still streams: propose it now,
+    so approval (and, once approved, the run) starts before the response ends."""
+    turn = state.active
+    if turn is None or not turn.awaiting_provider or turn.ended or turn.abort:
+        return []
+    if any(c.call_id == call.id for c in turn.calls):
+        return []
+    if turn.tool_calls_made + 1 > config.max_tool_calls_per_turn:
+        return []  # the whole response decides: the bound ends the turn then
+    b = Builder(state.session_id, turn, ctx)
+    events: list[Event] = []
+    if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
+        events.append(b.post(Stage.SEND_REQUEST, "ok", first_byte_at))
+    if not (turn.stage is Stage.STREAM_RESPONSE and turn.stage_open):
+        events.append(b.pre(Stage.STREAM_RESPONSE, first_byte_at))
+    events += _propose_calls(b, turn, config, [call], len(turn.calls))
+    state = fold(state, events)
+    return events + decide(state, config, ctx)
+
+
 def on_hook_verdicts(
     state: SessionState, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
 ) -> list[Event]:
@@ -321,7 +351,9 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
                 "or raise TURNSTREAM_MAX_TURN_SECONDS",
             )
     if turn.awaiting_provider:
-        return []
+        # calls proposed while the model streams may run before the response ends
+        ready = dispatchable(turn.calls) if not config.tool_hooks else []
+        return [_requested(b, call, config, call.args) for call in ready]
     stage, is_open = turn.stage, turn.stage_open
     if turn.provider_error and not is_open:
         if turn.provider_error.startswith("prompt_too_long") and not turn.compacted:
@@ -432,9 +464,15 @@ def _propose(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
             "prior tool calls of this turn may have completed; send a follow-up to continue, "
             "or raise TURNSTREAM_MAX_TOOL_CALLS_PER_TURN",
         )
+    return _propose_calls(b, turn, config, list(todo), len(turn.calls))
+
+
+def _propose_calls(
+    b: Builder, turn: ActiveTurn, config: TurnConfig, todo: list[ToolCall], first_index: int
+) -> list[Event]:
     events: list[Event] = []
     known = ", ".join(t.name for t in config.tools) or "none"
-    for index, call in enumerate(todo, start=len(turn.calls)):
+    for index, call in enumerate(todo, start=first_index):
         info = config.tool(call.name)
         invocation_id = b.ctx.new_id()
         proposed = ToolInvocationProposedData(
