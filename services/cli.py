@@ -105,7 +105,7 @@ def up(
     settings = _settings(nats_url, data_dir, nats_port=nats_port, provider=provider, script=script)
     try:
         run_up(settings, console)
-    except RuntimeError as exc:
+    except (RuntimeError, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
 

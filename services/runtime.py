@@ -78,7 +78,7 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
             profile.dump_stats(f"{profile_to}/{service}-{os.getpid()}.prof")
         else:
             asyncio.run(main())
-    except ConnectionError as exc:
+    except (ConnectionError, ValueError) as exc:  # bad settings or no server: say which
         log.error("%s", exc)
         raise SystemExit(2) from exc
 

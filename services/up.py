@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from turnstream.bus.embedded import EmbeddedServer
+from turnstream.providers import api_key
 from turnstream.settings import Settings
 
 SERVICES = ("gateway", "turn_runner", "approval", "tool_executor")
@@ -80,6 +81,7 @@ def run_up(settings: Settings, console: Console) -> None:
     """Run until Ctrl-C (or SIGTERM); then stop the services, then the server."""
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    api_key(settings)  # no key: fail now, with the fix, rather than in a restarting child
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     server: EmbeddedServer | None = None
     url = settings.nats_url

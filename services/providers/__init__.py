@@ -7,7 +7,33 @@ from turnstream.providers.retry import RetryPolicy
 from turnstream.providers.scripted import ScriptedProvider, load_script
 from turnstream.settings import Settings
 
-__all__ = ["DeltaSink", "Provider", "ScriptedProvider", "build_provider", "load_script"]
+__all__ = [
+    "DeltaSink",
+    "Provider",
+    "ScriptedProvider",
+    "api_key",
+    "build_provider",
+    "load_script",
+]
+
+
+def api_key(settings: Settings) -> str | None:
+    """The configured provider's key; a clear error when one is needed and missing."""
+    if settings.provider == "scripted":
+        return None
+    name = "ANTHROPIC_API_KEY" if settings.provider == "anthropic" else "OPENAI_API_KEY"
+    key = settings.secret(name)
+    if key or (settings.provider == "openai" and settings.base_url):
+        return key  # a local OpenAI-compatible server needs no key
+    raise ValueError(
+        f"the {settings.provider} provider needs a key: set {name} (or name a file with "
+        f"{name}=… in TURNSTREAM_SECRETS_FILE)"
+        + (
+            "; a local OpenAI-compatible server needs only TURNSTREAM_BASE_URL"
+            if settings.provider == "openai"
+            else ""
+        )
+    )
 
 
 def build_provider(settings: Settings) -> Provider:
@@ -25,11 +51,11 @@ def build_provider(settings: Settings) -> Provider:
     if settings.provider == "anthropic":
         from turnstream.providers.anthropic_api import AnthropicProvider
 
-        key = settings.secret("ANTHROPIC_API_KEY")
+        key = api_key(settings)
         return AnthropicProvider(settings.model_name, api_key=key, **common)
     if settings.provider == "openai":
         from turnstream.providers.openai_api import OpenAIProvider
 
-        key = settings.secret("OPENAI_API_KEY")
+        key = api_key(settings)
         return OpenAIProvider(settings.model_name, api_key=key, **common)
     return ScriptedProvider(load_script(settings.script), model=settings.model_name)

@@ -67,3 +67,26 @@ def test_session_overrides_match_by_glob_first_match_wins() -> None:
     assert pattern == "support-*" and support.model_name == "small" and support.max_tokens == 100
     assert s.session_override("other")[1].temperature == 0.5
     assert Settings().session_override("x") == ("", Settings())
+
+
+def test_a_missing_provider_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnstream.providers import api_key
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="ANTHROPIC_API_KEY"):
+        api_key(Settings(provider="anthropic"))
+    with pytest.raises(ValueError, match="TURNSTREAM_BASE_URL"):
+        api_key(Settings(provider="openai"))
+    assert api_key(Settings(provider="openai", base_url="http://localhost:11434/v1")) is None
+
+
+def test_a_secrets_file_supplies_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnstream.providers import api_key
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("# keys\nANTHROPIC_API_KEY='sk-from-file'\n")
+    assert api_key(Settings(provider="anthropic", secrets_file=secrets)) == "sk-from-file"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-from-env")
+    assert api_key(Settings(provider="anthropic", secrets_file=secrets)) == "sk-from-env"
