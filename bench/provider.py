@@ -7,6 +7,9 @@ provider's streaming wire format (tests/providers/fake_servers.py) and every ser
 as its own process. Measured per turn, p50 and p99, in the same run for both:
   first byte → first token   the server starts its stream → the first delta on ts.live
   last byte → TurnEnded      the server ends its stream → `TurnEnded` observed by a client
+and, as the baseline, the same SDK streaming the same answer with nothing around it
+(first byte → its first text event; last byte → the stream is done). The runtime's
+overhead is the difference.
 """
 
 from __future__ import annotations
@@ -105,6 +108,47 @@ async def run_provider(kind: str, url: str, root: Path, turns: int) -> dict[str,
             supervisor.stop_all()
 
 
+async def sdk_alone(kind: str, turns: int) -> dict[str, float]:
+    """The baseline: the SDK streaming the same answer in this process, nothing else."""
+    import anthropic
+    import openai
+
+    to_text, to_done = [], []
+    async with (FakeAnthropic if kind == "anthropic" else FakeOpenAI)([ANSWER] * turns) as fake:
+        if kind == "anthropic":
+            client: Any = anthropic.AsyncAnthropic(
+                api_key="k", base_url=fake.base_url, max_retries=0
+            )
+        else:
+            client = openai.AsyncOpenAI(api_key="k", base_url=fake.base_url + "/v1", max_retries=0)
+        for _ in range(turns):
+            first_text = None
+            if kind == "anthropic":
+                async with client.messages.stream(
+                    model="claude-fake-1",
+                    max_tokens=64,
+                    messages=[{"role": "user", "content": "go"}],
+                ) as stream:
+                    async for event in stream:
+                        if event.type == "text" and first_text is None:
+                            first_text = time.perf_counter()
+                    await stream.get_final_message()
+            else:
+                chunks = await client.chat.completions.create(
+                    model="gpt-fake-1", messages=[{"role": "user", "content": "go"}], stream=True
+                )
+                async for chunk in chunks:
+                    if chunk.choices and chunk.choices[0].delta.content and first_text is None:
+                        first_text = time.perf_counter()
+            done = time.perf_counter()
+            first_byte, last_byte = fake.streamed[-1]
+            assert first_text is not None
+            to_text.append(first_text - first_byte)
+            to_done.append(done - last_byte)
+        await client.close()
+    return {"first_text_p50_ms": pct(to_text, 0.5), "done_p50_ms": pct(to_done, 0.5)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=200)
@@ -113,11 +157,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp) / "nats") as server:
         for kind in ("anthropic", "openai"):
             results[kind] = asyncio.run(run_provider(kind, server.url, Path(tmp), args.turns))
+            results[kind].update(asyncio.run(sdk_alone(kind, args.turns)))
     table = Table(
         "provider",
         "first byte → first token p50/p99 ms",
+        "SDK alone: → first text p50",
         "last byte → TurnEnded p50/p99 ms",
-        "stream p50 ms",
+        "SDK alone: → done p50",
     )
     for kind, r in results.items():
         token = "first_byte_to_first_token"
@@ -125,8 +171,9 @@ def main() -> None:
         table.add_row(
             kind,
             f"{r[f'{token}_p50_ms']:.2f} / {r[f'{token}_p99_ms']:.2f}",
+            f"{r['first_text_p50_ms']:.2f}",
             f"{r[f'{end}_p50_ms']:.2f} / {r[f'{end}_p99_ms']:.2f}",
-            f"{r['stream_ms_p50']:.2f}",
+            f"{r['done_p50_ms']:.2f}",
         )
     console.print(table)
 
