@@ -228,6 +228,9 @@ class SessionActor:
             payload = {"turnId": request.turn_id, "iteration": request.iteration}
             await nc.publish(live, orjson.dumps({**payload, "index": index, "delta": text}))
             index += 1
+            # let the flusher write it now: an SDK parsing a burst of buffered chunks never
+            # yields on its own, and the token would wait for the whole burst
+            await asyncio.sleep(0)
 
         async def on_tool_call(call: ToolCall) -> None:
             at = first_byte_at or self.runner.now()
