@@ -101,7 +101,7 @@ class ApprovalState:
 def evolve(state: ApprovalState, event: Event) -> ApprovalState:
     """Fold the events the approval decider cares about; ignore the rest."""
     match event:
-        case ToolInvocationProposed(data=data) if data.known:
+        case ToolInvocationProposed(data=data) if data.known and not data.skip:
             if event.turn_id != state.turn_id:
                 state = with_changes(state, turn_id=event.turn_id, proposals=(), open=None)
             if any(p.invocation_id == data.invocation_id for p in state.proposals):

@@ -36,6 +36,7 @@ log = logging.getLogger("turnstream.turn_runner")
 DURABLE = "turn-runner"
 REACTS_TO = (
     "InputAccepted",
+    "InterruptReceived",
     "ToolCallApproved",
     "ToolCallDenied",
     "ToolInvocationSucceeded",

@@ -493,3 +493,57 @@ async def test_text_stage_hooks_rewrite_the_input_and_the_reply(
         ("RECEIVE_INPUT", "redact"),
         ("RENDER", "shout"),
     ]
+
+
+def interrupt_command(session: str, mode: str) -> dict[str, Any]:
+    return {
+        "type": "interrupt",
+        "sessionId": session,
+        "chatId": session,
+        "sender": {"kind": "human", "id": "ana"},
+        "idempotencyKey": f"int-{session}-{mode}",
+        "mode": mode,
+    }
+
+
+async def test_a_hard_interrupt_stops_a_streaming_turn(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    slow = '{text: "one two three four five six seven eight nine ten", delay_ms: 200}'
+    settings = settings_for(nats_server, tmp, script=script(tmp, slow))
+    async with running_services(settings, bus, tools=registry()):
+        turn = asyncio.create_task(
+            send_and_wait(bus, message_command("stop-now", "talk"), timeout=15)
+        )
+        await asyncio.sleep(0.6)
+        await publish_command(bus, "stop-now", interrupt_command("stop-now", "hard"))
+        outcome = await turn
+    assert outcome.status == "failed" and outcome.failure_class == "interrupted"
+    events = await events_of(bus, "stop-now")
+    assert len(only(events, TurnEnded)) == 1
+    assert not [e for e in events if e.type == "ProviderRequestCompleted"]
+
+
+async def test_a_graceful_interrupt_lets_the_running_tool_finish_and_summarises(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    replies = (
+        "{tool_calls: [{name: slow_read, arguments: {ms: 800}}, {name: slow_write}]}",
+        '{text: "summary: {last_tool_result}"}',
+    )
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
+    seen: asyncio.Queue = asyncio.Queue()
+    sub = await bus.nc.subscribe(bus.subjects.log("wrap-up", "ToolInvocationStarted"), cb=seen.put)
+    async with running_services(settings, bus, tools=registry()):
+        turn = asyncio.create_task(send_and_wait(bus, message_command("wrap-up", "go"), timeout=15))
+        await asyncio.wait_for(seen.get(), 10)
+        await publish_command(bus, "wrap-up", interrupt_command("wrap-up", "graceful"))
+        outcome = await turn
+    await sub.unsubscribe()
+    assert outcome.status == "completed"
+    events = await events_of(bus, "wrap-up")
+    assert [e.data.invocation_id for e in only(events, ToolInvocationSucceeded)]  # read finished
+    (cancelled,) = only(events, ToolInvocationCancelled)  # the write never ran
+    assert "interrupted" in cancelled.data.reason
+    assert not (tmp / "workspace" / "slow_write.runs").exists()
+    assert "summary:" in (outcome.reply or "")

@@ -360,3 +360,63 @@ def test_a_tool_call_complete_mid_stream_is_proposed_and_run_before_the_stream_e
     state = fold(state, rest)
     assert [c.call_id for c in state.active.calls] == ["c0", "c1"]
     assert [c.index for c in state.active.calls] == [0, 1]
+
+
+def interrupt(mode: str):
+    from turnstream.core.events import InterruptReceived, InterruptReceivedData, Sender
+
+    return InterruptReceived(
+        id=f"int-{mode}",
+        time=T0,
+        session_id="s1",
+        chat_id="c1",
+        trace_id="tr",
+        correlation_id="k-int",
+        source="gateway/1",
+        data=InterruptReceivedData(
+            mode=mode, sender=Sender(kind="human", id="ana"), idempotency_key="k", inbound_seq=9
+        ),
+    )
+
+
+def test_a_hard_interrupt_ends_the_turn_at_once_even_mid_call() -> None:
+    d = Driver(CONFIG, "slow", "read_file")  # waiting for approvals
+    out = d.feed(interrupt("hard"))
+    ended = [e for e in out if isinstance(e, TurnEnded)]
+    assert len(ended) == 1 and ended[0].data.failure_class is FailureClass.INTERRUPTED
+    assert "ana" in (ended[0].data.reason or "") and ended[0].data.next_action
+    assert out[0].type == "StagePostFired" and out[0].data.outcome == "failed"
+    c = ctx(Ids("q"))
+    state = fold(SessionState("s1"), [accepted(1)])
+    state = fold(state, decide(state, CONFIG, c))  # now waiting for the model
+    out = decide(fold(state, [interrupt("hard")]), CONFIG, c)
+    assert [e.type for e in out][-2:] == ["TurnEnded", "SessionTurnEnd"]
+
+
+def test_a_graceful_interrupt_skips_remaining_tools_and_asks_for_a_summary() -> None:
+    from turnstream.core.events import ToolInvocationCancelled
+
+    d = Driver(CONFIG, "read_file", "write_file", "grep")
+    d.feed(approve(d.inv(0)))  # read_file runs
+    out = d.feed(interrupt("graceful"))
+    cancelled = {e.data.invocation_id for e in out if isinstance(e, ToolInvocationCancelled)}
+    assert cancelled == {d.inv(1), d.inv(2)}  # not started: skipped; the running one finishes
+    assert out[0].type == "SteeringInjected"
+    out = d.feed(succeed(d.inv(0), "file text"))
+    request = compose_request(d.state, CONFIG)
+    assert request.tools == ()  # the summary round offers no tools
+    assert "interrupted" in request.messages[-1].text
+    tools = [m for m in request.messages if m.role == "tool"]
+    assert [m.is_error for m in tools] == [False, True, True]  # every call has a result
+    # even if the model calls a tool in the summary round, the turn renders and ends
+    reply = tool_reply("grep")
+    final = on_provider_result(d.state, reply, CONFIG, d.c)
+    ended = [e for e in final if isinstance(e, TurnEnded)]
+    assert ended and ended[0].data.status == "completed"
+    proposals = [e for e in final if isinstance(e, ToolInvocationProposed)]
+    assert proposals and all(p.data.skip for p in proposals)
+
+
+def test_an_interrupt_with_no_turn_running_changes_nothing() -> None:
+    state = SessionState("s1")
+    assert fold(state, [interrupt("hard")]) == state

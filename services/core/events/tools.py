@@ -26,6 +26,8 @@ class ToolInvocationProposedData(WireModel):
     read_only: bool
     known: bool = True
     """False when no such tool exists: the runner fails the call itself, nobody approves it."""
+    skip: str | None = None
+    """Why the runner will not run this call (a graceful interrupt); nobody approves it."""
 
 
 class ToolInvocationProposed(EventBase):

@@ -55,6 +55,8 @@ from turnstream.core.events import (
     SteeringInjectedData,
     TextBlock,
     ToolError,
+    ToolInvocationCancelled,
+    ToolInvocationCancelledData,
     ToolInvocationFailed,
     ToolInvocationFailedData,
     ToolInvocationProposed,
@@ -64,7 +66,7 @@ from turnstream.core.events import (
     ToolUseBlock,
 )
 from turnstream.core.turn.builder import Builder
-from turnstream.core.turn.evolve import fold
+from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
 from turnstream.core.turn.state import (
     ActiveTurn,
     Context,
@@ -80,6 +82,11 @@ from turnstream.core.turn.state import (
     ToolCall,
     ToolCallState,
     TurnConfig,
+)
+
+SUMMARY_REQUEST = (
+    "The user interrupted this turn. Do not call any more tools: summarise what you have "
+    "done and found so far, and say what is left."
 )
 
 
@@ -196,7 +203,7 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
         call_index=state.provider_calls - 1,
         system=config.system_prompt,
         messages=state.history,
-        tools=config.tools if config.offer_tools else (),
+        tools=config.tools if config.offer_tools and turn.interrupt is None else (),
     )
 
 
@@ -266,7 +273,7 @@ def on_tool_call_ready(
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended or turn.abort:
         return []
-    if any(c.call_id == call.id for c in turn.calls):
+    if turn.interrupt is not None or any(c.call_id == call.id for c in turn.calls):
         return []
     if turn.tool_calls_made + 1 > config.max_tool_calls_per_turn:
         return []  # the whole response decides: the bound ends the turn then
@@ -338,6 +345,22 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
             "the turn was stopped by a hook; send a new "
             "message to continue (tool calls before the stop may have completed)",
         )
+    if turn.interrupt is not None:
+        mode, sender, _ = turn.interrupt
+        if mode == "hard":
+            return _fail(
+                b,
+                turn,
+                FailureClass.INTERRUPTED,
+                f"hard interrupt from {sender}",
+                "the turn was stopped at once; tool calls already running were cancelled and "
+                "may have had effects; send a new message to continue",
+            )
+        if not turn.summary_asked:
+            steer = SteeringInjectedData(
+                input_id=f"{INTERRUPT_INPUT}{turn.turn_id}", text=SUMMARY_REQUEST
+            )
+            return [b.make(SteeringInjected, steer)]
     if turn.started_at is not None:
         elapsed = (ctx.now - turn.started_at).total_seconds()
         if elapsed > config.max_turn_seconds:
@@ -398,6 +421,8 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         case Stage.TOOL_CALL, True:
             return _tool_step(b, turn, config)
         case Stage.TOOL_CALL, False:
+            if turn.interrupt is not None and turn.iteration > turn.interrupt[2]:
+                return [b.pre(Stage.RENDER)]  # the summary round is done: no more rounds
             return _compose_or_stop(b, turn, config)
         case Stage.RENDER, True:
             if not turn.rendered:
@@ -441,6 +466,10 @@ def _render(b: Builder, turn: ActiveTurn, text: str) -> Event:
 
 def _tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
     calls = turn.calls
+    if turn.interrupt is not None:
+        skipped = _skip_remaining(b, turn, config)
+        if skipped:
+            return skipped
     if len(calls) < len(turn.requested_calls):
         return _propose(b, turn, config)
     ready = dispatchable(calls)
@@ -449,6 +478,21 @@ def _tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
     if all(call.done for call in calls):
         return [b.post(Stage.TOOL_CALL, "ok")]
     return []  # waiting for approvals, hooks or results
+
+
+def _skip_remaining(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    """A graceful interrupt: calls not started yet get a `cancelled` result (every tool call
+    in the history needs one); calls already running finish."""
+    reason = "skipped: the user interrupted the turn"
+    todo = list(turn.requested_calls[len(turn.calls) :])
+    events = _propose_calls(b, turn, config, todo, len(turn.calls), skip=reason)
+    waiting = [c for c in turn.calls if c.status in ("proposed", "approved")]
+    proposed = [e for e in events if isinstance(e, ToolInvocationProposed)]
+    ids = [c.invocation_id for c in waiting] + [e.data.invocation_id for e in proposed]
+    for invocation_id in ids:
+        data = ToolInvocationCancelledData(invocation_id=invocation_id, reason=reason)
+        events.append(b.make(ToolInvocationCancelled, data))
+    return [e for e in events if not isinstance(e, ToolInvocationFailed)]
 
 
 def _propose(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
@@ -468,7 +512,13 @@ def _propose(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
 
 
 def _propose_calls(
-    b: Builder, turn: ActiveTurn, config: TurnConfig, todo: list[ToolCall], first_index: int
+    b: Builder,
+    turn: ActiveTurn,
+    config: TurnConfig,
+    todo: list[ToolCall],
+    first_index: int,
+    *,
+    skip: str | None = None,
 ) -> list[Event]:
     events: list[Event] = []
     known = ", ".join(t.name for t in config.tools) or "none"
@@ -484,6 +534,7 @@ def _propose_calls(
             iteration=turn.iteration,
             read_only=info.read_only if info else False,
             known=info is not None,
+            skip=skip,
         )
         events.append(b.make(ToolInvocationProposed, proposed))
         if info is None:

@@ -78,7 +78,9 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             state = _drop_pending(state, data.input_id)
             if state.active is None:
                 return state
-            return _turn(state, event, steering=(*state.active.steering, data.text))
+            asked = state.active.summary_asked or data.input_id.startswith(INTERRUPT_INPUT)
+            steering = (*state.active.steering, data.text)
+            return _turn(state, event, steering=steering, summary_asked=asked)
         case SessionTurnStart(data=data):
             started = next((p for p in state.pending if p.input_id == data.input_id), None)
             turn = ActiveTurn(
@@ -226,9 +228,15 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             state = with_changes(state, history=state.history[dropped:])
             start = before - dropped
             return _turn(state, event, history_start=start, compacted=True)
+        case InterruptReceived(data=data):
+            current = state.active
+            if current is None or current.ended or current.interrupt is not None:
+                return state  # nothing to interrupt, or already interrupted
+            sender = f"{data.sender.kind}:{data.sender.id}"
+            interrupt = (data.mode, sender, current.iteration)
+            return with_changes(state, active=with_changes(current, interrupt=interrupt))
         case (
             InputRejected()
-            | InterruptReceived()
             | ProviderRetry()
             | ToolCallModeInvoked()
             | InteractionRequested()
@@ -241,6 +249,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
 
 
 _OPEN: frozenset[str] = frozenset({"proposed", "approved", "requested"})
+INTERRUPT_INPUT = "interrupt:"
+"""`SteeringInjected.inputId` prefix of a graceful interrupt's request to summarise."""
 
 
 def fold(state: SessionState, events: list[Event]) -> SessionState:

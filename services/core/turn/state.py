@@ -131,6 +131,10 @@ class ActiveTurn:
     """Index in the history of this turn's first message (compaction keeps it and after)."""
     compacted: bool = False
     """The history was compacted once for this turn (a prompt-too-long retry)."""
+    interrupt: tuple[Literal["graceful", "hard"], str, int] | None = None
+    """An interrupt: its mode, who sent it, and the round it arrived in."""
+    summary_asked: bool = False
+    """A graceful interrupt's request to summarise has been injected."""
 
 
 @dataclass(frozen=True)
