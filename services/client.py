@@ -15,7 +15,14 @@ import orjson
 import uuid_utils
 
 from turnstream.bus import Bus
-from turnstream.core.events import Event, FailureClass, TurnEnded, TurnStatus, decode
+from turnstream.core.events import (
+    Event,
+    FailureClass,
+    SteeringInjected,
+    TurnEnded,
+    TurnStatus,
+    decode,
+)
 from turnstream.core.subjects import REJECTED_SESSION, is_session_id
 
 EventSink = Callable[[Event], Awaitable[None] | None]
@@ -115,7 +122,10 @@ async def send_and_wait(
     on_delta: DeltaSink | None = None,
     timeout: float = 60.0,
 ) -> TurnOutcome:
-    """Publish `command` and follow its turn until its `TurnEnded` is in the log."""
+    """Publish `command` and follow its turn until its `TurnEnded` is in the log.
+
+    A message steered into a running turn (a `steer` command, or the `steer` follow-up
+    policy) follows that turn instead, and hears back with its `TurnEnded`."""
     session_id, key = command["sessionId"], command["idempotencyKey"]
     subjects = bus.subjects
     done: asyncio.Future[TurnOutcome] = asyncio.get_running_loop().create_future()
@@ -131,8 +141,11 @@ async def send_and_wait(
     async def on_log(msg: Any) -> None:
         nonlocal turn_id
         event = decode(msg.data)
-        if event.correlation_id != key:
+        # a steered message joins the running turn: it ends with that turn's TurnEnded
+        if event.correlation_id != key and (turn_id is None or event.turn_id != turn_id):
             return
+        if isinstance(event, SteeringInjected):
+            turn_id = event.turn_id  # from now on, follow the turn it joined
         turn_id = turn_id or event.turn_id
         seen.append(event)
         await call(on_event, event)

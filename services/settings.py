@@ -37,6 +37,7 @@ class SessionOverride(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     tool_calling: Literal["hard", "soft", "none"] | None = None
+    followup_policy: Literal["collect", "steer"] | None = None
 
 
 class Settings(BaseSettings):
@@ -62,6 +63,9 @@ class Settings(BaseSettings):
     """Provider endpoint: e.g. a local OpenAI-compatible server (`http://localhost:11434/v1`)."""
     max_tokens: int = Field(default=4096, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    followup_policy: Literal["collect", "steer"] = "collect"
+    """A message that arrives while its session has a turn running: `collect` queues it as
+    the next turn (FollowUpQueued), `steer` injects it before the next model call."""
     tool_calling: Literal["hard", "soft", "none"] = "hard"
     """What the model can do with tools: `hard` (native tool calls), `soft` (unreliable),
     `none` (no tools are offered; e.g. a local model without function calling)."""
@@ -168,6 +172,7 @@ class Settings(BaseSettings):
             max_tool_calls_per_turn=self.max_tool_calls_per_turn,
             max_turn_seconds=self.max_turn_seconds,
             offer_tools=self.tool_calling != "none",
+            followup_policy=self.followup_policy,
         )
 
     def approval_config(self) -> ApprovalConfig:

@@ -94,6 +94,7 @@ class Runner:
             provider=settings.provider,
             model=settings.model_name,
             offer_tools=settings.tool_calling != "none",
+            followup_policy=settings.followup_policy,
         )
         return provider, session_config
 

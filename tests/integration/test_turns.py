@@ -163,3 +163,18 @@ async def test_tokens_stream_on_the_live_subject(bus: Bus, services) -> None:
     )
     assert "".join(deltas) == outcome.reply
     assert len(deltas) > 1
+
+
+async def test_a_steered_message_hears_back_with_the_turn_it_joined(bus: Bus, services) -> None:
+    # reply 0 is quick; the session's 2nd call (reply 1) is slow: steer into that turn
+    await send_and_wait(bus, message_command("steered", "warm up"), timeout=10)
+    first = asyncio.create_task(
+        send_and_wait(bus, message_command("steered", "slow one"), timeout=15)
+    )
+    await asyncio.sleep(0.05)
+    steer = message_command("steered", "and be brief", kind="steer")
+    joined = await send_and_wait(bus, steer, timeout=15)
+    main = await first
+    assert joined.turn_id == main.turn_id and joined.status == main.status
+    events = await events_of(bus, "steered")
+    assert any(e.type == "SteeringInjected" for e in events)

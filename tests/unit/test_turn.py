@@ -315,3 +315,12 @@ def test_tools_are_not_offered_to_a_model_without_tool_calling() -> None:
         config = TurnConfig(tools=tools, offer_tools=offer)
         decided = fold(state, decide(state, config, ctx()))
         assert len(compose_request(decided, config).tools) == expected
+
+
+def test_the_steer_policy_steers_a_message_that_arrives_mid_turn() -> None:
+    config, c = TurnConfig(followup_policy="steer"), ctx()
+    state = with_input(accepted(1, "first"))
+    state = fold(state, decide(state, config, c))
+    state = evolve(state, accepted(2, "actually, shorter"))
+    parked = decide(state, config, c)
+    assert kinds(parked) == ["SteeringInjected"] and parked[0].turn_id == "turn1"

@@ -330,7 +330,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         return _start_turn(state, ctx)
     waiting = [p for p in state.pending if not p.queued]
     if waiting:
-        return [_park(state.session_id, turn, p, ctx) for p in waiting]
+        return [_park(state.session_id, turn, p, config, ctx) for p in waiting]
     b = Builder(state.session_id, turn, ctx)
     if turn.ended is not None:
         return [b.make(SessionTurnEnd, SessionTurnEndData(status=turn.ended))]
@@ -606,7 +606,9 @@ def _start_turn(state: SessionState, ctx: Context) -> list[Event]:
     return [b.make(SessionTurnStart, data), b.pre(Stage.RECEIVE_INPUT)]
 
 
-def _park(session_id: str, turn: ActiveTurn, pending: PendingInput, ctx: Context) -> Event:
+def _park(
+    session_id: str, turn: ActiveTurn, pending: PendingInput, config: TurnConfig, ctx: Context
+) -> Event:
     """An input that arrived during a turn: steer it in, or queue it for the next turn."""
     b = Builder(
         session_id,
@@ -621,7 +623,7 @@ def _park(session_id: str, turn: ActiveTurn, pending: PendingInput, ctx: Context
         ),
         ctx,
     )
-    if pending.kind == "steer":
+    if pending.kind == "steer" or config.followup_policy == "steer":
         steer = SteeringInjectedData(input_id=pending.input_id, text=pending.text)
         return b.make(SteeringInjected, steer, turn_id=turn.turn_id)
     queued = FollowUpQueuedData(input_id=pending.input_id, behind_turn_id=turn.turn_id)

@@ -161,6 +161,8 @@ class TurnConfig:
     tools: tuple[ToolInfo, ...] = ()
     max_tool_calls_per_turn: int = 64
     max_turn_seconds: float = 600.0
+    followup_policy: Literal["collect", "steer"] = "collect"
+    """A message arriving during a turn: queued for the next turn, or steered into this one."""
     offer_tools: bool = True
     """The model supports tool calling (`toolCalling: hard`); else no tools are offered."""
     tool_hooks: bool = False
