@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 
 import orjson
 import typer
+import uuid_utils
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -340,6 +341,32 @@ def streams(
     options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
     sys.stdout.write(orjson.dumps(describe(_settings().subjects, limits), option=options).decode())
     sys.stdout.write("\n")
+
+
+@app.command()
+def interrupt(
+    session: Annotated[str, typer.Argument(help="The session whose turn to stop.")],
+    hard: Annotated[
+        bool, typer.Option("--hard", help="Stop at once (default: graceful, with a summary).")
+    ] = False,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Interrupt the running turn of a session."""
+    if not is_session_id(session):
+        err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
+        raise typer.Exit(2)
+    mode = "hard" if hard else "graceful"
+    command = {
+        "type": "interrupt",
+        "sessionId": session,
+        "chatId": session,
+        "sender": {"kind": "human", "id": "cli"},
+        "idempotencyKey": str(uuid_utils.uuid7()),
+        "mode": mode,
+    }
+    _run(_settings(nats_url, data_dir), lambda bus: publish_command(bus, session, command))
+    console.print(f"sent a {mode} interrupt to {session}")
 
 
 @app.command()

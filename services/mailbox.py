@@ -45,8 +45,11 @@ class Mailboxes(Generic[Item]):
         self.boxes: dict[str, _Mailbox[Item]] = {}
         self.tasks: asyncio.TaskGroup | None = None
         self.workers: set[asyncio.Task[None]] = set()
+        self.closing = False
 
     def deliver(self, key: str, item: Item) -> None:
+        if self.closing:
+            return  # shutting down: an unacked message comes again, a timer is moot
         box = self.boxes.get(key)
         if box is None or box.closed:
             assert self.tasks is not None, "Mailboxes.deliver before run()"
@@ -69,6 +72,7 @@ class Mailboxes(Generic[Item]):
         async with asyncio.TaskGroup() as tasks:
             self.tasks = tasks
             await until.wait()
+            self.closing = True  # no new worker may start while these wind down
             for task in list(self.workers):
                 task.cancel()
         self.tasks = None

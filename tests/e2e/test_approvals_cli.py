@@ -90,3 +90,23 @@ def test_answering_an_unknown_prompt_says_how_to_find_the_real_ones(
     result = cli("deny", "not-a-prompt", env=deployment)
     assert result.returncode == 1
     assert "turnstream approvals" in result.stderr
+
+
+def test_interrupt_stops_a_turn_waiting_for_approval(deployment: dict[str, str]) -> None:
+    send = subprocess.Popen(
+        [sys.executable, "-m", "turnstream.cli", "send", "demo-stop", "look around"],
+        env=deployment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    for _ in range(60):
+        if "demo-stop" in cli("approvals", env=deployment).stdout:
+            break
+        time.sleep(0.25)
+    result = cli("interrupt", "demo-stop", "--hard", env=deployment)
+    assert result.returncode == 0 and "hard interrupt" in result.stdout
+    out, errors = send.communicate(timeout=30)
+    assert send.returncode == 1
+    assert "interrupted" in errors and "next:" in errors
