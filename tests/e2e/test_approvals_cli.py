@@ -107,6 +107,6 @@ def test_interrupt_stops_a_turn_waiting_for_approval(deployment: dict[str, str])
         time.sleep(0.25)
     result = cli("interrupt", "demo-stop", "--hard", env=deployment)
     assert result.returncode == 0 and "hard interrupt" in result.stdout
-    out, errors = send.communicate(timeout=30)
+    _, errors = send.communicate(timeout=30)
     assert send.returncode == 1
     assert "interrupted" in errors and "next:" in errors
