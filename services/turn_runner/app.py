@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -30,7 +30,7 @@ from turnstream.runtime import (
 )
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
-from turnstream.turn_runner.session import Delivered, Item, SessionActor
+from turnstream.turn_runner.session import Delivered, Item, SessionActor, Tick
 
 log = logging.getLogger("turnstream.turn_runner")
 DURABLE = "turn-runner"
@@ -150,6 +150,7 @@ class Runner:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.mailboxes.run(stop))
                 await asyncio.sleep(0)  # the mailboxes take items from here on
+                tasks.create_task(self._resume_open_turns())
                 sub = await durable_push(
                     self.bus.js,
                     subjects.log_stream,
@@ -162,6 +163,20 @@ class Runner:
                 await sub.unsubscribe()
         finally:
             await api_sub.unsubscribe()
+
+    async def _resume_open_turns(self) -> None:
+        """After a crash: wake every session whose turn started within the wall-time bound
+        and has not ended. Each reloads from the log and continues from its last durable
+        stage (a lost model call is made again; a bound that passed ends the turn)."""
+        since = self.now() - timedelta(seconds=self.base_config.max_turn_seconds + 60)
+        started = await self.bus.store.read_kind("SessionTurnStart", since=since)
+        ended = await self.bus.store.read_kind("SessionTurnEnd", since=since)
+        closed = {s.event.turn_id for s in ended}
+        open_sessions = {s.event.session_id for s in started if s.event.turn_id not in closed}
+        if open_sessions:
+            log.info("resuming %d session(s) with an open turn", len(open_sessions))
+        for session_id in open_sessions:
+            self.mailboxes.deliver(session_id, Tick())
 
     async def _answer_session(self, msg: Any) -> None:
         try:
