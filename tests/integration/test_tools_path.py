@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -547,3 +548,60 @@ async def test_a_graceful_interrupt_lets_the_running_tool_finish_and_summarises(
     assert "interrupted" in cancelled.data.reason
     assert not (tmp / "workspace" / "slow_write.runs").exists()
     assert "summary:" in (outcome.reply or "")
+
+
+@pytest.mark.parametrize("tool", ["slow_write", "slow_read"])
+async def test_a_claim_left_running_by_a_dead_executor(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path, tool: str
+) -> None:
+    """A claim without a result means an executor died mid-run: a tool that is not
+    idempotent fails `interrupted, mayHaveRun`; an idempotent one runs again."""
+    from turnstream.core.events import ToolInvocationRequestedData
+
+    settings = settings_for(nats_server, tmp, script=script(tmp, '{text: "unused"}'))
+    invocation = f"inv-dead-{tool}"
+    kv = await bus.js.key_value(bus.subjects.invocations_bucket)
+    await kv.put(invocation, b"running")
+    request = ToolInvocationRequested(
+        id=f"01a20000-0000-7000-8000-0000000000{'a1' if tool == 'slow_write' else 'b2'}",
+        time=datetime.now(UTC),
+        session_id=f"dead-{tool}",
+        chat_id="c",
+        turn_id="t-dead",
+        trace_id="tr",
+        correlation_id="k",
+        source="turn-runner/test",
+        data=ToolInvocationRequestedData(
+            invocation_id=invocation,
+            call_id="call-1",
+            tool=tool,
+            args={"ms": 1},
+            read_only=tool == "slow_read",
+            idempotent=tool == "slow_read",
+            timeout_ms=5000,
+            iteration=1,
+        ),
+    )
+    async with running_services(settings, bus, tools=registry()):
+        await bus.store.append_facts([request])
+        for _ in range(100):
+            events = await events_of(bus, f"dead-{tool}")
+            if only(events, ToolInvocationFailed) or only(events, ToolInvocationSucceeded):
+                break
+            await asyncio.sleep(0.05)
+    if tool == "slow_write":
+        (failed,) = only(events, ToolInvocationFailed)
+        assert failed.data.error.kind == "interrupted" and failed.data.may_have_run
+        assert not (tmp / "workspace" / "slow_write.runs").exists()
+    else:
+        assert len(only(events, ToolInvocationSucceeded)) == 1
+        (started,) = only(events, ToolInvocationStarted)
+        assert started.data.attempt == 2
+        assert (tmp / "workspace" / "slow_read.runs").read_text().split() == [invocation]
+    assert (await kv.get(invocation)).value == b"done"
+
+
+def T0_NOW():
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
