@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+from turnstream.bus import Bus
+from turnstream.bus.consume import durable_push
+from turnstream.core.events import Event, decode
 
 log = logging.getLogger("turnstream")
 Item = TypeVar("Item")
@@ -101,3 +105,39 @@ class Mailboxes(Generic[Item]):
             box.closed = True
             if self.boxes.get(key) is box:
                 del self.boxes[key]
+
+
+async def serve_sessions(
+    bus: Bus,
+    mailboxes: Mailboxes[Item],
+    durable: str,
+    kinds: Sequence[str],
+    to_item: Callable[[Any, Event], Item],
+    stop: asyncio.Event,
+    resume: Callable[[], Awaitable[None]],
+) -> None:
+    """Consume `kinds` from the log into per-session mailboxes until `stop`.
+
+    `resume` runs once the mailboxes take items: it wakes the sessions that need it after
+    a restart (their state is in the log; the consumer only brings what is new).
+    """
+    subjects = bus.subjects
+
+    async def on_msg(msg: Any) -> None:
+        event = decode(msg.data)
+        mailboxes.deliver(event.session_id, to_item(msg, event))
+
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(mailboxes.run(stop))
+        await asyncio.sleep(0)  # the mailboxes take items from here on
+        tasks.create_task(resume())
+        sub = await durable_push(
+            bus.js,
+            subjects.log_stream,
+            durable,
+            subjects.deliver(durable),
+            [subjects.log_kind(kind) for kind in kinds],
+            on_msg,
+        )
+        await stop.wait()
+        await sub.unsubscribe()

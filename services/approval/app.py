@@ -12,11 +12,10 @@ from typing import Any
 import orjson
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_push
 from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalState
-from turnstream.core.events import Event, decode
-from turnstream.mailbox import Mailboxes
+from turnstream.core.events import Event
+from turnstream.mailbox import Mailboxes, serve_sessions
 from turnstream.runtime import connect_service, now, run_service, source_name
 from turnstream.settings import Settings
 
@@ -93,28 +92,18 @@ class ApprovalService:
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
-
-        async def on_msg(msg: Any) -> None:
-            event = decode(msg.data)
-            self.mailboxes.deliver(event.session_id, Delivered(msg, event))
-
         api_sub = await self.bus.nc.subscribe(subjects.api("approval", "pending"), cb=self._pending)
         log.info("approval consuming %s; default mode %s", CONSUMES, self.config.default_mode)
         try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self.mailboxes.run(stop))
-                await asyncio.sleep(0)  # the mailboxes take items from here on
-                tasks.create_task(self._resume_open_prompts())
-                sub = await durable_push(
-                    self.bus.js,
-                    subjects.log_stream,
-                    DURABLE,
-                    subjects.deliver(DURABLE),
-                    [subjects.log_kind(kind) for kind in CONSUMES],
-                    on_msg,
-                )
-                await stop.wait()
-                await sub.unsubscribe()
+            await serve_sessions(
+                self.bus,
+                self.mailboxes,
+                DURABLE,
+                CONSUMES,
+                Delivered,
+                stop,
+                self._resume_open_prompts,
+            )
         finally:
             await api_sub.unsubscribe()
 

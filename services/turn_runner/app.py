@@ -12,12 +12,11 @@ from typing import Any
 import orjson
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_push
-from turnstream.core.events import Event, StagePostFired, StagePreFired, decode
+from turnstream.core.events import Event, StagePostFired, StagePreFired
 from turnstream.core.ids import IdFactory
 from turnstream.core.turn import SessionState, TurnConfig, fold, state_to_json
 from turnstream.hooks import HookCall, HookRegistry
-from turnstream.mailbox import Mailboxes
+from turnstream.mailbox import Mailboxes, serve_sessions
 from turnstream.providers import Provider, build_provider
 from turnstream.runtime import (
     connect_service,
@@ -137,30 +136,17 @@ class Runner:
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
 
-        async def on_msg(msg: Any) -> None:
-            event = decode(msg.data)
-            seq = msg.metadata.sequence.stream
-            self.mailboxes.deliver(event.session_id, Delivered(msg, seq, event))
+        def to_item(msg: Any, event: Event) -> Item:
+            return Delivered(msg, msg.metadata.sequence.stream, event)
 
         api_sub = await self.bus.nc.subscribe(
             subjects.api("turn-runner", "session"), cb=self._answer_session
         )
         log.info("turn-runner consuming %s with provider %s", REACTS_TO, self.provider.name)
         try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self.mailboxes.run(stop))
-                await asyncio.sleep(0)  # the mailboxes take items from here on
-                tasks.create_task(self._resume_open_turns())
-                sub = await durable_push(
-                    self.bus.js,
-                    subjects.log_stream,
-                    DURABLE,
-                    subjects.deliver(DURABLE),
-                    [subjects.log_kind(kind) for kind in REACTS_TO],
-                    on_msg,
-                )
-                await stop.wait()
-                await sub.unsubscribe()
+            await serve_sessions(
+                self.bus, self.mailboxes, DURABLE, REACTS_TO, to_item, stop, self._resume_open_turns
+            )
         finally:
             await api_sub.unsubscribe()
 
