@@ -160,7 +160,8 @@ def _list_dir(workspace: Path, user_path: str) -> str:
             raise ToolError("not_a_directory", f"{user_path!r} is not a directory")
         with os.scandir(path) as entries:
             named = sorted((e.name, e.is_dir()) for e in entries)
-    return "\n".join(name + "/" if is_dir else name for name, is_dir in named)
+    listing = "\n".join(name + "/" if is_dir else name for name, is_dir in named)
+    return listing or "(empty directory)"  # an empty string reads as a failure to a model
 
 
 class Grep:

@@ -140,6 +140,11 @@ async def test_list_dir_sorts_and_marks_directories(ws: Path) -> None:
     assert await call(ws, "list_dir", path="a") == "inner.txt"
 
 
+async def test_list_dir_says_when_a_directory_is_empty(ws: Path) -> None:
+    (ws / "nothing").mkdir()
+    assert await call(ws, "list_dir", path="nothing") == "(empty directory)"
+
+
 async def test_list_dir_errors(ws: Path) -> None:
     (ws / "f.txt").write_text("")
     assert (await fails(ws, "list_dir", path="f.txt")).kind == "not_a_directory"
