@@ -97,11 +97,12 @@ def run_up(settings: Settings, console: Console) -> None:
     try:
         supervisor.start_all()
         where = "embedded" if server else "external"
-        console.print(
-            f"[bold green]turnstream is up[/] on {url} ({where}), data in {_abs(settings)}"
-        )
-        console.print(f"  services: {', '.join(SERVICES)} · provider {settings.provider}")
-        console.print('  try:     [bold]turnstream send demo "hello"[/]   ·   Ctrl-C stops')
+        console.print(f"[bold green]turnstream is up[/] on {url} ({where})")
+        console.print(f"  data:      {_abs(settings)}")
+        console.print(f"  workspace: {settings.workspace.resolve()}")
+        console.print(f"  services:  {', '.join(SERVICES)} · provider {settings.provider}")
+        console.print(f"  approvals: {settings.security_mode} (TURNSTREAM_SECURITY_MODE)")
+        console.print('  try:      [bold]turnstream send demo "hello"[/]   ·   Ctrl-C stops')
         while True:
             time.sleep(0.5)
             supervisor.check()
