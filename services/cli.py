@@ -6,6 +6,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -285,22 +286,61 @@ def tail(
 @app.command()
 def replay(
     session: Annotated[str, typer.Argument(help="The session to rebuild.")],
+    at: Annotated[
+        int | None, typer.Option("--at", help="Stop after this log sequence (time travel).")
+    ] = None,
+    at_time: Annotated[
+        datetime | None,
+        typer.Option("--at-time", help="Stop at this time (ISO 8601, UTC if no zone)."),
+    ] = None,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify", help="Compare with the turn-runner's live state; exit 1 if not equal."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="The decider state as JSON.")] = False,
     nats_url: NatsUrl = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Rebuild a session from the log: its turns with a stage timeline and durations."""
-    from turnstream.core.turn import SessionState, fold, state_to_json
+    """Rebuild a session from the log (no model or tool is called): its turns with a
+    stage timeline and durations, as of now or of a point in the past."""
+    from turnstream.core.turn import SessionState, fold, state_from_json, state_to_json
 
-    settings = _settings(nats_url, data_dir)
-    stored = _run(settings, lambda bus: bus.store.read_session(session))
-    events = [item.event for item in stored]
+    async def work(bus: Bus) -> tuple[list[Any], bytes | None]:
+        stored = await bus.store.read_session(session)
+        live = None
+        if verify:
+            subject = bus.subjects.api("turn-runner", "session")
+            query = orjson.dumps({"sessionId": session})
+            live = bytes((await bus.nc.request(subject, query, timeout=5)).data)
+        return stored, live
+
+    stored, live = _run(_settings(nats_url, data_dir), work)
+    cutoff = at_time.replace(tzinfo=at_time.tzinfo or UTC) if at_time else None
+    events = [
+        item.event
+        for item in stored
+        if (at is None or item.seq <= at) and (cutoff is None or item.event.time <= cutoff)
+    ]
+    state = fold(SessionState(session), events)
+    if verify:
+        assert live is not None
+        if b'"error"' in live[:20]:
+            err.print(f"[red]error:[/] the turn-runner could not answer: {live.decode()}")
+            raise typer.Exit(2)
+        if state_from_json(live) != state:
+            err.print("[red]✘ the state rebuilt from the log differs from the live state[/]")
+            err.print(f"log:  {state_to_json(state).decode()}")
+            err.print(f"live: {live.decode()}")
+            raise typer.Exit(1)
+        console.print(f"[green]✔ rebuilt state equals the live state[/] ({len(events)} events)")
+        return
     if as_json:
-        state = fold(SessionState(session), events)
         sys.stdout.write(state_to_json(state).decode() + "\n")
         return
     if not events:
-        err.print(f"[yellow]session {session} has no events[/]")
+        err.print(f"[yellow]session {session} has no events (at that point)[/]")
         raise typer.Exit(1)
     print_session(console, build_view(session, events))
 

@@ -127,3 +127,27 @@ def test_schemas_check_passes_on_the_committed_files() -> None:
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_replay_travels_in_time_and_verifies_against_the_live_state(
+    deployment: dict[str, str],
+) -> None:
+    import json
+    from datetime import UTC, datetime
+
+    assert cli("send", "e2e-6", "first", env=deployment).returncode == 0
+    between = datetime.now(UTC).isoformat()
+    assert cli("send", "e2e-6", "second", env=deployment).returncode == 1  # reply 2 fails
+    now = json.loads(cli("replay", "e2e-6", "--json", env=deployment).stdout)
+    assert now["turns_ended"] == 2 and now["last_status"] == "failed"
+    then = json.loads(cli("replay", "e2e-6", "--json", "--at-time", between, env=deployment).stdout)
+    assert then["turns_ended"] == 1 and then["last_status"] == "completed"
+    assert (
+        json.loads(cli("replay", "e2e-6", "--json", "--at", "0", env=deployment).stdout)[
+            "turns_ended"
+        ]
+        == 0
+    )
+    verified = cli("replay", "e2e-6", "--verify", env=deployment)
+    assert verified.returncode == 0, verified.stderr
+    assert "equals the live state" in verified.stdout
