@@ -64,6 +64,7 @@ async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> N
     for bucket in (
         subjects.leases_bucket,
         subjects.sessions_bucket,
+        subjects.snapshots_bucket,
         subjects.invocations_bucket,
         subjects.hooks_bucket,
     ):

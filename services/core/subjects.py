@@ -48,6 +48,11 @@ class Subjects:
         return f"{self.prefix}_sessions"
 
     @property
+    def snapshots_bucket(self) -> str:
+        """Turn-runner session snapshots: `<session>` → state as of a log sequence."""
+        return f"{self.prefix}_snapshots"
+
+    @property
     def invocations_bucket(self) -> str:
         """Tool invocation claims: `<invocation id>` → who runs it, and whether it is done."""
         return f"{self.prefix}_invocations"

@@ -67,6 +67,9 @@ class Runner:
         self.new_id = new_id
         self.source = source_name("turn-runner")
         self.mailboxes: Mailboxes[Item] = Mailboxes(lambda key: SessionActor(self, key))
+        self._snapshots: Any = None
+        self.reloaded_events = 0
+        """Events read back by reloads (how much snapshots save)."""
 
     @property
     def turn_config(self) -> TurnConfig:
@@ -76,6 +79,12 @@ class Runner:
         if (tool_hooks, stage_hooks) != (config.tool_hooks, config.stage_hooks):
             self.base_config = replace(config, tool_hooks=tool_hooks, stage_hooks=stage_hooks)
         return self.base_config
+
+    async def snapshots(self) -> Any:
+        """The snapshots bucket (opened once)."""
+        if self._snapshots is None:
+            self._snapshots = await self.bus.js.key_value(self.bus.subjects.snapshots_bucket)
+        return self._snapshots
 
     def for_session(self, session_id: str) -> tuple[Provider, TurnConfig]:
         """The provider and turn configuration of a session (`sessions:` overrides)."""

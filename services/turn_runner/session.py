@@ -44,6 +44,7 @@ from turnstream.core.turn import (
     on_tool_call_ready,
     stage_hook_text,
 )
+from turnstream.turn_runner import snapshots
 
 if TYPE_CHECKING:
     from turnstream.turn_runner.app import Runner
@@ -201,15 +202,20 @@ class SessionActor:
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
 
     async def reload(self) -> None:
-        """Rebuild the state from the session's whole log (the truth)."""
-        stored = await self.runner.bus.store.read_session(self.session_id)
-        state = SessionState(self.session_id)
+        """Rebuild the state from the log (the truth): the latest snapshot, then the tail."""
+        kv = await self.runner.snapshots()
+        found = await snapshots.load(kv, self.session_id)
+        state, after = found if found else (SessionState(self.session_id), 0)
+        stored = await self.runner.bus.store.read_session(self.session_id, after_seq=after)
         for item in stored:
             state = evolve(state, item.event)
         self.state = state
-        self.last_seq = stored[-1].seq if stored else 0
+        self.last_seq = stored[-1].seq if stored else after
         self.input_mark = self.last_seq
         self.loaded = True
+        self.runner.reloaded_events += len(stored)
+        if len(stored) > snapshots.EVERY:
+            await snapshots.save(kv, state, self.last_seq)
 
     def context(self) -> Context:
         return Context(now=self.runner.now(), new_id=self.runner.new_id, source=self.runner.source)

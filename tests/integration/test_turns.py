@@ -178,3 +178,27 @@ async def test_a_steered_message_hears_back_with_the_turn_it_joined(bus: Bus, se
     assert joined.turn_id == main.turn_id and joined.status == main.status
     events = await events_of(bus, "steered")
     assert any(e.type == "SteeringInjected" for e in events)
+
+
+async def test_a_reload_reads_the_snapshot_and_only_the_tail(bus: Bus, services) -> None:
+    from turnstream.core.turn import TurnConfig
+    from turnstream.providers import ScriptedProvider, load_script
+    from turnstream.turn_runner.app import Runner
+    from turnstream.turn_runner.session import SessionActor
+
+    for i in range(14):  # 17 events a turn: past the snapshot threshold of 200
+        await send_and_wait(bus, message_command("snapshotted", f"turn {i}"), timeout=15)
+    everything = await events_of(bus, "snapshotted")
+    runner = Runner(bus, ScriptedProvider(load_script(None)), TurnConfig())
+    first = SessionActor(runner, "snapshotted")
+    await first.reload()
+    assert runner.reloaded_events == len(everything) > 200
+    assert first.state == fold(SessionState("snapshotted"), everything)
+    kv = await bus.js.key_value(bus.subjects.snapshots_bucket)
+    assert (await kv.get("snapshotted")).value
+    await send_and_wait(bus, message_command("snapshotted", "one more"), timeout=15)
+    second = SessionActor(runner, "snapshotted")
+    await second.reload()
+    tail = runner.reloaded_events - len(everything)
+    assert 0 < tail < 30  # the snapshot, then one turn's events
+    assert second.state == fold(SessionState("snapshotted"), await events_of(bus, "snapshotted"))

@@ -1,0 +1,48 @@
+"""Session snapshots, so a reload reads a snapshot and only the tail of the log.
+
+A snapshot is written only from a state that was just rebuilt from the log (a reload), so
+it is exactly the fold of every event up to its sequence: a state the actor built
+incrementally may lack an input still on its way to the consumer, and a snapshot of
+that would lose it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+from turnstream.core.turn import SessionState, state_from_json, state_to_json
+
+log = logging.getLogger("turnstream.turn_runner")
+EVERY = 200
+"""A reload that had to read more events than this writes a snapshot."""
+MAX_BYTES = 900_000
+"""Larger snapshots are not kept (a KV value must fit in one message)."""
+
+
+async def load(kv: Any, session_id: str) -> tuple[SessionState, int] | None:
+    """The session's snapshot and the sequence it is as of, if there is a usable one."""
+    try:
+        entry = await kv.get(session_id)
+    except Exception:  # not found (or the bucket is unreachable): replay from the start
+        return None
+    if entry is None or not entry.value:
+        return None
+    try:
+        body = orjson.loads(entry.value)
+        return state_from_json(orjson.dumps(body["state"])), int(body["seq"])
+    except Exception:  # an older format: ignore it, the log is the truth
+        log.warning("ignoring an unreadable snapshot of %s", session_id)
+        return None
+
+
+async def save(kv: Any, state: SessionState, seq: int) -> None:
+    body = b'{"seq":%d,"state":%s}' % (seq, state_to_json(state))
+    if len(body) > MAX_BYTES:
+        return
+    try:
+        await kv.put(state.session_id, body)
+    except Exception as exc:  # a snapshot is an optimisation: never fail a turn for it
+        log.warning("snapshot of %s not written: %s", state.session_id, exc)
