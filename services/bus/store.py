@@ -172,8 +172,12 @@ class JetStreamEventStore:
             pending_bytes_limit=1024 * 1024 * 1024,
         )
         try:
-            if last is None and (await sub.consumer_info()).num_pending == 0 and not out:
-                return out
+            if last is None:
+                # nothing pending and nothing sent means an empty read; anything sent (even
+                # still on its way to the callback) ends with a message whose num_pending is 0
+                info = await sub.consumer_info()
+                if info.num_pending == 0 and info.delivered.consumer_seq == 0:
+                    return out
             async with asyncio.timeout(READ_TIMEOUT_S):
                 await done
         finally:

@@ -114,3 +114,19 @@ async def test_append_facts_spans_sessions_in_order(store) -> None:
     assert seqs == sorted(seqs)
     everything = await store.read_all(after_seq=seqs[0] - 1)
     assert [x.event for x in everything][:3] == events
+
+
+async def test_read_kind_returns_every_event_of_a_kind_since_a_time(bus: Bus) -> None:
+    from datetime import timedelta
+
+    from turnstream.core.events import SessionTurnStart
+
+    store = bus.store
+    s = session()
+    before = T0 - timedelta(days=1)
+    ends = [ev(s) for _ in range(5)]
+    await store.append_facts(ends)
+    for _ in range(20):  # read straight after the appends, again and again: no race
+        found = await store.read_kind("SessionTurnEnd", since=before)
+        assert {e.event.id for e in found} >= {e.id for e in ends}
+    assert await store.read_kind(SessionTurnStart.model_fields["type"].default, since=before) == []
