@@ -5,11 +5,9 @@ from __future__ import annotations
 from pydantic import TypeAdapter
 
 from turnstream.core.turn.decide import (
-    awaiting_hooks,
     awaiting_stage_hooks,
     compose_request,
     decide,
-    dispatchable,
     needs_provider_call,
     on_hook_verdicts,
     on_provider_result,
@@ -37,6 +35,7 @@ from turnstream.core.turn.state import (
     ToolInfo,
     TurnConfig,
 )
+from turnstream.core.turn.tool_call import awaiting_hooks, dispatchable
 
 _STATE_ADAPTER: TypeAdapter[SessionState] = TypeAdapter(SessionState)
 

@@ -84,3 +84,11 @@ class Builder:
             iterations=self.turn.iteration,
         )
         return self.make(TurnEnded, data)
+
+    def fail(self, failure: FailureClass, reason: str, next_action: str) -> list[Event]:
+        """End the turn failed, closing the stage it was in."""
+        events: list[Event] = []
+        if self.turn.stage_open:
+            events.append(self.post(self.turn.stage, "failed"))
+        events.append(self.end("failed", failure, reason=reason, next_action=next_action))
+        return events

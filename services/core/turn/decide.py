@@ -54,15 +54,6 @@ from turnstream.core.events import (
     SteeringInjected,
     SteeringInjectedData,
     TextBlock,
-    ToolError,
-    ToolInvocationCancelled,
-    ToolInvocationCancelledData,
-    ToolInvocationFailed,
-    ToolInvocationFailedData,
-    ToolInvocationProposed,
-    ToolInvocationProposedData,
-    ToolInvocationRequested,
-    ToolInvocationRequestedData,
     ToolUseBlock,
 )
 from turnstream.core.turn.builder import Builder
@@ -80,8 +71,13 @@ from turnstream.core.turn.state import (
     SessionState,
     StageHookVerdict,
     ToolCall,
-    ToolCallState,
     TurnConfig,
+)
+from turnstream.core.turn.tool_call import (
+    dispatchable,
+    propose_calls,
+    requested,
+    tool_step,
 )
 
 SUMMARY_REQUEST = (
@@ -102,39 +98,6 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]
 def needs_provider_call(state: SessionState) -> bool:
     """True when the active turn waits for a provider response the shell must fetch."""
     return state.active is not None and state.active.awaiting_provider
-
-
-def awaiting_hooks(state: SessionState, config: TurnConfig) -> list[ToolCallState]:
-    """Approved calls ready to go that the tool hooks must see first (the shell runs them)."""
-    turn = state.active
-    if not config.tool_hooks or turn is None or turn.ended or turn.abort:
-        return []
-    streaming = turn.stage is Stage.STREAM_RESPONSE and turn.awaiting_provider
-    if not (turn.stage is Stage.TOOL_CALL or streaming) or not turn.stage_open:
-        return []
-    return dispatchable(turn.calls)
-
-
-def dispatchable(calls: tuple[ToolCallState, ...]) -> list[ToolCallState]:
-    """Approved calls that may be requested now: consecutive read-only calls together,
-    a mutating call alone once everything before it is done; always in call order."""
-    ready: list[ToolCallState] = []
-    for i, call in enumerate(calls):
-        if call.status == "proposed":
-            break  # approvals arrive in call order; later calls wait for this one
-        if call.status != "approved":
-            continue
-        earlier = calls[:i]
-        if call.read_only:
-            if any(not e.read_only and not e.done for e in earlier):
-                break
-            ready.append(call)
-        else:
-            if any(not e.done for e in earlier) or ready:
-                break
-            ready.append(call)
-            break
-    return ready
 
 
 def awaiting_stage_hooks(state: SessionState, config: TurnConfig) -> Stage | None:
@@ -283,7 +246,7 @@ def on_tool_call_ready(
         events.append(b.post(Stage.SEND_REQUEST, "ok", first_byte_at))
     if not (turn.stage is Stage.STREAM_RESPONSE and turn.stage_open):
         events.append(b.pre(Stage.STREAM_RESPONSE, first_byte_at))
-    events += _propose_calls(b, turn, config, [call], len(turn.calls))
+    events += propose_calls(b, turn, config, [call], len(turn.calls))
     state = fold(state, events)
     return events + decide(state, config, ctx)
 
@@ -319,7 +282,7 @@ def on_hook_verdicts(
             break
         if verdict.action in ("continue", "modify"):
             args = verdict.args if verdict.action == "modify" and verdict.args else call.args
-            events.append(_requested(b, call, config, args))
+            events.append(requested(b, call, config, args))
     state = fold(state, events)
     return events + decide(state, config, ctx)
 
@@ -337,9 +300,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
     if turn.abort is not None:
         action, reason = turn.abort
         failure = FailureClass.INTERRUPTED if action == "hard_abort" else FailureClass.POLICY_DENIED
-        return _fail(
-            b,
-            turn,
+        return b.fail(
             failure,
             reason,
             "the turn was stopped by a hook; send a new "
@@ -348,9 +309,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
     if turn.interrupt is not None:
         mode, sender, _ = turn.interrupt
         if mode == "hard":
-            return _fail(
-                b,
-                turn,
+            return b.fail(
                 FailureClass.INTERRUPTED,
                 f"hard interrupt from {sender}",
                 "the turn was stopped at once; tool calls already running were cancelled and "
@@ -364,9 +323,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
     if turn.started_at is not None:
         elapsed = (ctx.now - turn.started_at).total_seconds()
         if elapsed > config.max_turn_seconds:
-            return _fail(
-                b,
-                turn,
+            return b.fail(
                 FailureClass.TIMEOUT,
                 f"the turn ran {elapsed:.0f} s, past its wall-time bound of "
                 f"{config.max_turn_seconds:.0f} s",
@@ -376,16 +333,14 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
     if turn.awaiting_provider:
         # calls proposed while the model streams may run before the response ends
         ready = dispatchable(turn.calls) if not config.tool_hooks else []
-        return [_requested(b, call, config, call.args) for call in ready]
+        return [requested(b, call, config, call.args) for call in ready]
     stage, is_open = turn.stage, turn.stage_open
     if turn.provider_error and not is_open:
         if turn.provider_error.startswith("prompt_too_long") and not turn.compacted:
             compacted = _compact(b, state, turn)
             if compacted:
                 return compacted
-        return _fail(
-            b,
-            turn,
+        return b.fail(
             FailureClass.PROVIDER_ERROR,
             f"the model provider failed ({turn.provider_error})",
             "send the message again; if it keeps failing, check the provider's status "
@@ -419,7 +374,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
                 return _compose_or_stop(b, turn, config)
             return [b.pre(Stage.RENDER)]
         case Stage.TOOL_CALL, True:
-            return _tool_step(b, turn, config)
+            return tool_step(b, turn, config)
         case Stage.TOOL_CALL, False:
             if turn.interrupt is not None and turn.iteration > turn.interrupt[2]:
                 return [b.pre(Stage.RENDER)]  # the summary round is done: no more rounds
@@ -464,122 +419,9 @@ def _render(b: Builder, turn: ActiveTurn, text: str) -> Event:
     return b.make(RenderEmitted, RenderEmittedData(text=text, reply_to=turn.reply_to))
 
 
-def _tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
-    calls = turn.calls
-    if turn.interrupt is not None:
-        skipped = _skip_remaining(b, turn, config)
-        if skipped:
-            return skipped
-    if len(calls) < len(turn.requested_calls):
-        return _propose(b, turn, config)
-    ready = dispatchable(calls)
-    if ready and not config.tool_hooks:
-        return [_requested(b, call, config, call.args) for call in ready]
-    if all(call.done for call in calls):
-        return [b.post(Stage.TOOL_CALL, "ok")]
-    return []  # waiting for approvals, hooks or results
-
-
-def _skip_remaining(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
-    """A graceful interrupt: calls not started yet get a `cancelled` result (every tool call
-    in the history needs one); calls already running finish."""
-    reason = "skipped: the user interrupted the turn"
-    todo = list(turn.requested_calls[len(turn.calls) :])
-    events = _propose_calls(b, turn, config, todo, len(turn.calls), skip=reason)
-    waiting = [c for c in turn.calls if c.status in ("proposed", "approved")]
-    proposed = [e for e in events if isinstance(e, ToolInvocationProposed)]
-    ids = [c.invocation_id for c in waiting] + [e.data.invocation_id for e in proposed]
-    for invocation_id in ids:
-        data = ToolInvocationCancelledData(invocation_id=invocation_id, reason=reason)
-        events.append(b.make(ToolInvocationCancelled, data))
-    return [e for e in events if not isinstance(e, ToolInvocationFailed)]
-
-
-def _propose(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
-    todo = turn.requested_calls[len(turn.calls) :]
-    limit = config.max_tool_calls_per_turn
-    if turn.tool_calls_made + len(todo) > limit:
-        return _fail(
-            b,
-            turn,
-            FailureClass.LIMIT_EXCEEDED,
-            f"the model asked for {len(todo)} more tool call(s) after {turn.tool_calls_made}; "
-            f"maxToolCallsPerTurn={limit}",
-            "prior tool calls of this turn may have completed; send a follow-up to continue, "
-            "or raise TURNSTREAM_MAX_TOOL_CALLS_PER_TURN",
-        )
-    return _propose_calls(b, turn, config, list(todo), len(turn.calls))
-
-
-def _propose_calls(
-    b: Builder,
-    turn: ActiveTurn,
-    config: TurnConfig,
-    todo: list[ToolCall],
-    first_index: int,
-    *,
-    skip: str | None = None,
-) -> list[Event]:
-    events: list[Event] = []
-    known = ", ".join(t.name for t in config.tools) or "none"
-    for index, call in enumerate(todo, start=first_index):
-        info = config.tool(call.name)
-        invocation_id = b.ctx.new_id()
-        proposed = ToolInvocationProposedData(
-            invocation_id=invocation_id,
-            call_id=call.id,
-            tool=call.name,
-            args=call.arguments,
-            index=index,
-            iteration=turn.iteration,
-            read_only=info.read_only if info else False,
-            known=info is not None,
-            skip=skip,
-        )
-        events.append(b.make(ToolInvocationProposed, proposed))
-        if info is None:
-            error = ToolError(
-                error_class=FailureClass.TOOL_RUNTIME_ERROR,
-                kind="unknown_tool",
-                detail=f"there is no tool named {call.name!r}; available: {known}",
-            )
-            failed = ToolInvocationFailedData(invocation_id=invocation_id, error=error)
-            events.append(b.make(ToolInvocationFailed, failed))
-    return events
-
-
-def _requested(
-    b: Builder, call: ToolCallState, config: TurnConfig, args: dict[str, object]
-) -> Event:
-    info = config.tool(call.tool)
-    data = ToolInvocationRequestedData(
-        invocation_id=call.invocation_id,
-        call_id=call.call_id,
-        tool=call.tool,
-        args=args,
-        read_only=call.read_only,
-        idempotent=info.idempotent if info else False,
-        timeout_ms=int((info.timeout_s if info else 30.0) * 1000),
-        iteration=b.turn.iteration,
-    )
-    return b.make(ToolInvocationRequested, data)
-
-
-def _fail(
-    b: Builder, turn: ActiveTurn, failure: FailureClass, reason: str, next_action: str
-) -> list[Event]:
-    events: list[Event] = []
-    if turn.stage_open:
-        events.append(b.post(turn.stage, "failed"))
-    events.append(b.end("failed", failure, reason=reason, next_action=next_action))
-    return events
-
-
 def _compose_or_stop(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
     if turn.iteration >= config.max_iterations:
-        return _fail(
-            b,
-            turn,
+        return b.fail(
             FailureClass.LIMIT_EXCEEDED,
             f"the turn reached maxIterations={config.max_iterations} model calls",
             "prior tool calls of this turn may have completed; send a follow-up to "

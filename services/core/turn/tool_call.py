@@ -1,0 +1,162 @@
+"""The TOOL_CALL stage: proposing calls, scheduling approved ones, skipping on interrupt.
+
+Consecutive read-only calls are requested together; a mutating call goes alone, once
+everything before it is done; always in the model's call order.
+"""
+
+from __future__ import annotations
+
+from turnstream.core.events import (
+    Event,
+    FailureClass,
+    Stage,
+    ToolError,
+    ToolInvocationCancelled,
+    ToolInvocationCancelledData,
+    ToolInvocationFailed,
+    ToolInvocationFailedData,
+    ToolInvocationProposed,
+    ToolInvocationProposedData,
+    ToolInvocationRequested,
+    ToolInvocationRequestedData,
+)
+from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.state import (
+    ActiveTurn,
+    SessionState,
+    ToolCall,
+    ToolCallState,
+    TurnConfig,
+)
+
+
+def awaiting_hooks(state: SessionState, config: TurnConfig) -> list[ToolCallState]:
+    """Approved calls ready to go that the tool hooks must see first (the shell runs them)."""
+    turn = state.active
+    if not config.tool_hooks or turn is None or turn.ended or turn.abort:
+        return []
+    streaming = turn.stage is Stage.STREAM_RESPONSE and turn.awaiting_provider
+    if not (turn.stage is Stage.TOOL_CALL or streaming) or not turn.stage_open:
+        return []
+    return dispatchable(turn.calls)
+
+
+def dispatchable(calls: tuple[ToolCallState, ...]) -> list[ToolCallState]:
+    """Approved calls that may be requested now: consecutive read-only calls together,
+    a mutating call alone once everything before it is done; always in call order."""
+    ready: list[ToolCallState] = []
+    for i, call in enumerate(calls):
+        if call.status == "proposed":
+            break  # approvals arrive in call order; later calls wait for this one
+        if call.status != "approved":
+            continue
+        earlier = calls[:i]
+        if call.read_only:
+            if any(not e.read_only and not e.done for e in earlier):
+                break
+            ready.append(call)
+        else:
+            if any(not e.done for e in earlier) or ready:
+                break
+            ready.append(call)
+            break
+    return ready
+
+
+def tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    calls = turn.calls
+    if turn.interrupt is not None:
+        skipped = skip_remaining(b, turn, config)
+        if skipped:
+            return skipped
+    if len(calls) < len(turn.requested_calls):
+        return propose(b, turn, config)
+    ready = dispatchable(calls)
+    if ready and not config.tool_hooks:
+        return [requested(b, call, config, call.args) for call in ready]
+    if all(call.done for call in calls):
+        return [b.post(Stage.TOOL_CALL, "ok")]
+    return []  # waiting for approvals, hooks or results
+
+
+def skip_remaining(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    """A graceful interrupt: calls not started yet get a `cancelled` result (every tool call
+    in the history needs one); calls already running finish."""
+    reason = "skipped: the user interrupted the turn"
+    todo = list(turn.requested_calls[len(turn.calls) :])
+    events = propose_calls(b, turn, config, todo, len(turn.calls), skip=reason)
+    waiting = [c for c in turn.calls if c.status in ("proposed", "approved")]
+    proposed = [e for e in events if isinstance(e, ToolInvocationProposed)]
+    ids = [c.invocation_id for c in waiting] + [e.data.invocation_id for e in proposed]
+    for invocation_id in ids:
+        data = ToolInvocationCancelledData(invocation_id=invocation_id, reason=reason)
+        events.append(b.make(ToolInvocationCancelled, data))
+    return [e for e in events if not isinstance(e, ToolInvocationFailed)]
+
+
+def propose(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    todo = turn.requested_calls[len(turn.calls) :]
+    limit = config.max_tool_calls_per_turn
+    if turn.tool_calls_made + len(todo) > limit:
+        return b.fail(
+            FailureClass.LIMIT_EXCEEDED,
+            f"the model asked for {len(todo)} more tool call(s) after {turn.tool_calls_made}; "
+            f"maxToolCallsPerTurn={limit}",
+            "prior tool calls of this turn may have completed; send a follow-up to continue, "
+            "or raise TURNSTREAM_MAX_TOOL_CALLS_PER_TURN",
+        )
+    return propose_calls(b, turn, config, list(todo), len(turn.calls))
+
+
+def propose_calls(
+    b: Builder,
+    turn: ActiveTurn,
+    config: TurnConfig,
+    todo: list[ToolCall],
+    first_index: int,
+    *,
+    skip: str | None = None,
+) -> list[Event]:
+    events: list[Event] = []
+    known = ", ".join(t.name for t in config.tools) or "none"
+    for index, call in enumerate(todo, start=first_index):
+        info = config.tool(call.name)
+        invocation_id = b.ctx.new_id()
+        proposed = ToolInvocationProposedData(
+            invocation_id=invocation_id,
+            call_id=call.id,
+            tool=call.name,
+            args=call.arguments,
+            index=index,
+            iteration=turn.iteration,
+            read_only=info.read_only if info else False,
+            known=info is not None,
+            skip=skip,
+        )
+        events.append(b.make(ToolInvocationProposed, proposed))
+        if info is None:
+            error = ToolError(
+                error_class=FailureClass.TOOL_RUNTIME_ERROR,
+                kind="unknown_tool",
+                detail=f"there is no tool named {call.name!r}; available: {known}",
+            )
+            failed = ToolInvocationFailedData(invocation_id=invocation_id, error=error)
+            events.append(b.make(ToolInvocationFailed, failed))
+    return events
+
+
+def requested(
+    b: Builder, call: ToolCallState, config: TurnConfig, args: dict[str, object]
+) -> Event:
+    info = config.tool(call.tool)
+    data = ToolInvocationRequestedData(
+        invocation_id=call.invocation_id,
+        call_id=call.call_id,
+        tool=call.tool,
+        args=args,
+        read_only=call.read_only,
+        idempotent=info.idempotent if info else False,
+        timeout_ms=int((info.timeout_s if info else 30.0) * 1000),
+        iteration=b.turn.iteration,
+    )
+    return b.make(ToolInvocationRequested, data)
