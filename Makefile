@@ -30,6 +30,7 @@ typecheck: $(BIN)/turnstream
 
 ## turn latency and throughput next to the raw JetStream floor
 bench: $(BIN)/turnstream
+	$(BIN)/python bench/pure_core.py
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/consumers.py
 	$(BIN)/python bench/turns.py

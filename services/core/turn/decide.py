@@ -23,7 +23,7 @@ from wherever the log left it. Pure: the clock and the id factory come in `Conte
 from __future__ import annotations
 
 from datetime import datetime
-from typing import assert_never
+from typing import Any, assert_never
 
 from turnstream.core.events import (
     AssistantMessage,
@@ -134,17 +134,8 @@ def on_stage_hooks(
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
     if verdict.action != "continue":
-        data = HookDecidedData(
-            hook=verdict.hook,
-            kind=verdict.kind,
-            stage=verdict.stage.value,
-            point="pre",
-            action=verdict.action,
-            reason=verdict.reason,
-            timed_out=verdict.timed_out,
-            text=verdict.text if verdict.action == "modify" else None,
-        )
-        events.append(b.make(HookDecided, data))
+        text = verdict.text if verdict.action == "modify" else None
+        events.append(_hook_decided(b, verdict.stage, verdict, text=text))
     if verdict.action in ("continue", "modify"):
         text = verdict.text if verdict.action == "modify" and verdict.text is not None else None
         if verdict.stage is Stage.RENDER:
@@ -266,18 +257,11 @@ def on_hook_verdicts(
         if call is None or call.status != "approved":
             continue
         if verdict.action != "continue":
-            data = HookDecidedData(
-                hook=verdict.hook,
-                kind=verdict.kind,
-                stage=Stage.TOOL_CALL.value,
-                point="pre",
-                action=verdict.action,
-                reason=verdict.reason,
-                invocation_id=call.invocation_id,
-                timed_out=verdict.timed_out,
-                args=verdict.args if verdict.action == "modify" else None,
+            args = verdict.args if verdict.action == "modify" else None
+            decided = _hook_decided(
+                b, Stage.TOOL_CALL, verdict, invocation_id=call.invocation_id, args=args
             )
-            events.append(b.make(HookDecided, data))
+            events.append(decided)
         if verdict.action in ("abort_turn", "hard_abort"):
             break
         if verdict.action in ("continue", "modify"):
@@ -285,6 +269,23 @@ def on_hook_verdicts(
             events.append(requested(b, call, config, args))
     state = fold(state, events)
     return events + decide(state, config, ctx)
+
+
+def _hook_decided(
+    b: Builder, stage: Stage, verdict: HookVerdict | StageHookVerdict, **changed: Any
+) -> Event:
+    """The record of a hook decision that changes the turn (`changed`: what it changed)."""
+    data = HookDecidedData(
+        hook=verdict.hook,
+        kind=verdict.kind,
+        stage=stage.value,
+        point="pre",
+        action=verdict.action,
+        reason=verdict.reason,
+        timed_out=verdict.timed_out,
+        **changed,
+    )
+    return b.make(HookDecided, data)
 
 
 def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
