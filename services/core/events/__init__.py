@@ -78,6 +78,7 @@ from turnstream.core.events.tools import (
     InteractionRequested,
     InteractionRequestedData,
     SecurityMode,
+    StageEnvelope,
     ToolCallApproved,
     ToolCallApprovedData,
     ToolCallDenied,
@@ -97,6 +98,31 @@ from turnstream.core.events.tools import (
     ToolInvocationStartedData,
     ToolInvocationSucceeded,
     ToolInvocationSucceededData,
+)
+from turnstream.core.events.workflow import (
+    CompletionOutcome,
+    StageAssertOutcome,
+    StageAssertOutcomeData,
+    StageCancelled,
+    StageCancelledData,
+    StageCheckGateResult,
+    StageCheckGateResultData,
+    StageCompletionChecked,
+    StageCompletionCheckedData,
+    StageEntered,
+    StageEnteredData,
+    StageExited,
+    StageExitedData,
+    StageGranted,
+    StageGrantedData,
+    StageInitFailed,
+    StageInitFailedData,
+    StageResult,
+    Verdict,
+    WorkflowAttached,
+    WorkflowAttachedData,
+    WorkflowExit,
+    WorkflowExitData,
 )
 
 # ---------------------------------------------------------------- the union
@@ -129,7 +155,17 @@ Event = Annotated[
     | ToolInvocationSucceeded
     | ToolInvocationFailed
     | ToolInvocationCancelled
-    | HookDecided,
+    | HookDecided
+    | WorkflowAttached
+    | StageEntered
+    | StageInitFailed
+    | StageCheckGateResult
+    | StageCompletionChecked
+    | StageAssertOutcome
+    | StageGranted
+    | StageCancelled
+    | StageExited
+    | WorkflowExit,
     Field(discriminator="type"),
 ]
 
@@ -171,6 +207,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AssistantMessage",
     "Authority",
+    "CompletionOutcome",
     "ContentBlock",
     "ContextCompacted",
     "ContextCompactedData",
@@ -210,11 +247,29 @@ __all__ = [
     "SessionTurnStart",
     "SessionTurnStartData",
     "Stage",
+    "StageAssertOutcome",
+    "StageAssertOutcomeData",
+    "StageCancelled",
+    "StageCancelledData",
+    "StageCheckGateResult",
+    "StageCheckGateResultData",
+    "StageCompletionChecked",
+    "StageCompletionCheckedData",
+    "StageEntered",
+    "StageEnteredData",
+    "StageEnvelope",
+    "StageExited",
+    "StageExitedData",
+    "StageGranted",
+    "StageGrantedData",
+    "StageInitFailed",
+    "StageInitFailedData",
     "StageOutcome",
     "StagePostFired",
     "StagePostFiredData",
     "StagePreFired",
     "StagePreFiredData",
+    "StageResult",
     "SteeringInjected",
     "SteeringInjectedData",
     "StopReason",
@@ -243,7 +298,12 @@ __all__ = [
     "TurnEndedData",
     "TurnStatus",
     "Usage",
+    "Verdict",
     "WireModel",
+    "WorkflowAttached",
+    "WorkflowAttachedData",
+    "WorkflowExit",
+    "WorkflowExitData",
     "decode",
     "encode",
     "upcast",

@@ -13,6 +13,15 @@ SecurityMode = Literal["auto", "ask", "allowlist", "deny"]
 Authority = Literal["mode", "allowlist", "interaction", "hook", "workflow"]
 
 
+class StageEnvelope(WireModel):
+    """The workflow stage a call is made in: its tools are approved by the workflow."""
+
+    run_id: str
+    stage: str
+    stage_execution_id: str
+    allowed_tools: list[str]
+
+
 class ToolInvocationProposedData(WireModel):
     invocation_id: str
     """Our id of this invocation (claims, results and approvals refer to it)."""
@@ -28,6 +37,8 @@ class ToolInvocationProposedData(WireModel):
     """False when no such tool exists: the runner fails the call itself, nobody approves it."""
     skip: str | None = None
     """Why the runner will not run this call (a graceful interrupt); nobody approves it."""
+    envelope: StageEnvelope | None = None
+    """Set inside a workflow stage: the approval service applies the stage's envelope."""
 
 
 class ToolInvocationProposed(EventBase):
@@ -80,6 +91,8 @@ class InteractionRequestedData(WireModel):
     deadline: datetime
     """Unanswered by then, the call is denied (`timedOut`)."""
     prompt: str
+    kind: Literal["tool", "grantStageTool"] = "tool"
+    """`grantStageTool`: a workflow stage asks to run a tool outside its envelope."""
 
 
 class InteractionRequested(EventBase):

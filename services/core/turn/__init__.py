@@ -1,4 +1,8 @@
-"""The turn state machine of one session: `evolve` folds events, `decide` says what's next."""
+"""The turn state machine of one session: `evolve` folds events, `decide` says what's next.
+
+`evolve`, `fold` and `decide` are the session-level ones: a session with a workflow runs
+its stage turns as lanes (`turnstream.core.workflow.run`); without one, they are the turn's.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ from pydantic import TypeAdapter
 from turnstream.core.turn.decide import (
     awaiting_stage_hooks,
     compose_request,
-    decide,
     needs_provider_call,
     on_hook_verdicts,
     on_provider_result,
@@ -15,7 +18,6 @@ from turnstream.core.turn.decide import (
     on_tool_call_ready,
     stage_hook_text,
 )
-from turnstream.core.turn.evolve import evolve, fold
 from turnstream.core.turn.state import (
     STAGE_HOOK_POINTS,
     ActiveTurn,
@@ -36,6 +38,7 @@ from turnstream.core.turn.state import (
     TurnConfig,
 )
 from turnstream.core.turn.tool_call import awaiting_hooks, dispatchable
+from turnstream.core.workflow.run import decide, evolve, fold
 
 _STATE_ADAPTER: TypeAdapter[SessionState] = TypeAdapter(SessionState)
 

@@ -51,6 +51,8 @@ from turnstream.core.events import (
     SessionTurnStart,
     SessionTurnStartData,
     Stage,
+    StageCompletionChecked,
+    StageCompletionCheckedData,
     SteeringInjected,
     SteeringInjectedData,
     TextBlock,
@@ -79,6 +81,7 @@ from turnstream.core.turn.tool_call import (
     requested,
     tool_step,
 )
+from turnstream.core.workflow.completion import check_response, completion_tool
 
 SUMMARY_REQUEST = (
     "The user interrupted this turn. Do not call any more tools: summarise what you have "
@@ -150,6 +153,11 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
     """The provider request for the active turn, built from the session history."""
     turn = state.active
     assert turn is not None, "compose_request needs an active turn"
+    tools = config.tools if config.offer_tools and turn.interrupt is None else ()
+    spec = config.stage
+    if spec is not None:
+        allowed = [t for t in config.tools if t.name in spec.allowed_tools]
+        tools = (*allowed, completion_tool(spec))
     return ProviderRequest(
         session_id=state.session_id,
         turn_id=turn.turn_id,
@@ -157,7 +165,8 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
         call_index=state.provider_calls - 1,
         system=config.system_prompt,
         messages=state.history,
-        tools=config.tools if config.offer_tools and turn.interrupt is None else (),
+        tools=tools,
+        stage=spec.stage_id if spec else None,
     )
 
 
@@ -227,6 +236,8 @@ def on_tool_call_ready(
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended or turn.abort:
         return []
+    if config.stage is not None:
+        return []  # a stage judges the whole response before any call is proposed
     if turn.interrupt is not None or any(c.call_id == call.id for c in turn.calls):
         return []
     if turn.tool_calls_made + 1 > config.max_tool_calls_per_turn:
@@ -331,6 +342,8 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
                 "tool calls of this turn may have completed; send a follow-up to continue, "
                 "or raise TURNSTREAM_MAX_TURN_SECONDS",
             )
+    if config.stage is not None and turn.act_done:
+        return []  # the stage's Act is over: the workflow asserts and exits it
     if turn.awaiting_provider:
         # calls proposed while the model streams may run before the response ends
         ready = dispatchable(turn.calls) if not config.tool_hooks else []
@@ -368,6 +381,12 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
             )
             return [b.make(ProviderRequestStarted, data)]
         case Stage.STREAM_RESPONSE, False:
+            if config.stage is not None and turn.checked_round < turn.iteration:
+                checked = check_response(config.stage, turn.requested_calls, turn.iteration)
+                if checked is not None:
+                    return [b.make(StageCompletionChecked, checked)]
+            if config.stage is not None and not turn.requested_calls:
+                return _compose_or_stop(b, turn, config)
             if turn.requested_calls:
                 return [b.pre(Stage.TOOL_CALL)]
             wants_more = turn.stop_reason == "max_tokens"
@@ -421,6 +440,16 @@ def _render(b: Builder, turn: ActiveTurn, text: str) -> Event:
 
 
 def _compose_or_stop(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    spec = config.stage
+    if spec is not None and turn.iteration - turn.act_start >= spec.turn_cap:
+        capped = StageCompletionCheckedData(
+            stage=spec.stage_id,
+            stage_execution_id=spec.execution_id,
+            iteration=turn.iteration,
+            outcome="cap_hit",
+            detail=f"turnCap={spec.turn_cap} rounds passed without a valid completion",
+        )
+        return [b.make(StageCompletionChecked, capped)]
     if turn.iteration >= config.max_iterations:
         return b.fail(
             FailureClass.LIMIT_EXCEEDED,

@@ -24,6 +24,15 @@ from turnstream.core.events import (
     SessionTurnEnd,
     SessionTurnStart,
     Stage,
+    StageAssertOutcome,
+    StageCancelled,
+    StageCheckGateResult,
+    StageCompletionChecked,
+    StageCompletionCheckedData,
+    StageEntered,
+    StageExited,
+    StageGranted,
+    StageInitFailed,
     StagePostFired,
     StagePreFired,
     SteeringInjected,
@@ -37,6 +46,8 @@ from turnstream.core.events import (
     ToolInvocationStarted,
     ToolInvocationSucceeded,
     TurnEnded,
+    WorkflowAttached,
+    WorkflowExit,
 )
 from turnstream.core.turn.state import (
     ActiveTurn,
@@ -235,6 +246,30 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             sender = f"{data.sender.kind}:{data.sender.id}"
             interrupt = (data.mode, sender, current.iteration)
             return with_changes(state, active=with_changes(current, interrupt=interrupt))
+        case StageCompletionChecked(data=data):
+            return _completion_checked(state, event, data)
+        case StageAssertOutcome(data=data):
+            if data.verdict != "retry" or state.active is None:
+                return _turn(state, event)
+            reason = data.reason or "the result did not pass; try again"
+            return _turn(
+                state,
+                event,
+                act_done=False,
+                act_start=state.active.iteration,
+                steering=(*state.active.steering, f"Retry (attempt {data.attempt + 1}): {reason}"),
+            )
+        case (
+            WorkflowAttached()
+            | StageEntered()
+            | StageInitFailed()
+            | StageCheckGateResult()
+            | StageGranted()
+            | StageCancelled()
+            | StageExited()
+            | WorkflowExit()
+        ):
+            return state  # the run's own bookkeeping: `turnstream.core.workflow.run`
         case (
             InputRejected()
             | ProviderRetry()
@@ -323,6 +358,27 @@ def _hook(state: SessionState, event: EventBase, data: HookDecidedData) -> Sessi
                 changed = with_changes(last, text=data.text)
                 state = with_changes(state, history=(*rest, changed))
     return _turn(state, event)
+
+
+def _completion_checked(
+    state: SessionState, event: EventBase, data: StageCompletionCheckedData
+) -> SessionState:
+    """A stage's completion channel judged a response: answer its calls, or steer."""
+    if not _is_active(state, event):
+        return state
+    assert state.active is not None
+    detail = data.detail or ""
+    if data.outcome == "no_call":
+        state = with_changes(state, history=(*state.history, Message("user", detail)))
+    else:
+        is_error = data.outcome != "accepted"
+        answers = tuple(
+            Message("tool", detail, tool_call_id=call_id, is_error=is_error)
+            for call_id in data.call_ids
+        )
+        state = with_changes(state, history=state.history + answers)
+    done = data.outcome in ("accepted", "cap_hit")
+    return _turn(state, event, checked_round=data.iteration, act_done=done, requested_calls=())
 
 
 def _append_tool_results(state: SessionState) -> SessionState:

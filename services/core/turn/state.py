@@ -135,6 +135,12 @@ class ActiveTurn:
     """An interrupt: its mode, who sent it, and the round it arrived in."""
     summary_asked: bool = False
     """A graceful interrupt's request to summarise has been injected."""
+    act_start: int = 0
+    """A workflow stage: the round its current Act attempt started after (turnCap counts on)."""
+    checked_round: int = 0
+    """A workflow stage: the last round whose response the completion channel judged."""
+    act_done: bool = False
+    """A workflow stage: Act ended (a valid completion or the cap); Assert decides next."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,21 @@ class SessionState:
     turns_ended: int = 0
     last_turn_id: str | None = None
     last_status: TurnStatus | None = None
+    workflow: WorkflowRun | None = None
+    """The workflow attached to the session (its stage turns run as lanes inside it)."""
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """A turn that is a workflow stage execution: its envelope and completion channel."""
+
+    run_id: str
+    stage_id: str
+    execution_id: str
+    allowed_tools: tuple[str, ...]
+    completion_tool: str
+    completion_schema: dict[str, Any]
+    turn_cap: int
 
 
 @dataclass(frozen=True)
@@ -169,6 +190,10 @@ class TurnConfig:
     """Guard or transform hooks run on each approved call before it is requested."""
     stage_hooks: frozenset[Stage] = frozenset()
     """Stages (RECEIVE_INPUT, RENDER) whose guard or transform hooks run at `pre`."""
+    stage: StageSpec | None = None
+    """Set for the turn of a workflow stage execution."""
+    workflow_hooks: frozenset[str] = frozenset()
+    """Workflow points (`CheckGate`, `Assert`) that have hooks: the shell runs them."""
 
     def tool(self, name: str) -> ToolInfo | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -192,6 +217,8 @@ class ProviderRequest:
     system: str | None
     messages: tuple[Message, ...]
     tools: tuple[ToolInfo, ...] = ()
+    stage: str | None = None
+    """The workflow stage this request is for (scripts may reply per stage)."""
 
 
 @dataclass(frozen=True)
@@ -261,3 +288,8 @@ class HookVerdict:
     reason: str | None = None
     args: dict[str, Any] | None = None
     timed_out: bool = False
+
+
+# Workflow runs hold their stage turns as nested session states (lanes): imported last
+# because `turnstream.core.workflow.state` refers back to `SessionState`.
+from turnstream.core.workflow.state import WorkflowRun  # noqa: E402

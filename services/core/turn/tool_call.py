@@ -10,6 +10,7 @@ from turnstream.core.events import (
     Event,
     FailureClass,
     Stage,
+    StageEnvelope,
     ToolError,
     ToolInvocationCancelled,
     ToolInvocationCancelledData,
@@ -132,6 +133,7 @@ def propose_calls(
             read_only=info.read_only if info else False,
             known=info is not None,
             skip=skip,
+            envelope=_envelope(config),
         )
         events.append(b.make(ToolInvocationProposed, proposed))
         if info is None:
@@ -143,6 +145,18 @@ def propose_calls(
             failed = ToolInvocationFailedData(invocation_id=invocation_id, error=error)
             events.append(b.make(ToolInvocationFailed, failed))
     return events
+
+
+def _envelope(config: TurnConfig) -> StageEnvelope | None:
+    spec = config.stage
+    if spec is None:
+        return None
+    return StageEnvelope(
+        run_id=spec.run_id,
+        stage=spec.stage_id,
+        stage_execution_id=spec.execution_id,
+        allowed_tools=list(spec.allowed_tools),
+    )
 
 
 def requested(

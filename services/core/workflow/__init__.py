@@ -1,0 +1,1 @@
+"""Workflows (state machines): definitions, templates, and the pure run logic."""

@@ -1,0 +1,91 @@
+"""A workflow run as the decider sees it: a fold over the session's workflow events.
+
+Each stage execution keeps its turn in a lane: a nested `SessionState` whose history is
+the stage-local transcript (never part of the session's history) and whose active turn
+has the stage execution id as its `turnId`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from turnstream.core.events import StageResult
+from turnstream.core.workflow.definition import Step, WorkflowDef
+
+StageStatus = Literal["gate", "act", "exited", "cancelled", "init_failed"]
+RunStatus = Literal["attached", "running", "completed", "failed", "cancelled"]
+OPEN_RUN: frozenset[str] = frozenset({"attached", "running"})
+
+
+@dataclass(frozen=True)
+class StageRun:
+    stage_id: str
+    execution_id: str
+    step: int
+    lane: SessionState
+    system: str
+    entered_at: datetime
+    role: Literal["stage", "join", "recover"] = "stage"
+    status: StageStatus = "gate"
+    attempt: int = 1
+    gate_checks: int = 0
+    wait_until: datetime | None = None
+    """A deferred gate or a retry's backoff: nothing happens before then."""
+    parsed: dict[str, Any] | None = None
+    cap_hit: bool = False
+    failure: str | None = None
+    """Why the stage turn ended on its own (a provider error, a bound)."""
+    result: StageResult | None = None
+    exited_at: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status in ("gate", "act")
+
+    @property
+    def succeeded(self) -> bool:
+        return self.result is not None and self.result.verdict in ("ok", "skip")
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    run_id: str
+    name: str
+    definition: WorkflowDef
+    ctx: dict[str, Any]
+    chat_id: str
+    trace_id: str
+    correlation_id: str
+    attached_at: datetime
+    last_event_id: str
+    status: RunStatus = "attached"
+    step: int = -1
+    executions: tuple[StageRun, ...] = ()
+    results: dict[str, StageResult] = field(default_factory=dict)
+    upstream: tuple[StageResult, ...] = ()
+    """What the next sequential step receives as `ctx.upstream`."""
+    interrupt: Literal["graceful", "hard"] | None = None
+    reason: str | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.status in OPEN_RUN
+
+    def lane_of(self, turn_id: str | None) -> StageRun | None:
+        for ex in self.executions:
+            if ex.execution_id == turn_id:
+                return ex
+        return None
+
+    def current(self) -> list[StageRun]:
+        return [ex for ex in self.executions if ex.step == self.step]
+
+    def step_def(self) -> Step:
+        return self.definition.steps[self.step]
+
+
+# `SessionState` holds a `WorkflowRun` and a run holds lanes: the two modules import each
+# other last, once their own classes exist.
+from turnstream.core.turn.state import SessionState  # noqa: E402

@@ -1,0 +1,1 @@
+"""Workflow definitions on disk: loading and checking a workflow folder."""

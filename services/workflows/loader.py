@@ -1,0 +1,332 @@
+"""Load a workflow folder (`workflow.yaml` + one markdown file per stage) and check it all.
+
+Every problem is reported at once, each with its file, field and fix, so an author fixes a
+definition in one pass (`turnstream workflow validate DIR`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from turnstream.core.workflow.definition import (
+    RESOLUTION_POLICIES,
+    RetryPolicy,
+    StageDef,
+    Step,
+    WorkflowDef,
+)
+from turnstream.core.workflow.template import check as check_template
+
+KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+REQUIRED = (
+    "id",
+    "name",
+    "allowedTools",
+    "completionTool",
+    "completionSchema",
+    "retryPolicy",
+    "turnCap",
+    "resolutionPolicy",
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    field: str
+    message: str
+    fix: str
+    code: str = "Validation"
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.message} (fix: {self.fix})"
+
+
+class WorkflowInvalid(ValueError):
+    def __init__(self, folder: Path, problems: list[Problem]) -> None:
+        self.folder = folder
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"workflow {folder} has {len(problems)} problem(s):\n{lines}")
+
+
+def find(workflows_dir: Path, name: str) -> Path:
+    """The folder of workflow `name` (a path to a folder works too)."""
+    direct = Path(name)
+    if direct.is_dir() and (direct / "workflow.yaml").exists():
+        return direct
+    folder = workflows_dir / name
+    if not (folder / "workflow.yaml").exists():
+        known = sorted(p.parent.name for p in workflows_dir.glob("*/workflow.yaml"))
+        raise FileNotFoundError(
+            f"no workflow {name!r} in {workflows_dir} (TURNSTREAM_WORKFLOWS); "
+            f"known: {', '.join(known) or 'none'}"
+        )
+    return folder
+
+
+def load(folder: Path, live_tools: Iterable[str]) -> WorkflowDef:
+    """The definition in `folder`, or `WorkflowInvalid` listing every problem."""
+    problems: list[Problem] = []
+    live = set(live_tools)
+    spec_file = folder / "workflow.yaml"
+    raw = _yaml(spec_file, spec_file.read_text() if spec_file.exists() else None, problems)
+    if raw is None:
+        raise WorkflowInvalid(folder, problems)
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        problems.append(Problem(spec_file.name, "name", "missing", "add `name: <workflow>`"))
+    steps = _steps(spec_file.name, raw.get("steps"), problems)
+    wanted = [s for step in steps for s in (*step.stages, *([step.join] if step.join else []))]
+    on_fail = _on_fail(spec_file.name, raw.get("onFail"), set(wanted), problems)
+    stages: dict[str, StageDef] = {}
+    for stage_id in dict.fromkeys([*wanted, *on_fail.values()]):
+        path = folder / f"{stage_id}.md"
+        if not path.exists():
+            problems.append(
+                Problem(
+                    spec_file.name,
+                    "steps",
+                    f"stage {stage_id!r} has no file {path.name}",
+                    f"create {path.name} or fix the name",
+                    "StageJoinDangling" if any(s.join == stage_id for s in steps) else "Validation",
+                )
+            )
+            continue
+        stage = _stage(path, live, problems)
+        if stage is not None:
+            stages[stage_id] = stage
+    if problems:
+        raise WorkflowInvalid(folder, problems)
+    assert isinstance(name, str)
+    return WorkflowDef(name, tuple(steps), stages, on_fail)
+
+
+def _yaml(path: Path, text: str | None, problems: list[Problem]) -> dict[str, Any] | None:
+    if text is None:
+        problems.append(Problem(path.name, "-", "file missing", f"create {path}"))
+        return None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        problems.append(Problem(path.name, "-", f"not valid YAML: {exc}", "fix the syntax"))
+        return None
+    if not isinstance(raw, dict):
+        problems.append(Problem(path.name, "-", "must be a mapping", "write `key: value` lines"))
+        return None
+    return raw
+
+
+def _steps(file: str, raw: Any, problems: list[Problem]) -> list[Step]:
+    if not isinstance(raw, list) or not raw:
+        problems.append(Problem(file, "steps", "missing or empty", "list the stage ids in order"))
+        return []
+    steps: list[Step] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"steps[{i}]"
+        if isinstance(item, str):
+            step = Step((item,))
+        elif isinstance(item, dict) and isinstance(item.get("parallel"), list):
+            group = item["parallel"]
+            join = item.get("join")
+            if len(group) < 2 or not all(isinstance(s, str) for s in group):
+                problems.append(
+                    Problem(file, where, "a parallel group needs two or more stage ids", "")
+                )
+                continue
+            if join is not None and (not isinstance(join, str) or join in group):
+                problems.append(
+                    Problem(
+                        file,
+                        f"{where}.join",
+                        f"join {join!r} must be one stage outside the siblings {group}",
+                        "name the stage that runs after every sibling succeeded",
+                        "StageJoinDangling",
+                    )
+                )
+                join = None
+            step = Step(tuple(group), join)
+        else:
+            problems.append(Problem(file, where, f"not a stage id or parallel group: {item!r}", ""))
+            continue
+        for stage_id in (*step.stages, *([step.join] if step.join else [])):
+            if not KEBAB.match(stage_id):
+                problems.append(
+                    Problem(file, where, f"stage id {stage_id!r} is not kebab-case", "rename it")
+                )
+            if stage_id in seen:
+                problems.append(
+                    Problem(
+                        file,
+                        where,
+                        f"stage {stage_id!r} appears twice",
+                        "a stage runs once per workflow; copy it under another id",
+                        "StageJoinDangling" if stage_id == step.join else "Validation",
+                    )
+                )
+            seen.add(stage_id)
+        steps.append(step)
+    return steps
+
+
+def _on_fail(file: str, raw: Any, in_steps: set[str], problems: list[Problem]) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append(Problem(file, "onFail", "must map a stage to its recover stage", ""))
+        return {}
+    out: dict[str, str] = {}
+    for failed, recover in raw.items():
+        if failed not in in_steps:
+            problems.append(
+                Problem(file, f"onFail.{failed}", "not a stage of `steps`", "fix the stage id")
+            )
+        elif not isinstance(recover, str) or not KEBAB.match(recover) or recover in in_steps:
+            problems.append(
+                Problem(
+                    file,
+                    f"onFail.{failed}",
+                    f"recover stage {recover!r} must be a kebab-case id outside `steps`",
+                    "add a stage file used only as the recover branch",
+                )
+            )
+        else:
+            out[str(failed)] = recover
+    return out
+
+
+def _frontmatter(path: Path, problems: list[Problem]) -> tuple[dict[str, Any], str] | None:
+    text = path.read_text()
+    if not text.startswith("---"):
+        problems.append(
+            Problem(path.name, "-", "no YAML frontmatter", "start the file with a `---` block")
+        )
+        return None
+    parts = text.split("\n---", 1)
+    if len(parts) != 2:
+        problems.append(Problem(path.name, "-", "frontmatter not closed", "end it with `---`"))
+        return None
+    head = parts[0].removeprefix("---")
+    raw = _yaml(path, head, problems)
+    body = parts[1].split("\n", 1)[1] if "\n" in parts[1] else ""
+    return (raw, body.strip() + "\n") if raw is not None else None
+
+
+def _stage(path: Path, live: set[str], problems: list[Problem]) -> StageDef | None:
+    found = _frontmatter(path, problems)
+    if found is None:
+        return None
+    raw, body = found
+    before = len(problems)
+
+    def bad(field: str, message: str, fix: str) -> None:
+        problems.append(Problem(path.name, field, message, fix))
+
+    for key in REQUIRED:
+        if key not in raw:
+            bad(key, "required field missing", f"add `{key}:` to the frontmatter")
+    stage_id = raw.get("id")
+    if "id" in raw and (not isinstance(stage_id, str) or stage_id != path.stem):
+        bad("id", f"{stage_id!r} must equal the file name {path.stem!r}", "rename one of them")
+    if "name" in raw and not (isinstance(raw["name"], str) and raw["name"]):
+        bad("name", "must be a non-empty string", "give the stage a label")
+    tools = raw.get("allowedTools")
+    if "allowedTools" in raw:
+        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+            bad("allowedTools", "must be a list of tool names", "e.g. [read_file, grep]")
+            tools = []
+        for tool in tools:
+            if tool not in live:
+                bad(
+                    "allowedTools",
+                    f"{tool!r} is not a live tool (known: {', '.join(sorted(live)) or 'none'})",
+                    "fix the name or install the package that provides it",
+                )
+    completion = raw.get("completionTool")
+    if "completionTool" in raw:
+        if not isinstance(completion, str) or not TOOL_NAME.match(completion):
+            bad("completionTool", f"{completion!r} is not a tool name", "e.g. submit_plan")
+        elif completion in live:
+            bad(
+                "completionTool",
+                f"{completion!r} collides with a registered tool",
+                "pick a name no tool has, e.g. submit_<stage>",
+            )
+    for key in ("completionSchema", "inputsSchema"):
+        schema = raw.get(key)
+        if schema is None:
+            continue
+        if not isinstance(schema, dict):
+            bad(key, "must be a JSON Schema object", "e.g. {type: object, required: [summary]}")
+            continue
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            bad(key, f"invalid JSON Schema: {exc.message}", "fix the schema")
+    retry = _retry(raw.get("retryPolicy"), bad) if "retryPolicy" in raw else None
+    cap = raw.get("turnCap")
+    if "turnCap" in raw and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+        bad("turnCap", f"{cap!r} must be an integer ≥ 1", "e.g. turnCap: 10")
+    policy = raw.get("resolutionPolicy")
+    if "resolutionPolicy" in raw and policy not in RESOLUTION_POLICIES:
+        bad("resolutionPolicy", f"{policy!r} is not one of {RESOLUTION_POLICIES}", "pick one")
+    tags = raw.get("tags", [])
+    if not isinstance(tags, list):
+        bad("tags", "must be a list of strings", "e.g. tags: [review]")
+    for error in check_template(body):
+        bad("body", error, "use only the allowed placeholders")
+    if len(problems) > before or retry is None:
+        return None
+    return StageDef(
+        id=str(stage_id),
+        name=str(raw["name"]),
+        allowed_tools=tuple(tools or ()),
+        completion_tool=str(completion),
+        completion_schema=raw["completionSchema"],
+        retry_policy=retry,
+        turn_cap=int(cap),
+        resolution_policy=policy,
+        body=body,
+        description=raw.get("description"),
+        inputs_schema=raw.get("inputsSchema"),
+        tags=tuple(str(t) for t in tags),
+        file=path.name,
+    )
+
+
+def _retry(raw: Any, bad: Any) -> RetryPolicy | None:
+    if not isinstance(raw, dict):
+        bad("retryPolicy", "must be {maxAttempts, backoff}", "e.g. {maxAttempts: 2, backoff: none}")
+        return None
+    attempts = raw.get("maxAttempts")
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        bad("retryPolicy.maxAttempts", f"{attempts!r} must be an integer ≥ 1", "e.g. 2")
+        return None
+    backoff = raw.get("backoff", "none")
+    if backoff in ("none", None, 0):
+        return RetryPolicy(attempts)
+    if isinstance(backoff, int | float) and not isinstance(backoff, bool) and backoff > 0:
+        return RetryPolicy(attempts, float(backoff))
+    if isinstance(backoff, str):
+        kind, _, seconds = backoff.partition(":")
+        try:
+            value = float(seconds.removesuffix("s")) if seconds else 1.0
+        except ValueError:
+            value = -1.0
+        if kind in ("fixed", "exponential") and value > 0:
+            return RetryPolicy(attempts, value, kind == "exponential")
+    bad(
+        "retryPolicy.backoff",
+        f"{backoff!r} is not a backoff",
+        "use none, a number of seconds, fixed:<s> or exponential:<s>",
+    )
+    return None

@@ -1,0 +1,441 @@
+"""The workflow run in the pure core: stage lifecycle, completion channel, fan-out, retry."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from tests.unit.factories import T0, Ids, accepted, ctx, success
+from turnstream.core.events import (
+    Event,
+    FollowUpQueued,
+    InterruptReceived,
+    InterruptReceivedData,
+    Sender,
+    SessionTurnStart,
+    StageAssertOutcome,
+    StageCancelled,
+    StageCompletionChecked,
+    StageEntered,
+    StageExited,
+    StageInitFailed,
+    ToolCallApproved,
+    ToolCallApprovedData,
+    ToolInvocationProposed,
+    ToolInvocationRequested,
+    ToolInvocationSucceeded,
+    ToolInvocationSucceededData,
+    TurnEnded,
+    WorkflowAttached,
+    WorkflowAttachedData,
+    WorkflowExit,
+)
+from turnstream.core.turn import (
+    Context,
+    ProviderSuccess,
+    SessionState,
+    ToolCall,
+    ToolInfo,
+    TurnConfig,
+    compose_request,
+    decide,
+    evolve,
+    fold,
+    needs_provider_call,
+    on_provider_result,
+    state_from_json,
+    state_to_json,
+)
+from turnstream.core.workflow.definition import RetryPolicy, StageDef, Step, WorkflowDef
+from turnstream.core.workflow.run import lane_step, on_assert, turn_views
+
+TOOLS = (
+    ToolInfo("read_file", "read", {"type": "object"}, True, True, 5.0),
+    ToolInfo("write_file", "write", {"type": "object"}, False, False, 5.0),
+)
+SCHEMA = {
+    "type": "object",
+    "required": ["summary"],
+    "properties": {"summary": {"type": "string"}},
+}
+
+
+def stage(stage_id: str, body: str = "You are {{stage.name}}.", **more: Any) -> StageDef:
+    fields: dict[str, Any] = {
+        "id": stage_id,
+        "name": stage_id.title(),
+        "allowed_tools": ("read_file",),
+        "completion_tool": f"submit_{stage_id.replace('-', '_')}",
+        "completion_schema": SCHEMA,
+        "retry_policy": RetryPolicy(max_attempts=2),
+        "turn_cap": 3,
+        "resolution_policy": "fail",
+        "body": body,
+    }
+    fields.update(more)
+    return StageDef(**fields)
+
+
+def workflow(*steps: Step, stages: list[StageDef], on_fail: dict[str, str] | None = None):
+    return WorkflowDef("wf", steps, {s.id: s for s in stages}, on_fail or {})
+
+
+class Sim:
+    """Drives the session as the turn-runner would, answering models by stage."""
+
+    def __init__(self, definition: WorkflowDef, wf_ctx: dict[str, Any] | None = None) -> None:
+        self.ids = Ids()
+        self.config = TurnConfig(tools=TOOLS)
+        self.state = SessionState("s1")
+        self.log: list[Event] = []
+        self.apply(
+            [
+                WorkflowAttached(
+                    id="att1",
+                    time=T0,
+                    session_id="s1",
+                    chat_id="c1",
+                    trace_id="t1",
+                    correlation_id="k1",
+                    source="gateway/1",
+                    data=WorkflowAttachedData(
+                        run_id="run1",
+                        workflow="wf",
+                        definition=definition.to_dict(),
+                        ctx=wf_ctx or {"task": "fix it"},
+                        sender=Sender(kind="human", id="u1"),
+                        idempotency_key="k1",
+                        inbound_seq=1,
+                    ),
+                )
+            ]
+        )
+        self.decide()
+
+    @property
+    def c(self) -> Context:
+        return ctx(self.ids)
+
+    def apply(self, events: list[Event]) -> None:
+        self.state = fold(self.state, events)
+        self.log += events
+
+    def decide(self) -> None:
+        self.apply(decide(self.state, self.config, self.c))
+
+    def waiting(self) -> dict[str, str]:
+        """Stage turns waiting for the model: turn id → stage id."""
+        run = self.state.workflow
+        assert run is not None
+        out = {}
+        for lane, _ in turn_views(self.state, self.config):
+            if needs_provider_call(lane) and lane.active is not None:
+                ex = run.lane_of(lane.active.turn_id)
+                if ex is not None:
+                    out[lane.active.turn_id] = ex.stage_id
+        return out
+
+    def request(self, stage_id: str):
+        for lane, cfg in turn_views(self.state, self.config):
+            if cfg.stage is not None and cfg.stage.stage_id == stage_id:
+                return compose_request(lane, cfg)
+        raise AssertionError(f"{stage_id} does not wait for the model")
+
+    def answer(self, stage_id: str, reply: ProviderSuccess) -> None:
+        turn_id = next(t for t, s in self.waiting().items() if s == stage_id)
+        c = self.c
+        self.apply(
+            lane_step(
+                self.state,
+                turn_id,
+                self.config,
+                c,
+                lambda lane, cfg: on_provider_result(lane, reply, cfg, c),
+            )
+        )
+
+    def of(self, cls: type) -> list[Any]:
+        return [e for e in self.log if isinstance(e, cls)]
+
+
+def complete(tool: str, **payload: Any) -> ProviderSuccess:
+    return calls_reply(ToolCall("done1", tool, payload))
+
+
+def calls_reply(*calls: ToolCall) -> ProviderSuccess:
+    return replace(success("", "tool_use"), tool_calls=calls)
+
+
+def test_sequential_stages_hand_on_their_results_and_the_run_completes() -> None:
+    sim = Sim(
+        workflow(
+            Step(("plan",)),
+            Step(("build",)),
+            stages=[stage("plan"), stage("build", body="Do: {{ctx.upstream[0].output.summary}}")],
+        )
+    )
+    assert sim.waiting() == {sim.of(StageEntered)[0].data.stage_execution_id: "plan"}
+    sim.answer("plan", complete("submit_plan", summary="two steps"))
+    assert sim.of(StageExited)[0].data.result.verdict == "ok"
+    assert sim.request("build").system == "Do: two steps"
+    sim.answer("build", complete("submit_build", summary="built"))
+    [end] = sim.of(WorkflowExit)
+    assert end.data.status == "completed"
+    assert end.data.results["build"].parsed == {"summary": "built"}
+    ended = sim.of(TurnEnded)
+    assert [e.data.status for e in ended] == ["completed", "completed"]
+    assert len({e.turn_id for e in ended}) == 2
+    assert sim.state.history == ()  # stage transcripts never join session history
+
+
+def test_the_stage_manifest_is_its_envelope_plus_the_completion_tool() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
+    request = sim.request("plan")
+    assert [t.name for t in request.tools] == ["read_file", "submit_plan"]
+    assert request.tools[1].parameters == SCHEMA
+    assert request.system == "You are Plan."
+    assert request.stage == "plan"
+
+
+def test_a_schema_failure_goes_back_to_the_model_then_a_valid_call_ends_act() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
+    sim.answer("plan", complete("submit_plan", steps=[]))
+    [checked] = sim.of(StageCompletionChecked)
+    assert checked.data.outcome == "invalid"
+    last = sim.request("plan").messages[-1]
+    assert last.role == "tool" and last.is_error and "'summary' is a required" in last.text
+    sim.answer("plan", complete("submit_plan", summary="ok now"))
+    assert sim.of(StageExited)[0].data.result.parsed == {"summary": "ok now"}
+
+
+def test_plain_text_gets_a_steering_message() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
+    sim.answer("plan", success("I think we should..."))
+    assert sim.of(StageCompletionChecked)[0].data.outcome == "no_call"
+    last = sim.request("plan").messages[-1]
+    assert last.role == "user" and last.text == "Call submit_plan when you are done."
+    sim.answer("plan", complete("submit_plan", summary="s"))
+    assert sim.of(WorkflowExit)[0].data.status == "completed"
+
+
+def test_a_completion_call_with_a_sibling_rejects_the_batch_and_runs_nothing() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
+    sim.answer(
+        "plan",
+        calls_reply(
+            ToolCall("a", "read_file", {"path": "x"}),
+            ToolCall("b", "submit_plan", {"summary": "s"}),
+        ),
+    )
+    [checked] = sim.of(StageCompletionChecked)
+    assert checked.data.outcome == "batch_rejected" and checked.data.call_ids == ["a", "b"]
+    assert sim.of(ToolInvocationProposed) == []
+    results = [m for m in sim.request("plan").messages if m.role == "tool"]
+    assert [m.tool_call_id for m in results] == ["a", "b"]
+    assert all("sole tool call" in m.text for m in results)
+
+
+def test_two_completion_calls_are_rejected() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
+    sim.answer(
+        "plan",
+        calls_reply(
+            ToolCall("a", "submit_plan", {"summary": "1"}),
+            ToolCall("b", "submit_plan", {"summary": "2"}),
+        ),
+    )
+    assert sim.of(StageCompletionChecked)[0].data.outcome == "batch_rejected"
+    assert sim.of(StageExited) == []
+
+
+def test_the_turn_cap_ends_act_and_the_default_assert_fails_the_stage() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan", turn_cap=2)]))
+    sim.answer("plan", success("hmm"))
+    sim.answer("plan", success("hmm again"))
+    assert sim.waiting() == {}
+    outcomes = [e.data.outcome for e in sim.of(StageCompletionChecked)]
+    assert outcomes == ["no_call", "no_call", "cap_hit"]
+    [asserted] = sim.of(StageAssertOutcome)
+    assert asserted.data.verdict == "fail" and asserted.data.cap_hit
+    [ended] = sim.of(TurnEnded)
+    assert ended.data.failure_class == "report_missing" and ended.data.next_action
+    [end] = sim.of(WorkflowExit)
+    assert end.data.status == "failed" and end.data.failure == "StageFailed"
+
+
+def test_calls_inside_a_stage_carry_its_envelope_and_results_come_back() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
+    sim.answer("plan", calls_reply(ToolCall("a", "read_file", {"path": "x"})))
+    [proposed] = sim.of(ToolInvocationProposed)
+    envelope = proposed.data.envelope
+    assert envelope is not None and envelope.allowed_tools == ["read_file"]
+    inv, turn = proposed.data.invocation_id, proposed.turn_id
+    base = {"time": T0, "session_id": "s1", "chat_id": "c1", "turn_id": turn}
+    base |= {"trace_id": "t", "correlation_id": "k", "source": "x/1"}
+    sim.apply(
+        [
+            ToolCallApproved(
+                id="ap1",
+                data=ToolCallApprovedData(invocation_id=inv, authority="workflow"),
+                **base,
+            )
+        ]
+    )
+    sim.decide()
+    assert len(sim.of(ToolInvocationRequested)) == 1
+    sim.apply(
+        [
+            ToolInvocationSucceeded(
+                id="ok1",
+                data=ToolInvocationSucceededData(
+                    invocation_id=inv, output="file text", size=9, duration_ms=1
+                ),
+                **base,
+            )
+        ]
+    )
+    sim.decide()
+    assert sim.request("plan").messages[-1].text == "file text"
+
+
+def test_retry_reenters_act_in_the_same_transcript_up_to_max_attempts() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
+    sim.config = replace(sim.config, workflow_hooks=frozenset({"Assert"}))
+    sim.answer("plan", complete("submit_plan", summary="v1"))
+    execution = sim.of(StageEntered)[0].data.stage_execution_id
+    c = sim.c
+    sim.apply(on_assert(sim.state, execution, "retry", sim.config, c, reason="too vague"))
+    request = sim.request("plan")
+    assert request.messages[-1].text == "Retry (attempt 2): too vague"
+    assert any(m.tool_calls for m in request.messages)  # the same transcript
+    sim.answer("plan", complete("submit_plan", summary="v2"))
+    sim.apply(on_assert(sim.state, execution, "retry", sim.config, sim.c, reason="still"))
+    verdicts = [e.data.verdict for e in sim.of(StageAssertOutcome)]
+    assert verdicts == ["retry", "fail"]  # maxAttempts=2: no third attempt
+    assert "maxAttempts=2" in (sim.of(StageExited)[0].data.result.reason or "")
+
+
+def test_a_failed_stage_runs_its_on_fail_branch_then_the_workflow_goes_on() -> None:
+    sim = Sim(
+        workflow(
+            Step(("plan",)),
+            Step(("ship",)),
+            stages=[
+                stage("plan", turn_cap=1),
+                stage("fix", body="Fix: {{ctx.upstream[0].reason}}"),
+                stage("ship"),
+            ],
+            on_fail={"plan": "fix"},
+        )
+    )
+    sim.answer("plan", success("no"))
+    assert sim.request("fix").system.startswith("Fix: turnCap=1")
+    assert sim.of(StageEntered)[-1].data.recovers == "plan"
+    sim.answer("fix", complete("submit_fix", summary="fixed"))
+    sim.answer("ship", complete("submit_ship", summary="shipped"))
+    assert sim.of(WorkflowExit)[0].data.status == "completed"
+
+
+def test_parallel_siblings_run_at_once_and_the_join_sees_both_results() -> None:
+    sim = Sim(
+        workflow(
+            Step(("review-a", "review-b"), join="merge"),
+            stages=[
+                stage("review-a"),
+                stage("review-b"),
+                stage(
+                    "merge",
+                    body="{{ctx.upstream[0].output.summary}}+{{ctx.upstream[1].output.summary}}",
+                ),
+            ],
+        )
+    )
+    assert sorted(sim.waiting().values()) == ["review-a", "review-b"]
+    sim.answer("review-b", complete("submit_review_b", summary="B"))
+    assert "merge" not in sim.waiting().values()
+    sim.answer("review-a", complete("submit_review_a", summary="A"))
+    assert sim.request("merge").system == "A+B"
+    sim.answer("merge", complete("submit_merge", summary="AB"))
+    assert sim.of(WorkflowExit)[0].data.status == "completed"
+
+
+def test_a_sibling_failure_cancels_the_others_and_the_join_never_runs() -> None:
+    sim = Sim(
+        workflow(
+            Step(("review-a", "review-b"), join="merge"),
+            stages=[stage("review-a", turn_cap=1), stage("review-b"), stage("merge")],
+        )
+    )
+    sim.answer("review-a", success("no tool"))
+    [cancelled] = sim.of(StageCancelled)
+    assert cancelled.data.stage == "review-b" and cancelled.data.cause == "ParallelSiblingFailure"
+    assert [e.data.stage for e in sim.of(StageExited)] == ["review-a"]  # no Exit for b
+    b_end = [e for e in sim.of(TurnEnded) if e.turn_id == cancelled.data.stage_execution_id]
+    assert b_end[0].data.failure_class == "interrupted"
+    assert all(e.data.stage != "merge" for e in sim.of(StageEntered))
+    [end] = sim.of(WorkflowExit)
+    assert end.data.status == "failed" and end.data.failure == "ParallelSiblingFailure"
+    assert sim.waiting() == {}
+
+
+def test_an_upstream_result_failing_inputs_schema_is_a_stage_init_failure() -> None:
+    needs = {"type": "object", "properties": {"parsed": {"required": ["steps"]}}}
+    sim = Sim(
+        workflow(
+            Step(("plan",)),
+            Step(("build",)),
+            stages=[stage("plan"), stage("build", inputs_schema=needs)],
+        )
+    )
+    sim.answer("plan", complete("submit_plan", summary="s"))
+    [failed] = sim.of(StageInitFailed)
+    assert "upstream[0] (plan)" in failed.data.reason and "'steps'" in failed.data.reason
+    assert sim.of(WorkflowExit)[0].data.failure == "StageInitFailed"
+
+
+def test_a_placeholder_the_context_lacks_is_an_init_error_not_an_empty_string() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan", body="{{ctx.missing}}")]))
+    [failed] = sim.of(StageInitFailed)
+    assert "no field 'missing'" in failed.data.reason
+
+
+def test_messages_during_a_run_wait_for_it_and_a_hard_interrupt_cancels_it() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
+    sim.apply([accepted(1, "are you there?")])
+    sim.decide()
+    assert len(sim.of(FollowUpQueued)) == 1
+    assert len(sim.of(SessionTurnStart)) == 1  # only the stage's
+    sim.apply(
+        [
+            InterruptReceived(
+                id="int1",
+                time=T0,
+                session_id="s1",
+                chat_id="c1",
+                trace_id="t",
+                correlation_id="k",
+                source="gateway/1",
+                data=InterruptReceivedData(
+                    mode="hard",
+                    sender=Sender(kind="human", id="u1"),
+                    idempotency_key="k2",
+                    inbound_seq=3,
+                ),
+            )
+        ]
+    )
+    sim.decide()
+    assert sim.of(StageCancelled)[0].data.cause == "interrupted"
+    assert sim.of(WorkflowExit)[0].data.status == "cancelled"
+    starts = sim.of(SessionTurnStart)
+    assert len(starts) == 2 and starts[-1].data.text == "are you there?"  # the chat goes on
+
+
+def test_the_state_round_trips_through_json_mid_run_and_replays_the_same() -> None:
+    sim = Sim(workflow(Step(("a", "b"), join="c"), stages=[stage("a"), stage("b"), stage("c")]))
+    sim.answer("a", complete("submit_a", summary="A"))
+    assert state_from_json(state_to_json(sim.state)) == sim.state
+    replayed = SessionState("s1")
+    for event in sim.log:
+        replayed = evolve(replayed, event)
+    assert replayed == sim.state
