@@ -21,7 +21,10 @@ class HookSpec(_Wire):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     stage: str
-    """A turn stage (`TOOL_CALL`, `RENDER`, …) or `*` for every stage."""
+    """A turn stage (`TOOL_CALL`, `RENDER`, …), a workflow point (`CheckGate`, `Assert`)
+    or `*` for every stage."""
+    workflow_stage: str | None = None
+    """At `CheckGate` / `Assert`: only for this workflow stage id (None: every stage)."""
     point: Literal["pre", "post"] = "pre"
     kind: HookKind
     priority: int = 100
@@ -46,6 +49,8 @@ class HookCall(_Wire):
     """RECEIVE_INPUT: the input; RENDER: the reply."""
     event: dict[str, Any] | None = None
     """Observers: the stage event itself."""
+    result: dict[str, Any] | None = None
+    """`Assert`: what Act produced (`parsed`, `capHit`, `attempt`)."""
 
 
 class HookReply(_Wire):
@@ -57,6 +62,9 @@ class HookReply(_Wire):
     """With `modify` at TOOL_CALL: the arguments to use instead."""
     text: str | None = None
     """With `modify` at RECEIVE_INPUT or RENDER: the text to use instead."""
+    verdict: Literal["pass", "defer", "block", "ok", "retry", "fail"] | None = None
+    """Workflow points: a gate answers pass/defer/block at `CheckGate`, an asserter
+    ok/retry/fail at `Assert` (the workflow stage id is in `HookCall.text`)."""
 
 
 Hook = Callable[[HookCall], Awaitable[HookReply]]

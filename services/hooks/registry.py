@@ -15,17 +15,40 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from pydantic import ValidationError
 
 from turnstream.core.events import Stage
 from turnstream.core.turn import STAGE_HOOK_POINTS, HookVerdict, StageHookVerdict, ToolCallState
+from turnstream.core.workflow.state import StageRun
 from turnstream.hooks.base import Hook, HookCall, HookReply, HookSpec
 
 log = logging.getLogger("turnstream.hooks")
+WORKFLOW_POINTS = ("CheckGate", "Assert")
+
+
+@dataclass(frozen=True)
+class WorkflowHookAnswer:
+    point: str
+    verdict: str
+    hook: str | None
+    reason: str | None
+
+    def gate_outcome(self) -> Literal["pass", "defer", "block"]:
+        if self.verdict in ("pass", "ok"):
+            return "pass"
+        return "block" if self.verdict in ("block", "fail") else "defer"
+
+    def assert_verdict(self) -> Literal["ok", "retry", "fail"]:
+        if self.verdict in ("ok", "pass"):
+            return "ok"
+        return "retry" if self.verdict in ("retry", "defer") else "fail"
+
+
 ENTRY_POINT_GROUP = "turnstream.hooks"
 
 
@@ -45,6 +68,9 @@ class HookRegistry:
             stage
             for stage in STAGE_HOOK_POINTS
             if self.at(stage.value, "pre", {"guard", "transform"})
+        )
+        self.workflow_hooks: frozenset[str] = frozenset(
+            point for point in WORKFLOW_POINTS if self.at(point, "pre", {"guard"})
         )
 
     @classmethod
@@ -179,6 +205,34 @@ class HookRegistry:
             if verdict is not None and verdict.action in ("abort_turn", "hard_abort"):
                 break
         return verdicts
+
+    async def run_workflow_hook(
+        self, session_id: str, point: str, stage_id: str, ex: StageRun
+    ) -> WorkflowHookAnswer:
+        """The first gate or asserter for this stage that answers (priority order). One
+        that does not answer counts as `defer` at a gate and `fail` at an assert."""
+        for spec in self.at(point, "pre", {"guard"}):
+            if spec.workflow_stage not in (None, stage_id):
+                continue
+            request = HookCall(
+                hook=spec.name,
+                session_id=session_id,
+                turn_id=ex.execution_id,
+                stage=point,
+                point="pre",
+                text=stage_id,
+                result={"parsed": ex.parsed, "capHit": ex.cap_hit, "attempt": ex.attempt},
+            )
+            reply = await self.call(spec, request)
+            if reply is None:
+                silent = "defer" if point == "CheckGate" else "fail"
+                return WorkflowHookAnswer(point, silent, spec.name, f"{spec.name} did not answer")
+            if reply.verdict is not None:
+                return WorkflowHookAnswer(point, reply.verdict, spec.name, reply.reason)
+        if point == "CheckGate":
+            return WorkflowHookAnswer(point, "pass", None, None)
+        default = "ok" if ex.parsed is not None and not ex.cap_hit else "fail"
+        return WorkflowHookAnswer(point, default, None, None)
 
     async def observe(self, stage: str, point: str, request: HookCall) -> None:
         """Observers at a stage: their answers and failures change nothing."""

@@ -74,10 +74,13 @@ class Runner:
     @property
     def turn_config(self) -> TurnConfig:
         """The configuration, following the hooks that are registered right now."""
-        tool_hooks, stage_hooks = self.hooks.has_tool_hooks, self.hooks.stage_hooks
+        hooks = self.hooks
+        found = (hooks.has_tool_hooks, hooks.stage_hooks, hooks.workflow_hooks)
         config = self.base_config
-        if (tool_hooks, stage_hooks) != (config.tool_hooks, config.stage_hooks):
-            self.base_config = replace(config, tool_hooks=tool_hooks, stage_hooks=stage_hooks)
+        if found != (config.tool_hooks, config.stage_hooks, config.workflow_hooks):
+            self.base_config = replace(
+                config, tool_hooks=found[0], stage_hooks=found[1], workflow_hooks=found[2]
+            )
         return self.base_config
 
     async def snapshots(self) -> Any:

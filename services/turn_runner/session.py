@@ -26,9 +26,11 @@ from turnstream.bus import AppendConflict
 from turnstream.core.events import Event
 from turnstream.core.turn import (
     Context,
+    HookVerdict,
     ProviderFailure,
     ProviderOutcome,
     SessionState,
+    StageHookVerdict,
     ToolCall,
     TurnConfig,
     awaiting_hooks,
@@ -43,6 +45,15 @@ from turnstream.core.turn import (
     on_stage_hooks,
     on_tool_call_ready,
     stage_hook_text,
+)
+from turnstream.core.workflow.run import (
+    GATE,
+    awaiting_workflow_hooks,
+    lane_step,
+    next_wakeup,
+    on_assert,
+    on_gate,
+    turn_views,
 )
 from turnstream.turn_runner import snapshots
 
@@ -91,12 +102,13 @@ class SessionActor:
         self.last_seq = 0
         self.input_mark = 0
         self.loaded = False
-        self.provider_task: asyncio.Task[None] | None = None
-        self.provider_turn: str | None = None
-        self.timed_turn: str | None = None
+        self.provider_tasks: dict[str, asyncio.Task[None]] = {}
+        """Provider calls in flight by turn id (a workflow's parallel stages call at once)."""
+        self.timed_turns: set[str] = set()
+        self.wakeup: datetime | None = None
 
     def busy(self) -> bool:
-        return self.provider_task is not None
+        return bool(self.provider_tasks)
 
     async def failed(self, item: Item) -> None:
         self.loaded = False  # reload from the log before the next item
@@ -116,24 +128,34 @@ class SessionActor:
                 await self.advance()
                 await msg.ack()
             case ProviderDone(turn_id=turn_id, outcome=outcome):
-                if turn_id == self.provider_turn:
-                    self.provider_task, self.provider_turn = None, None
-                if self.is_current(turn_id):  # a late result of an ended turn is dropped
-                    ctx = self.context()
-                    await self.commit(lambda s: on_provider_result(s, outcome, config, ctx))
+                self.provider_tasks.pop(turn_id, None)
+                ctx = self.context()  # a late result of an ended turn changes nothing
+                await self.commit(
+                    lambda s: lane_step(
+                        s,
+                        turn_id,
+                        config,
+                        ctx,
+                        lambda lane, cfg: on_provider_result(lane, outcome, cfg, ctx),
+                    )
+                )
                 await self.advance()
             case ToolCallReady(turn_id=turn_id, call=call, first_byte_at=first_byte_at):
-                if not self.is_current(turn_id):
-                    return
                 ctx = self.context()
-                await self.commit(lambda s: on_tool_call_ready(s, call, first_byte_at, config, ctx))
+                at = first_byte_at
+                await self.commit(
+                    lambda s: lane_step(
+                        s,
+                        turn_id,
+                        config,
+                        ctx,
+                        lambda lane, cfg: on_tool_call_ready(lane, call, at, cfg, ctx),
+                    )
+                )
                 await self.advance()
             case Tick():
                 await self.advance()
         await self.after()
-
-    def is_current(self, turn_id: str) -> bool:
-        return self.state.active is not None and self.state.active.turn_id == turn_id
 
     @property
     def config(self) -> TurnConfig:
@@ -141,37 +163,63 @@ class SessionActor:
 
     async def advance(self) -> None:
         config = self.config
-        hooks = self.runner.hooks
         await self.commit(lambda s: decide(s, config, self.context()))
         for _ in range(MAX_CONFLICT_RETRIES):  # hooks may let the turn reach more hooks
-            active = self.state.active
-            if active is None:
+            step = await self.hook_step(config)
+            if step is None:
                 return
-            if calls := awaiting_hooks(self.state, config):
-                verdicts = await hooks.run_tool_hooks(self.session_id, active.turn_id, calls)
-                step = partial(on_hook_verdicts, verdicts=verdicts, config=config)
-            elif stage := awaiting_stage_hooks(self.state, config):
-                text = stage_hook_text(self.state)
-                verdict = await hooks.run_stage_hooks(self.session_id, active.turn_id, stage, text)
-                step = partial(on_stage_hooks, verdict=verdict, config=config)
-            else:
-                return
-            await self.commit(partial(step, ctx=self.context()))
+            await self.commit(step)
+
+    async def hook_step(self, config: TurnConfig) -> Callable[[SessionState], list[Event]] | None:
+        """Run the hooks one of the session's turns waits for; the step that records them."""
+        hooks = self.runner.hooks
+        ctx = self.context()
+        for view, view_config in turn_views(self.state, config):
+            assert view.active is not None
+            turn_id = view.active.turn_id
+            turn_step: Callable[[SessionState, TurnConfig], list[Event]] | None = None
+            if calls := awaiting_hooks(view, view_config):
+                verdicts = await hooks.run_tool_hooks(self.session_id, turn_id, calls)
+                turn_step = partial(_with_verdicts, verdicts=verdicts, ctx=ctx)
+            elif stage := awaiting_stage_hooks(view, view_config):
+                text = stage_hook_text(view)
+                said = await hooks.run_stage_hooks(self.session_id, turn_id, stage, text)
+                turn_step = partial(_with_stage_verdict, verdict=said, ctx=ctx)
+            if turn_step is not None:
+                return partial(lane_step, turn_id=turn_id, config=config, ctx=ctx, step=turn_step)
+        for point, ex in awaiting_workflow_hooks(self.state, config):
+            answer = await hooks.run_workflow_hook(self.session_id, point, ex.stage_id, ex)
+            execution = ex.execution_id
+            if point == GATE:
+                gate = answer.gate_outcome()
+                return lambda s: on_gate(
+                    s, execution, gate, config, ctx, gate=answer.hook, reason=answer.reason
+                )
+            judged = answer.assert_verdict()
+            return lambda s: on_assert(
+                s, execution, judged, config, ctx, asserter=answer.hook, reason=answer.reason
+            )
+        return None
 
     async def after(self) -> None:
         """Start, stop or time what the new state needs."""
-        active = self.state.active
-        if self.provider_task is not None and (
-            active is None or active.turn_id != self.provider_turn
-        ):
-            self.provider_task.cancel()  # the turn it was for is over
-            self.provider_task, self.provider_turn = None, None
-        if needs_provider_call(self.state) and self.provider_task is None:
-            self.start_provider_call(self.state)  # e.g. a turn recovered mid-call
-        if active is not None and active.turn_id != self.timed_turn:
-            self.timed_turn = active.turn_id
+        views = turn_views(self.state, self.config)
+        live = {view.active.turn_id for view, _ in views if view.active is not None}
+        for turn_id in [t for t in self.provider_tasks if t not in live]:
+            self.provider_tasks.pop(turn_id).cancel()  # the turn it was for is over
+        for view, view_config in views:
+            if needs_provider_call(view) and view.active is not None:
+                if view.active.turn_id not in self.provider_tasks:
+                    self.start_provider_call(view, view_config)  # e.g. recovered mid-call
+        if live - self.timed_turns:
             bound = self.config.max_turn_seconds
             self.runner.mailboxes.deliver_later(self.session_id, Tick(), bound + 0.05)
+        self.timed_turns = live
+        wakeup = next_wakeup(self.state)
+        if wakeup is not None and wakeup != self.wakeup:
+            self.wakeup = wakeup
+            delay = max((wakeup - self.runner.now()).total_seconds(), 0.0)
+            self.runner.mailboxes.deliver_later(self.session_id, Tick(), delay + 0.05)
 
     async def commit(self, step: Callable[[SessionState], list[Event]]) -> None:
         """Append what `step` decides, conditional on `last_seq`; on conflict reload, redo.
@@ -193,8 +241,10 @@ class SessionActor:
             except AppendConflict:
                 await self.reload()
                 continue
-            if needs_provider_call(decided) and self.provider_task is None:
-                self.start_provider_call(decided)
+            for view, view_config in turn_views(decided, self.config):
+                turn_id = view.active.turn_id if view.active else ""
+                if needs_provider_call(view) and turn_id not in self.provider_tasks:
+                    self.start_provider_call(view, view_config)
             seqs += await store.append_facts(events[1:])
             self.state, self.last_seq = decided, seqs[-1]
             self.runner.observe(events)
@@ -220,8 +270,8 @@ class SessionActor:
     def context(self) -> Context:
         return Context(now=self.runner.now(), new_id=self.runner.new_id, source=self.runner.source)
 
-    def start_provider_call(self, state: SessionState) -> None:
-        provider, config = self.runner.for_session(self.session_id)
+    def start_provider_call(self, state: SessionState, config: TurnConfig) -> None:
+        provider = self.runner.for_session(self.session_id)[0]
         request = compose_request(state, config)
         live = self.runner.bus.subjects.live(self.session_id, request.turn_id)
         nc = self.runner.bus.nc
@@ -258,5 +308,17 @@ class SessionActor:
                 )
             self.runner.mailboxes.deliver(self.session_id, ProviderDone(request.turn_id, outcome))
 
-        self.provider_turn = request.turn_id
-        self.provider_task = self.runner.spawn(call(), f"provider:{self.session_id}")
+        task = self.runner.spawn(call(), f"provider:{self.session_id}")
+        self.provider_tasks[request.turn_id] = task
+
+
+def _with_verdicts(
+    state: SessionState, config: TurnConfig, *, verdicts: list[HookVerdict], ctx: Context
+) -> list[Event]:
+    return on_hook_verdicts(state, verdicts, config, ctx)
+
+
+def _with_stage_verdict(
+    state: SessionState, config: TurnConfig, *, verdict: StageHookVerdict, ctx: Context
+) -> list[Event]:
+    return on_stage_hooks(state, verdict, config, ctx)
