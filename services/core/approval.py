@@ -6,6 +6,11 @@
         allowlist, a rule matches ─► ToolCallApproved{allowlist}
         ask, or an allowlist miss ─► queued ─► InteractionRequested{deadline}  (one open per
                                    session, in call order)
+    inside a workflow stage (the proposal carries its envelope), before any mode:
+        a tool in `allowedTools` ─► ToolCallApproved{workflow}
+        any other tool ─► queued ─► InteractionRequested{grantStageTool}
+            approved ─► StageGranted + ToolCallApproved{workflow}
+            denied, timed out ─► ToolCallDenied{workflow, "GrantDenied: …"}
             InteractionAnswered ─► ToolCallApproved | ToolCallDenied {interaction}
             deadline passed     ─► ToolCallDenied{interaction, timedOut}
 
@@ -32,6 +37,8 @@ from turnstream.core.events import (
     InteractionRequestedData,
     SecurityMode,
     Sender,
+    StageGranted,
+    StageGrantedData,
     ToolCallApproved,
     ToolCallApprovedData,
     ToolCallDenied,
@@ -102,11 +109,15 @@ def evolve(state: ApprovalState, event: Event) -> ApprovalState:
     """Fold the events the approval decider cares about; ignore the rest."""
     match event:
         case ToolInvocationProposed(data=data) if data.known and not data.skip:
-            if event.turn_id != state.turn_id:
-                state = with_changes(state, turn_id=event.turn_id, proposals=(), open=None)
+            if event.turn_id != state.turn_id:  # keep what other turns still wait for
+                undecided = tuple(p for p in state.proposals if p.status != "decided")
+                state = with_changes(state, turn_id=event.turn_id, proposals=undecided)
             if any(p.invocation_id == data.invocation_id for p in state.proposals):
                 return state
-            return with_changes(state, proposals=(*state.proposals, Proposal(event)))
+            envelope = data.envelope
+            outside = envelope is not None and data.tool not in envelope.allowed_tools
+            proposal = Proposal(event, "queued" if outside else "new")
+            return with_changes(state, proposals=(*state.proposals, proposal))
         case ToolCallModeInvoked(data=data):
             state = state if state.mode else with_changes(state, mode=data.mode)
             status: Status = "queued" if data.verdict == "ask" else "decided"
@@ -170,18 +181,24 @@ def _next_step(
         if proposal is None:
             return []
         answer = state.open.answer
+        envelope = proposal.event.data.envelope
+        authority: Authority = "interaction" if envelope is None else "workflow"
+        grant = "GrantDenied: " if envelope is not None else ""
         if answer is not None:
             by, why = answer.data.sender, answer.data.reason
             if answer.data.decision == "approve":
-                return [_approved(proposal, "interaction", now, source, by, why, answer.id)]
-            reason = why or f"{by.kind} {by.id} denied it"
-            return [_denied(proposal, "interaction", reason, now, source, by=by, cause=answer.id)]
+                approved = _approved(proposal, authority, now, source, by, why, answer.id)
+                if envelope is None:
+                    return [approved]
+                return [_granted(proposal, now, source, by, answer.id), approved]
+            reason = grant + (why or f"{by.kind} {by.id} denied it")
+            return [_denied(proposal, authority, reason, now, source, by=by, cause=answer.id)]
         if now >= state.open.deadline:
             return [
                 _denied(
                     proposal,
-                    "interaction",
-                    f"no answer by the deadline ({config.answer_timeout_s:.0f} s)",
+                    authority,
+                    f"{grant}no answer by the deadline ({config.answer_timeout_s:.0f} s)",
                     now,
                     source,
                     timed_out=True,
@@ -199,6 +216,8 @@ def _judge(
     proposal: Proposal, mode: SecurityMode, config: ApprovalConfig, now: datetime, source: str
 ) -> list[Event]:
     data = proposal.event.data
+    if data.envelope is not None:  # inside a workflow stage's envelope: the mode gate is bypassed
+        return [_approved(proposal, "workflow", now, source, reason=f"stage {data.envelope.stage}")]
     if mode == "auto":
         verdict, events = "approve", [_approved(proposal, "mode", now, source)]
     elif mode == "deny":
@@ -217,13 +236,20 @@ def _ask(proposal: Proposal, config: ApprovalConfig, now: datetime, source: str)
     data = proposal.event.data
     interaction_id = derived_uuid7(_ms(proposal.event.time), f"{data.invocation_id}:interaction")
     args = ", ".join(f"{k}={v!r}" for k, v in data.args.items())
+    prompt = f"allow {data.tool}({args})?"
+    if data.envelope is not None:
+        prompt = (
+            f"stage {data.envelope.stage} wants {data.tool}({args}), outside its allowed "
+            f"tools {data.envelope.allowed_tools}: grant it?"
+        )
     requested = InteractionRequestedData(
         interaction_id=interaction_id,
         invocation_id=data.invocation_id,
         tool=data.tool,
         args=data.args,
         deadline=now + timedelta(seconds=config.answer_timeout_s),
-        prompt=f"allow {data.tool}({args})?",
+        prompt=prompt,
+        kind="tool" if data.envelope is None else "grantStageTool",
     )
     return _make(proposal, InteractionRequested, requested, now, source, "ask", proposal.event.id)
 
@@ -241,6 +267,19 @@ def _approved(
         invocation_id=proposal.invocation_id, authority=authority, answered_by=by, reason=reason
     )
     return _make(proposal, ToolCallApproved, data, now, source, "decision", cause)
+
+
+def _granted(proposal: Proposal, now: datetime, source: str, by: Sender, cause: str) -> Event:
+    data = proposal.event.data
+    assert data.envelope is not None
+    granted = StageGrantedData(
+        stage=data.envelope.stage,
+        stage_execution_id=data.envelope.stage_execution_id,
+        tool=data.tool,
+        invocation_id=data.invocation_id,
+        answered_by=by,
+    )
+    return _make(proposal, StageGranted, granted, now, source, "grant", cause)
 
 
 def _denied(

@@ -18,6 +18,8 @@ from turnstream.core.events import (
     InteractionAnsweredData,
     InteractionRequested,
     Sender,
+    StageEnvelope,
+    StageGranted,
     ToolCallApproved,
     ToolCallDenied,
     ToolCallModeInvoked,
@@ -163,3 +165,51 @@ def test_unknown_tools_and_stale_answers_are_ignored() -> None:
     a.feed(proposed(2))
     assert a.feed(answered("not-an-open-prompt")) == []
     assert isinstance(a.log[0], ToolCallModeInvoked)
+
+
+def in_stage(n: int, tool: str, turn: str = "stage1") -> ToolInvocationProposed:
+    event = proposed(n, tool, turn)
+    envelope = StageEnvelope(
+        run_id="r1", stage="plan", stage_execution_id=turn, allowed_tools=["read_file"]
+    )
+    return event.model_copy(update={"data": event.data.model_copy(update={"envelope": envelope})})
+
+
+def test_a_call_inside_the_stage_envelope_is_approved_by_the_workflow_not_the_mode() -> None:
+    state = fold(ApprovalState("s1"), [in_stage(1, "read_file")])
+    events = decide(state, ApprovalConfig(default_mode="deny"), T0, "approval/1")
+    assert [type(e) for e in events] == [ToolCallApproved]
+    assert events[0].data.authority == "workflow"
+
+
+def test_a_call_outside_the_envelope_asks_for_one_grant_and_runs_when_granted() -> None:
+    state = fold(ApprovalState("s1"), [in_stage(1, "write_file")])
+    config = ApprovalConfig(default_mode="auto")  # the mode gate never sees it
+    [asked] = decide(state, config, T0, "approval/1")
+    assert isinstance(asked, InteractionRequested) and asked.data.kind == "grantStageTool"
+    assert "outside its allowed tools" in asked.data.prompt
+    state = fold(state, [asked, answered(asked.data.interaction_id)])
+    events = decide(state, config, T0, "approval/1")
+    assert [type(e) for e in events] == [StageGranted, ToolCallApproved]
+
+
+def test_a_denied_or_unanswered_grant_is_a_typed_grant_denied_result() -> None:
+    config = ApprovalConfig(answer_timeout_s=10)
+    state = fold(ApprovalState("s1"), [in_stage(1, "write_file")])
+    [asked] = decide(state, config, T0, "approval/1")
+    state = fold(state, [asked])
+    denied = decide(fold(state, [answered(asked.data.interaction_id, "deny")]), config, T0, "a/1")
+    assert isinstance(denied[0], ToolCallDenied)
+    assert denied[0].data.reason.startswith("GrantDenied: ")
+    [late] = decide(state, config, T0 + timedelta(seconds=11), "approval/1")
+    assert isinstance(late, ToolCallDenied) and late.data.timed_out
+    assert late.data.reason.startswith("GrantDenied: no answer")
+
+
+def test_proposals_of_parallel_stage_turns_are_all_kept() -> None:
+    state = fold(
+        ApprovalState("s1"), [in_stage(1, "write_file", "a"), in_stage(2, "read_file", "b")]
+    )
+    events = decide(state, ApprovalConfig(), T0, "approval/1")
+    kinds = sorted(type(e).__name__ for e in events)
+    assert kinds == ["InteractionRequested", "ToolCallApproved"]
