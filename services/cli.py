@@ -490,6 +490,11 @@ def status(
     sys.stdout.write(_run(_settings(nats_url, data_dir), ask).decode() + "\n")
 
 
+from turnstream.cli_workflow import workflow_app  # noqa: E402  (it imports helpers from here)
+
+app.add_typer(workflow_app, name="workflow")
+
+
 def main() -> None:
     app()
 

@@ -100,6 +100,27 @@ async def pending_prompts(bus: Bus, session_id: str | None = None) -> list[dict[
     return list(body["pending"])
 
 
+def attach_command(
+    session_id: str,
+    workflow: str,
+    ctx: dict[str, Any] | None = None,
+    *,
+    sender_kind: str = "human",
+    sender_id: str = "cli",
+    idempotency_key: str | None = None,
+) -> dict[str, Any]:
+    """A well-formed inbound `attach` command (run a workflow on the session)."""
+    return {
+        "type": "attach",
+        "sessionId": session_id,
+        "chatId": session_id,
+        "sender": {"kind": sender_kind, "id": sender_id},
+        "workflow": workflow,
+        "ctx": ctx or {},
+        "idempotencyKey": idempotency_key or str(uuid_utils.uuid7()),
+    }
+
+
 async def publish_command(
     bus: Bus, session_id: str, command: dict[str, Any] | bytes, idempotency_key: str | None = None
 ) -> int:

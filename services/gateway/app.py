@@ -8,19 +8,32 @@ from typing import Any
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.gateway.intake import Inbound, intake
 from turnstream.runtime import connect_service, now, run_service, source_name
 from turnstream.settings import Settings
+from turnstream.tools.registry import ToolRegistry
+from turnstream.workflows.loader import attachable
 
 log = logging.getLogger("turnstream.gateway")
 DURABLE = "gateway"
 
 
-async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None) -> None:
+async def serve(
+    settings: Settings,
+    stop: asyncio.Event,
+    bus: Bus | None = None,
+    tools: ToolRegistry | None = None,
+) -> None:
     """Consume `<prefix>.in.>` until `stop` is set."""
     own_bus = bus is None
     bus = bus or await connect_service(settings, "gateway")
     subjects, source = bus.subjects, source_name("gateway")
+    live_tools = (tools or ToolRegistry.load()).names()
+
+    def load_workflow(session_id: str, name: str) -> WorkflowDef:
+        tool_calling = settings.session_override(session_id)[1].tool_calling
+        return attachable(settings.workflows, name, live_tools, tool_calling)
 
     async def on_batch(msgs: list[Any]) -> None:
         events = []
@@ -33,7 +46,15 @@ async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None)
                 stored_at=meta.timestamp,
                 stream=subjects.inbound_stream,
             )
-            events.extend(intake(raw, max_bytes=settings.max_input_bytes, now=now(), source=source))
+            events.extend(
+                intake(
+                    raw,
+                    max_bytes=settings.max_input_bytes,
+                    now=now(),
+                    source=source,
+                    load_workflow=load_workflow,
+                )
+            )
         try:
             await bus.store.append_facts(events)
         except Exception:

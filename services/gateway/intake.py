@@ -6,6 +6,7 @@ yields the same ids and the log's dedup makes the retry a no-op.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,9 +38,12 @@ from turnstream.core.events import (
     RejectionKind,
     TurnEnded,
     TurnEndedData,
+    WorkflowAttached,
+    WorkflowAttachedData,
 )
 from turnstream.core.ids import derived_uuid7
 from turnstream.core.subjects import REJECTED_SESSION, is_session_id
+from turnstream.core.workflow.definition import WorkflowDef
 
 EXCERPT_BYTES = 512
 
@@ -64,7 +68,19 @@ class Rejection:
     fields: dict[str, Any]
 
 
-def intake(raw: Inbound, *, max_bytes: int, now: datetime, source: str) -> list[EventBase]:
+WorkflowLoader = Callable[[str, str], WorkflowDef]
+"""(session id, workflow name) → the checked definition; `ValueError` or
+`FileNotFoundError` saying what is wrong (the shell reads the files)."""
+
+
+def intake(
+    raw: Inbound,
+    *,
+    max_bytes: int,
+    now: datetime,
+    source: str,
+    load_workflow: WorkflowLoader | None = None,
+) -> list[EventBase]:
     """Validate one inbound command; return the events that record the outcome."""
     parsed = check(raw, max_bytes=max_bytes)
     ids = _Ids(raw)
@@ -108,14 +124,37 @@ def intake(raw: Inbound, *, max_bytes: int, now: datetime, source: str) -> list[
             )
             return [InteractionAnswered(id=ids("event"), data=answer, **envelope)]
         case AttachCommand():
-            unsupported = Rejection(
-                "unsupported",
-                "'attach' commands are part of the contract but this version of turnstream "
-                "has no workflow service yet; nothing was changed",
-                [],
-                {"sessionId": parsed.session_id, "chatId": parsed.chat_id},
+            if load_workflow is None:
+                return _rejected(raw, _no_workflows(parsed), ids, now, source)
+            try:
+                definition = load_workflow(parsed.session_id, parsed.workflow)
+            except (ValueError, FileNotFoundError) as exc:
+                invalid = Rejection(
+                    "workflow_invalid",
+                    f"cannot attach workflow {parsed.workflow!r}: {exc}",
+                    getattr(exc, "errors", []),
+                    {"sessionId": parsed.session_id, "chatId": parsed.chat_id},
+                )
+                return _rejected(raw, invalid, ids, now, source)
+            attached = WorkflowAttachedData(
+                run_id=ids("run"),
+                workflow=parsed.workflow,
+                definition=definition.to_dict(),
+                ctx=parsed.ctx,
+                sender=parsed.sender,
+                idempotency_key=parsed.idempotency_key,
+                inbound_seq=raw.seq,
             )
-            return _rejected(raw, unsupported, ids, now, source)
+            return [WorkflowAttached(id=ids("event"), data=attached, **envelope)]
+
+
+def _no_workflows(parsed: AttachCommand) -> Rejection:
+    return Rejection(
+        "unsupported",
+        "this gateway was started without workflow definitions; nothing was changed",
+        [],
+        {"sessionId": parsed.session_id, "chatId": parsed.chat_id},
+    )
 
 
 def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:

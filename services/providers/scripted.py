@@ -5,6 +5,7 @@ fact in the log, so a replay picks the same reply); past the end the script wrap
 Placeholders: `{input}` (the latest user message), `{input:N}` (its first N characters),
 `{last_tool_result}` / `{last_tool_result:N}` (the latest tool result), `{call}` (the call
 index). A reply with `tool_calls` asks for those tools (its `text`, if any, comes first).
+`stages: {<stage id>: [replies]}` answers the turns of a workflow stage, counted per stage.
 """
 
 from __future__ import annotations
@@ -74,6 +75,14 @@ class ScriptReply(BaseModel):
 class Script(BaseModel):
     model_config = ConfigDict(extra="forbid")
     replies: Annotated[list[ScriptReply], Field(min_length=1)]
+    stages: dict[str, Annotated[list[ScriptReply], Field(min_length=1)]] = Field(
+        default_factory=dict
+    )
+    """Replies for the turns of a workflow stage, by stage id (counted per stage turn)."""
+
+    def reply(self, request: ProviderRequest) -> ScriptReply:
+        replies = self.stages.get(request.stage or "", self.replies)
+        return replies[request.call_index % len(replies)]
 
 
 def load_script(path: Path | None) -> Script:
@@ -135,7 +144,7 @@ class ScriptedProvider:
         on_delta: DeltaSink,
         on_tool_call: ToolCallSink | None = None,
     ) -> ProviderOutcome:
-        reply = self.script.replies[request.call_index % len(self.script.replies)]
+        reply = self.script.reply(request)
         if reply.delay_ms:
             await asyncio.sleep(reply.delay_ms / 1000)
         if reply.error is not None:

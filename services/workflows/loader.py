@@ -54,6 +54,7 @@ class WorkflowInvalid(ValueError):
     def __init__(self, folder: Path, problems: list[Problem]) -> None:
         self.folder = folder
         self.problems = problems
+        self.errors = [str(p) for p in problems]
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"workflow {folder} has {len(problems)} problem(s):\n{lines}")
 
@@ -330,3 +331,16 @@ def _retry(raw: Any, bad: Any) -> RetryPolicy | None:
         "use none, a number of seconds, fixed:<s> or exponential:<s>",
     )
     return None
+
+
+def attachable(
+    workflows_dir: Path, name: str, live_tools: Iterable[str], tool_calling: str
+) -> WorkflowDef:
+    """The definition to attach, after the capability check (`toolCalling: hard`)."""
+    if tool_calling != "hard":
+        raise ValueError(
+            f"workflows need a provider with strict tool calling (toolCalling: hard); this "
+            f"session's provider is configured with toolCalling: {tool_calling}. Use the "
+            "scripted, anthropic or openai provider with tool_calling: hard"
+        )
+    return load(find(workflows_dir, name), live_tools)

@@ -49,7 +49,7 @@ async def running_services(
     """Every service as a task on its own connection, stopped on exit."""
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
-        tasks.create_task(gateway.serve(settings, stop))
+        tasks.create_task(gateway.serve(settings, stop, tools=tools))
         tasks.create_task(turn_runner.serve(settings, stop, tools=tools, hooks=hooks))
         tasks.create_task(approval.serve(settings, stop))
         tasks.create_task(tool_executor.serve(settings, stop, tools=tools))

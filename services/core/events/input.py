@@ -26,7 +26,13 @@ class InputAccepted(EventBase):
 
 
 RejectionKind = Literal[
-    "not_json", "schema", "bad_session_id", "oversize", "unknown_type", "unsupported"
+    "not_json",
+    "schema",
+    "bad_session_id",
+    "oversize",
+    "unknown_type",
+    "unsupported",
+    "workflow_invalid",
 ]
 
 

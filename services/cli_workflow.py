@@ -1,0 +1,202 @@
+"""`turnstream workflow validate | attach | status`: workflows from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from turnstream.bus import Bus
+from turnstream.client import attach_command, publish_command
+from turnstream.core.events import (
+    Event,
+    InputRejected,
+    InteractionRequested,
+    StageAssertOutcome,
+    StageCancelled,
+    StageCompletionChecked,
+    StageEntered,
+    StageExited,
+    StageGranted,
+    StageInitFailed,
+    WorkflowExit,
+)
+from turnstream.core.subjects import is_session_id
+from turnstream.core.turn import SessionState, fold
+from turnstream.core.workflow.state import WorkflowRun
+from turnstream.core.workflow.view import stage_rows
+
+workflow_app = typer.Typer(help="Workflows: validate definitions, attach one, watch its stages.")
+console = Console()
+err = Console(stderr=True)
+
+NatsUrl = Annotated[
+    str | None, typer.Option("--nats-url", help="NATS server (default: the one `up` started).")
+]
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help="Data directory (TURNSTREAM_DATA_DIR).")
+]
+
+
+@workflow_app.command("validate")
+def validate(
+    folder: Annotated[Path, typer.Argument(help="A workflow folder (workflow.yaml + stages).")],
+) -> None:
+    """Check a workflow definition and report every problem at once."""
+    from turnstream.tools.registry import ToolRegistry
+    from turnstream.workflows.loader import WorkflowInvalid, load
+
+    try:
+        definition = load(folder, ToolRegistry.load().names())
+    except WorkflowInvalid as exc:
+        err.print(f"[red]✘ {folder}: {len(exc.problems)} problem(s)[/]")
+        for problem in exc.problems:
+            err.print(f"  [bold]{problem.file}[/] {problem.field} [dim]({problem.code})[/]")
+            err.print(f"      {escape(problem.message)}")
+            if problem.fix:
+                err.print(f"      [green]fix:[/] {escape(problem.fix)}")
+        raise typer.Exit(1) from exc
+    steps = " → ".join(
+        "(" + " ‖ ".join(s.stages) + ")" + (f" → {s.join}" if s.join else "")
+        if s.parallel
+        else s.stages[0]
+        for s in definition.steps
+    )
+    console.print(f"[green]✔ {definition.name}[/]: {steps}")
+
+
+@workflow_app.command("attach")
+def attach(
+    session: Annotated[str, typer.Argument(help="Session to run the workflow in.")],
+    name: Annotated[str, typer.Argument(help="Workflow name (a folder in TURNSTREAM_WORKFLOWS).")],
+    ctx: Annotated[str, typer.Option("--ctx", help="The workflow ctx as a JSON object.")] = "{}",
+    wait: Annotated[bool, typer.Option(help="Follow the stages until the run ends.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to follow the run.")] = 300.0,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Attach a workflow to a session and follow its stages (exit 0 when it completed)."""
+    from turnstream.cli import _run, _settings
+
+    if not is_session_id(session):
+        err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
+        raise typer.Exit(2)
+    try:
+        context = orjson.loads(ctx)
+    except orjson.JSONDecodeError as exc:
+        err.print(f'[red]error:[/] --ctx is not JSON ({exc}); e.g. --ctx \'{{"task": "..."}}\'')
+        raise typer.Exit(2) from exc
+    if not isinstance(context, dict):
+        err.print("[red]error:[/] --ctx must be a JSON object")
+        raise typer.Exit(2)
+    command = attach_command(session, name, context)
+
+    async def work(bus: Bus) -> int:
+        start = len(await bus.store.read_session(session))
+        await publish_command(bus, session, command)
+        console.print(f"attach {name} → {session}")
+        if not wait:
+            return 0
+        return await _follow(bus, session, command["idempotencyKey"], start, timeout)
+
+    raise typer.Exit(_run(_settings(nats_url, data_dir), work))
+
+
+async def _follow(bus: Bus, session: str, key: str, start: int, timeout: float) -> int:
+    """Print the run's stage events as they land; the exit code when it ends."""
+    deadline = time.monotonic() + timeout
+    seen = start
+    while time.monotonic() < deadline:
+        stored = await bus.store.read_session(session)
+        for item in stored[seen:]:
+            code = _show(item.event, key)
+            if code is not None:
+                return code
+        seen = len(stored)
+        await asyncio.sleep(0.2)
+    err.print(f"[yellow]still running after {timeout:.0f} s[/]; `turnstream workflow status`")
+    return 3
+
+
+def _show(event: Event, key: str) -> int | None:
+    match event:
+        case InputRejected(data=data) if data.idempotency_key == key:
+            err.print(f"[red]✘ rejected:[/] {escape(data.reason)}")
+            return 1
+        case StageEntered(data=data):
+            extra = f" (recovers {data.recovers})" if data.recovers else ""
+            console.print(f"▶ [bold]{data.stage}[/] entered{extra}")
+        case StageInitFailed(data=data):
+            console.print(f"✘ [bold]{data.stage}[/] init failed: {data.reason}")
+        case StageCompletionChecked(data=data) if data.outcome != "accepted":
+            console.print(f"  {data.stage}: completion {data.outcome}")
+        case StageAssertOutcome(data=data):
+            console.print(f"  {data.stage}: assert {data.verdict} (attempt {data.attempt})")
+        case InteractionRequested(data=data):
+            console.print(
+                f"[yellow]? {data.prompt}[/]\n  answer: turnstream approve {data.interaction_id}"
+                f"  |  turnstream deny {data.interaction_id}"
+            )
+        case StageGranted(data=data):
+            console.print(f"  {data.stage}: granted {data.tool}")
+        case StageCancelled(data=data):
+            console.print(f"⊘ [bold]{data.stage}[/] cancelled: {data.reason}")
+        case StageExited(data=data):
+            mark = "✔" if data.result.verdict in ("ok", "skip") else "✘"
+            console.print(f"{mark} [bold]{data.stage}[/] {data.result.verdict}")
+        case WorkflowExit(data=data):
+            color = "green" if data.status == "completed" else "red"
+            why = f": {data.reason}" if data.reason else ""
+            console.print(f"[{color}]workflow {data.workflow} {data.status}{why}[/]")
+            return 0 if data.status == "completed" else 1
+    return None
+
+
+@workflow_app.command("status")
+def status(
+    session: Annotated[str, typer.Argument(help="The session the workflow runs in.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Rows as JSON.")] = False,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """The stage graph of the session's workflow, rebuilt from the log."""
+    from turnstream.cli import _run, _settings
+
+    async def work(bus: Bus) -> list[Any]:
+        return await bus.store.read_session(session)
+
+    stored = _run(_settings(nats_url, data_dir), work)
+    run = fold(SessionState(session), [item.event for item in stored]).workflow
+    if run is None:
+        err.print(f"[yellow]session {session} has no workflow[/]")
+        raise typer.Exit(1)
+    if as_json:
+        rows = [row.__dict__ for row in stage_rows(run)]
+        print(orjson.dumps({"workflow": run.name, "status": run.status, "stages": rows}).decode())
+        return
+    print_run(console, run)
+
+
+def print_run(out: Console, run: WorkflowRun) -> None:
+    table = Table(title=f"workflow {run.name} ({run.status})", title_justify="left")
+    for column in ("step", "stage", "role", "status", "verdict", "attempts", "duration", "reason"):
+        table.add_column(column)
+    for row in stage_rows(run):
+        table.add_row(
+            str(row.step),
+            row.stage,
+            row.role,
+            row.status,
+            row.verdict or "",
+            str(row.attempts or ""),
+            f"{row.duration_s:.2f} s" if row.duration_s is not None else "",
+            (row.reason or "")[:60],
+        )
+    out.print(table)
