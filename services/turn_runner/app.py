@@ -12,7 +12,13 @@ from typing import Any
 import orjson
 
 from turnstream.bus import Bus
-from turnstream.core.events import Event, StagePostFired, StagePreFired
+from turnstream.core.events import (
+    Event,
+    StagePostFired,
+    StagePreFired,
+    WorkflowAttached,
+    WorkflowExit,
+)
 from turnstream.core.ids import IdFactory
 from turnstream.core.turn import SessionState, TurnConfig, fold, state_to_json
 from turnstream.hooks import HookCall, HookRegistry
@@ -35,6 +41,7 @@ log = logging.getLogger("turnstream.turn_runner")
 DURABLE = "turn-runner"
 REACTS_TO = (
     "InputAccepted",
+    "WorkflowAttached",
     "InterruptReceived",
     "ToolCallApproved",
     "ToolCallDenied",
@@ -171,6 +178,15 @@ class Runner:
         ended = await self.bus.store.read_kind("SessionTurnEnd", since=since)
         closed = {s.event.turn_id for s in ended}
         open_sessions = {s.event.session_id for s in started if s.event.turn_id not in closed}
+        # a workflow between two stages has no open turn, but its run is open
+        attached = await self.bus.store.read_kind("WorkflowAttached", since=since)
+        exits = await self.bus.store.read_kind("WorkflowExit", since=since)
+        finished = {s.event.data.run_id for s in exits if isinstance(s.event, WorkflowExit)}
+        open_sessions |= {
+            s.event.session_id
+            for s in attached
+            if isinstance(s.event, WorkflowAttached) and s.event.data.run_id not in finished
+        }
         if open_sessions:
             log.info("resuming %d session(s) with an open turn", len(open_sessions))
         for session_id in open_sessions:

@@ -709,7 +709,8 @@ def _enter(
             errors=errors,
         )
         return [b.make(StageInitFailed, failed)]
-    siblings = [s for s in run.definition.steps[step].stages if s != stage_id]
+    group = run.definition.steps[step].stages
+    siblings = [s for s in group if s != stage_id] if stage_id in group else []
     entered = StageEnteredData(
         run_id=run.run_id,
         stage=stage_id,
