@@ -6,8 +6,15 @@ import orjson
 import pytest
 
 from tests.unit.factories import T0
-from turnstream.core.events import InputAccepted, InputRejected, InterruptReceived, TurnEnded
+from turnstream.core.events import (
+    InputAccepted,
+    InputRejected,
+    InterruptReceived,
+    TurnEnded,
+    WorkflowAttached,
+)
 from turnstream.core.subjects import REJECTED_SESSION
+from turnstream.core.workflow.definition import Step, WorkflowDef
 from turnstream.gateway.intake import Inbound, intake
 
 GOOD = {
@@ -70,7 +77,7 @@ def test_agents_take_the_same_path_as_humans() -> None:
         ({**GOOD, "type": "dance"}, "s1", "unknown_type", "dance"),
         ({**GOOD, "sessionId": "bad id!"}, "bad id!", "bad_session_id", "session id"),
         ({**GOOD, "extra": 1}, "s1", "schema", "extra"),
-        ({**NO_TEXT, "type": "attach", "workflow": "review"}, "s1", "unsupported", "attach"),
+        ({**NO_TEXT, "type": "attach", "workflow": "review"}, "s1", "unsupported", "workflow"),
         (
             {**NO_TEXT, "type": "answer", "interactionId": "i", "decision": "maybe"},
             "s1",
@@ -115,3 +122,35 @@ def test_an_answer_is_recorded_for_the_approval_service() -> None:
     assert isinstance(event, InteractionAnswered)
     assert event.data.interaction_id == "q1" and event.data.decision == "deny"
     assert event.data.sender.id == "u1" and event.data.inbound_seq == 5
+
+
+def attach_body(workflow: str = "review") -> dict:
+    return {**NO_TEXT, "type": "attach", "workflow": workflow, "ctx": {"task": "t"}}
+
+
+def test_an_attach_carries_the_checked_definition_and_ctx() -> None:
+    definition = WorkflowDef("review", (Step(("plan",)),), {})
+    raw = Inbound("s1", orjson.dumps(attach_body()), 7, T0, "TS_INBOUND")
+
+    def loader(session: str, name: str) -> WorkflowDef:
+        assert (session, name) == ("s1", "review")
+        return definition
+
+    (event,) = intake(raw, max_bytes=4096, now=T0, source="gw/1", load_workflow=loader)
+    assert isinstance(event, WorkflowAttached)
+    assert event.data.ctx == {"task": "t"} and event.data.inbound_seq == 7
+    assert WorkflowDef.from_dict(event.data.definition) == definition
+
+
+def test_an_attach_that_does_not_load_is_rejected_with_every_problem() -> None:
+    raw = Inbound("s1", orjson.dumps(attach_body()), 7, T0, "TS_INBOUND")
+
+    def loader(session: str, name: str) -> WorkflowDef:
+        error = ValueError("workflow review has 2 problem(s)")
+        error.errors = ["plan.md: turnCap: ...", "plan.md: id: ..."]  # type: ignore[attr-defined]
+        raise error
+
+    events = intake(raw, max_bytes=4096, now=T0, source="gw/1", load_workflow=loader)
+    rejected = rejection(events)
+    assert rejected.data.kind == "workflow_invalid" and len(rejected.data.errors) == 2
+    assert isinstance(events[1], TurnEnded) and events[1].data.failure_class == "invalid_input"
