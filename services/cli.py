@@ -343,6 +343,10 @@ def replay(
         err.print(f"[yellow]session {session} has no events (at that point)[/]")
         raise typer.Exit(1)
     print_session(console, build_view(session, events))
+    if state.workflow is not None:
+        from turnstream.cli_workflow import print_run
+
+        print_run(console, state.workflow)
 
 
 @schemas_app.command("export")

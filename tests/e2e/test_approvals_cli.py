@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         TURNSTREAM_WORKSPACE=str(root / "workspace"),
         TURNSTREAM_CONFIG=str(root / "absent.yaml"),
         TURNSTREAM_SECURITY_MODE="ask",
+        TURNSTREAM_WORKFLOWS=str(Path(__file__).resolve().parents[2] / "workflows"),
         COLUMNS="160",
     )
     up = subprocess.Popen(
@@ -110,3 +112,68 @@ def test_interrupt_stops_a_turn_waiting_for_approval(deployment: dict[str, str])
     _, errors = send.communicate(timeout=30)
     assert send.returncode == 1
     assert "interrupted" in errors and "next:" in errors
+
+
+def test_the_example_workflow_from_the_cli_with_its_grant_prompt(
+    deployment: dict[str, str],
+) -> None:
+    attach = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "turnstream.cli",
+            "workflow",
+            "attach",
+            "wf-e2e",
+            "review-and-implement",
+            "--ctx",
+            '{"task": "write notes"}',
+        ],
+        env=deployment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    pending = ""
+    for _ in range(120):
+        pending = cli("approvals", "wf-e2e", env=deployment).stdout
+        if "grep" in pending:
+            break
+        time.sleep(0.25)
+    assert "grep" in pending, pending
+    interaction = next(
+        word for line in pending.splitlines() for word in line.split() if word.count("-") == 4
+    )
+    assert cli("approve", interaction, env=deployment).returncode == 0
+    out, errors = attach.communicate(timeout=60)
+    assert attach.returncode == 0, out + errors
+    for line in ("▶ plan entered", "review-tests: completion no_call", "granted grep"):
+        assert line in out, out
+    assert "workflow review-and-implement completed" in out
+    status = cli("workflow", "status", "wf-e2e", env=deployment)
+    assert status.returncode == 0, status.stderr
+    for stage in ("plan", "review-risks", "review-tests", "summarize", "implement"):
+        assert stage in status.stdout
+    assert status.stdout.count(" ok ") >= 5, status.stdout
+    replay = cli("replay", "wf-e2e", env=deployment)
+    assert replay.returncode == 0, replay.stderr
+    assert status.stdout.strip() in replay.stdout  # replay shows the same stage graph
+
+
+def test_workflow_validate_reports_every_problem(
+    deployment: dict[str, str], tmp_path: Path
+) -> None:
+    ok = cli(
+        "workflow",
+        "validate",
+        deployment["TURNSTREAM_WORKFLOWS"] + "/review-and-implement",
+        env=deployment,
+    )
+    assert ok.returncode == 0 and "review-and-implement" in ok.stdout, ok.stderr
+    (tmp_path / "workflow.yaml").write_text("name: bad\nsteps: [a]\n")
+    (tmp_path / "a.md").write_text("---\nid: a\nname: A\nturnCap: 0\n---\n{{env.HOME}}\n")
+    bad = cli("workflow", "validate", str(tmp_path), env=deployment)
+    assert bad.returncode == 1
+    for needle in ("turnCap", "allowedTools", "completionSchema", "env and settings", "fix:"):
+        assert needle in bad.stderr, bad.stderr
