@@ -187,7 +187,7 @@ class SessionActor:
                 turn_step = partial(_with_stage_verdict, verdict=said, ctx=ctx)
             if turn_step is not None:
                 return partial(lane_step, turn_id=turn_id, config=config, ctx=ctx, step=turn_step)
-        for point, ex in awaiting_workflow_hooks(self.state, config):
+        for point, ex in awaiting_workflow_hooks(self.state, config, ctx.now):
             answer = await hooks.run_workflow_hook(self.session_id, point, ex.stage_id, ex)
             execution = ex.execution_id
             if point == GATE:

@@ -19,7 +19,9 @@ from turnstream.core.events import (
     InputRejected,
     InteractionRequested,
     ProviderRequestCompleted,
+    StageAssertOutcome,
     StageCancelled,
+    StageCheckGateResult,
     StageCompletionChecked,
     StageEntered,
     StageGranted,
@@ -31,6 +33,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.turn import SessionState, fold
 from turnstream.core.workflow.view import stage_rows
+from turnstream.hooks import HookCall, HookRegistry, HookReply, HookSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "workflows"
 
@@ -175,4 +178,68 @@ async def test_a_failing_sibling_cancels_the_other_mid_call_and_the_join_never_r
     slow_turn = cancelled.data.stage_execution_id
     assert not [e for e in only(events, ProviderRequestCompleted) if e.turn_id == slow_turn]
     assert {e.data.stage for e in only(events, StageEntered)} == {"fast", "slow"}
+    one_terminal_per_turn(events)
+
+
+async def test_gate_and_assert_hooks_defer_then_pass_and_retry_then_accept(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    flow = tmp / "flows" / "checked"
+    flow.mkdir(parents=True)
+    (flow / "workflow.yaml").write_text("name: checked\nsteps: [draft]\n")
+    (flow / "draft.md").write_text(
+        "---\nid: draft\nname: Draft\nallowedTools: []\ncompletionTool: submit_draft\n"
+        "completionSchema: {type: object, required: [text]}\n"
+        "retryPolicy: {maxAttempts: 3, backoff: none}\nturnCap: 4\n"
+        "resolutionPolicy: retry-later\n---\nDraft it.\n"
+    )
+    script = tmp / "script.yaml"
+    script.write_text(
+        "replies: [{text: unused}]\n"
+        "stages:\n"
+        "  draft:\n"
+        "    - {tool_calls: [{name: submit_draft, arguments: {text: v1}}]}\n"
+        "    - {tool_calls: [{name: submit_draft, arguments: {text: v2}}]}\n"
+    )
+    seen: list[dict[str, Any]] = []
+    gate_calls = 0
+
+    async def gate(call: HookCall) -> HookReply:
+        nonlocal gate_calls
+        gate_calls += 1
+        verdict = "defer" if gate_calls == 1 else "pass"
+        return HookReply(verdict=verdict, reason="not yet" if verdict == "defer" else None)
+
+    async def asserter(call: HookCall) -> HookReply:
+        assert call.text == "draft" and call.result is not None
+        seen.append(call.result)
+        if call.result["attempt"] < 2:
+            return HookReply(verdict="retry", reason="make it longer")
+        return HookReply(verdict="ok")
+
+    hooks = HookRegistry(
+        [
+            (HookSpec(name="ready", stage="CheckGate", kind="guard"), gate),
+            (
+                HookSpec(name="judge", stage="Assert", kind="guard", workflow_stage="draft"),
+                asserter,
+            ),
+        ]
+    )
+    settings = settings_for(nats_server, tmp, workflows=tmp / "flows", script=script)
+    async with running_services(settings, bus, hooks=hooks):
+        await publish_command(bus, "wf-hooks", attach_command("wf-hooks", "checked"))
+        events = await wait_for(bus, "wf-hooks", exited)
+    gates = [
+        (e.data.outcome, e.data.retry_at is not None) for e in only(events, StageCheckGateResult)
+    ]
+    assert gates == [("defer", True), ("pass", False)]
+    asserted = [(e.data.verdict, e.data.asserter) for e in only(events, StageAssertOutcome)]
+    assert asserted == [("retry", "judge"), ("ok", "judge")]
+    assert [r["parsed"] for r in seen] == [{"text": "v1"}, {"text": "v2"}]
+    [end] = only(events, WorkflowExit)
+    assert end.data.status == "completed"
+    assert end.data.results["draft"].attempt_count == 2
+    steering = [e for e in events if e.type == "StagePreFired" and e.data.iteration == 2]
+    assert steering  # the retry re-entered Act in the same stage turn
     one_terminal_per_turn(events)

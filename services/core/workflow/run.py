@@ -295,14 +295,16 @@ def lane_step(
     return events + decide(fold(state, events), config, ctx)
 
 
-def awaiting_workflow_hooks(state: SessionState, config: TurnConfig) -> list[tuple[str, StageRun]]:
-    """Gates and asserts the shell must run (only when such hooks exist)."""
+def awaiting_workflow_hooks(
+    state: SessionState, config: TurnConfig, now: datetime
+) -> list[tuple[str, StageRun]]:
+    """Gates and asserts the shell must run now (only when such hooks exist)."""
     run = state.workflow
     if run is None or not run.open or run.interrupt == "hard":
         return []
     now_waiting: list[tuple[str, StageRun]] = []
     for ex in run.executions:
-        if not ex.running or ex.wait_until is not None:
+        if not ex.running or (ex.wait_until is not None and now < ex.wait_until):
             continue
         if ex.status == "gate" and GATE in config.workflow_hooks:
             now_waiting.append((GATE, ex))
@@ -323,7 +325,7 @@ def next_wakeup(state: SessionState) -> datetime | None:
     if run is None or not run.open:
         return None
     times = [ex.wait_until for ex in run.executions if ex.running and ex.wait_until]
-    return min(times) if times else None
+    return min(times) if times else None  # (a past one is harmless: the shell dedups)
 
 
 def on_gate(
