@@ -100,3 +100,20 @@ def test_bad_scripts_fail_with_the_file_and_the_fix(tmp_path: Path, content, nee
 def test_missing_script_names_the_setting(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="TURNSTREAM_SCRIPT"):
         load_script(tmp_path / "nope.yaml")
+
+
+async def test_a_workflow_stage_gets_its_own_replies_counted_per_stage_turn(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text("replies: [{text: chat}]\nstages:\n  plan: [{text: p0}, {text: p1}]\n")
+    provider = ScriptedProvider(load_script(script))
+    base = request(0)
+    in_plan = [
+        ProviderRequest("s", "t", 1, i, "sys", base.messages, stage="plan") for i in (0, 1, 2)
+    ]
+    texts = [(await collect(provider, r))[0].text for r in in_plan]
+    assert texts == ["p0", "p1", "p0"]
+    other = ProviderRequest("s", "t", 1, 0, "sys", base.messages, stage="review")
+    assert (await collect(provider, other))[0].text == "chat"
+    assert (await collect(provider, base))[0].text == "chat"
