@@ -439,3 +439,18 @@ def test_the_state_round_trips_through_json_mid_run_and_replays_the_same() -> No
     for event in sim.log:
         replayed = evolve(replayed, event)
     assert replayed == sim.state
+
+
+def test_a_second_attach_waits_for_the_running_one_then_starts() -> None:
+    sim = Sim(workflow(Step(("a",)), stages=[stage("a")]))
+    second = sim.log[0].model_copy(update={"id": "att2"})
+    second = second.model_copy(update={"data": second.data.model_copy(update={"run_id": "run2"})})
+    sim.apply([second])
+    sim.decide()
+    assert len(sim.of(StageEntered)) == 1  # the first run goes on alone
+    sim.answer("a", complete("submit_a", summary="1"))
+    assert [e.data.run_id for e in sim.of(WorkflowExit)] == ["run1"]
+    assert sim.state.workflow is not None and sim.state.workflow.run_id == "run2"
+    assert len(sim.of(StageEntered)) == 2
+    sim.answer("a", complete("submit_a", summary="2"))
+    assert [e.data.run_id for e in sim.of(WorkflowExit)] == ["run1", "run2"]

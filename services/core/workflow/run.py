@@ -68,7 +68,7 @@ from turnstream.core.turn.state import (
     with_changes,
 )
 from turnstream.core.workflow.completion import schema_errors
-from turnstream.core.workflow.definition import WorkflowDef
+from turnstream.core.workflow.definition import StageDef, WorkflowDef
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 from turnstream.core.workflow.template import TemplateError, render
 
@@ -84,8 +84,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     """Fold one event into the session: the run's bookkeeping, a stage's lane, or the chat."""
     run = state.workflow
     if isinstance(event, WorkflowAttached):
-        if run is not None and run.open:
-            return state  # one run at a time: `decide` reports the refused attach
+        if run is not None and run.open:  # one run at a time: the next waits its turn
+            return with_changes(state, workflow=with_changes(run, queued=(*run.queued, event)))
         return with_changes(state, workflow=_attached(event))
     if run is None:
         return evolve_turn(state, event)
@@ -198,6 +198,8 @@ def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
             )
             return with_changes(run, results={**run.results, data.stage: data.result})
         case WorkflowExit(data=data):
+            if run.queued:
+                return with_changes(_attached(run.queued[0]), queued=run.queued[1:])
             return with_changes(run, status=data.status, reason=data.reason)
     return None
 
@@ -488,7 +490,7 @@ def _assert_events(
         retry_at = ctx.now + timedelta(seconds=policy.delay(ex.attempt + 1))
     turn = ex.lane.active
     assert turn is not None
-    b = Builder(run_session(ex), turn, ctx)
+    b = Builder(_session_of(ex), turn, ctx)
     data = StageAssertOutcomeData(
         stage=ex.stage_id,
         stage_execution_id=ex.execution_id,
@@ -507,7 +509,7 @@ def _assert_events(
     return events + _exit_events(run, ex, result, ctx, b.last_id)
 
 
-def run_session(ex: StageRun) -> str:
+def _session_of(ex: StageRun) -> str:
     return ex.lane.session_id
 
 
@@ -531,7 +533,7 @@ def _exit_events(
     """StageExited, then the end of the stage's turn (if it is still open)."""
     turn = ex.lane.active
     pseudo = _pseudo_turn(run, ex.execution_id, ex.execution_id)
-    b = Builder(run_session(ex), turn or pseudo, ctx)
+    b = Builder(_session_of(ex), turn or pseudo, ctx)
     b.last_id = last_id
     data = StageExitedData(stage=ex.stage_id, stage_execution_id=ex.execution_id, result=result)
     events: list[Event] = [b.make(StageExited, data)]
@@ -567,7 +569,7 @@ def _cancel(
     events: list[Event] = []
     for ex in running:
         turn = ex.lane.active
-        b = Builder(run_session(ex), turn or _pseudo_turn(run, ex.execution_id, ""), ctx)
+        b = Builder(_session_of(ex), turn or _pseudo_turn(run, ex.execution_id, ""), ctx)
         data = StageCancelledData(
             stage=ex.stage_id, stage_execution_id=ex.execution_id, reason=reason, cause=cause
         )
@@ -759,13 +761,13 @@ def _exit_run(
     return b.make(WorkflowExit, data)
 
 
-def _stage(run: WorkflowRun, ex: StageRun) -> Any:
+def _stage(run: WorkflowRun, ex: StageRun) -> StageDef:
     return run.definition.stages[ex.stage_id]
 
 
 def _lane_builder(run: WorkflowRun, ex: StageRun, ctx: Context) -> Builder:
     turn = ex.lane.active or _pseudo_turn(run, ex.execution_id, ex.execution_id)
-    return Builder(run_session(ex), turn, ctx)
+    return Builder(_session_of(ex), turn, ctx)
 
 
 def _pseudo_turn(run: WorkflowRun, turn_id: str, input_id: str) -> ActiveTurn:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from turnstream.core.events import StageResult
+from turnstream.core.events import StageResult, WorkflowAttached
 from turnstream.core.workflow.definition import Step, WorkflowDef
 
 StageStatus = Literal["gate", "act", "exited", "cancelled", "init_failed"]
@@ -64,10 +64,10 @@ class WorkflowRun:
     step: int = -1
     executions: tuple[StageRun, ...] = ()
     results: dict[str, StageResult] = field(default_factory=dict)
-    upstream: tuple[StageResult, ...] = ()
-    """What the next sequential step receives as `ctx.upstream`."""
     interrupt: Literal["graceful", "hard"] | None = None
     reason: str | None = None
+    queued: tuple[WorkflowAttached, ...] = ()
+    """Runs attached while this one goes on: each starts when the one before exits."""
 
     @property
     def open(self) -> bool:
