@@ -151,6 +151,13 @@ SAMPLE_DATA = {
         "reason": "path matches .env",
         "invocationId": "i1",
     },
+    "AuditViolation": {
+        "kind": "unapproved_tool_run",
+        "detail": "ToolInvocationStarted for i1 without a ToolCallApproved",
+        "eventId": "e9",
+        "eventSeq": 42,
+        "invocationId": "i1",
+    },
 }
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import orjson
 from pydantic import Field, TypeAdapter
 
+from turnstream.core.events.audit import AuditViolation, AuditViolationData, ViolationKind
 from turnstream.core.events.base import (
     SCHEMA_VERSION,
     EventBase,
@@ -129,7 +130,8 @@ Event = Annotated[
     | ToolInvocationSucceeded
     | ToolInvocationFailed
     | ToolInvocationCancelled
-    | HookDecided,
+    | HookDecided
+    | AuditViolation,
     Field(discriminator="type"),
 ]
 
@@ -170,6 +172,8 @@ __all__ = [
     "EVENT_TYPES",
     "SCHEMA_VERSION",
     "AssistantMessage",
+    "AuditViolation",
+    "AuditViolationData",
     "Authority",
     "ContentBlock",
     "ContextCompacted",
@@ -243,6 +247,7 @@ __all__ = [
     "TurnEndedData",
     "TurnStatus",
     "Usage",
+    "ViolationKind",
     "WireModel",
     "decode",
     "encode",
