@@ -490,6 +490,11 @@ def status(
     sys.stdout.write(_run(_settings(nats_url, data_dir), ask).decode() + "\n")
 
 
+from turnstream.cli_audit import register as register_audit  # noqa: E402
+
+register_audit(app)
+
+
 def main() -> None:
     app()
 
