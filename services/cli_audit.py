@@ -23,7 +23,7 @@ from turnstream.settings import Settings
 
 T = TypeVar("T")
 console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 audit_app = typer.Typer(
     help="Invariant violations found in the log, the hash-chained audit file, rebuilds.",
     invoke_without_command=True,
