@@ -26,7 +26,7 @@ from turnstream.audit.journal import Journal
 from turnstream.audit.projections import put_all
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_push
-from turnstream.bus.scan import log_last_seq, scan_log
+from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
 from turnstream.runtime import connect_service, now, run_service, source_name
 from turnstream.settings import Settings
 
@@ -115,7 +115,7 @@ class AuditService:
         while not stop.is_set():
             batch = await _next_batch(queue, min(self.tick_s, 0.5))
             for msg in batch:
-                seq = msg.metadata.sequence.stream
+                seq = stream_seq(msg)
                 fold_message(self.auditor, self.journal, seq, msg.subject, msg.data)
             if time.monotonic() >= next_tick:
                 next_tick = time.monotonic() + self.tick_s
