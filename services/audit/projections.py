@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +17,21 @@ CHUNK = 512
 """KV writes in flight at once."""
 
 
+_KV_KEY = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
+
+
+def _writable(summaries: Sequence[SessionSummary]) -> list[SessionSummary]:
+    """Summaries whose key the bucket accepts (an event appended around the gateway may
+    carry any session id; retrying its write would stop the audit)."""
+    ok = [s for s in summaries if _KV_KEY.match(summary_key(s.session_id))]
+    for skipped in {s.session_id for s in summaries} - {s.session_id for s in ok}:
+        log.error("session id %r cannot be a KV key; its summary is not written", skipped)
+    return ok
+
+
 async def put_all(kv: Any, summaries: Sequence[SessionSummary]) -> None:
     """Write each summary (the audit service: the one live writer, in log order)."""
-    payloads = [(summary_key(s.session_id), s.to_json()) for s in summaries]
+    payloads = [(summary_key(s.session_id), s.to_json()) for s in _writable(summaries)]
     for start in range(0, len(payloads), CHUNK):
         chunk = payloads[start : start + CHUNK]
         await asyncio.gather(*(kv.put(key, value) for key, value in chunk))
@@ -28,6 +41,7 @@ async def put_newer(kv: Any, summaries: Sequence[SessionSummary]) -> int:
     """Write each summary unless the bucket already has one as new (a rebuild that runs
     next to the live service must not put an older summary over a newer one)."""
     written = 0
+    summaries = _writable(summaries)
     for start in range(0, len(summaries), CHUNK):
         chunk = summaries[start : start + CHUNK]
         written += sum(await asyncio.gather(*(_put_if_newer(kv, s) for s in chunk)))

@@ -32,6 +32,8 @@ from turnstream.core.events import (
 )
 
 SummaryStatus = Literal["idle", "active", "completed", "failed", "denied"]
+REPLY_CHARS = 1000
+"""`lastReply` keeps this much of the reply: a KV value must fit in one message."""
 
 
 def summary_key(session_id: str) -> str:
@@ -95,13 +97,13 @@ def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSu
         case ToolInvocationRequested():
             summary.tool_calls += 1
         case RenderEmitted(data=data):
-            summary.last_reply = data.text
+            summary.last_reply = data.text[:REPLY_CHARS]
         case TurnEnded(data=data):
             setattr(summary, data.status, getattr(summary, data.status) + 1)
             summary.last_turn = event.turn_id
             summary.last_failure_class = data.failure_class
             if data.reply is not None:
-                summary.last_reply = data.reply
+                summary.last_reply = data.reply[:REPLY_CHARS]
             if summary.open_turn == event.turn_id:
                 summary.open_turn, summary.open_since = None, None
             if summary.open_turn is None:

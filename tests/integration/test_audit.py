@@ -17,12 +17,13 @@ from tests.unit.audit_events import ended, start, tool_run, turn
 from turnstream.audit import app as audit
 from turnstream.audit.chain import verify
 from turnstream.audit.checks import CheckConfig
+from turnstream.audit.journal import Journal
 from turnstream.audit.projections import read_all
 from turnstream.audit.rebuild import rebuild
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, send_and_wait
-from turnstream.core.events import AuditViolation
+from turnstream.core.events import AuditViolation, encode
 from turnstream.core.summary import SessionSummary, summary_key
 from turnstream.settings import Settings
 
@@ -81,6 +82,10 @@ async def violations_of(bus: Bus, session: str) -> list[AuditViolation]:
 
 def journal_seqs(path: Path) -> list[int]:
     return [orjson.loads(line)["seq"] for line in path.read_bytes().splitlines()]
+
+
+def kept_aside(folder: Path) -> list[Path]:
+    return list(folder.glob("audit-*.jsonl"))
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +182,21 @@ async def test_rebuild_restores_summaries_and_leaves_newer_ones(bus: Bus) -> Non
     assert restored["chain-3"] == newest
     again = await rebuild(bus, CheckConfig(), datetime.now(UTC))
     assert again.written == 0 and again.violations_in_log == 3 and again.unreported == 0
+
+
+async def test_a_file_of_another_log_is_kept_aside_and_a_new_chain_starts(
+    bus: Bus, nats_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    settings = settings_for(nats_server, tmp_path)
+    journal = settings.data_dir / audit.JOURNAL_FILE
+    old = turn("elsewhere", "t1")[0]
+    with Journal(journal) as file:  # e.g. a log the server store no longer has
+        file.add(10**9, old, encode(old))
+    async with running_audit(settings):
+        await bus.store.append_facts(turn("fresh-chain", "t1"))
+        await current_summary(bus, "fresh-chain")
+    (kept,) = kept_aside(tmp_path)
+    assert journal_seqs(kept) == [10**9]
+    seqs = journal_seqs(journal)
+    assert seqs[0] == 1 and seqs[-1] == await bus.store.last_seq("fresh-chain")
+    assert verify(journal.read_bytes().splitlines()).ok

@@ -16,7 +16,7 @@ from turnstream.audit.chain import GENESIS, verify
 from turnstream.audit.checks import CheckConfig
 from turnstream.audit.journal import Journal
 from turnstream.core.events import AuditViolation, Event, encode
-from turnstream.core.summary import SessionSummary, evolve_summary, summary_key
+from turnstream.core.summary import REPLY_CHARS, SessionSummary, evolve_summary, summary_key
 
 BOUND = CheckConfig(max_turn_seconds=10, grace_s=5)
 
@@ -45,6 +45,13 @@ def test_summary_follows_turns_tokens_and_the_last_reply() -> None:
     evolve_summary(summary, 100, start("s1", "t2"))
     assert summary.status == "active" and summary.open_turn == "t2"
     assert summary.last_reply == "first" and summary.last_seq == 100
+
+
+def test_summary_keeps_a_bounded_part_of_a_long_reply() -> None:
+    summary = SessionSummary("s1")
+    for seq, e in enumerate(turn("s1", "t1", reply="x" * 50_000), 1):
+        evolve_summary(summary, seq, e)
+    assert summary.last_reply == "x" * REPLY_CHARS
 
 
 def test_summary_round_trips_as_camel_case_json() -> None:
