@@ -498,6 +498,10 @@ from turnstream.cli_workflow import workflow_app  # noqa: E402  (it imports help
 
 app.add_typer(workflow_app, name="workflow")
 
+from turnstream.cli_audit import register as register_audit  # noqa: E402
+
+register_audit(app)
+
 
 def main() -> None:
     app()

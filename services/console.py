@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnstream.core.events import (
+    AuditViolation,
     Event,
     FollowUpQueued,
     HookDecided,
@@ -103,6 +104,8 @@ def summarize(event: Event) -> str:
             return d.reason
         case HookDecided(data=d):
             return _clip(f"{d.hook} ({d.kind}) → {d.action}: {d.reason or ''}", 90)
+        case AuditViolation(data=d):
+            return _clip(f"{d.kind}: {d.detail}", 100)
         case TurnEnded(data=d):
             if d.status == "completed":
                 return "completed"
@@ -120,7 +123,7 @@ def event_line(event: Event) -> Text:
     style = "bold"
     if isinstance(event, TurnEnded):
         style = "bold " + STATUS_STYLE.get(event.data.status, "")
-    elif isinstance(event, InputRejected):
+    elif isinstance(event, InputRejected | AuditViolation):
         style = "bold red"
     line.append(f"{event.type:<25}", style=style)
     line.append(summarize(event))

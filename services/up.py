@@ -15,7 +15,7 @@ from turnstream.bus.embedded import EmbeddedServer
 from turnstream.providers import api_key
 from turnstream.settings import Settings
 
-SERVICES = ("gateway", "turn_runner", "approval", "tool_executor")
+SERVICES = ("gateway", "turn_runner", "approval", "tool_executor", "audit")
 """Service packages started by `up`, each as `python -m turnstream.<name>`."""
 MAX_RESTARTS = 5
 

@@ -209,6 +209,13 @@ SAMPLE_DATA = {
         "result": {"stage": "plan", "verdict": "ok", "parsed": {"summary": "s"}},
     },
     "WorkflowExit": {"runId": "r1", "workflow": "review", "status": "completed"},
+    "AuditViolation": {
+        "kind": "unapproved_tool_run",
+        "detail": "ToolInvocationStarted for i1 without a ToolCallApproved",
+        "eventId": "e9",
+        "eventSeq": 42,
+        "invocationId": "i1",
+    },
 }
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import orjson
 from pydantic import Field, TypeAdapter
 
+from turnstream.core.events.audit import AuditViolation, AuditViolationData, ViolationKind
 from turnstream.core.events.base import (
     SCHEMA_VERSION,
     EventBase,
@@ -156,6 +157,7 @@ Event = Annotated[
     | ToolInvocationFailed
     | ToolInvocationCancelled
     | HookDecided
+    | AuditViolation
     | WorkflowAttached
     | StageEntered
     | StageInitFailed
@@ -206,6 +208,8 @@ __all__ = [
     "EVENT_TYPES",
     "SCHEMA_VERSION",
     "AssistantMessage",
+    "AuditViolation",
+    "AuditViolationData",
     "Authority",
     "CompletionOutcome",
     "ContentBlock",
@@ -299,6 +303,7 @@ __all__ = [
     "TurnStatus",
     "Usage",
     "Verdict",
+    "ViolationKind",
     "WireModel",
     "WorkflowAttached",
     "WorkflowAttachedData",

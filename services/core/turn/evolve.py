@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import assert_never
 
 from turnstream.core.events import (
+    AuditViolation,
     ContextCompacted,
     Event,
     EventBase,
@@ -277,6 +278,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             | InteractionRequested()
             | InteractionAnswered()
             | ToolInvocationStarted()
+            | AuditViolation()
         ):
             return state
         case _:

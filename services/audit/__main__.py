@@ -1,0 +1,3 @@
+from turnstream.audit.app import main
+
+main()

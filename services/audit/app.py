@@ -1,0 +1,198 @@
+"""audit shell: fold the whole log into summaries and checks, write them, keep the file.
+
+Start: scan the log once with an ordered consumer (the same fold as `turnstream audit
+rebuild`), recording in the audit file what it lacks, writing every summary and the
+violations the log does not have yet. Then the durable consumer `audit` brings what is
+new, in batches: fold, record, write the journal, append violations, put the changed
+summaries, and only then ack. A timer looks for turns open past their bound. One
+instance per deployment: the audit file is one chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from turnstream.audit.auditor import Auditor
+from turnstream.audit.checks import CheckConfig
+from turnstream.audit.fold import fold_message
+from turnstream.audit.journal import Journal
+from turnstream.audit.projections import put_all
+from turnstream.bus import Bus
+from turnstream.bus.consume import durable_push
+from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
+from turnstream.runtime import connect_service, now, run_service, source_name
+from turnstream.settings import Settings
+
+log = logging.getLogger("turnstream.audit")
+DURABLE = "audit"
+JOURNAL_FILE = "audit.jsonl"
+BATCH = 2000
+RETRY_S = 0.5
+
+
+class AuditService:
+    def __init__(
+        self,
+        bus: Bus,
+        config: CheckConfig,
+        journal_path: Path,
+        *,
+        clock: Callable[[], datetime] = now,
+        tick_s: float = 5.0,
+    ) -> None:
+        self.bus = bus
+        self.auditor = Auditor.with_config(config)
+        self.journal = Journal(journal_path)
+        self.clock = clock
+        self.tick_s = tick_s
+        self.source = source_name("audit")
+        self.kv: Any = None
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        subjects = self.bus.subjects
+        self.kv = await self.bus.js.key_value(subjects.sessions_bucket)
+        await self._open_journal()
+        try:
+            last = await scan_log(
+                self.bus.js, subjects, partial(fold_message, self.auditor, self.journal)
+            )
+            self.auditor.tick(self.clock())
+            await self._flush(stop)
+            log.info(
+                "audit caught up to seq %d: %d sessions, journal %s",
+                last,
+                len(self.auditor.summaries),
+                self.journal.path,
+            )
+            queue: asyncio.Queue[Any] = asyncio.Queue()
+
+            async def on_msg(msg: Any) -> None:
+                queue.put_nowait(msg)
+
+            sub = await durable_push(
+                self.bus.js,
+                subjects.log_stream,
+                DURABLE,
+                subjects.deliver(DURABLE),
+                [subjects.log_all],
+                on_msg,
+            )
+            try:
+                await self._work(queue, stop)
+            finally:
+                await sub.unsubscribe()
+        finally:
+            self.journal.close()
+
+    async def _open_journal(self) -> None:
+        self.journal.open()
+        log_last = await log_last_seq(self.bus.js, self.bus.subjects)
+        if self.journal.last_seq > log_last:
+            # the file records a log that is gone (e.g. a new server store): keep it, and
+            # start a new chain for this log
+            self.journal.close()
+            path = self.journal.path
+            kept = path.with_name(f"{path.stem}-{int(time.time())}{path.suffix}")
+            path.rename(kept)
+            log.warning(
+                "%s goes up to seq %d but the log ends at %d: kept it as %s, starting anew",
+                path,
+                self.journal.last_seq,
+                log_last,
+                kept,
+            )
+            self.journal = Journal(path).open()
+
+    async def _work(self, queue: asyncio.Queue[Any], stop: asyncio.Event) -> None:
+        next_tick = time.monotonic() + self.tick_s
+        while not stop.is_set():
+            batch = await _next_batch(queue, min(self.tick_s, 0.5))
+            for msg in batch:
+                seq = stream_seq(msg)
+                fold_message(self.auditor, self.journal, seq, msg.subject, msg.data)
+            if time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + self.tick_s
+                self.auditor.tick(self.clock())
+                self.journal.flush(sync=True)
+            if not await self._flush(stop):
+                return  # stopping before the batch was written: it comes again
+            for msg in batch:
+                await msg.ack()
+
+    async def _flush(self, stop: asyncio.Event) -> bool:
+        """Write what the fold left behind; retry until it is written or `stop` is set."""
+        self.journal.flush()
+        violations = self.auditor.take_violations(self.clock(), self.source)
+        summaries = self.auditor.take_dirty()
+        while True:
+            try:
+                if violations:
+                    await self.bus.store.append_facts(violations)
+                    log.warning("%d violation(s): %s", len(violations), _kinds(violations))
+                    violations = []
+                await put_all(self.kv, summaries)
+                return True
+            except Exception as exc:  # a disconnect: nats-py reconnects, we retry
+                log.warning("audit write failed (%s); retrying", exc)
+                if stop.is_set():
+                    return False
+                await asyncio.sleep(RETRY_S)
+
+
+async def _next_batch(queue: asyncio.Queue[Any], wait_s: float) -> list[Any]:
+    """What is queued now, or the first message within `wait_s` and what came with it."""
+    if queue.empty():
+        try:
+            async with asyncio.timeout(wait_s):
+                first = await queue.get()
+        except TimeoutError:
+            return []
+        batch = [first]
+    else:
+        batch = []
+    while len(batch) < BATCH and not queue.empty():
+        batch.append(queue.get_nowait())
+    return batch
+
+
+def _kinds(violations: list[Any]) -> str:
+    return ", ".join(f"{v.data.kind} in {v.session_id}" for v in violations[:5])
+
+
+def check_config(settings: Settings) -> CheckConfig:
+    return CheckConfig(max_turn_seconds=settings.max_turn_seconds)
+
+
+async def serve(
+    settings: Settings,
+    stop: asyncio.Event,
+    bus: Bus | None = None,
+    *,
+    clock: Callable[[], datetime] = now,
+    tick_s: float = 5.0,
+) -> None:
+    own_bus = bus is None
+    bus = bus or await connect_service(settings, "audit")
+    service = AuditService(
+        bus,
+        check_config(settings),
+        settings.data_dir / JOURNAL_FILE,
+        clock=clock,
+        tick_s=tick_s,
+    )
+    try:
+        await service.serve(stop)
+    finally:
+        if own_bus:
+            await bus.close()
+
+
+def main() -> None:
+    run_service("audit", serve)

@@ -1,0 +1,76 @@
+"""The audit fold: every event of the log into session summaries and the invariant checks.
+
+Pure (no I/O, the clock is an argument). The service and `turnstream audit rebuild` drive
+the same fold; the service then writes what it leaves behind: the summaries that changed
+(`take_dirty`) and the violations not yet in the log (`take_violations`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from turnstream.audit.checks import CheckConfig, Checks, Finding
+from turnstream.core.events import AuditViolation, Event
+from turnstream.core.summary import SessionSummary, evolve_summary
+
+
+@dataclass
+class Auditor:
+    checks: Checks = field(default_factory=Checks)
+    summaries: dict[str, SessionSummary] = field(default_factory=dict)
+    last_seq: int = 0
+    """Everything up to this log sequence is folded in; anything at or below it is skipped."""
+    dirty: set[str] = field(default_factory=set)
+    """Sessions whose summary changed since the last `take_dirty`."""
+    found: dict[str, Finding] = field(default_factory=dict)
+    """Violations found and not yet handed out, by violation id."""
+    reported: set[str] = field(default_factory=set)
+    """Ids of violations handed out or already in the log: never reported twice."""
+    violations: int = 0
+    """`AuditViolation` events in the log."""
+
+    @classmethod
+    def with_config(cls, config: CheckConfig) -> Auditor:
+        return cls(checks=Checks(config))
+
+    def apply(self, seq: int, event: Event) -> bool:
+        """Fold in the event at `seq`; False (and nothing changes) if it was folded before."""
+        if seq <= self.last_seq:
+            return False
+        self.last_seq = seq
+        session = event.session_id
+        summary = self.summaries.get(session)
+        if summary is None:
+            summary = self.summaries[session] = SessionSummary(session)
+        evolve_summary(summary, seq, event)
+        self.dirty.add(session)
+        if isinstance(event, AuditViolation):
+            self.violations += 1
+            self.reported.add(event.id)
+            self.found.pop(event.id, None)
+        for finding in self.checks.observe(seq, event):
+            self._found(finding)
+        return True
+
+    def tick(self, now: datetime) -> None:
+        """Look for turns open past their bound (the timer)."""
+        for finding in self.checks.overdue(now):
+            self._found(finding)
+
+    def take_dirty(self) -> list[SessionSummary]:
+        dirty = [self.summaries[session] for session in sorted(self.dirty)]
+        self.dirty.clear()
+        return dirty
+
+    def take_violations(self, now: datetime, source: str) -> list[AuditViolation]:
+        """The violations to append, once each."""
+        events = [finding.event(now, source) for finding in self.found.values()]
+        self.reported.update(self.found)
+        self.found.clear()
+        return events
+
+    def _found(self, finding: Finding) -> None:
+        violation_id = finding.violation_id
+        if violation_id not in self.reported:
+            self.found.setdefault(violation_id, finding)

@@ -1,0 +1,177 @@
+"""Invariant checks over the log, as events arrive: pure, the clock is an argument.
+
+- exactly one `TurnEnded` per turn (`duplicate_terminal`, one per extra terminal event);
+- no turn open past its wall-time bound (`turn_overdue`: found when the late `TurnEnded`
+  arrives, or by `overdue(now)` on a timer for a turn that has not ended);
+- no `ToolInvocationStarted`/`Succeeded` without an earlier `ToolCallApproved` for the
+  same invocation (`unapproved_tool_run`, one per invocation).
+
+Each finding has a key, and its `AuditViolation` an id derived from the key
+(`derived_uuid7`): a redelivered event, a restart or a timer that fires again produce
+the same id, which the log's `Nats-Msg-Id` dedup and the auditor's own set turn into a
+no-op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from turnstream.core.events import (
+    AuditViolation,
+    AuditViolationData,
+    Event,
+    EventBase,
+    SessionTurnStart,
+    ToolCallApproved,
+    ToolInvocationStarted,
+    ToolInvocationSucceeded,
+    TurnEnded,
+    ViolationKind,
+)
+from turnstream.core.ids import derived_uuid7
+
+
+@dataclass(frozen=True, slots=True)
+class CheckConfig:
+    max_turn_seconds: float = 600.0
+    """The turn-runner's wall-time bound (`TURNSTREAM_MAX_TURN_SECONDS`)."""
+    grace_s: float = 60.0
+    """The runner ends a turn at its bound; past bound + grace, nobody did."""
+
+    @property
+    def bound(self) -> timedelta:
+        return timedelta(seconds=self.max_turn_seconds + self.grace_s)
+
+
+@dataclass(slots=True)
+class TurnFacts:
+    """What the checks remember of one turn."""
+
+    start: EventBase | None = None
+    ended: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: ViolationKind
+    key: str
+    at: datetime
+    """Fixes the id's timestamp: the same finding always gets the same id."""
+    detail: str
+    about: EventBase
+    """The event the envelope (session, chat, turn, trace) is taken from."""
+    cause: EventBase | None = None
+    cause_seq: int | None = None
+    invocation_id: str | None = None
+
+    @property
+    def violation_id(self) -> str:
+        return derived_uuid7(int(self.at.timestamp() * 1000), f"audit:{self.key}")
+
+    def event(self, now: datetime, source: str) -> AuditViolation:
+        about = self.about
+        return AuditViolation(
+            id=self.violation_id,
+            time=now,
+            session_id=about.session_id,
+            chat_id=about.chat_id,
+            turn_id=about.turn_id,
+            trace_id=about.trace_id,
+            correlation_id=about.correlation_id,
+            causation_id=self.cause.id if self.cause else about.id,
+            source=source,
+            data=AuditViolationData(
+                kind=self.kind,
+                detail=self.detail,
+                event_id=self.cause.id if self.cause else None,
+                event_seq=self.cause_seq,
+                invocation_id=self.invocation_id,
+            ),
+        )
+
+
+@dataclass(slots=True)
+class Checks:
+    """The checks' state: a fold over the whole log (mutable, for rebuild speed)."""
+
+    config: CheckConfig = field(default_factory=CheckConfig)
+    turns: dict[tuple[str, str], TurnFacts] = field(default_factory=dict)
+    open: dict[tuple[str, str], TurnFacts] = field(default_factory=dict)
+    """Turns started and not ended, for the timer."""
+    approved: set[tuple[str, str]] = field(default_factory=set)
+    """(session, invocation) pairs with a `ToolCallApproved`."""
+
+    def observe(self, seq: int, event: Event) -> list[Finding]:
+        """Fold one event in; return what it shows to be wrong."""
+        match event:
+            case SessionTurnStart() if event.turn_id:
+                key = (event.session_id, event.turn_id)
+                facts = self.turns.setdefault(key, TurnFacts())
+                if facts.start is None:
+                    facts.start = event
+                    if not facts.ended:
+                        self.open[key] = facts
+            case TurnEnded() if event.turn_id:
+                return self._ended(seq, event)
+            case ToolCallApproved(data=data):
+                self.approved.add((event.session_id, data.invocation_id))
+            case ToolInvocationStarted(data=data) | ToolInvocationSucceeded(data=data):
+                if (event.session_id, data.invocation_id) not in self.approved:
+                    return [self._unapproved(seq, event, data.invocation_id)]
+            case _:
+                pass
+        return []
+
+    def overdue(self, now: datetime) -> list[Finding]:
+        """Turns still open past their bound at `now` (run on a timer)."""
+        bound = self.config.bound
+        return [
+            self._overdue(facts.start, now - facts.start.time)
+            for facts in self.open.values()
+            if facts.start is not None and now - facts.start.time > bound
+        ]
+
+    def _ended(self, seq: int, event: TurnEnded) -> list[Finding]:
+        assert event.turn_id is not None
+        key = (event.session_id, event.turn_id)
+        facts = self.turns.setdefault(key, TurnFacts())
+        facts.ended += 1
+        self.open.pop(key, None)
+        if facts.ended > 1:
+            detail = (
+                f"turn {event.turn_id} has {facts.ended} TurnEnded events "
+                f"(this one at seq {seq}: {event.data.status})"
+            )
+            finding = Finding(
+                "duplicate_terminal", f"terminal:{event.id}", event.time, detail, event, event, seq
+            )
+            return [finding]
+        if facts.start is not None and event.time - facts.start.time > self.config.bound:
+            return [self._overdue(facts.start, event.time - facts.start.time, event, seq)]
+        return []
+
+    def _overdue(
+        self,
+        start: EventBase,
+        open_for: timedelta,
+        ended: EventBase | None = None,
+        seq: int | None = None,
+    ) -> Finding:
+        # keyed by the turn and timed at its deadline: the timer and a late TurnEnded
+        # report the same violation
+        config = self.config
+        state = "ended" if ended else "is still open"
+        detail = (
+            f"turn {start.turn_id} {state} after {open_for.total_seconds():.0f} s; its bound is "
+            f"{config.max_turn_seconds:.0f} s (+{config.grace_s:.0f} s grace)"
+        )
+        key = f"overdue:{start.session_id}:{start.turn_id}"
+        return Finding("turn_overdue", key, start.time + config.bound, detail, start, ended, seq)
+
+    def _unapproved(self, seq: int, event: EventBase, invocation_id: str) -> Finding:
+        detail = f"{event.type} for invocation {invocation_id} without a ToolCallApproved"
+        key = f"unapproved:{event.session_id}:{invocation_id}"
+        return Finding(
+            "unapproved_tool_run", key, event.time, detail, event, event, seq, invocation_id
+        )

@@ -1,0 +1,96 @@
+"""Read the whole log once, fast, folding as it arrives (rebuilds, the audit service's start).
+
+An ordered push consumer with a callback is the fast reader here (~100k events/s; a pull
+`fetch` is capped near 20k/s). Unlike `EventStore.read_all` nothing is kept: each event's
+sequence, subject and bytes go to `on_event`, so a rebuild of a large log needs no list of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from nats.js import api
+from nats.js.errors import NotFoundError
+
+from turnstream.core.subjects import Subjects
+
+IDLE_TIMEOUT_S = 30.0
+"""A scan that receives nothing for this long fails (a whole scan may take far longer)."""
+
+
+def stream_seq(msg: Any) -> int:
+    """The stream sequence of a JetStream message, read from its ack subject.
+
+    `msg.metadata` builds several objects and a datetime per message, a cost a scan pays
+    100,000 times; the sequence is one token of `$JS.ACK.<stream>.<consumer>.<delivered>.
+    <stream seq>…` (or of the 12-token form with domain and account hash).
+    """
+    tokens = msg.reply.split(".")
+    if len(tokens) == 9:
+        return int(tokens[5])
+    if len(tokens) >= 11:
+        return int(tokens[7])
+    return int(msg.metadata.sequence.stream)
+
+
+async def log_last_seq(js: Any, subjects: Subjects) -> int:
+    """Sequence of the last event in the log; 0 when it is empty."""
+    try:
+        msg = await js.get_last_msg(subjects.log_stream, subjects.log_all)
+    except NotFoundError:
+        return 0
+    return int(msg.seq)
+
+
+async def scan_log(
+    js: Any,
+    subjects: Subjects,
+    on_event: Callable[[int, str, bytes], None],
+    *,
+    after_seq: int = 0,
+) -> int:
+    """Hand every event after `after_seq`, up to the last one now, to `on_event(seq, subject, data)`
+    in order; return the last sequence handed over (`after_seq` when there was none)."""
+    last = await log_last_seq(js, subjects)
+    if last <= after_seq:
+        return after_seq
+    done = asyncio.get_running_loop().create_future()
+    progress = [0]
+
+    async def on_msg(msg: Any) -> None:
+        seq = stream_seq(msg)
+        progress[0] = seq
+        if seq > last or done.done():
+            return
+        try:
+            on_event(seq, msg.subject, msg.data)
+        except Exception as exc:  # stop the scan; the caller sees why
+            done.set_exception(exc)
+            return
+        if seq == last:
+            done.set_result(None)
+
+    config = api.ConsumerConfig(
+        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
+    )
+    sub = await js.subscribe(
+        subjects.log_all,
+        stream=subjects.log_stream,
+        cb=on_msg,
+        ordered_consumer=True,
+        config=config,
+        pending_msgs_limit=1_000_000,
+        pending_bytes_limit=1024 * 1024 * 1024,
+    )
+    try:
+        while not done.done():
+            seen = progress[0]
+            await asyncio.wait([done], timeout=IDLE_TIMEOUT_S)
+            if not done.done() and progress[0] == seen:
+                raise TimeoutError(f"log scan stalled at seq {seen} of {last}")
+        done.result()
+    finally:
+        await sub.unsubscribe()
+    return last

@@ -1,0 +1,27 @@
+"""Audit events: what the audit service found wrong in the log (it never changes a turn)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from turnstream.core.events.base import EventBase, WireModel
+
+ViolationKind = Literal["duplicate_terminal", "turn_overdue", "unapproved_tool_run"]
+
+
+class AuditViolationData(WireModel):
+    kind: ViolationKind
+    """Which invariant was broken: more than one `TurnEnded` for a turn, a turn open past
+    its wall-time bound, or a tool that ran without a `ToolCallApproved`."""
+    detail: str
+    """One line for people: what was seen."""
+    event_id: str | None = None
+    """The event that showed the violation (absent when a timer found an overdue turn)."""
+    event_seq: int | None = None
+    """Its log sequence."""
+    invocation_id: str | None = None
+
+
+class AuditViolation(EventBase):
+    type: Literal["AuditViolation"] = "AuditViolation"
+    data: AuditViolationData

@@ -1,0 +1,124 @@
+"""A session at a glance, as the audit service keeps it in the `ts_sessions` KV bucket.
+
+A fold over the session's events (`evolve_summary`), like `projection.build_view` but small
+and cheap: counts, the open turn, the last outcome and reply, token usage and the log
+sequence it is current to. Other services and UIs watch the bucket; `to_json` / `from_json`
+are the wire form (camelCase JSON, one value per session, under `summary_key`).
+
+```
+idle ──SessionTurnStart──► active ──TurnEnded──► completed | failed | denied
+                              ▲                          │
+                              └─────SessionTurnStart─────┘
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import orjson
+
+from turnstream.core.events import (
+    AuditViolation,
+    Event,
+    InputRejected,
+    ProviderRequestCompleted,
+    RenderEmitted,
+    SessionTurnStart,
+    ToolInvocationRequested,
+    TurnEnded,
+)
+
+SummaryStatus = Literal["idle", "active", "completed", "failed", "denied"]
+REPLY_CHARS = 1000
+"""`lastReply` keeps this much of the reply: a KV value must fit in one message."""
+
+
+def summary_key(session_id: str) -> str:
+    """The session's key in the bucket: KV keys cannot hold `:`, session ids cannot hold `=`."""
+    return session_id.replace(":", "=")
+
+
+@dataclass(slots=True)
+class SessionSummary:
+    """Mutable for speed: a rebuild folds every event of the log into these."""
+
+    session_id: str
+    status: SummaryStatus = "idle"
+    turns: int = 0
+    """Turns started by the runner or rejected by the gateway."""
+    completed: int = 0
+    failed: int = 0
+    denied: int = 0
+    open_turn: str | None = None
+    open_since: datetime | None = None
+    last_turn: str | None = None
+    last_failure_class: str | None = None
+    last_reply: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+    violations: int = 0
+    events: int = 0
+    last_seq: int = 0
+    """The log sequence of the last event folded in: the summary is current up to it."""
+    updated_at: datetime | None = None
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({_CAMEL[name]: getattr(self, name) for name in _FIELDS})
+
+    @classmethod
+    def from_json(cls, data: bytes) -> SessionSummary:
+        raw: dict[str, Any] = orjson.loads(data)
+        values = {name: raw[camel] for name, camel in _CAMEL.items() if camel in raw}
+        for name in ("open_since", "updated_at"):
+            if values.get(name) is not None:
+                values[name] = datetime.fromisoformat(values[name])
+        return cls(**values)
+
+
+def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSummary:
+    """Fold one event (at log sequence `seq`) into `summary`, in place; returns it."""
+    summary.events += 1
+    summary.last_seq = seq
+    summary.updated_at = event.time
+    match event:
+        case SessionTurnStart():
+            summary.turns += 1
+            summary.status = "active"
+            summary.open_turn, summary.open_since = event.turn_id, event.time
+        case InputRejected():
+            summary.turns += 1
+        case ProviderRequestCompleted(data=data):
+            summary.input_tokens += data.usage.input_tokens
+            summary.output_tokens += data.usage.output_tokens
+        case ToolInvocationRequested():
+            summary.tool_calls += 1
+        case RenderEmitted(data=data):
+            summary.last_reply = data.text[:REPLY_CHARS]
+        case TurnEnded(data=data):
+            setattr(summary, data.status, getattr(summary, data.status) + 1)
+            summary.last_turn = event.turn_id
+            summary.last_failure_class = data.failure_class
+            if data.reply is not None:
+                summary.last_reply = data.reply[:REPLY_CHARS]
+            if summary.open_turn == event.turn_id:
+                summary.open_turn, summary.open_since = None, None
+            if summary.open_turn is None:
+                summary.status = data.status
+        case AuditViolation():
+            summary.violations += 1
+        case _:
+            pass
+    return summary
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+_FIELDS = SessionSummary.__dataclass_fields__
+_CAMEL = {name: _camel(name) for name in _FIELDS}

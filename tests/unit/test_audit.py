@@ -1,0 +1,238 @@
+"""The audit service's pure parts: summaries, invariant checks, the hash chain, the file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.unit.audit_events import ended, start, tool_run, turn
+from tests.unit.factories import T0
+from turnstream.audit.auditor import Auditor
+from turnstream.audit.chain import GENESIS, verify
+from turnstream.audit.checks import CheckConfig
+from turnstream.audit.journal import Journal
+from turnstream.core.events import AuditViolation, Event, encode
+from turnstream.core.summary import REPLY_CHARS, SessionSummary, evolve_summary, summary_key
+
+BOUND = CheckConfig(max_turn_seconds=10, grace_s=5)
+
+
+def fold(events: Sequence[Event], auditor: Auditor | None = None) -> Auditor:
+    auditor = auditor or Auditor.with_config(BOUND)
+    for event in events:
+        auditor.apply(auditor.last_seq + 1, event)
+    return auditor
+
+
+def kinds(auditor: Auditor) -> list[str]:
+    return sorted(v.data.kind for v in auditor.take_violations(T0, "audit/test"))
+
+
+# ---------------------------------------------------------------- summaries
+
+
+def test_summary_follows_turns_tokens_and_the_last_reply() -> None:
+    summary = SessionSummary("s1")
+    for seq, e in enumerate(turn("s1", "t1", reply="first", tools=2), 1):
+        evolve_summary(summary, seq, e)
+    assert summary.status == "completed" and summary.open_turn is None
+    assert (summary.turns, summary.completed, summary.tool_calls) == (1, 1, 2)
+    assert (summary.input_tokens, summary.output_tokens) == (10, 4)
+    evolve_summary(summary, 100, start("s1", "t2"))
+    assert summary.status == "active" and summary.open_turn == "t2"
+    assert summary.last_reply == "first" and summary.last_seq == 100
+
+
+def test_summary_keeps_a_bounded_part_of_a_long_reply() -> None:
+    summary = SessionSummary("s1")
+    for seq, e in enumerate(turn("s1", "t1", reply="x" * 50_000), 1):
+        evolve_summary(summary, seq, e)
+    assert summary.last_reply == "x" * REPLY_CHARS
+
+
+def test_summary_round_trips_as_camel_case_json() -> None:
+    summary = SessionSummary("a:b")
+    for seq, e in enumerate([*turn("a:b", "t1"), ended("a:b", "t2", "failed")], 1):
+        evolve_summary(summary, seq, e)
+    wire = orjson.loads(summary.to_json())
+    assert wire["sessionId"] == "a:b" and wire["lastSeq"] == 5 and wire["failed"] == 1
+    assert SessionSummary.from_json(summary.to_json()) == summary
+    assert summary_key("a:b") == "a=b"
+
+
+# ---------------------------------------------------------------- invariant checks
+
+
+def test_a_clean_log_has_no_violations() -> None:
+    auditor = fold([*turn("s1", "t1", tools=2), *turn("s2", "t2"), *turn("s1", "t3")])
+    auditor.tick(T0 + timedelta(hours=1))
+    assert kinds(auditor) == []
+    assert set(auditor.summaries) == {"s1", "s2"}
+
+
+def test_a_second_terminal_event_is_a_violation_each_time() -> None:
+    auditor = fold([*turn("s1", "t1"), ended("s1", "t1", "failed"), ended("s1", "t1")])
+    violations = auditor.take_violations(T0, "audit/test")
+    assert [v.data.kind for v in violations] == ["duplicate_terminal"] * 2
+    assert all(v.session_id == "s1" and v.turn_id == "t1" for v in violations)
+    assert violations[0].data.event_seq == 5
+
+
+def test_a_tool_run_without_approval_is_one_violation_per_invocation() -> None:
+    auditor = fold([start("s1", "t1"), *tool_run("s1", "t1", "inv1", approved=False)])
+    violations = auditor.take_violations(T0, "audit/test")
+    assert [(v.data.kind, v.data.invocation_id) for v in violations] == [
+        ("unapproved_tool_run", "inv1")
+    ]
+    other_session = fold([*tool_run("s1", "t1", "inv9"), *tool_run("s2", "t2", "inv9")[1:]])
+    assert kinds(other_session) == ["unapproved_tool_run"]  # approvals are per session
+
+
+def test_a_turn_open_past_its_bound_is_found_by_the_timer_once() -> None:
+    auditor = fold([start("s1", "t1")])
+    auditor.tick(T0 + timedelta(seconds=14))
+    assert kinds(auditor) == []
+    auditor.tick(T0 + timedelta(seconds=16))
+    auditor.tick(T0 + timedelta(seconds=17))
+    assert kinds(auditor) == ["turn_overdue"]
+    auditor.tick(T0 + timedelta(seconds=30))
+    assert kinds(auditor) == []
+
+
+def test_a_late_terminal_event_and_the_timer_report_the_same_violation() -> None:
+    late = ended("s1", "t1", "failed", at=T0 + timedelta(seconds=20))
+    by_end = fold([start("s1", "t1"), late]).take_violations(T0, "audit/a")
+    timed = fold([start("s1", "t1")])
+    timed.tick(T0 + timedelta(seconds=16))
+    by_timer = timed.take_violations(T0, "audit/b")
+    assert [v.id for v in by_end] == [v.id for v in by_timer]
+    assert by_end[0].data.kind == "turn_overdue"
+    fold([late], timed)
+    assert kinds(timed) == []  # already reported
+
+
+def test_violation_ids_are_stable_and_not_reported_again_once_in_the_log() -> None:
+    log = [*turn("s1", "t1"), ended("s1", "t1")]
+    first = fold(log).take_violations(T0, "audit/1")
+    again = fold(log).take_violations(T0 + timedelta(minutes=5), "audit/2")
+    assert [v.id for v in first] == [v.id for v in again]
+    # a restart folds the log including the violation appended after the fact
+    replayed = fold([*log, *first])
+    assert replayed.take_violations(T0, "audit/3") == []
+    assert replayed.violations == 1 and replayed.summaries["s1"].violations == 1
+
+
+def test_an_event_at_or_below_the_last_sequence_is_not_folded_twice() -> None:
+    auditor = Auditor.with_config(BOUND)
+    events = turn("s1", "t1")
+    for seq, e in enumerate(events, 1):
+        assert auditor.apply(seq, e)
+    assert not auditor.apply(len(events), events[-1])
+    assert auditor.summaries["s1"].completed == 1
+    assert kinds(auditor) == []
+
+
+def test_violations_are_events_of_the_contract() -> None:
+    auditor = fold([*turn("s1", "t1"), ended("s1", "t1")])
+    (violation,) = auditor.take_violations(T0, "audit/test")
+    assert isinstance(violation, AuditViolation)
+    assert violation.causation_id == violation.data.event_id
+    assert orjson.loads(encode(violation))["type"] == "AuditViolation"
+
+
+# ---------------------------------------------------------------- the hash chain
+
+
+def journal_lines(tmp_path: Path, n: int = 6) -> list[bytes]:
+    path = tmp_path / "audit.jsonl"
+    with Journal(path) as journal:
+        for seq, e in enumerate(turn("s1", "t1", tools=1)[:n], 1):
+            journal.add(seq, e, encode(e))
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def test_an_untouched_chain_verifies(tmp_path: Path) -> None:
+    lines = journal_lines(tmp_path)
+    verdict = verify(lines)
+    assert verdict.ok and verdict.records == 6 and verdict.last_seq == 6
+    assert orjson.loads(lines[0])["prev"] == GENESIS
+    assert verdict.head == orjson.loads(lines[-1])["hash"]
+
+
+@pytest.mark.parametrize(
+    ("tamper", "bad_line"),
+    [
+        (lambda ls: [*ls[:2], ls[2].replace(b'"s1"', b'"s2"'), *ls[3:]], 3),
+        (lambda ls: [*ls[:2], ls[2].replace(b'"seq":3', b'"seq":9'), *ls[3:]], 3),
+        (lambda ls: [*ls[:2], ls[2].replace(b":", b": ", 1), *ls[3:]], 3),
+        (lambda ls: [*ls[:3], *ls[4:]], 4),  # a line deleted
+        (lambda ls: ls[1:], 1),  # the first line deleted
+        (lambda ls: [ls[0], ls[2], ls[1], *ls[3:]], 2),  # two lines swapped
+        (lambda ls: [*ls[:4], ls[1], *ls[4:]], 5),  # a line copied in
+        (lambda ls: [*ls[:5], b"\n", ls[5]], 6),  # an empty line
+        (lambda ls: [*ls[:3], b"{not json", *ls[3:]], 4),
+    ],
+)
+def test_any_edit_deletion_or_reorder_names_the_first_bad_line(
+    tmp_path: Path, tamper: object, bad_line: int
+) -> None:
+    lines = journal_lines(tmp_path)
+    verdict = verify(tamper(lines))  # type: ignore[operator]
+    assert not verdict.ok
+    assert verdict.bad_line == bad_line, verdict.reason
+    assert verdict.records == bad_line - 1
+
+
+def test_a_resealed_edit_is_caught_at_the_next_line(tmp_path: Path) -> None:
+    from turnstream.audit.chain import seal, unseal
+
+    lines = journal_lines(tmp_path)
+    record, _ = unseal(lines[2].rstrip(b"\n"))
+    record["type"] = "ToolCallDenied"
+    forged, _ = seal({k: v for k, v in record.items() if k != "hash"})
+    verdict = verify([*lines[:2], forged + b"\n", *lines[3:]])
+    assert verdict.bad_line == 4 and "prev" in (verdict.reason or "")
+
+
+# ---------------------------------------------------------------- the file
+
+
+def test_reopening_continues_the_chain_and_skips_recorded_sequences(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    events = turn("s1", "t1", tools=2)
+    with Journal(path) as journal:
+        for seq, e in enumerate(events[:5], 1):
+            journal.add(seq, e, encode(e))
+    with Journal(path) as journal:
+        assert journal.last_seq == 5
+        for seq, e in enumerate(events, 1):  # a redelivery of 1-5, then new ones
+            journal.add(seq, e, encode(e))
+    lines = path.read_bytes().splitlines()
+    assert [orjson.loads(line)["seq"] for line in lines] == list(range(1, len(events) + 1))
+    assert verify(lines).ok
+
+
+def test_a_torn_last_line_is_dropped_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    events = turn("s1", "t1")
+    with Journal(path) as journal:
+        for seq, e in enumerate(events[:3], 1):
+            journal.add(seq, e, encode(e))
+    with open(path, "ab") as file:
+        file.write(b'{"seq":4,"id":"half')
+    with Journal(path) as journal:
+        assert journal.last_seq == 3
+        journal.add(4, events[3], encode(events[3]))
+    assert verify(path.read_bytes().splitlines()).records == 4
+
+
+def test_a_file_whose_last_line_was_edited_is_not_chained_onto(tmp_path: Path) -> None:
+    lines = journal_lines(tmp_path)
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b"".join([*lines[:-1], lines[-1].replace(b"s1", b"s2")]))
+    with pytest.raises(ValueError, match="edited"):
+        Journal(path).open()
