@@ -10,7 +10,8 @@ from typing import Any
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-from turnstream.core.summary import SessionSummary, summary_key
+from turnstream.core.subjects import session_key
+from turnstream.core.summary import SessionSummary
 
 log = logging.getLogger("turnstream.audit")
 CHUNK = 512
@@ -23,7 +24,7 @@ _KV_KEY = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
 def _writable(summaries: Sequence[SessionSummary]) -> list[SessionSummary]:
     """Summaries whose key the bucket accepts (an event appended around the gateway may
     carry any session id; retrying its write would stop the audit)."""
-    ok = [s for s in summaries if _KV_KEY.match(summary_key(s.session_id))]
+    ok = [s for s in summaries if _KV_KEY.match(session_key(s.session_id))]
     for skipped in {s.session_id for s in summaries} - {s.session_id for s in ok}:
         log.error("session id %r cannot be a KV key; its summary is not written", skipped)
     return ok
@@ -31,7 +32,7 @@ def _writable(summaries: Sequence[SessionSummary]) -> list[SessionSummary]:
 
 async def put_all(kv: Any, summaries: Sequence[SessionSummary]) -> None:
     """Write each summary (the audit service: the one live writer, in log order)."""
-    payloads = [(summary_key(s.session_id), s.to_json()) for s in _writable(summaries)]
+    payloads = [(session_key(s.session_id), s.to_json()) for s in _writable(summaries)]
     for start in range(0, len(payloads), CHUNK):
         chunk = payloads[start : start + CHUNK]
         await asyncio.gather(*(kv.put(key, value) for key, value in chunk))
@@ -49,7 +50,7 @@ async def put_newer(kv: Any, summaries: Sequence[SessionSummary]) -> int:
 
 
 async def _put_if_newer(kv: Any, summary: SessionSummary) -> bool:
-    key, value = summary_key(summary.session_id), summary.to_json()
+    key, value = session_key(summary.session_id), summary.to_json()
     while True:
         current = await _get(kv, key)
         try:

@@ -17,6 +17,11 @@ def is_session_id(value: str) -> bool:
     return bool(_SESSION_ID.match(value))
 
 
+def session_key(session_id: str) -> str:
+    """A session's key in a KV bucket: keys cannot hold `:`, session ids cannot hold `=`."""
+    return session_id.replace(":", "=")
+
+
 @dataclass(frozen=True, slots=True)
 class Subjects:
     """Names for one deployment; `prefix` lets several deployments share an account."""

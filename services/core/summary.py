@@ -3,7 +3,7 @@
 A fold over the session's events (`evolve_summary`), like `projection.build_view` but small
 and cheap: counts, the open turn, the last outcome and reply, token usage and the log
 sequence it is current to. Other services and UIs watch the bucket; `to_json` / `from_json`
-are the wire form (camelCase JSON, one value per session, under `summary_key`).
+are the wire form (camelCase JSON, one value per session, under `session_key`).
 
 ```
 idle ──SessionTurnStart──► active ──TurnEnded──► completed | failed | denied
@@ -36,9 +36,6 @@ REPLY_CHARS = 1000
 """`lastReply` keeps this much of the reply: a KV value must fit in one message."""
 
 
-def summary_key(session_id: str) -> str:
-    """The session's key in the bucket: KV keys cannot hold `:`, session ids cannot hold `=`."""
-    return session_id.replace(":", "=")
 
 
 @dataclass(slots=True)

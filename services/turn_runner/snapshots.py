@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from turnstream.core.subjects import session_key
 from turnstream.core.turn import SessionState, state_from_json, state_to_json
 
 log = logging.getLogger("turnstream.turn_runner")
@@ -25,7 +26,7 @@ MAX_BYTES = 900_000
 async def load(kv: Any, session_id: str) -> tuple[SessionState, int] | None:
     """The session's snapshot and the sequence it is as of, if there is a usable one."""
     try:
-        entry = await kv.get(session_id)
+        entry = await kv.get(session_key(session_id))
     except Exception:  # not found (or the bucket is unreachable): replay from the start
         return None
     if entry is None or not entry.value:
@@ -43,6 +44,6 @@ async def save(kv: Any, state: SessionState, seq: int) -> None:
     if len(body) > MAX_BYTES:
         return
     try:
-        await kv.put(state.session_id, body)
+        await kv.put(session_key(state.session_id), body)
     except Exception as exc:  # a snapshot is an optimisation: never fail a turn for it
         log.warning("snapshot of %s not written: %s", state.session_id, exc)

@@ -24,7 +24,8 @@ from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.events import AuditViolation, encode
-from turnstream.core.summary import SessionSummary, summary_key
+from turnstream.core.subjects import session_key
+from turnstream.core.summary import SessionSummary
 from turnstream.settings import Settings
 
 T = TypeVar("T")
@@ -58,7 +59,7 @@ async def until(check: Callable[[], Awaitable[T | None]], timeout: float = 15) -
 async def summary_of(bus: Bus, session: str) -> SessionSummary | None:
     kv = await bus.js.key_value(bus.subjects.sessions_bucket)
     try:
-        entry = await kv.get(summary_key(session))
+        entry = await kv.get(session_key(session))
     except Exception:
         return None
     return SessionSummary.from_json(entry.value) if entry.value else None
@@ -169,10 +170,10 @@ async def test_a_restart_continues_the_audit_file(bus: Bus, settings: Settings) 
 
 async def test_rebuild_restores_summaries_and_leaves_newer_ones(bus: Bus) -> None:
     kv = await bus.js.key_value(bus.subjects.sessions_bucket)
-    await kv.delete(summary_key("audit-1"))
-    await kv.put(summary_key("chain-1"), SessionSummary("chain-1", last_seq=1).to_json())
+    await kv.delete(session_key("audit-1"))
+    await kv.put(session_key("chain-1"), SessionSummary("chain-1", last_seq=1).to_json())
     newest = SessionSummary("chain-3", last_seq=10**9)
-    await kv.put(summary_key("chain-3"), newest.to_json())
+    await kv.put(session_key("chain-3"), newest.to_json())
     done = await rebuild(bus, CheckConfig(), datetime.now(UTC))
     assert done.events == done.last_seq and done.sessions >= 5
     assert done.written == 2  # audit-1 and chain-1; the service keeps the rest current

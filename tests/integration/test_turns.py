@@ -20,7 +20,7 @@ from turnstream.core.events import (
     SessionTurnStart,
     TurnEnded,
 )
-from turnstream.core.subjects import REJECTED_SESSION
+from turnstream.core.subjects import REJECTED_SESSION, session_key
 from turnstream.core.turn import SessionState, fold, state_from_json
 
 SCRIPT = """
@@ -187,18 +187,20 @@ async def test_a_reload_reads_the_snapshot_and_only_the_tail(bus: Bus, services)
     from turnstream.turn_runner.session import SessionActor
 
     for i in range(14):  # 17 events a turn: past the snapshot threshold of 200
-        await send_and_wait(bus, message_command("snapshotted", f"turn {i}"), timeout=15)
-    everything = await events_of(bus, "snapshotted")
+        await send_and_wait(bus, message_command("agent:snapshotted", f"turn {i}"), timeout=15)
+    everything = await events_of(bus, "agent:snapshotted")
     runner = Runner(bus, ScriptedProvider(load_script(None)), TurnConfig())
-    first = SessionActor(runner, "snapshotted")
+    first = SessionActor(runner, "agent:snapshotted")
     await first.reload()
     assert runner.reloaded_events == len(everything) > 200
-    assert first.state == fold(SessionState("snapshotted"), everything)
+    assert first.state == fold(SessionState("agent:snapshotted"), everything)
     kv = await bus.js.key_value(bus.subjects.snapshots_bucket)
-    assert (await kv.get("snapshotted")).value
-    await send_and_wait(bus, message_command("snapshotted", "one more"), timeout=15)
-    second = SessionActor(runner, "snapshotted")
+    assert (await kv.get(session_key("agent:snapshotted"))).value
+    await send_and_wait(bus, message_command("agent:snapshotted", "one more"), timeout=15)
+    second = SessionActor(runner, "agent:snapshotted")
     await second.reload()
     tail = runner.reloaded_events - len(everything)
     assert 0 < tail < 30  # the snapshot, then one turn's events
-    assert second.state == fold(SessionState("snapshotted"), await events_of(bus, "snapshotted"))
+    assert second.state == fold(
+        SessionState("agent:snapshotted"), await events_of(bus, "agent:snapshotted")
+    )

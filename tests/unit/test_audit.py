@@ -16,7 +16,8 @@ from turnstream.audit.chain import GENESIS, verify
 from turnstream.audit.checks import CheckConfig
 from turnstream.audit.journal import Journal
 from turnstream.core.events import AuditViolation, Event, encode
-from turnstream.core.summary import REPLY_CHARS, SessionSummary, evolve_summary, summary_key
+from turnstream.core.subjects import session_key
+from turnstream.core.summary import REPLY_CHARS, SessionSummary, evolve_summary
 
 BOUND = CheckConfig(max_turn_seconds=10, grace_s=5)
 
@@ -61,7 +62,7 @@ def test_summary_round_trips_as_camel_case_json() -> None:
     wire = orjson.loads(summary.to_json())
     assert wire["sessionId"] == "a:b" and wire["lastSeq"] == 5 and wire["failed"] == 1
     assert SessionSummary.from_json(summary.to_json()) == summary
-    assert summary_key("a:b") == "a=b"
+    assert session_key("a:b") == "a=b"
 
 
 # ---------------------------------------------------------------- invariant checks
