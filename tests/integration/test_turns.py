@@ -120,13 +120,19 @@ async def test_invalid_input_is_rejected_specifically_and_the_service_keeps_runn
     logged = REJECTED_SESSION if kind == "bad_session_id" else session
     key = f"bad-{kind}"
     seen: asyncio.Queue = asyncio.Queue()
-    sub = await bus.nc.subscribe(bus.subjects.log(logged, "InputRejected"), cb=seen.put)
+    sub = await bus.nc.subscribe(bus.subjects.log(logged, "TurnEnded"), cb=seen.put)
     try:
         await bus.js.publish(bus.subjects.inbound(session), payload, headers={"Nats-Msg-Id": key})
+        # the terminal event comes after the rejection: once it is out, both are stored
         msg = await asyncio.wait_for(seen.get(), 10)
     finally:
         await sub.unsubscribe()
-    rejected = InputRejected.model_validate_json(msg.data)
+    turn_id = TurnEnded.model_validate_json(msg.data).turn_id
+    [rejected] = [
+        e
+        for e in await events_of(bus, logged)
+        if isinstance(e, InputRejected) and e.turn_id == turn_id
+    ]
     assert rejected.data.kind == kind
     ended = [
         e
