@@ -104,6 +104,18 @@ class LeaseTable:
         self.held.pop(session_id, None)
         return Ownership.ELSEWHERE
 
+    async def confirm(self, session_id: str) -> bool:
+        """Ask the bucket, not our clock, whether the lease is still ours (after a conflict)."""
+        held = self.held.get(session_id)
+        if held is None:
+            return False
+        revision, owner = await self._latest(session_id)
+        if owner == self.owner and revision == held.revision:
+            return True
+        if self.held.get(session_id) is held:
+            del self.held[session_id]
+        return False
+
     async def renew(self, session_id: str) -> bool:
         """Extend a lease we hold; False (and forgotten) if it is not ours any more."""
         held = self.held.get(session_id)

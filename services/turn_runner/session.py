@@ -121,7 +121,8 @@ class SessionActor:
     async def let_go(self, item: Item) -> None:
         """Another runner holds the session: stop acting for it, never fight over it. A
         fact goes back to the consumer, to be redelivered until the holder takes it."""
-        log.info("session %s is leased elsewhere; letting it go", self.session_id)
+        if self.loaded:
+            log.info("session %s is leased elsewhere now; letting it go", self.session_id)
         self.loaded = False
         if self.provider_task is not None:
             self.provider_task.cancel()
@@ -228,6 +229,8 @@ class SessionActor:
                     self.session_id, events[:1], expected_last_seq=self.last_seq
                 )
             except AppendConflict:
+                if not await leases.confirm(self.session_id):
+                    raise LeaseLost(self.session_id) from None  # another runner appended
                 await self.reload()
                 continue
             if needs_provider_call(decided) and self.provider_task is None:

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
+from typing import Any
 
+import orjson
 import pytest
 
 from turnstream.bus import Bus
 from turnstream.bus.leases import LeaseTable, Ownership
+from turnstream.client import message_command
+from turnstream.core.turn import TurnConfig
+from turnstream.gateway.intake import Inbound, intake
+from turnstream.providers import ScriptedProvider, load_script
+from turnstream.settings import Settings
+from turnstream.turn_runner.app import Runner
 
 pytestmark = pytest.mark.integration
 
@@ -81,3 +90,73 @@ async def test_the_same_runner_id_takes_its_lease_back_at_once(bus: Bus) -> None
     restarted = table(bus, "runner-0", ttl_s=60)  # the process died; a new one, same name
     assert await restarted.ensure("hold-3") is Ownership.NEW
     assert await table(bus, "runner-1").ensure("hold-3") is Ownership.ELSEWHERE
+
+
+class GatedProvider:
+    """The scripted provider, answering only once `gate` is set."""
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        self.inner = ScriptedProvider(load_script(None))
+        self.name, self.model, self.gate = "gated", "demo", gate
+
+    async def complete(self, request: Any, on_delta: Any, on_tool_call: Any = None) -> Any:
+        await self.gate.wait()
+        return await self.inner.complete(request, on_delta, on_tool_call)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_a_runner_whose_lease_lapsed_lets_the_session_go_instead_of_fighting(
+    bus: Bus,
+) -> None:
+    """Runner a takes a turn to its model call, then stops renewing while its clock stands
+    still (a process paused past the TTL believes its lease is valid). Runner b takes the
+    session over and finishes the turn. When a's model call returns, its conditional append
+    fails and a lets the session go: it appends nothing after b took over."""
+    session = "fenced"
+    gate = asyncio.Event()
+    a = Runner(
+        bus, GatedProvider(gate), TurnConfig(), settings=Settings(lease_ttl_s=1, lease_renew_s=0.5)
+    )
+    b = Runner(bus, ScriptedProvider(load_script(None)), TurnConfig(), settings=Settings())
+    a.source, b.source = "turn-runner/a", "turn-runner/b"
+    command = orjson.dumps(message_command(session, "hello"))
+    inbound = Inbound(session, command, 1, datetime.now(UTC), "TEST")
+    await bus.store.append_facts(
+        intake(inbound, max_bytes=10_000, now=datetime.now(UTC), source="t")
+    )
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(a.mailboxes.run(stop))
+        tasks.create_task(b.mailboxes.run(stop))
+        await asyncio.sleep(0)
+        a.wake(session)
+        await wait_kind(bus, session, "ProviderRequestStarted")
+        frozen = a.leases.clock()
+        a.leases.clock = lambda: frozen  # a's lease looks valid to a from here on
+        assert await until_taken(b.leases, session) is Ownership.NEW
+        b.wake(session)
+        await wait_kind(bus, session, "SessionTurnEnd")
+        gate.set()  # a's model call returns now, long after it lost the lease
+        async with asyncio.timeout(30):
+            while True:  # a lets go once its append fails
+                if session not in a.leases.held:
+                    break
+                await asyncio.sleep(0.05)
+        stop.set()
+    await a.close()
+    await b.close()
+    events = [s.event for s in await bus.store.read_session(session)]
+    assert [e.type for e in events].count("TurnEnded") == 1
+    first_b = next(i for i, e in enumerate(events) if e.source == "turn-runner/b")
+    assert all(e.source != "turn-runner/a" for e in events[first_b:])
+    assert events[-1].type == "SessionTurnEnd" and events[-1].source == "turn-runner/b"
+
+
+async def wait_kind(bus: Bus, session: str, kind: str, timeout: float = 30) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            if any(s.event.type == kind for s in await bus.store.read_session(session)):
+                return
+            await asyncio.sleep(0.05)
