@@ -28,13 +28,14 @@ lint: $(BIN)/turnstream
 typecheck: $(BIN)/turnstream
 	$(BIN)/mypy
 
-## turn latency and throughput next to the raw JetStream floor
+## turn latency and throughput next to the raw JetStream floor; recovery after a runner kill
 bench: $(BIN)/turnstream
 	$(BIN)/python bench/pure_core.py
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/consumers.py
 	$(BIN)/python bench/turns.py
 	$(BIN)/python bench/provider.py
+	$(BIN)/python bench/recovery.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export
