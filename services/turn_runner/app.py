@@ -148,7 +148,12 @@ class Runner:
         """The live state if the session is in memory, else rebuilt from the log."""
         actor = self.mailboxes.actor(session_id)
         if isinstance(actor, SessionActor) and actor.loaded:
-            return actor.state
+            # a state kept after the lease went (released when idle) is stale once another
+            # runner acted for the session (it is reloaded before it is used again)
+            if self.leases.holds(session_id):
+                return actor.state
+            if actor.last_seq >= await self.bus.store.last_seq(session_id):
+                return actor.state
         stored = await self.bus.store.read_session(session_id)
         return fold(SessionState(session_id), [s.event for s in stored])
 
