@@ -28,7 +28,8 @@ lint: $(BIN)/turnstream
 typecheck: $(BIN)/turnstream
 	$(BIN)/mypy
 
-## turn latency and throughput next to the raw JetStream floor; audit rebuild vs raw read
+## turn latency and throughput next to the raw JetStream floor; audit rebuild vs raw read;
+## recovery after a runner kill
 bench: $(BIN)/turnstream
 	$(BIN)/python bench/pure_core.py
 	$(BIN)/python bench/append.py
@@ -36,6 +37,7 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/turns.py
 	$(BIN)/python bench/provider.py
 	$(BIN)/python bench/audit.py
+	$(BIN)/python bench/recovery.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -106,6 +106,25 @@ class Settings(BaseSettings):
     system_prompt: str | None = None
     replicas: int = Field(default=1, ge=1, le=5)
     """Stream replicas (3 on a cluster: an append is acked once a quorum has it)."""
+    lease_ttl_s: float = Field(default=10, ge=1)
+    """A turn-runner's lease on a session lasts this long unless renewed; a runner that dies
+    (or is paused) holding leases delays its sessions by up to this much."""
+    lease_renew_s: float = Field(default=3, gt=0)
+    """How often a runner renews the leases of sessions with open work (and lets idle ones go)."""
+    lease_retry_s: float = Field(default=0.2, gt=0)
+    """A fact for a session another runner holds is redelivered after this delay."""
+    runner_id: str | None = None
+    """This turn-runner's stable name (unique among live runners, e.g. a pod name): restarted
+    under the same name it takes its sessions back at once instead of after the lease TTL."""
+
+    @model_validator(mode="after")
+    def _renew_well_within_ttl(self) -> Settings:
+        if self.lease_renew_s * 2 > self.lease_ttl_s:
+            raise ValueError(
+                f"lease_renew_s ({self.lease_renew_s}) must be at most half of lease_ttl_s "
+                f"({self.lease_ttl_s}): a lease must survive a late renewal"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

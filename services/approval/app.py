@@ -109,10 +109,13 @@ class ApprovalService:
 
     async def _resume_open_prompts(self) -> None:
         """After a restart: load every session that may have a prompt still open, so its
-        deadline is timed again (deadlines are in the log)."""
+        deadline is timed again (deadlines are in the log), and every session with a recent
+        proposal, which may not have been decided (its delivery would come back only after
+        the consumer's ack wait)."""
         since = self.clock() - timedelta(seconds=self.config.answer_timeout_s + 60)
         requested = await self.bus.store.read_kind("InteractionRequested", since=since)
-        for session_id in {s.event.session_id for s in requested}:
+        proposed = await self.bus.store.read_kind("ToolInvocationProposed", since=since)
+        for session_id in {s.event.session_id for s in [*requested, *proposed]}:
             self.mailboxes.deliver(session_id, Tick())
 
     def pending(self, session_id: str | None = None) -> list[dict[str, Any]]:

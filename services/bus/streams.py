@@ -11,6 +11,8 @@ from nats.js.errors import BadRequestError
 from turnstream.core.subjects import Subjects
 
 DAY_S = 86_400.0
+LEASE_MARKER_TTL_S = 60.0
+"""How long the marker of an expired lease stays (runners watching the bucket see it at once)."""
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,20 @@ async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> N
         subjects.invocations_bucket,
         subjects.hooks_bucket,
     ):
-        await js.create_key_value(
-            config=api.KeyValueConfig(
-                bucket=bucket, history=1, storage=api.StorageType.FILE, replicas=limits.replicas
-            )
+        marker_ttl = LEASE_MARKER_TTL_S if bucket == subjects.leases_bucket else None
+        kv_config = api.KeyValueConfig(
+            bucket=bucket,
+            history=1,
+            storage=api.StorageType.FILE,
+            replicas=limits.replicas,
+            limit_marker_ttl=marker_ttl,
         )
+        try:
+            await js.create_key_value(config=kv_config)
+        except BadRequestError:  # a leases bucket from before expiry markers: add them
+            info = await js.stream_info(f"KV_{bucket}")
+            info.config.subject_delete_marker_ttl = marker_ttl
+            await js.update_stream(config=info.config)
     await js.create_object_store(  # nats-py takes the name from `bucket`, not the config
         bucket=subjects.blobs_bucket,
         config=api.ObjectStoreConfig(storage=api.StorageType.FILE, replicas=limits.replicas),

@@ -36,8 +36,6 @@ REPLY_CHARS = 1000
 """`lastReply` keeps this much of the reply: a KV value must fit in one message."""
 
 
-
-
 @dataclass(slots=True)
 class SessionSummary:
     """Mutable for speed: a rebuild folds every event of the log into these."""

@@ -35,6 +35,10 @@ from turnstream.tools import ToolContext, ToolError, ToolRegistry
 log = logging.getLogger("turnstream.tool_executor")
 DURABLE = "tool-executor"
 RUNNING, DONE = b"running", b"done"
+ACK_WAIT_S = 15.0
+"""A request not acked this long is redelivered: how soon a call whose executor died is
+found (and failed `interrupted` or run again). A running call keeps its request with
+in-progress acks, so a long tool is not redelivered while it runs."""
 
 
 class Executor:
@@ -66,7 +70,6 @@ class Executor:
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.kv = await self.bus.js.key_value(subjects.invocations_bucket)
         self.blobs = await self.bus.js.object_store(subjects.blobs_bucket)
-        longest = max((s.timeout_s for s in self.registry.specs()), default=30.0)
         aborts = await self.bus.nc.subscribe(subjects.log_kind("TurnEnded"), cb=self._on_turn_end)
         log.info("tool-executor running %s in %s", self.registry.names(), self.workspace)
         try:
@@ -86,7 +89,7 @@ class Executor:
                     subjects.deliver(DURABLE),
                     [subjects.log_kind("ToolInvocationRequested")],
                     on_msg,
-                    ack_wait_s=longest + 60,
+                    ack_wait_s=ACK_WAIT_S,
                 )
                 await stop.wait()
                 await sub.unsubscribe()
@@ -108,6 +111,7 @@ class Executor:
             task = asyncio.current_task()
             assert task is not None
             self.running[invocation_id] = (task, request)
+            beat = asyncio.create_task(_keep_in_progress(msg), name=f"beat:{invocation_id}")
             try:
                 await self._run(facts)
             except asyncio.CancelledError:
@@ -119,6 +123,7 @@ class Executor:
                 await msg.ack()
                 return
             finally:
+                beat.cancel()
                 self.running.pop(invocation_id, None)
             await self.kv.put(invocation_id, DONE)
             await msg.ack()
@@ -231,6 +236,16 @@ class Executor:
             if request.turn_id == event.turn_id:
                 self.aborted.add(request.data.invocation_id)
                 task.cancel()
+
+
+async def _keep_in_progress(msg: Any) -> None:
+    """Tell JetStream the request is still being worked on, well within its ack wait."""
+    while True:
+        await asyncio.sleep(ACK_WAIT_S / 3)
+        try:
+            await msg.in_progress()
+        except Exception as exc:  # disconnected: the next beat (or a redelivery) will do
+            log.warning("in-progress ack failed: %s", exc)
 
 
 async def serve(

@@ -7,11 +7,13 @@ import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import orjson
 
 from turnstream.bus import Bus
+from turnstream.bus.leases import LeaseTable
 from turnstream.core.events import (
     Event,
     StagePostFired,
@@ -35,6 +37,7 @@ from turnstream.runtime import (
 )
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
+from turnstream.turn_runner.leasing import LeasePolicy, keep_leases
 from turnstream.turn_runner.session import Delivered, Item, SessionActor, Tick
 
 log = logging.getLogger("turnstream.turn_runner")
@@ -73,6 +76,13 @@ class Runner:
         self.now = clock
         self.new_id = new_id
         self.source = source_name("turn-runner")
+        self.lease_policy = LeasePolicy.from_settings(settings)
+        self.leases = LeaseTable(
+            bus.js,
+            bus.subjects,
+            self.lease_policy.owner(self.source),
+            ttl_s=self.lease_policy.ttl_s,
+        )
         self.mailboxes: Mailboxes[Item] = Mailboxes(lambda key: SessionActor(self, key))
         self._snapshots: Any = None
         self.reloaded_events = 0
@@ -148,7 +158,12 @@ class Runner:
         """The live state if the session is in memory, else rebuilt from the log."""
         actor = self.mailboxes.actor(session_id)
         if isinstance(actor, SessionActor) and actor.loaded:
-            return actor.state
+            # a state kept after the lease went (released when idle) is stale once another
+            # runner acted for the session (it is reloaded before it is used again)
+            if self.leases.holds(session_id):
+                return actor.state
+            if actor.last_seq >= await self.bus.store.last_seq(session_id):
+                return actor.state
         stored = await self.bus.store.read_session(session_id)
         return fold(SessionState(session_id), [s.event for s in stored])
 
@@ -161,13 +176,39 @@ class Runner:
         api_sub = await self.bus.nc.subscribe(
             subjects.api("turn-runner", "session"), cb=self._answer_session
         )
-        log.info("turn-runner consuming %s with provider %s", REACTS_TO, self.provider.name)
+        log.info(
+            "turn-runner %s consuming %s with provider %s",
+            self.leases.owner,
+            REACTS_TO,
+            self.provider.name,
+        )
         try:
-            await serve_sessions(
-                self.bus, self.mailboxes, DURABLE, REACTS_TO, to_item, stop, self._resume_open_turns
-            )
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(keep_leases(self, self.leases, stop))
+                tasks.create_task(
+                    serve_sessions(
+                        self.bus,
+                        self.mailboxes,
+                        DURABLE,
+                        REACTS_TO,
+                        to_item,
+                        stop,
+                        partial(self._on_start, stop),
+                    )
+                )
         finally:
             await api_sub.unsubscribe()
+
+    def wake(self, session_id: str) -> None:
+        """Have the session's actor look at its session again (e.g. take over its lease)."""
+        self.mailboxes.deliver(session_id, Tick())
+
+    async def _on_start(self, stop: asyncio.Event) -> None:
+        """Once sessions can be served: resume open turns, then take over the sessions of
+        runners that stop renewing their leases (died or paused) until `stop`."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self.leases.watch_expiries(self.wake, stop))
+            await self._resume_open_turns()
 
     async def _resume_open_turns(self) -> None:
         """After a crash: wake every session whose turn started within the wall-time bound
@@ -190,7 +231,7 @@ class Runner:
         if open_sessions:
             log.info("resuming %d session(s) with an open turn", len(open_sessions))
         for session_id in open_sessions:
-            self.mailboxes.deliver(session_id, Tick())
+            self.wake(session_id)  # one still leased elsewhere is woken again when it expires
 
     async def _answer_session(self, msg: Any) -> None:
         try:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from turnstream.bus import AppendConflict
+from turnstream.bus.leases import Ownership
 from turnstream.core.events import Event
 from turnstream.core.turn import (
     Context,
@@ -56,6 +57,7 @@ from turnstream.core.workflow.run import (
     turn_views,
 )
 from turnstream.turn_runner import snapshots
+from turnstream.turn_runner.leasing import LeaseLost
 
 if TYPE_CHECKING:
     from turnstream.turn_runner.app import Runner
@@ -116,6 +118,33 @@ class SessionActor:
             await item.msg.nak(delay=1)
 
     async def handle(self, item: Item) -> None:
+        """Handle `item` if this runner holds the session's lease (taking it if it is free)."""
+        match await self.runner.leases.ensure(self.session_id):
+            case Ownership.ELSEWHERE:
+                await self.let_go(item)
+                return
+            case Ownership.NEW:
+                self.loaded = False  # another runner may have acted: the log knows
+        try:
+            await self.step(item)
+        except LeaseLost:
+            await self.let_go(item)
+
+    async def let_go(self, item: Item) -> None:
+        """Another runner holds the session: stop acting for it, never fight over it. A
+        fact goes back to the consumer, to be redelivered until the holder takes it."""
+        if self.loaded:
+            log.info("session %s is leased elsewhere now; letting it go", self.session_id)
+        self.loaded = False
+        for task in self.provider_tasks.values():
+            task.cancel()
+        self.provider_tasks.clear()
+        self.timed_turns = set()
+        self.wakeup = None
+        if isinstance(item, Delivered):
+            await item.msg.nak(delay=self.runner.lease_policy.retry_s)
+
+    async def step(self, item: Item) -> None:
         if not self.loaded:
             await self.reload()
         config = self.config
@@ -125,6 +154,10 @@ class SessionActor:
                     self.state = evolve(self.state, event)
                     self.input_mark = seq
                     self.last_seq = max(self.last_seq, seq)
+                elif msg.metadata.num_delivered > 1:
+                    # a redelivery (e.g. nak'ed by a runner that did not hold the lease) can
+                    # come after later facts were folded: it may never have been folded here
+                    await self.reload()
                 await self.advance()
                 await msg.ack()
             case ProviderDone(turn_id=turn_id, outcome=outcome):
@@ -228,8 +261,14 @@ class SessionActor:
         runner owns the decision, so the provider call (if the decision asks for one)
         starts while the rest of the events are still being appended.
         """
-        store = self.runner.bus.store
+        store, leases = self.runner.bus.store, self.runner.leases
         for _ in range(MAX_CONFLICT_RETRIES):
+            if not leases.holds(self.session_id):  # e.g. this process was paused past the TTL
+                match await leases.ensure(self.session_id):
+                    case Ownership.ELSEWHERE:
+                        raise LeaseLost(self.session_id)
+                    case Ownership.NEW:
+                        await self.reload()
             events = step(self.state)
             if not events:
                 return
@@ -239,6 +278,8 @@ class SessionActor:
                     self.session_id, events[:1], expected_last_seq=self.last_seq
                 )
             except AppendConflict:
+                if not await leases.confirm(self.session_id):
+                    raise LeaseLost(self.session_id) from None  # another runner appended
                 await self.reload()
                 continue
             for view, view_config in turn_views(decided, self.config):

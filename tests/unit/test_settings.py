@@ -90,3 +90,12 @@ def test_a_secrets_file_supplies_the_key(tmp_path: Path, monkeypatch: pytest.Mon
     assert api_key(Settings(provider="anthropic", secrets_file=secrets)) == "sk-from-file"
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-from-env")
     assert api_key(Settings(provider="anthropic", secrets_file=secrets)) == "sk-from-env"
+
+
+def test_a_lease_renewal_must_come_well_within_its_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNSTREAM_LEASE_TTL_S", "4")
+    monkeypatch.setenv("TURNSTREAM_LEASE_RENEW_S", "3")
+    with pytest.raises(ValidationError, match="lease_renew_s"):
+        Settings()
+    monkeypatch.setenv("TURNSTREAM_LEASE_RENEW_S", "2")
+    assert (Settings().lease_ttl_s, Settings().lease_renew_s) == (4, 2)

@@ -1,0 +1,197 @@
+"""Session leases in the `<prefix>_leases` KV bucket: which runner instance acts for a session.
+
+A lease is the key `session.<id>` holding its owner's name, written with a per-key TTL
+(`Nats-TTL`) and renewed by an update conditional on the revision we wrote last, so a
+renewal cannot overwrite someone else's lease. The holder counts its lease valid until
+`TTL` after it *sent* the write (the server's clock starts later, so this errs early):
+while a lease is valid here no other instance can hold it. A holder that was paused past
+its TTL finds its lease invalid, and its next write fails if anyone took over.
+
+An expired lease leaves a server-placed marker (`limit_marker_ttl` on the bucket), which
+watchers see as a PURGE: that is how the other instances learn that a holder died. A
+release is a conditional DEL, which watchers ignore (a released session has no open work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nats.js.errors import APIError, NotFoundError
+
+from turnstream.core.subjects import Subjects
+
+log = logging.getLogger("turnstream.bus")
+KEY_PREFIX = "session."
+WRONG_LAST_SEQUENCE = (10071, 10164)
+EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+MARKER_TTL_S = 60
+
+
+class Ownership(enum.Enum):
+    KEPT = "kept"
+    """We held the lease already: our state of the session is current."""
+    NEW = "new"
+    """We just acquired it: someone else may have acted since, reload from the log."""
+    ELSEWHERE = "elsewhere"
+    """Another instance holds it: do not act for this session."""
+
+
+@dataclass
+class _Held:
+    revision: int
+    valid_until: float
+    used_at: float
+
+
+class LeaseTable:
+    """The leases one instance holds, and the operations on the bucket."""
+
+    def __init__(
+        self,
+        js: Any,
+        subjects: Subjects,
+        owner: str,
+        *,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.js = js
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.bucket = subjects.leases_bucket
+        self.stream = f"KV_{self.bucket}"
+        self.held: dict[str, _Held] = {}
+
+    def subject(self, session_id: str) -> str:
+        return f"$KV.{self.bucket}.{KEY_PREFIX}{session_id}"
+
+    def holds(self, session_id: str) -> bool:
+        """True while our lease on the session is valid (no round trip)."""
+        held = self.held.get(session_id)
+        return held is not None and held.valid_until > self.clock()
+
+    def idle_since(self, session_id: str) -> float | None:
+        held = self.held.get(session_id)
+        return None if held is None else held.used_at
+
+    async def ensure(self, session_id: str) -> Ownership:
+        """Make sure we hold the session's lease: keep it, take it if free, or say who has it."""
+        held = self.held.get(session_id)
+        now = self.clock()
+        if held is not None and held.valid_until > now:
+            held.used_at = now
+            return Ownership.KEPT
+        for _ in range(3):  # a write can lose a race with an expiry marker: look again
+            start = self.clock()
+            revision, owner = await self._latest(session_id)
+            if owner is not None and owner != self.owner:
+                self.held.pop(session_id, None)
+                return Ownership.ELSEWHERE
+            # our own lease, still at the revision we wrote: nobody held it in between
+            kept = owner == self.owner and held is not None and held.revision == revision
+            written = await self._write(session_id, revision)
+            if written is not None:
+                self.held[session_id] = _Held(written, start + self.ttl_s, start)
+                return Ownership.KEPT if kept else Ownership.NEW
+        self.held.pop(session_id, None)
+        return Ownership.ELSEWHERE
+
+    async def confirm(self, session_id: str) -> bool:
+        """Ask the bucket, not our clock, whether the lease is still ours (after a conflict)."""
+        held = self.held.get(session_id)
+        if held is None:
+            return False
+        revision, owner = await self._latest(session_id)
+        if owner == self.owner and revision == held.revision:
+            return True
+        if self.held.get(session_id) is held:
+            del self.held[session_id]
+        return False
+
+    async def renew(self, session_id: str) -> bool:
+        """Extend a lease we hold; False (and forgotten) if it is not ours any more."""
+        held = self.held.get(session_id)
+        if held is None:
+            return False
+        start = self.clock()
+        written = await self._write(session_id, held.revision)
+        if written is None:
+            if self.held.get(session_id) is held:
+                del self.held[session_id]
+            return False
+        held.revision, held.valid_until = written, start + self.ttl_s
+        return True
+
+    async def release(self, session_id: str, *, hand_over: bool = False) -> None:
+        """Give a lease up (conditional: a lease someone else took is left alone).
+
+        `hand_over` (open work, e.g. at shutdown) marks it the way an expiry does, so the
+        other instances take the session over now rather than after the TTL.
+        """
+        held = self.held.pop(session_id, None)
+        if held is None:
+            return
+        headers = {"KV-Operation": "DEL", EXPECTED_LAST: str(held.revision)}
+        if hand_over:
+            headers.update({"KV-Operation": "PURGE", "Nats-TTL": f"{MARKER_TTL_S}s"})
+        try:
+            await self.js.publish(self.subject(session_id), b"", headers=headers)
+        except APIError as exc:
+            if exc.err_code not in WRONG_LAST_SEQUENCE:
+                raise
+
+    async def _latest(self, session_id: str) -> tuple[int, str | None]:
+        """The key's last revision (0: none) and its owner (None: free, deleted or expired)."""
+        try:
+            msg = await self.js.get_last_msg(self.stream, self.subject(session_id))
+        except NotFoundError:
+            return 0, None
+        headers = msg.headers or {}
+        # an expired key can come back as a marker with no value rather than "not found"
+        if "KV-Operation" in headers or "Nats-Marker-Reason" in headers or not msg.data:
+            return int(msg.seq), None
+        return int(msg.seq), bytes(msg.data).decode()
+
+    async def _write(self, session_id: str, last: int) -> int | None:
+        """Write our name if the key is still at revision `last`; its new revision, or None."""
+        headers = {EXPECTED_LAST: str(last), "Nats-TTL": f"{math.ceil(self.ttl_s)}s"}
+        try:
+            ack = await self.js.publish(
+                self.subject(session_id), self.owner.encode(), headers=headers
+            )
+        except APIError as exc:
+            if exc.err_code in WRONG_LAST_SEQUENCE:
+                return None
+            raise
+        return int(ack.seq)
+
+    async def watch_expiries(self, on_expired: Callable[[str], None], stop: asyncio.Event) -> None:
+        """Call `on_expired(session)` for each lease that expires (its holder stopped
+        renewing: it died or was paused), until `stop` is set."""
+        kv = await self.js.key_value(self.bucket)
+        watcher = await kv.watchall()
+        try:
+            while not stop.is_set():
+                try:
+                    entry = await watcher.updates(timeout=0.5)
+                except Exception as exc:  # nats-py raises its own timeout type here
+                    if "timeout" not in type(exc).__name__.lower():
+                        log.warning("leases watch failed (%s); retrying", exc)
+                        await asyncio.sleep(0.5)
+                    continue
+                if entry is None or entry.operation != "PURGE":
+                    continue
+                if entry.key.startswith(KEY_PREFIX):
+                    session_id = entry.key[len(KEY_PREFIX) :]
+                    if not self.holds(session_id):
+                        on_expired(session_id)
+        finally:
+            await watcher.stop()

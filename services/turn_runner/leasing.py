@@ -1,0 +1,101 @@
+"""The turn-runner's side of session leases: one runner acts for a session at a time.
+
+A session actor makes sure of its lease before it handles anything and before each
+append (`SessionActor.handle`, `.commit`); this module keeps the leases of sessions with
+open work renewed, lets idle ones go, and wakes sessions whose holder stopped renewing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from turnstream.bus.leases import LeaseTable
+from turnstream.settings import Settings
+
+if TYPE_CHECKING:
+    from turnstream.turn_runner.app import Runner
+
+log = logging.getLogger("turnstream.turn_runner")
+
+
+class LeaseLost(Exception):
+    """Another runner holds the session now: stop acting for it."""
+
+
+@dataclass(frozen=True)
+class LeasePolicy:
+    ttl_s: float = 10.0
+    renew_s: float = 3.0
+    retry_s: float = 0.2
+    runner_id: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None) -> LeasePolicy:
+        if settings is None:
+            return cls()
+        return cls(
+            settings.lease_ttl_s,
+            settings.lease_renew_s,
+            settings.lease_retry_s,
+            settings.runner_id,
+        )
+
+    def owner(self, source: str) -> str:
+        """The name this runner writes into its leases (unique per process unless set)."""
+        return self.runner_id or f"{source}/{uuid.uuid4().hex[:8]}"
+
+
+def has_open_work(runner: Runner, session_id: str) -> bool:
+    from turnstream.turn_runner.session import SessionActor
+
+    actor = runner.mailboxes.actor(session_id)
+    if not isinstance(actor, SessionActor):
+        return False
+    if not actor.loaded:
+        return True  # it is about to reload: keep the lease until we know
+    run = actor.state.workflow
+    running = run is not None and run.open
+    return actor.busy() or actor.state.active is not None or bool(actor.state.pending) or running
+
+
+async def keep_leases(runner: Runner, leases: LeaseTable, stop: asyncio.Event) -> None:
+    """Every `renew_s`: renew the leases of sessions with open work (or used since the last
+    round), release the others. On stop: hand them all over to the other runners."""
+    policy = runner.lease_policy
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(policy.renew_s):
+                await stop.wait()
+        if stop.is_set():
+            break
+        now = leases.clock()
+        keep: list[str] = []
+        drop: list[str] = []
+        for session_id, held in list(leases.held.items()):
+            recent = now - held.used_at < policy.renew_s
+            (keep if recent or has_open_work(runner, session_id) else drop).append(session_id)
+        renewed = await asyncio.gather(*(leases.renew(s) for s in keep), return_exceptions=True)
+        for session_id, ok in zip(keep, renewed, strict=True):
+            if isinstance(ok, BaseException):
+                log.warning("lease of %s not renewed: %s", session_id, ok)
+            elif not ok:
+                log.warning("lost the lease of %s; letting it go", session_id)
+                runner.wake(session_id)  # the actor finds out and stops acting
+        await _release(leases, drop, hand_over=False)
+    # the actors are being cancelled now, so which sessions were open cannot be told: hand
+    # every one over (an idle one costs its next holder one reload)
+    await _release(leases, list(leases.held), hand_over=True)
+
+
+async def _release(leases: LeaseTable, sessions: list[str], *, hand_over: bool) -> None:
+    done = await asyncio.gather(
+        *(leases.release(s, hand_over=hand_over) for s in sessions), return_exceptions=True
+    )
+    for session_id, result in zip(sessions, done, strict=True):
+        if isinstance(result, BaseException):
+            log.warning("lease of %s not released: %s", session_id, result)

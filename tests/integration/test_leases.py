@@ -1,0 +1,162 @@
+"""Session leases against a real server: one holder at a time, expiry, renewal, release."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pytest
+
+from turnstream.bus import Bus
+from turnstream.bus.leases import LeaseTable, Ownership
+from turnstream.client import message_command
+from turnstream.core.turn import TurnConfig
+from turnstream.gateway.intake import Inbound, intake
+from turnstream.providers import ScriptedProvider, load_script
+from turnstream.settings import Settings
+from turnstream.turn_runner.app import Runner
+
+pytestmark = pytest.mark.integration
+
+
+def table(bus: Bus, owner: str, ttl_s: float = 1.0) -> LeaseTable:
+    return LeaseTable(bus.js, bus.subjects, owner, ttl_s=ttl_s)
+
+
+async def until_taken(leases: LeaseTable, session: str, timeout: float = 30) -> Ownership:
+    """Keep trying to take the lease (the other holder stopped renewing) until we get it."""
+    async with asyncio.timeout(timeout):
+        while True:
+            got = await leases.ensure(session)
+            if got is not Ownership.ELSEWHERE:
+                return got
+            await asyncio.sleep(0.1)
+
+
+async def test_one_holder_at_a_time_and_a_lapsed_holder_cannot_renew(bus: Bus) -> None:
+    a, b = table(bus, "runner-a"), table(bus, "runner-b")
+    assert await a.ensure("hold-1") is Ownership.NEW
+    assert await a.ensure("hold-1") is Ownership.KEPT
+    assert await b.ensure("hold-1") is Ownership.ELSEWHERE
+    assert await a.renew("hold-1")
+    # a stops renewing (paused): its lease lapses and b takes it
+    assert await until_taken(b, "hold-1") is Ownership.NEW
+    assert not a.holds("hold-1")
+    assert not await a.renew("hold-1")
+    assert await a.ensure("hold-1") is Ownership.ELSEWHERE
+    await b.release("hold-1")
+    assert await a.ensure("hold-1") is Ownership.NEW
+
+
+async def test_a_holder_keeps_its_lease_past_the_ttl_by_renewing(bus: Bus) -> None:
+    a, b = table(bus, "runner-a"), table(bus, "runner-b")
+    assert await a.ensure("hold-2") is Ownership.NEW
+    for _ in range(6):  # 3 TTLs
+        await asyncio.sleep(0.5)
+        assert await a.renew("hold-2")
+        assert await b.ensure("hold-2") is Ownership.ELSEWHERE
+
+
+async def next_of(expired: asyncio.Queue[str], prefix: str) -> str:
+    """The next expiry announced for one of this test's sessions (others' leases expire too)."""
+    async with asyncio.timeout(30):
+        while not (session := await expired.get()).startswith(prefix):
+            pass
+    return session
+
+
+async def test_an_expiry_is_announced_and_a_release_is_not(bus: Bus) -> None:
+    a, b = table(bus, "runner-a"), table(bus, "runner-b")
+    expired: asyncio.Queue[str] = asyncio.Queue()
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(b.watch_expiries(expired.put_nowait, stop))
+        assert await a.ensure("lease-released") is Ownership.NEW
+        await a.release("lease-released")
+        assert await a.ensure("lease-expiring") is Ownership.NEW
+        assert await next_of(expired, "lease-") == "lease-expiring"
+        assert await a.ensure("lease-handed") is Ownership.NEW
+        await a.release("lease-handed", hand_over=True)
+        assert await next_of(expired, "lease-") == "lease-handed"
+        stop.set()
+    assert await b.ensure("lease-expiring") is Ownership.NEW  # the marker reads as free
+
+
+async def test_the_same_runner_id_takes_its_lease_back_at_once(bus: Bus) -> None:
+    before = table(bus, "runner-0", ttl_s=60)
+    assert await before.ensure("hold-3") is Ownership.NEW
+    restarted = table(bus, "runner-0", ttl_s=60)  # the process died; a new one, same name
+    assert await restarted.ensure("hold-3") is Ownership.NEW
+    assert await table(bus, "runner-1").ensure("hold-3") is Ownership.ELSEWHERE
+
+
+class GatedProvider:
+    """The scripted provider, answering only once `gate` is set."""
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        self.inner = ScriptedProvider(load_script(None))
+        self.name, self.model, self.gate = "gated", "demo", gate
+
+    async def complete(self, request: Any, on_delta: Any, on_tool_call: Any = None) -> Any:
+        await self.gate.wait()
+        return await self.inner.complete(request, on_delta, on_tool_call)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_a_runner_whose_lease_lapsed_lets_the_session_go_instead_of_fighting(
+    bus: Bus,
+) -> None:
+    """Runner a takes a turn to its model call, then stops renewing while its clock stands
+    still (a process paused past the TTL believes its lease is valid). Runner b takes the
+    session over and finishes the turn. When a's model call returns, its conditional append
+    fails and a lets the session go: it appends nothing after b took over."""
+    session = "fenced"
+    gate = asyncio.Event()
+    a = Runner(
+        bus, GatedProvider(gate), TurnConfig(), settings=Settings(lease_ttl_s=1, lease_renew_s=0.5)
+    )
+    b = Runner(bus, ScriptedProvider(load_script(None)), TurnConfig(), settings=Settings())
+    a.source, b.source = "turn-runner/a", "turn-runner/b"
+    command = orjson.dumps(message_command(session, "hello"))
+    inbound = Inbound(session, command, 1, datetime.now(UTC), "TEST")
+    await bus.store.append_facts(
+        intake(inbound, max_bytes=10_000, now=datetime.now(UTC), source="t")
+    )
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(a.mailboxes.run(stop))
+        tasks.create_task(b.mailboxes.run(stop))
+        await asyncio.sleep(0)
+        a.wake(session)
+        await wait_kind(bus, session, "ProviderRequestStarted")
+        frozen = a.leases.clock()
+        a.leases.clock = lambda: frozen  # a's lease looks valid to a from here on
+        assert await until_taken(b.leases, session) is Ownership.NEW
+        b.wake(session)
+        await wait_kind(bus, session, "SessionTurnEnd")
+        gate.set()  # a's model call returns now, long after it lost the lease
+        async with asyncio.timeout(30):
+            while True:  # a lets go once its append fails
+                if session not in a.leases.held:
+                    break
+                await asyncio.sleep(0.05)
+        stop.set()
+    await a.close()
+    await b.close()
+    events = [s.event for s in await bus.store.read_session(session)]
+    assert [e.type for e in events].count("TurnEnded") == 1
+    first_b = next(i for i, e in enumerate(events) if e.source == "turn-runner/b")
+    assert all(e.source != "turn-runner/a" for e in events[first_b:])
+    assert events[-1].type == "SessionTurnEnd" and events[-1].source == "turn-runner/b"
+
+
+async def wait_kind(bus: Bus, session: str, kind: str, timeout: float = 30) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            if any(s.event.type == kind for s in await bus.store.read_session(session)):
+                return
+            await asyncio.sleep(0.05)
