@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from turnstream.audit.api import serve_api
 from turnstream.audit.auditor import Auditor
 from turnstream.audit.checks import CheckConfig
 from turnstream.audit.fold import fold_message
@@ -58,6 +59,7 @@ class AuditService:
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
         self.kv = await self.bus.js.key_value(subjects.sessions_bucket)
+        api = await serve_api(self.bus)
         await self._open_journal()
         try:
             last = await scan_log(
@@ -90,6 +92,8 @@ class AuditService:
                 await sub.unsubscribe()
         finally:
             self.journal.close()
+            for sub in api:
+                await sub.unsubscribe()
 
     async def _open_journal(self) -> None:
         self.journal.open()

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 import pytest
@@ -117,6 +117,30 @@ async def test_a_turn_shows_up_as_a_summary_in_kv(bus: Bus, settings: Settings) 
     journal = settings.data_dir / audit.JOURNAL_FILE
     verdict = verify(journal.read_bytes().splitlines())
     assert verdict.ok and verdict.last_seq >= summary.last_seq
+
+
+async def test_replay_and_verify_over_request_reply(bus: Bus, settings: Settings) -> None:
+    async with running_services(settings, bus), running_audit(settings):
+        outcome = await send_and_wait(bus, message_command("audit-api", "hi"), timeout=15)
+        assert outcome.completed
+        first_seq = (await bus.store.read_session("audit-api"))[0].seq
+
+        async def ask(verb: str, query: dict[str, object]) -> dict[str, Any]:
+            subject = bus.subjects.api("audit", verb)
+            reply = await bus.nc.request(subject, orjson.dumps(query), timeout=10)
+            return dict(orjson.loads(reply.data))
+
+        verified = await until(lambda: _equal(ask("verify", {"sessionId": "audit-api"})))
+        replayed = await ask("replay", {"sessionId": "audit-api"})
+        early = await ask("replay", {"sessionId": "audit-api", "atSeq": first_seq})
+    assert verified["equal"] and verified["log"] == verified["live"]
+    assert replayed["state"]["turns_ended"] == 1 and replayed["events"] == verified["events"]
+    assert early["events"] == 1 and early["state"]["turns_ended"] == 0
+
+
+async def _equal(pending: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
+    answer = await pending
+    return answer if answer.get("equal") else None  # the runner's acks may trail the reply
 
 
 async def test_a_bad_log_gives_each_violation_once(bus: Bus, settings: Settings) -> None:
