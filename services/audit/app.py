@@ -35,6 +35,8 @@ log = logging.getLogger("turnstream.audit")
 DURABLE = "audit"
 JOURNAL_FILE = "audit.jsonl"
 BATCH = 2000
+LINGER_S = 0.05
+"""How long a batch gathers: summaries lag the log by at most this much more."""
 RETRY_S = 0.5
 
 
@@ -85,6 +87,7 @@ class AuditService:
                 subjects.deliver(DURABLE),
                 [subjects.log_all],
                 on_msg,
+                ack_all=True,
             )
             try:
                 await self._work(queue, stop)
@@ -117,7 +120,7 @@ class AuditService:
     async def _work(self, queue: asyncio.Queue[Any], stop: asyncio.Event) -> None:
         next_tick = time.monotonic() + self.tick_s
         while not stop.is_set():
-            batch = await _next_batch(queue, min(self.tick_s, 0.5))
+            batch = await _next_batch(queue, min(self.tick_s, 0.5), LINGER_S)
             for msg in batch:
                 seq = stream_seq(msg)
                 fold_message(self.auditor, self.journal, seq, msg.subject, msg.data)
@@ -127,8 +130,8 @@ class AuditService:
                 self.journal.flush(sync=True)
             if not await self._flush(stop):
                 return  # stopping before the batch was written: it comes again
-            for msg in batch:
-                await msg.ack()
+            if batch:
+                await batch[-1].ack()  # the consumer acks all: one covers the batch
 
     async def _flush(self, stop: asyncio.Event) -> bool:
         """Write what the fold left behind; retry until it is written or `stop` is set."""
@@ -150,8 +153,9 @@ class AuditService:
                 await asyncio.sleep(RETRY_S)
 
 
-async def _next_batch(queue: asyncio.Queue[Any], wait_s: float) -> list[Any]:
-    """What is queued now, or the first message within `wait_s` and what came with it."""
+async def _next_batch(queue: asyncio.Queue[Any], wait_s: float, linger_s: float) -> list[Any]:
+    """The first message within `wait_s`, and what arrives in the `linger_s` after it: one
+    write of the file, the summaries and one ack then cover many events."""
     if queue.empty():
         try:
             async with asyncio.timeout(wait_s):
@@ -161,6 +165,7 @@ async def _next_batch(queue: asyncio.Queue[Any], wait_s: float) -> list[Any]:
         batch = [first]
     else:
         batch = []
+    await asyncio.sleep(linger_s)
     while len(batch) < BATCH and not queue.empty():
         batch.append(queue.get_nowait())
     return batch

@@ -24,6 +24,7 @@ async def durable_pull(
     *,
     ack_wait_s: float = 60,
     max_ack_pending: int = 20_000,
+    ack_all: bool = False,
 ) -> Any:
     """Create or update a shared durable pull consumer and bind to it.
 
@@ -33,7 +34,7 @@ async def durable_pull(
     config = api.ConsumerConfig(
         durable_name=durable,
         filter_subjects=list(subjects),
-        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
         ack_wait=ack_wait_s,
         max_ack_pending=max_ack_pending,
     )
@@ -74,6 +75,7 @@ async def durable_push(
     *,
     ack_wait_s: float = 60,
     max_ack_pending: int = 20_000,
+    ack_all: bool = False,
 ) -> Any:
     """Create or update a shared durable push consumer (a deliver group) and subscribe.
 
@@ -82,13 +84,16 @@ async def durable_push(
     (bench/consumers.py). Instances of a service join the same deliver group and share the
     work. A pull consumer of the same name from an older version is replaced, resuming
     after its ack floor so nothing is processed twice or skipped.
+
+    `ack_all`: one ack covers every earlier message (a single in-order reader that acks
+    once per batch). A consumer created with the other ack policy is replaced the same way.
     """
     config = api.ConsumerConfig(
         durable_name=durable,
         deliver_subject=deliver_subject,
         deliver_group=durable,
         filter_subjects=list(subjects),
-        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
         ack_wait=ack_wait_s,
         max_ack_pending=max_ack_pending,
     )
@@ -96,9 +101,11 @@ async def durable_push(
         existing = await js.consumer_info(stream, durable)
     except NotFoundError:
         existing = None
-    if existing is not None and existing.config.deliver_subject is None:
+    if existing is not None and (
+        existing.config.deliver_subject is None or existing.config.ack_policy != config.ack_policy
+    ):
         floor = existing.ack_floor.stream_seq if existing.ack_floor else 0
-        log.warning("replacing pull consumer %s with a push consumer after seq %d", durable, floor)
+        log.warning("replacing consumer %s (another kind) after seq %d", durable, floor)
         await js.delete_consumer(stream, durable)
         config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
         config.opt_start_seq = floor + 1
