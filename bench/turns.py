@@ -10,6 +10,8 @@ up` does), then measures:
   one-tool  the same with one `read_file` call per turn, approved by `auto` mode
             (7 cross-service hops: client→gateway→runner→approval→runner→executor→runner)
   depth     turns 1-5 against turns 46-50 of the same sessions (nothing may grow)
+  CPU       what each process (services, nats-server, this client) spent per turn at K = 50:
+            the sum bounds throughput on this machine's cores
 """
 
 from __future__ import annotations
@@ -146,20 +148,36 @@ async def depth(watcher: TurnWatcher, sessions: int = 6, turns: int = 50) -> dic
     return {"turns_1_5_p50_ms": first, "turns_46_50_p50_ms": last, "ratio": last / first}
 
 
-async def scenario(args: argparse.Namespace, url: str, name: str) -> dict[str, Any]:
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU seconds each process has used so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for name, pid in pids.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        used[name] = (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+async def scenario(
+    args: argparse.Namespace, url: str, name: str, pids: dict[str, int]
+) -> dict[str, Any]:
     bus = await connect(url, Subjects("ts"), ensure=StreamLimits())
     watcher = TurnWatcher(bus)
     await watcher.start()
     try:
         await concurrent(watcher, 10, 200, f"warm-{name}")  # warm up every process
-        result: dict[str, Any] = {
-            "turns": [
+        turns = []
+        for k in (1, 10, 50):
+            before = cpu_seconds(pids)
+            turns.append(
                 await concurrent(
                     watcher, k, args.turns if k > 1 else args.turns // 4, f"{name}-k{k}"
                 )
-                for k in (1, 10, 50)
-            ]
-        }
+            )
+            after = cpu_seconds(pids)
+        done = turns[-1]["turns"]  # the CPU each process spent per turn at K = 50
+        cpu = {p: (after[p] - before[p]) * 1000 / done for p in pids}
+        result: dict[str, Any] = {"turns": turns, "cpu_ms_per_turn_k50": cpu}
         if name == "text":
             result["depth"] = await depth(watcher)
         return result
@@ -199,6 +217,22 @@ def report(result: dict[str, Any]) -> None:
                 f"{row['p50_ms'] / path_floor:.1f}× of {path_floor:.2f}",
             )
     console.print(table)
+    cpu = Table("CPU ms per turn at K = 50", *SCRIPTS, title_justify="left")
+    names = list(result["text"]["cpu_ms_per_turn_k50"])
+    for process in [*names, "total"]:
+        cells = []
+        for name in SCRIPTS:
+            spent = result[name]["cpu_ms_per_turn_k50"]
+            cells.append(f"{sum(spent.values()) if process == 'total' else spent[process]:.2f}")
+        cpu.add_row(process, *cells)
+    console.print(cpu)
+    cores = os.cpu_count() or 1
+    for name in SCRIPTS:
+        total = sum(result[name]["cpu_ms_per_turn_k50"].values())
+        console.print(
+            f"{name}: {total:.1f} ms of CPU per turn → at most {cores * 1000 / total:.0f} "
+            f"turns/s on {cores} cores"
+        )
     d = result["text"]["depth"]
     console.print(
         f"[bold]depth[/]: turns 1-5 p50 {d['turns_1_5_p50_ms']:.2f} ms, turns 46-50 p50 "
@@ -227,7 +261,10 @@ def main() -> None:
                 supervisor.start_all()
                 try:
                     time.sleep(1.5)
-                    result[name] = asyncio.run(scenario(args, server.url, name))
+                    pids = {n: child.pid for n, child in supervisor.children.items()}
+                    assert server.process is not None
+                    pids |= {"nats-server": server.process.pid, "bench client": os.getpid()}
+                    result[name] = asyncio.run(scenario(args, server.url, name, pids))
                 finally:
                     supervisor.stop_all()
     result["machine"] = {
