@@ -5,19 +5,19 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import orjson
 import typer
 import uuid_utils
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from turnstream.bus import Bus
+from turnstream.cli_common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
 from turnstream.client import (
     answer_command,
     message_command,
@@ -43,7 +43,6 @@ from turnstream.core.events import (
 from turnstream.core.projection import build_view
 from turnstream.core.schemas import exported_schemas
 from turnstream.core.subjects import is_session_id
-from turnstream.runtime import connect_service
 from turnstream.settings import Settings
 
 app = typer.Typer(
@@ -53,40 +52,6 @@ app = typer.Typer(
 )
 schemas_app = typer.Typer(help="JSON Schema of the wire contract.", no_args_is_help=True)
 app.add_typer(schemas_app, name="schemas")
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-T = TypeVar("T")
-
-NatsUrl = Annotated[
-    str | None, typer.Option("--nats-url", help="NATS server (default: the one `up` started).")
-]
-DataDir = Annotated[
-    Path | None, typer.Option("--data-dir", help="Data directory (TURNSTREAM_DATA_DIR).")
-]
-
-
-def _settings(nats_url: str | None = None, data_dir: Path | None = None, **more: Any) -> Settings:
-    overrides: dict[str, Any] = {k: v for k, v in more.items() if v is not None}
-    if nats_url:
-        overrides["nats_url"] = nats_url
-    if data_dir:
-        overrides["data_dir"] = data_dir
-    return Settings(**overrides)
-
-
-def _run(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
-    async def main() -> T:
-        bus = await connect_service(settings, "cli")
-        try:
-            return await work(bus)
-        finally:
-            await bus.close()
-
-    try:
-        return asyncio.run(main())
-    except (ConnectionError, RuntimeError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
 
 
 @app.command()
@@ -104,7 +69,9 @@ def up(
     """Run an embedded nats-server and all services until Ctrl-C."""
     from turnstream.up import run_up
 
-    settings = _settings(nats_url, data_dir, nats_port=nats_port, provider=provider, script=script)
+    settings = settings_of(
+        nats_url, data_dir, nats_port=nats_port, provider=provider, script=script
+    )
     try:
         run_up(settings, console)
     except (RuntimeError, ValueError) as exc:
@@ -206,9 +173,9 @@ def send(
         streamed.append(delta)
         console.print(delta, end="", style="bold")
 
-    settings = _settings(nats_url, data_dir)
+    settings = settings_of(nats_url, data_dir)
     try:
-        outcome = _run(
+        outcome = run_on_bus(
             settings,
             lambda bus: send_and_wait(
                 bus,
@@ -278,7 +245,7 @@ def tail(
             await sub.unsubscribe()
 
     try:
-        _run(_settings(nats_url, data_dir), follow)
+        run_on_bus(settings_of(nats_url, data_dir), follow)
     except KeyboardInterrupt:
         pass
 
@@ -316,7 +283,7 @@ def replay(
             live = bytes((await bus.nc.request(subject, query, timeout=5)).data)
         return stored, live
 
-    stored, live = _run(_settings(nats_url, data_dir), work)
+    stored, live = run_on_bus(settings_of(nats_url, data_dir), work)
     cutoff = at_time.replace(tzinfo=at_time.tzinfo or UTC) if at_time else None
     events = [
         item.event
@@ -380,10 +347,12 @@ def streams(
     from turnstream.bus.streams import StreamLimits, describe
     from turnstream.runtime import stream_limits
 
-    limits = stream_limits(_settings())
+    limits = stream_limits(settings_of())
     limits = StreamLimits(**{**limits.__dict__, "replicas": replicas})
     options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-    sys.stdout.write(orjson.dumps(describe(_settings().subjects, limits), option=options).decode())
+    sys.stdout.write(
+        orjson.dumps(describe(settings_of().subjects, limits), option=options).decode()
+    )
     sys.stdout.write("\n")
 
 
@@ -409,7 +378,7 @@ def interrupt(
         "idempotencyKey": str(uuid_utils.uuid7()),
         "mode": mode,
     }
-    _run(_settings(nats_url, data_dir), lambda bus: publish_command(bus, session, command))
+    run_on_bus(settings_of(nats_url, data_dir), lambda bus: publish_command(bus, session, command))
     console.print(f"sent a {mode} interrupt to {session}")
 
 
@@ -420,7 +389,7 @@ def approvals(
     data_dir: DataDir = None,
 ) -> None:
     """List the approval prompts waiting for an answer."""
-    pending = _run(_settings(nats_url, data_dir), lambda bus: pending_prompts(bus, session))
+    pending = run_on_bus(settings_of(nats_url, data_dir), lambda bus: pending_prompts(bus, session))
     if not pending:
         console.print("no pending approvals")
         return
@@ -444,7 +413,7 @@ def _answer(interaction_id: str, decision: str, reason: str | None, settings: Se
         await publish_command(bus, session_id, command)
         return str(found["tool"])
 
-    tool = _run(settings, work)
+    tool = run_on_bus(settings, work)
     if tool is None:
         err.print(
             f"[red]error:[/] no pending prompt {interaction_id}; `turnstream approvals` lists them"
@@ -464,7 +433,7 @@ def approve(
     data_dir: DataDir = None,
 ) -> None:
     """Allow a pending tool call."""
-    _answer(interaction_id, "approve", reason, _settings(nats_url, data_dir))
+    _answer(interaction_id, "approve", reason, settings_of(nats_url, data_dir))
 
 
 @app.command()
@@ -475,7 +444,7 @@ def deny(
     data_dir: DataDir = None,
 ) -> None:
     """Refuse a pending tool call (the model is told, and may try something else)."""
-    _answer(interaction_id, "deny", reason, _settings(nats_url, data_dir))
+    _answer(interaction_id, "deny", reason, settings_of(nats_url, data_dir))
 
 
 @app.command()
@@ -491,7 +460,7 @@ def status(
         msg = await bus.nc.request(subject, orjson.dumps({"sessionId": session}), timeout=5)
         return bytes(msg.data)
 
-    sys.stdout.write(_run(_settings(nats_url, data_dir), ask).decode() + "\n")
+    sys.stdout.write(run_on_bus(settings_of(nats_url, data_dir), ask).decode() + "\n")
 
 
 from turnstream.cli_workflow import workflow_app  # noqa: E402  (it imports helpers from here)

@@ -5,65 +5,32 @@ Registered on the main app by `register(app)` (the last lines of `cli.py`).
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from turnstream.bus import Bus, StoredEvent
+from turnstream.cli_common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
 from turnstream.core.events import AuditViolation
-from turnstream.settings import Settings
 
 T = TypeVar("T")
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 audit_app = typer.Typer(
     help="Invariant violations found in the log, the hash-chained audit file, rebuilds.",
     invoke_without_command=True,
 )
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-NatsUrl = Annotated[
-    str | None, typer.Option("--nats-url", help="NATS server (default: the one `up` started).")
-]
-DataDir = Annotated[
-    Path | None, typer.Option("--data-dir", help="Data directory (TURNSTREAM_DATA_DIR).")
-]
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON object per line.")]
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(audit_app, name="audit")
     app.command()(sessions)
-
-
-def _settings(nats_url: str | None, data_dir: Path | None) -> Settings:
-    overrides: dict[str, Any] = {"nats_url": nats_url, "data_dir": data_dir}
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
-
-
-def _run(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
-    from turnstream.runtime import connect_service
-
-    async def main() -> T:
-        bus = await connect_service(settings, "cli")
-        try:
-            return await work(bus)
-        finally:
-            await bus.close()
-
-    try:
-        return asyncio.run(main())
-    except (ConnectionError, RuntimeError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
 
 
 @audit_app.callback()
@@ -83,7 +50,7 @@ def violations(
 
     found = [
         (s.seq, s.event)
-        for s in _run(_settings(nats_url, data_dir), read)
+        for s in run_on_bus(settings_of(nats_url, data_dir), read)
         if isinstance(s.event, AuditViolation) and session in (None, s.event.session_id)
     ]
     if as_json:
@@ -144,12 +111,12 @@ def rebuild(nats_url: NatsUrl = None, data_dir: DataDir = None) -> None:
     from turnstream.audit.rebuild import Rebuilt
     from turnstream.audit.rebuild import rebuild as rebuild_all
 
-    settings = _settings(nats_url, data_dir)
+    settings = settings_of(nats_url, data_dir)
 
     async def work(bus: Bus) -> Rebuilt:
         return await rebuild_all(bus, check_config(settings), datetime.now(UTC))
 
-    done = _run(settings, work)
+    done = run_on_bus(settings, work)
     console.print(
         f"rebuilt {done.sessions} session(s) from {done.events} events (up to seq "
         f"{done.last_seq}) in {done.seconds:.2f} s ({done.rate:,.0f} events/s); "
@@ -167,7 +134,7 @@ def sessions(as_json: AsJson = False, nats_url: NatsUrl = None, data_dir: DataDi
     async def read(bus: Bus) -> list[SessionSummary]:
         return await read_all(await bus.js.key_value(bus.subjects.sessions_bucket))
 
-    summaries = _run(_settings(nats_url, data_dir), read)
+    summaries = run_on_bus(settings_of(nats_url, data_dir), read)
     if as_json:
         for summary in summaries:
             sys.stdout.write(summary.to_json().decode() + "\n")

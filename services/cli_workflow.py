@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from turnstream.bus import Bus
+from turnstream.cli_common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
 from turnstream.client import attach_command, publish_command
 from turnstream.core.events import (
     Event,
@@ -34,15 +35,6 @@ from turnstream.core.workflow.state import WorkflowRun
 from turnstream.core.workflow.view import stage_rows
 
 workflow_app = typer.Typer(help="Workflows: validate definitions, attach one, watch its stages.")
-console = Console()
-err = Console(stderr=True)
-
-NatsUrl = Annotated[
-    str | None, typer.Option("--nats-url", help="NATS server (default: the one `up` started).")
-]
-DataDir = Annotated[
-    Path | None, typer.Option("--data-dir", help="Data directory (TURNSTREAM_DATA_DIR).")
-]
 
 
 @workflow_app.command("validate")
@@ -83,8 +75,6 @@ def attach(
     data_dir: DataDir = None,
 ) -> None:
     """Attach a workflow to a session and follow its stages (exit 0 when it completed)."""
-    from turnstream.cli import _run, _settings
-
     if not is_session_id(session):
         err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
         raise typer.Exit(2)
@@ -106,7 +96,7 @@ def attach(
             return 0
         return await _follow(bus, session, command["idempotencyKey"], start, timeout)
 
-    raise typer.Exit(_run(_settings(nats_url, data_dir), work))
+    raise typer.Exit(run_on_bus(settings_of(nats_url, data_dir), work))
 
 
 async def _follow(bus: Bus, session: str, key: str, start: int, timeout: float) -> int:
@@ -167,12 +157,11 @@ def status(
     data_dir: DataDir = None,
 ) -> None:
     """The stage graph of the session's workflow, rebuilt from the log."""
-    from turnstream.cli import _run, _settings
 
     async def work(bus: Bus) -> list[Any]:
         return await bus.store.read_session(session)
 
-    stored = _run(_settings(nats_url, data_dir), work)
+    stored = run_on_bus(settings_of(nats_url, data_dir), work)
     run = fold(SessionState(session), [item.event for item in stored]).workflow
     if run is None:
         err.print(f"[yellow]session {session} has no workflow[/]")

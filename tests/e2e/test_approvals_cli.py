@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -11,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.e2e.processes import cli, running_up
 
 pytestmark = pytest.mark.e2e
 
@@ -20,42 +20,13 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
     root = tmp_path_factory.mktemp("e2e-approvals")
     (root / "workspace").mkdir()
     (root / "workspace" / "hello.txt").write_text("hi\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
-    env.update(
-        TURNSTREAM_DATA_DIR=str(root / "data"),
+    with running_up(
+        root,
         TURNSTREAM_WORKSPACE=str(root / "workspace"),
-        TURNSTREAM_CONFIG=str(root / "absent.yaml"),
         TURNSTREAM_SECURITY_MODE="ask",
         TURNSTREAM_WORKFLOWS=str(Path(__file__).resolve().parents[2] / "workflows"),
-        COLUMNS="160",
-    )
-    up = subprocess.Popen(
-        [sys.executable, "-m", "turnstream.cli", "up"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + 30
-    while not (root / "data" / "nats.url").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.5)
-    try:
+    ) as (env, _):
         yield env
-    finally:
-        up.send_signal(signal.SIGTERM)
-        up.communicate(timeout=30)
-
-
-def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "turnstream.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def test_demo_tool_call_waits_for_approval_then_completes(deployment: dict[str, str]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.processes import cli, running_up
+
 pytestmark = pytest.mark.e2e
 SCRIPT = """
 replies:
@@ -20,49 +21,16 @@ replies:
 """
 
 
-def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "turnstream.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     root = tmp_path_factory.mktemp("e2e")
-    script = root / "script.yaml"
-    script.write_text(SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
-    env.update(
-        TURNSTREAM_DATA_DIR=str(root / "data"),
-        TURNSTREAM_SCRIPT=str(script),
-        TURNSTREAM_CONFIG=str(root / "absent.yaml"),
-        COLUMNS="120",
-    )
-    up = subprocess.Popen(
-        [sys.executable, "-m", "turnstream.cli", "up"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url_file = root / "data" / "nats.url"
-    deadline = time.monotonic() + 30
-    while not url_file.exists() and time.monotonic() < deadline:
-        assert up.poll() is None, up.stdout.read() if up.stdout else ""
-        time.sleep(0.1)
-    time.sleep(1.0)  # the services connect and create their consumers
-    try:
+    (root / "script.yaml").write_text(SCRIPT)
+    with running_up(root, TURNSTREAM_SCRIPT=str(root / "script.yaml"), COLUMNS="120") as (
+        env,
+        output,
+    ):
         yield env
-    finally:
-        up.send_signal(signal.SIGTERM)
-        out, _ = up.communicate(timeout=30)
-        assert up.returncode == 0, out
-        assert "stopped" in out
-        assert not url_file.exists()
+    assert "stopped" in output[0]
 
 
 def test_send_streams_the_reply_and_exits_zero(deployment: dict[str, str]) -> None:

@@ -1,0 +1,54 @@
+"""What every `turnstream` command module shares: consoles, options, settings, a bus."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from turnstream.bus import Bus
+from turnstream.runtime import connect_service
+from turnstream.settings import Settings
+
+T = TypeVar("T")
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+"""Errors are not wrapped: a path, a hash or a command in them stays whole."""
+
+NatsUrl = Annotated[
+    str | None, typer.Option("--nats-url", help="NATS server (default: the one `up` started).")
+]
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help="Data directory (TURNSTREAM_DATA_DIR).")
+]
+
+
+def settings_of(nats_url: str | None = None, data_dir: Path | None = None, **more: Any) -> Settings:
+    """The settings, with what the command line gave overriding env and file."""
+    overrides: dict[str, Any] = {k: v for k, v in more.items() if v is not None}
+    if nats_url:
+        overrides["nats_url"] = nats_url
+    if data_dir:
+        overrides["data_dir"] = data_dir
+    return Settings(**overrides)
+
+
+def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
+    """Connect, run `work`, close; a connection problem exits 2 with its message."""
+
+    async def main() -> T:
+        bus = await connect_service(settings, "cli")
+        try:
+            return await work(bus)
+        finally:
+            await bus.close()
+
+    try:
+        return asyncio.run(main())
+    except (ConnectionError, RuntimeError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc

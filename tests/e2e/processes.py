@@ -1,0 +1,58 @@
+"""The CLI as a user runs it: `turnstream up` in the background, commands as processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnstream.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@contextmanager
+def running_up(root: Path, **settings: str) -> Iterator[tuple[dict[str, str], list[str]]]:
+    """`turnstream up` on a data dir under `root` with `settings` (TURNSTREAM_* and such);
+    yields the environment for commands and, once it stopped, its output (one string)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
+    env.update(
+        TURNSTREAM_DATA_DIR=str(root / "data"),
+        TURNSTREAM_CONFIG=str(root / "absent.yaml"),
+        COLUMNS="160",
+    )
+    env.update(settings)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "turnstream.cli", "up"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url_file = root / "data" / "nats.url"
+    deadline = time.monotonic() + 30
+    while not url_file.exists() and time.monotonic() < deadline:
+        assert up.poll() is None, up.stdout.read() if up.stdout else ""
+        time.sleep(0.1)
+    time.sleep(1.5)  # the services connect and create their consumers
+    output: list[str] = []
+    try:
+        yield env, output
+    finally:
+        up.send_signal(signal.SIGTERM)
+        out, _ = up.communicate(timeout=30)
+        output.append(out)
+        assert up.returncode == 0, out
+        assert not url_file.exists()
