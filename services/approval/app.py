@@ -21,7 +21,7 @@ from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.approval")
 DURABLE = "approval"
-CONSUMES = ("ToolInvocationProposed", "InteractionAnswered")
+CONSUMES = ("ToolInvocationProposed", "InteractionAnswered", "TurnEnded")
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from turnstream.core.events import (
     ToolCallModeInvoked,
     ToolCallModeInvokedData,
     ToolInvocationProposed,
+    TurnEnded,
 )
 from turnstream.core.ids import derived_uuid7
 from turnstream.core.turn.state import with_changes
@@ -101,8 +102,11 @@ class ApprovalState:
     mode: SecurityMode | None = None
     turn_id: str | None = None
     proposals: tuple[Proposal, ...] = ()
-    """The current turn's proposals, in call order."""
+    """Proposals still to decide (a stage group's turns propose at once), in call order."""
     open: OpenInteraction | None = None
+    decided: frozenset[str] = frozenset()
+    """Invocations with a decision in the log: a redelivered proposal of one is not judged
+    again."""
 
 
 def evolve(state: ApprovalState, event: Event) -> ApprovalState:
@@ -112,7 +116,9 @@ def evolve(state: ApprovalState, event: Event) -> ApprovalState:
             if event.turn_id != state.turn_id:  # keep what other turns still wait for
                 undecided = tuple(p for p in state.proposals if p.status != "decided")
                 state = with_changes(state, turn_id=event.turn_id, proposals=undecided)
-            if any(p.invocation_id == data.invocation_id for p in state.proposals):
+            if data.invocation_id in state.decided or any(
+                p.invocation_id == data.invocation_id for p in state.proposals
+            ):
                 return state
             envelope = data.envelope
             outside = envelope is not None and data.tool not in envelope.allowed_tools
@@ -134,9 +140,21 @@ def evolve(state: ApprovalState, event: Event) -> ApprovalState:
             return state
         case ToolCallApproved(data=data) | ToolCallDenied(data=data):
             state = _set(state, data.invocation_id, "decided")
+            state = with_changes(state, decided=state.decided | {data.invocation_id})
             if state.open and state.open.invocation_id == data.invocation_id:
                 state = with_changes(state, open=None)
             return state
+        case TurnEnded():
+            # the turn is over: what it still waited for is moot, and must not hold up
+            # the prompts of the session's other turns
+            gone = {p.invocation_id for p in state.proposals if p.event.turn_id == event.turn_id}
+            if not gone:
+                return state
+            kept = tuple(p for p in state.proposals if p.invocation_id not in gone)
+            still_open = state.open
+            if still_open is not None and still_open.invocation_id in gone:
+                still_open = None
+            return with_changes(state, proposals=kept, open=still_open)
         case _:
             return state
 

@@ -248,7 +248,7 @@ class SessionActor:
             bound = self.config.max_turn_seconds
             self.runner.mailboxes.deliver_later(self.session_id, Tick(), bound + 0.05)
         self.timed_turns = live
-        wakeup = next_wakeup(self.state)
+        wakeup = next_wakeup(self.state, self.runner.now())
         if wakeup is not None and wakeup != self.wakeup:
             self.wakeup = wakeup
             delay = max((wakeup - self.runner.now()).total_seconds(), 0.0)

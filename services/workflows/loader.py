@@ -59,11 +59,17 @@ class WorkflowInvalid(ValueError):
         super().__init__(f"workflow {folder} has {len(problems)} problem(s):\n{lines}")
 
 
+WORKFLOW_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
 def find(workflows_dir: Path, name: str) -> Path:
-    """The folder of workflow `name` (a path to a folder works too)."""
-    direct = Path(name)
-    if direct.is_dir() and (direct / "workflow.yaml").exists():
-        return direct
+    """The folder of workflow `name` in the workflows directory (a name, never a path:
+    a sender must not make the gateway load a folder from elsewhere)."""
+    if not WORKFLOW_NAME.match(name):
+        raise ValueError(
+            f"workflow name {name!r} must be a folder name in TURNSTREAM_WORKFLOWS "
+            "(letters, digits, '-', '_'), not a path"
+        )
     folder = workflows_dir / name
     if not (folder / "workflow.yaml").exists():
         known = sorted(p.parent.name for p in workflows_dir.glob("*/workflow.yaml"))
@@ -264,7 +270,7 @@ def _stage(path: Path, live: set[str], problems: list[Problem]) -> StageDef | No
             )
     for key in ("completionSchema", "inputsSchema"):
         schema = raw.get(key)
-        if schema is None:
+        if key not in raw or (schema is None and key == "inputsSchema"):
             continue
         if not isinstance(schema, dict):
             bad(key, "must be a JSON Schema object", "e.g. {type: object, required: [summary]}")
@@ -273,6 +279,13 @@ def _stage(path: Path, live: set[str], problems: list[Problem]) -> StageDef | No
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as exc:
             bad(key, f"invalid JSON Schema: {exc.message}", "fix the schema")
+            continue
+        if key == "completionSchema" and schema.get("type") != "object":
+            bad(
+                key,
+                f"type is {schema.get('type')!r}: tool arguments are always an object",
+                "use type: object with the result's fields as properties",
+            )
     retry = _retry(raw.get("retryPolicy"), bad) if "retryPolicy" in raw else None
     cap = raw.get("turnCap")
     if "turnCap" in raw and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):

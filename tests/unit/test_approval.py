@@ -25,6 +25,8 @@ from turnstream.core.events import (
     ToolCallModeInvoked,
     ToolInvocationProposed,
     ToolInvocationProposedData,
+    TurnEnded,
+    TurnEndedData,
 )
 
 HUMAN = Sender(kind="human", id="ana")
@@ -213,3 +215,34 @@ def test_proposals_of_parallel_stage_turns_are_all_kept() -> None:
     events = decide(state, ApprovalConfig(), T0, "approval/1")
     kinds = sorted(type(e).__name__ for e in events)
     assert kinds == ["InteractionRequested", "ToolCallApproved"]
+
+
+def turn_ended(turn: str) -> TurnEnded:
+    return TurnEnded(
+        id=f"end-{turn}",
+        time=T0,
+        session_id="s1",
+        chat_id="c1",
+        turn_id=turn,
+        trace_id="tr",
+        correlation_id="k",
+        source="turn-runner/1",
+        data=TurnEndedData(status="failed", failure_class="interrupted", next_action="again"),
+    )
+
+
+def test_the_prompt_of_a_turn_that_ended_does_not_hold_up_the_next_turn() -> None:
+    a = Approvals(ApprovalConfig(default_mode="ask"))
+    assert kinds(a.feed(proposed(1, turn="t1"))) == ["ToolCallModeInvoked", "InteractionRequested"]
+    a.feed(turn_ended("t1"))  # e.g. a hard interrupt while the prompt was open
+    assert next_deadline(a.state) is None
+    assert kinds(a.feed(proposed(2, turn="t2"))) == ["ToolCallModeInvoked", "InteractionRequested"]
+
+
+def test_a_redelivered_proposal_that_was_decided_is_not_judged_again() -> None:
+    a = Approvals(ApprovalConfig(default_mode="deny"))
+    first = in_stage(1, "write_file", "stage-a")
+    [asked] = a.feed(first)
+    a.feed(answered(asked.data.interaction_id))
+    a.feed(in_stage(2, "read_file", "stage-b"))  # another stage turn proposes meanwhile
+    assert a.feed(first) == []  # the redelivery: already granted, nothing more

@@ -78,6 +78,8 @@ def test_unknown_keys_and_optional_fields_load(tmp_path: Path) -> None:
         ({"allowedTools": "[rm_rf]"}, "plan.md|allowedTools|Validation|'rm_rf' is not a live"),
         ({"completionTool": "grep"}, "plan.md|completionTool|Validation|'grep' collides"),
         ({"completionSchema": "{type: objekt}"}, "plan.md|completionSchema|Validation|invalid"),
+        ({"completionSchema": "null"}, "plan.md|completionSchema|Validation|must be a JSON"),
+        ({"completionSchema": "{type: array}"}, "plan.md|completionSchema|Validation|type is"),
         ({"inputsSchema": "{minItems: -1}"}, "plan.md|inputsSchema|Validation|invalid"),
         ({"retryPolicy": "{maxAttempts: 0}"}, "plan.md|retryPolicy.maxAttempts|Validation|"),
         ({"retryPolicy": "{maxAttempts: 1, backoff: soon}"}, "plan.md|retryPolicy.backoff|"),
@@ -129,6 +131,12 @@ def test_attach_needs_strict_tool_calling(tmp_path: Path) -> None:
         attachable(tmp_path, "wf", LIVE, "soft")
     with pytest.raises(FileNotFoundError, match="no workflow 'wf'"):
         attachable(tmp_path, "wf", LIVE, "hard")
+
+
+@pytest.mark.parametrize("name", ["../elsewhere", "/tmp/evil", "a/b", ""])
+def test_attach_takes_a_workflow_name_never_a_path(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ValueError, match="not a path"):
+        attachable(tmp_path / "flows", name, LIVE, "hard")
 
 
 CTX = {

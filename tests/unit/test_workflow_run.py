@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from tests.unit.factories import T0, Ids, accepted, ctx, success
@@ -47,7 +48,7 @@ from turnstream.core.turn import (
     state_to_json,
 )
 from turnstream.core.workflow.definition import RetryPolicy, StageDef, Step, WorkflowDef
-from turnstream.core.workflow.run import lane_step, on_assert, turn_views
+from turnstream.core.workflow.run import lane_step, next_wakeup, on_assert, turn_views
 
 TOOLS = (
     ToolInfo("read_file", "read", {"type": "object"}, True, True, 5.0),
@@ -88,6 +89,8 @@ class Sim:
         self.config = TurnConfig(tools=TOOLS)
         self.state = SessionState("s1")
         self.log: list[Event] = []
+        self.decisions: list[list[Event]] = []
+        """Each batch of events the runner would commit together, in order."""
         self.apply(
             [
                 WorkflowAttached(
@@ -119,6 +122,8 @@ class Sim:
     def apply(self, events: list[Event]) -> None:
         self.state = fold(self.state, events)
         self.log += events
+        if events:
+            self.decisions.append(list(events))
 
     def decide(self) -> None:
         self.apply(decide(self.state, self.config, self.c))
@@ -454,3 +459,158 @@ def test_a_second_attach_waits_for_the_running_one_then_starts() -> None:
     assert len(sim.of(StageEntered)) == 2
     sim.answer("a", complete("submit_a", summary="2"))
     assert [e.data.run_id for e in sim.of(WorkflowExit)] == ["run1", "run2"]
+
+
+def test_a_recover_stage_that_cannot_start_ends_the_run_instead_of_looping() -> None:
+    sim = Sim(
+        workflow(
+            Step(("plan",)),
+            stages=[stage("plan", turn_cap=1), stage("fix", body="{{ctx.upstream[0].output.x}}")],
+            on_fail={"plan": "fix"},
+        )
+    )
+    sim.answer("plan", success("no"))
+    [failed] = sim.of(StageInitFailed)
+    assert failed.data.recovers == "plan"
+    [end] = sim.of(WorkflowExit)
+    assert end.data.status == "failed" and "recover stage fix failed too" in (end.data.reason or "")
+
+
+def test_on_fail_of_a_parallel_sibling_runs_the_recover_branch_after_cancelling() -> None:
+    sim = Sim(
+        workflow(
+            Step(("a", "b"), join="j"),
+            Step(("last",)),
+            stages=[stage("a", turn_cap=1), stage("b"), stage("j"), stage("fix"), stage("last")],
+            on_fail={"a": "fix"},
+        )
+    )
+    sim.answer("a", success("no"))
+    assert [e.data.stage for e in sim.of(StageCancelled)] == ["b"]
+    assert "fix" in sim.waiting().values()
+    sim.answer("fix", complete("submit_fix", summary="fixed"))
+    assert sim.request("last").system  # the run went on after the recover branch
+    sim.answer("last", complete("submit_last", summary="done"))
+    assert sim.of(WorkflowExit)[0].data.status == "completed"
+    assert all(e.data.stage != "j" for e in sim.of(StageEntered))  # the join never ran
+
+
+def drive(sim: Sim, budget: int = 40) -> None:
+    """Answer every waiting stage with a valid completion until the run ends."""
+    for _ in range(budget):
+        sim.decide()
+        waiting = sim.waiting()
+        if not waiting:
+            return
+        for stage_id in sorted(set(waiting.values())):
+            tool = f"submit_{stage_id.replace('-', '_')}"
+            sim.answer(stage_id, complete(tool, summary=stage_id))
+
+
+def check_invariants(log: list[Event]) -> None:
+    started = [e.turn_id for e in log if isinstance(e, SessionTurnStart)]
+    ended = [e.turn_id for e in log if isinstance(e, TurnEnded)]
+    closed = [e.turn_id for e in log if e.type == "SessionTurnEnd"]
+    assert sorted(ended) == sorted(set(ended)) == sorted(started), (started, ended)
+    assert sorted(closed) == sorted(started)
+    [end] = [e for e in log if isinstance(e, WorkflowExit)]
+    assert end.data.status == "completed", end.data
+
+
+def test_a_runner_that_crashed_mid_commit_continues_from_any_durable_prefix() -> None:
+    """The runner awaits a decision's first event and pipelines the rest: a crash can leave
+    any prefix of it in the log. Every prefix of every decision must continue correctly."""
+    definition = workflow(
+        Step(("plan",)),
+        Step(("a", "b"), join="j"),
+        Step(("last",)),
+        stages=[stage("plan"), stage("a"), stage("b"), stage("j"), stage("last")],
+    )
+    full = Sim(definition)
+    drive(full)
+    check_invariants(full.log)
+    cut = 0
+    for index, decision in enumerate(full.decisions):
+        before = [e for d in full.decisions[:index] for e in d]
+        for k in range(1, len(decision)):
+            sim = Sim(definition)
+            sim.state, sim.log, sim.ids = SessionState("s1"), [], Ids(f"r{index}-{k}-")
+            sim.apply(before + decision[:k])
+            drive(sim)
+            check_invariants(sim.log)
+            cut += 1
+    assert cut > 50  # the scenario really cut many decisions short
+
+
+def test_next_wakeup_is_the_next_wait_still_ahead() -> None:
+    sim = Sim(workflow(Step(("a", "b")), stages=[stage("a"), stage("b")]))
+    run = sim.state.workflow
+    assert run is not None
+    a, b = run.executions
+    past, ahead = T0 - timedelta(seconds=5), T0 + timedelta(seconds=6)
+    run = replace(
+        run,
+        executions=(replace(a, wait_until=past), replace(b, wait_until=ahead)),
+    )
+    assert next_wakeup(replace(sim.state, workflow=run), T0) == ahead
+
+
+def test_an_attach_during_a_chat_turn_runs_before_messages_sent_after_it() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
+    attach = sim.log[0]
+    chat = Sim.__new__(Sim)
+    chat.ids, chat.config, chat.state, chat.log, chat.decisions = (
+        Ids(),
+        TurnConfig(),
+        SessionState("s1"),
+        [],
+        [],
+    )
+    chat.apply([accepted(1, "first")])
+    chat.decide()
+    chat.apply([attach, accepted(2, "second")])
+    chat.decide()
+    turn = chat.state.active
+    assert turn is not None and turn.awaiting_provider
+    c = chat.c
+    chat.apply(
+        lane_step(
+            chat.state,
+            turn.turn_id,
+            chat.config,
+            c,
+            lambda lane, cfg: on_provider_result(lane, success("reply 1"), cfg, c),
+        )
+    )
+    order = [
+        ("turn", e.data.text) if isinstance(e, SessionTurnStart) else ("stage", e.data.stage)
+        for e in chat.log
+        if isinstance(e, SessionTurnStart | StageEntered)
+    ]
+    assert order[:2] == [("turn", "first"), ("stage", "plan")], order
+    assert ("turn", "second") not in order  # it waits for the run
+
+
+def test_a_hard_interrupt_is_not_undone_by_a_later_graceful_one() -> None:
+    sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
+
+    def interrupt(n: int, mode: str) -> InterruptReceived:
+        return InterruptReceived(
+            id=f"int{n}",
+            time=T0,
+            session_id="s1",
+            chat_id="c1",
+            trace_id="t",
+            correlation_id="k",
+            source="gateway/1",
+            data=InterruptReceivedData(
+                mode=mode,  # type: ignore[arg-type]
+                sender=Sender(kind="human", id="u1"),
+                idempotency_key=f"k{n}",
+                inbound_seq=n,
+            ),
+        )
+
+    sim.apply([interrupt(1, "hard"), interrupt(2, "graceful")])
+    sim.decide()
+    assert sim.of(WorkflowExit)[0].data.status == "cancelled"

@@ -71,6 +71,8 @@ class StageInitFailedData(WireModel):
     stage: str
     stage_execution_id: str
     step: int
+    recovers: str | None = None
+    """The failed stage this `onFail` branch was to recover."""
     reason: str
     errors: list[str] = Field(default_factory=list)
 

@@ -302,6 +302,8 @@ def _hook_decided(
 def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
     turn = state.active
     if turn is None:
+        if state.workflow is not None and state.workflow.open:
+            return []  # a workflow attached or running goes first: inputs wait for it
         return _start_turn(state, ctx)
     waiting = [p for p in state.pending if not p.queued]
     if waiting:

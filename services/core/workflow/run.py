@@ -95,7 +95,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     ex = run.lane_of(event.turn_id)
     if ex is None:
         if isinstance(event, InterruptReceived) and run.status == "running":
-            state = with_changes(state, workflow=with_changes(run, interrupt=event.data.mode))
+            mode = "hard" if "hard" in (run.interrupt, event.data.mode) else event.data.mode
+            state = with_changes(state, workflow=with_changes(run, interrupt=mode))
         return evolve_turn(state, event)
     lane = evolve_turn(ex.lane, event)
     failure = ex.failure
@@ -148,7 +149,7 @@ def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
                 lane=SessionState(event.session_id),
                 system="",
                 entered_at=event.time,
-                role=_role(run, data.stage, data.step),
+                role="recover" if data.recovers else _role(run, data.stage, data.step),
                 status="init_failed",
                 result=result,
                 exited_at=event.time,
@@ -176,7 +177,10 @@ def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
                 return run
             lane = evolve_turn(asserted.lane, event)
             if data.verdict != "retry":
-                return _replace(run, with_changes(asserted, lane=lane))
+                final = with_changes(
+                    asserted, lane=lane, asserted=data.verdict, assert_reason=data.reason
+                )
+                return _replace(run, final)
             retried = with_changes(
                 asserted,
                 lane=lane,
@@ -187,7 +191,10 @@ def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
             )
             return _replace(run, retried)
         case StageCancelled(data=data):
-            return _update(run, data.stage_execution_id, status="cancelled", exited_at=event.time)
+            why = f"{data.cause}: {data.reason}"
+            return _update(
+                run, data.stage_execution_id, status="cancelled", exited_at=event.time, failure=why
+            )
         case StageExited(data=data):
             run = _update(
                 run,
@@ -321,13 +328,17 @@ def awaiting_workflow_hooks(
     return now_waiting
 
 
-def next_wakeup(state: SessionState) -> datetime | None:
-    """When a deferred gate or a retry's backoff ends (the shell sets a timer)."""
+def next_wakeup(state: SessionState, now: datetime) -> datetime | None:
+    """When the next deferred gate or retry backoff ends (the shell sets a timer)."""
     run = state.workflow
     if run is None or not run.open:
         return None
-    times = [ex.wait_until for ex in run.executions if ex.running and ex.wait_until]
-    return min(times) if times else None  # (a past one is harmless: the shell dedups)
+    times = [
+        ex.wait_until
+        for ex in run.executions
+        if ex.running and ex.wait_until is not None and ex.wait_until > now
+    ]
+    return min(times) if times else None
 
 
 def on_gate(
@@ -383,6 +394,9 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         if state.active is not None:
             return []
         return _enter_step(state, run, 0, (), ctx)
+    repaired = _repair(state, run, ctx)
+    if repaired:
+        return repaired
     if run.interrupt == "hard":
         running = [ex for ex in run.executions if ex.running]
         if running:
@@ -425,6 +439,9 @@ def _advance(
         return _exit_events(run, ex, _result(run, ex, "fail", reason), ctx, run.last_event_id)
     if turn.ended is not None:
         return decide_turn(ex.lane, lane_config(config, run, ex), ctx)
+    if ex.asserted is not None:  # Assert is recorded, its Exit was not (a crash between)
+        result = _result(run, ex, ex.asserted, ex.assert_reason)
+        return _exit_events(run, ex, result, ctx, turn.last_event_id)
     if turn.act_done:
         if ASSERT in config.workflow_hooks:
             return []  # the shell asks the assert hook, then `on_assert`
@@ -536,18 +553,31 @@ def _exit_events(
     b = Builder(_session_of(ex), turn or pseudo, ctx)
     b.last_id = last_id
     data = StageExitedData(stage=ex.stage_id, stage_execution_id=ex.execution_id, result=result)
-    events: list[Event] = [b.make(StageExited, data)]
+    return [b.make(StageExited, data), *_end_lane(b, ex, result)]
+
+
+def _end_lane(b: Builder, ex: StageRun, result: StageResult | None) -> list[Event]:
+    """Close the stage's turn: its one TurnEnded (unless it has it), then SessionTurnEnd.
+    `result` None: the stage was cancelled."""
+    turn = ex.lane.active
     if turn is None:
-        return events
+        return []
+    ok = result is not None and result.verdict in ("ok", "skip")
+    events: list[Event] = []
     if turn.ended is None:
-        if result.verdict in ("ok", "skip"):
+        if ok and result is not None:
             events.append(b.end("completed", reply=_summary(result)))
         else:
-            failure = FailureClass.REPORT_MISSING
-            if ex.status == "gate":
-                failure = FailureClass.POLICY_DENIED
-            events.append(b.end("failed", failure, reason=result.reason, next_action=NEXT_ACTION))
-    status = "completed" if result.verdict in ("ok", "skip") else "failed"
+            if turn.stage_open:
+                events.append(b.post(turn.stage, "failed"))
+            if result is None:
+                failure, reason = FailureClass.INTERRUPTED, ex.failure
+            elif ex.status == "gate":
+                failure, reason = FailureClass.POLICY_DENIED, result.reason
+            else:
+                failure, reason = FailureClass.REPORT_MISSING, result.reason
+            events.append(b.end("failed", failure, reason=reason, next_action=NEXT_ACTION))
+    status = "completed" if ok else "failed"
     events.append(b.make(SessionTurnEnd, SessionTurnEndData(status=status)))
     return events
 
@@ -574,20 +604,31 @@ def _cancel(
             stage=ex.stage_id, stage_execution_id=ex.execution_id, reason=reason, cause=cause
         )
         events.append(b.make(StageCancelled, data))
-        if turn is None:
-            continue
-        if turn.ended is None:
-            if turn.stage_open:
-                events.append(b.post(turn.stage, "failed"))
-            events.append(
-                b.end(
-                    "failed",
-                    FailureClass.INTERRUPTED,
-                    reason=f"{cause}: {reason}",
-                    next_action=NEXT_ACTION,
-                )
-            )
-        events.append(b.make(SessionTurnEnd, SessionTurnEndData(status="failed")))
+        events += _end_lane(b, with_changes(ex, failure=f"{cause}: {reason}"), None)
+    return events
+
+
+def _repair(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
+    """Finish what a decision cut short by a crash began: its first event is durable, the
+    rest of it may not be (the runner appends the rest pipelined)."""
+    for ex in run.executions:
+        turn = ex.lane.active
+        if not ex.running and turn is not None:  # exited or cancelled, its turn still open
+            b = Builder(_session_of(ex), turn, ctx)
+            return _end_lane(b, ex, ex.result)
+        if ex.running and turn is None and ex.lane.turns_ended == 0:  # its turn never started
+            b = Builder(state.session_id, _pseudo_turn(run, ex.execution_id, ex.execution_id), ctx)
+            return _lane_start(b, run, ex.stage_id, ex.execution_id)
+    if run.step < 0 or run.interrupt is not None:
+        return []
+    step, current = run.step_def(), run.current()
+    if not step.parallel or any(ex.role != "stage" or not ex.running for ex in current):
+        return []
+    entered = {ex.stage_id for ex in current}
+    events: list[Event] = []
+    for stage_id in step.stages:  # a sibling whose entry was lost
+        if stage_id not in entered:
+            events += _enter(state, run, stage_id, run.step, (), ctx)
     return events
 
 
@@ -599,10 +640,11 @@ def _after_executions(state: SessionState, run: WorkflowRun, ctx: Context) -> li
     running = [ex for ex in current if ex.running]
     if running:
         siblings = [ex for ex in failed if ex.role == "stage"]
-        if siblings and step.parallel:
+        others = [ex for ex in running if ex.role == "stage"]
+        if siblings and step.parallel and others:
             first = siblings[0]
-            why = f"sibling {first.stage_id} failed: {first.result.reason if first.result else ''}"
-            return _cancel(state, run, running, "ParallelSiblingFailure", why, ctx)
+            why = f"sibling {first.stage_id} failed: {_why(first)}"
+            return _cancel(state, run, others, "ParallelSiblingFailure", why, ctx)
         return []
     recover = next((ex for ex in current if ex.role == "recover"), None)
     if recover is not None:
@@ -709,6 +751,7 @@ def _enter(
             stage=stage_id,
             stage_execution_id=execution_id,
             step=step,
+            recovers=recovers.stage_id if recovers else None,
             reason=errors[0],
             errors=errors,
         )
@@ -725,6 +768,12 @@ def _enter(
         system=system,
         upstream=list(upstream),
     )
+    return [b.make(StageEntered, entered), *_lane_start(b, run, stage_id, execution_id)]
+
+
+def _lane_start(b: Builder, run: WorkflowRun, stage_id: str, execution_id: str) -> list[Event]:
+    """The stage's own turn begins (its id is the stage execution id)."""
+    stage = run.definition.stages[stage_id]
     kickoff = (
         f"Stage {stage.name} ({stage.id}) begins. Work as the system prompt says; when you "
         f"are done, call {stage.completion_tool} alone."
@@ -734,11 +783,7 @@ def _enter(
         text=kickoff,
         sender=Sender(kind="agent", id=f"workflow:{run.name}"),
     )
-    return [
-        b.make(StageEntered, entered),
-        b.make(SessionTurnStart, start),
-        b.pre(Stage.RECEIVE_INPUT),
-    ]
+    return [b.make(SessionTurnStart, start, turn_id=execution_id), b.pre(Stage.RECEIVE_INPUT)]
 
 
 def _exit_run(

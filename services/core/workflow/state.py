@@ -37,6 +37,9 @@ class StageRun:
     cap_hit: bool = False
     failure: str | None = None
     """Why the stage turn ended on its own (a provider error, a bound)."""
+    asserted: Literal["ok", "fail"] | None = None
+    """Assert's final verdict, once recorded (Exit follows from it)."""
+    assert_reason: str | None = None
     result: StageResult | None = None
     exited_at: datetime | None = None
 
