@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from turnstream.bus import Bus, StoredEvent
+from turnstream.bus.store import LOG_START
 from turnstream.cli_common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
 from turnstream.core.events import AuditViolation
 
@@ -23,7 +24,6 @@ audit_app = typer.Typer(
     help="Invariant violations found in the log, the hash-chained audit file, rebuilds.",
     invoke_without_command=True,
 )
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON object per line.")]
 
@@ -46,7 +46,7 @@ def violations(
         return
 
     async def read(bus: Bus) -> list[StoredEvent]:
-        return await bus.store.read_kind("AuditViolation", since=EPOCH)
+        return await bus.store.read_kind("AuditViolation", since=LOG_START)
 
     found = [
         (s.seq, s.event)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from turnstream.bus import Bus
@@ -50,6 +50,15 @@ class Mailboxes(Generic[Item]):
         self.tasks: asyncio.TaskGroup | None = None
         self.workers: set[asyncio.Task[None]] = set()
         self.closing = False
+
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """A side task of an actor (a model call): it is cancelled on shutdown with the
+        workers, so a long call does not hold the shutdown up."""
+        assert self.tasks is not None, "spawn needs the mailboxes running"
+        task = self.tasks.create_task(work, name=name)
+        self.workers.add(task)
+        task.add_done_callback(self.workers.discard)
+        return task
 
     def deliver(self, key: str, item: Item) -> None:
         if self.closing:

@@ -121,6 +121,8 @@ class AuditService:
         next_tick = time.monotonic() + self.tick_s
         while not stop.is_set():
             batch = await _next_batch(queue, min(self.tick_s, 0.5), LINGER_S)
+            if batch and stream_seq(batch[0]) > self.auditor.last_seq + 1:
+                await self._fill_gap()
             for msg in batch:
                 seq = stream_seq(msg)
                 fold_message(self.auditor, self.journal, seq, msg.subject, msg.data)
@@ -132,6 +134,16 @@ class AuditService:
                 return  # stopping before the batch was written: it comes again
             if batch:
                 await batch[-1].ack()  # the consumer acks all: one covers the batch
+
+    async def _fill_gap(self) -> None:
+        """Push deliveries lost on a reconnect count as delivered for the server, and the
+        ack of a later message covers them: read what is missing from the log itself."""
+        after = self.auditor.last_seq
+        fold = partial(fold_message, self.auditor, self.journal)
+        last = await scan_log(self.bus.js, self.bus.subjects, fold, after_seq=after)
+        log.warning(
+            "audit: deliveries after seq %d were lost; read up to %d from the log", after, last
+        )
 
     async def _flush(self, stop: asyncio.Event) -> bool:
         """Write what the fold left behind; retry until it is written or `stop` is set."""

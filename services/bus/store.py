@@ -70,6 +70,10 @@ class EventStore(Protocol):
         ...
 
 
+LOG_START = datetime(1970, 1, 1, tzinfo=UTC)
+"""`read_kind(..., since=LOG_START)` reads a kind from the start of the log."""
+
+
 class JetStreamEventStore:
     """The log as the `<PREFIX>_LOG` stream, one subject per session and event kind."""
 

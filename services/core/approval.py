@@ -154,7 +154,9 @@ def evolve(state: ApprovalState, event: Event) -> ApprovalState:
             still_open = state.open
             if still_open is not None and still_open.invocation_id in gone:
                 still_open = None
-            return with_changes(state, proposals=kept, open=still_open)
+            # a redelivered proposal of the ended turn must not be judged again
+            decided = state.decided | gone
+            return with_changes(state, proposals=kept, open=still_open, decided=decided)
         case _:
             return state
 

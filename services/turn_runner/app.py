@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -14,6 +14,7 @@ import orjson
 
 from turnstream.bus import Bus
 from turnstream.bus.leases import LeaseTable
+from turnstream.bus.store import LOG_START
 from turnstream.core.events import (
     Event,
     StagePostFired,
@@ -132,8 +133,7 @@ class Runner:
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """A task owned by the runner's task group (cancelled on shutdown)."""
-        assert self.mailboxes.tasks is not None
-        return self.mailboxes.tasks.create_task(work, name=name)
+        return self.mailboxes.spawn(work, name)
 
     def observe(self, events: list[Event]) -> None:
         """Hand stage events to observer hooks; they cannot change the turn."""
@@ -211,10 +211,11 @@ class Runner:
             await self._resume_open_turns()
 
     async def _resume_open_turns(self) -> None:
-        """After a crash: wake every session whose turn started within the wall-time bound
-        and has not ended. Each reloads from the log and continues from its last durable
-        stage (a lost model call is made again; a bound that passed ends the turn)."""
-        since = self.now() - timedelta(seconds=self.base_config.max_turn_seconds + 60)
+        """After a crash: wake every session with a turn or a workflow run that has not
+        ended, however old (the deployment may have been down for long). Each reloads from
+        the log and continues from its last durable stage; a turn past its wall-time bound
+        ends then, so none is left open. Reads every turn start and end of the log."""
+        since = LOG_START
         started = await self.bus.store.read_kind("SessionTurnStart", since=since)
         ended = await self.bus.store.read_kind("SessionTurnEnd", since=since)
         closed = {s.event.turn_id for s in ended}

@@ -58,9 +58,7 @@ def has_open_work(runner: Runner, session_id: str) -> bool:
         return False
     if not actor.loaded:
         return True  # it is about to reload: keep the lease until we know
-    run = actor.state.workflow
-    running = run is not None and run.open
-    return actor.busy() or actor.state.active is not None or bool(actor.state.pending) or running
+    return actor.busy()  # a model call in flight, or a turn, input or workflow still open
 
 
 async def keep_leases(runner: Runner, leases: LeaseTable, stop: asyncio.Event) -> None:

@@ -110,7 +110,13 @@ class SessionActor:
         self.wakeup: datetime | None = None
 
     def busy(self) -> bool:
-        return bool(self.provider_tasks)
+        """Work in flight or open: the mailbox must not retire this actor (its timers and
+        its lease would go with it)."""
+        state, run = self.state, self.state.workflow
+        open_work = (
+            state.active is not None or bool(state.pending) or (run is not None and run.open)
+        )
+        return bool(self.provider_tasks) or (self.loaded and open_work)
 
     async def failed(self, item: Item) -> None:
         self.loaded = False  # reload from the log before the next item

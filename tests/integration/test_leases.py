@@ -160,3 +160,91 @@ async def wait_kind(bus: Bus, session: str, kind: str, timeout: float = 30) -> N
             if any(s.event.type == kind for s in await bus.store.read_session(session)):
                 return
             await asyncio.sleep(0.05)
+
+
+async def test_a_session_waiting_long_keeps_its_actor_and_lease_then_is_handed_over(
+    bus: Bus, tmp_path: Any
+) -> None:
+    """An open turn waiting (here for an approval nobody gives) outlives the mailbox's idle
+    timeout: its actor, timers and lease stay; a stopping runner hands it over."""
+    from dataclasses import replace
+
+    from turnstream.runtime import tool_infos
+    from turnstream.tools import ToolRegistry
+    from turnstream.turn_runner.leasing import keep_leases
+
+    script = tmp_path / "s.yaml"
+    script.write_text("replies:\n  - tool_calls: [{name: list_dir, arguments: {path: .}}]\n")
+    settings = Settings(lease_ttl_s=2, lease_renew_s=0.5, workspace=tmp_path)
+    config = replace(settings.turn_config(), tools=tool_infos(ToolRegistry.load()))
+    a = Runner(bus, ScriptedProvider(load_script(script)), config, settings=settings)
+    a.mailboxes.idle_s = 1.0  # stands for the 300 s default
+    watcher = table(bus, "runner-b")
+    woken: list[str] = []
+    session = "waits-long"
+    command = orjson.dumps(message_command(session, "hello"))
+    inbound = Inbound(session, command, 1, datetime.now(UTC), "TEST")
+    now = datetime.now(UTC)
+    await bus.store.append_facts(intake(inbound, max_bytes=10_000, now=now, source="t"))
+    stop_a, stop_b = asyncio.Event(), asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(a.mailboxes.run(stop_a))
+        tasks.create_task(keep_leases(a, a.leases, stop_a))
+        tasks.create_task(watcher.watch_expiries(woken.append, stop_b))
+        await asyncio.sleep(0)
+        a.wake(session)
+        async with asyncio.timeout(20):
+            while True:
+                kinds = [s.event.type for s in await bus.store.read_session(session)]
+                if "ToolInvocationProposed" in kinds:
+                    break
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(3.0)  # three idle timeouts, several renewals
+        assert a.mailboxes.actor(session) is not None
+        assert a.leases.holds(session)
+        stop_a.set()  # a stops: it hands the open session over at once
+        async with asyncio.timeout(10):
+            while True:
+                if session in woken:
+                    break
+                await asyncio.sleep(0.05)
+        stop_b.set()
+
+
+async def test_a_restart_resumes_open_turns_however_long_the_runners_were_down(
+    bus: Bus, tmp_path: Any
+) -> None:
+    from datetime import timedelta
+
+    session = "old-open"
+    command = orjson.dumps(message_command(session, "hello"))
+    inbound = Inbound(session, command, 1, datetime.now(UTC), "TEST")
+    now = datetime.now(UTC)
+    await bus.store.append_facts(intake(inbound, max_bytes=10_000, now=now, source="t"))
+    script = tmp_path / "s.yaml"
+    script.write_text("replies:\n  - text: hi\n    delay_ms: 60000\n")  # the call never ends
+    first = Runner(bus, ScriptedProvider(load_script(script)), TurnConfig(), settings=Settings())
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(first.mailboxes.run(stop))
+        await asyncio.sleep(0)
+        first.wake(session)
+        async with asyncio.timeout(20):
+            while True:
+                kinds = [s.event.type for s in await bus.store.read_session(session)]
+                if "ProviderRequestStarted" in kinds:
+                    break
+                await asyncio.sleep(0.05)
+        stop.set()  # the runner dies with the turn open
+    a_day_later = datetime.now(UTC) + timedelta(days=1)
+    later = Runner(
+        bus,
+        ScriptedProvider(load_script(script)),
+        TurnConfig(),
+        settings=Settings(),
+        clock=lambda: a_day_later,
+    )
+    woken: list[str] = []
+    later.wake = woken.append  # type: ignore[method-assign]
+    await later._resume_open_turns()
+    assert session in woken

@@ -246,3 +246,10 @@ def test_a_redelivered_proposal_that_was_decided_is_not_judged_again() -> None:
     a.feed(answered(asked.data.interaction_id))
     a.feed(in_stage(2, "read_file", "stage-b"))  # another stage turn proposes meanwhile
     assert a.feed(first) == []  # the redelivery: already granted, nothing more
+
+
+def test_a_redelivered_proposal_of_a_turn_that_ended_is_not_judged() -> None:
+    a = Approvals(ApprovalConfig(default_mode="ask"))
+    state = fold(ApprovalState("s1"), [proposed(1, turn="t1"), turn_ended("t1")])
+    a.state = state
+    assert a.feed(proposed(1, turn="t1")) == []  # e.g. the approval service was down
