@@ -288,6 +288,11 @@ class SessionActor:
                     raise LeaseLost(self.session_id) from None  # another runner appended
                 await self.reload()
                 continue
+            if not leases.holds(self.session_id):
+                # paused past the TTL between the first event and the rest: the next holder
+                # finishes the decision from its durable first event (any prefix resumes)
+                self.loaded = False
+                raise LeaseLost(self.session_id)
             for view, view_config in turn_views(decided, self.config):
                 turn_id = view.active.turn_id if view.active else ""
                 if needs_provider_call(view) and turn_id not in self.provider_tasks:
