@@ -38,7 +38,11 @@ from turnstream.core.turn.state import (
     TurnConfig,
 )
 from turnstream.core.turn.tool_call import awaiting_hooks, dispatchable
-from turnstream.core.workflow.run import decide, evolve, fold
+
+# The session-level fold and decider: a session may run a workflow, whose stage turns are
+# lanes of this package's turns (`turnstream.core.workflow` imports this package first).
+from turnstream.core.workflow.fold import evolve, fold
+from turnstream.core.workflow.run import decide
 
 _STATE_ADAPTER: TypeAdapter[SessionState] = TypeAdapter(SessionState)
 

@@ -1,0 +1,186 @@
+"""The workflow run as a fold: its own events, and every other event routed to the
+stage turn (lane) it belongs to, or to the chat."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from turnstream.core.events import (
+    Event,
+    EventBase,
+    InterruptReceived,
+    StageAssertOutcome,
+    StageCancelled,
+    StageCheckGateResult,
+    StageCompletionChecked,
+    StageEntered,
+    StageExited,
+    StageInitFailed,
+    StageResult,
+    TurnEnded,
+    WorkflowAttached,
+    WorkflowExit,
+)
+from turnstream.core.turn.evolve import evolve as evolve_turn
+from turnstream.core.turn.state import (
+    SessionState,
+    with_changes,
+)
+from turnstream.core.workflow.definition import WorkflowDef
+from turnstream.core.workflow.state import StageRun, WorkflowRun
+
+
+def evolve(state: SessionState, event: Event) -> SessionState:
+    """Fold one event into the session: the run's bookkeeping, a stage's lane, or the chat."""
+    run = state.workflow
+    if isinstance(event, WorkflowAttached):
+        if run is not None and run.open:  # one run at a time: the next waits its turn
+            return with_changes(state, workflow=with_changes(run, queued=(*run.queued, event)))
+        return with_changes(state, workflow=_attached(event))
+    if run is None:
+        return evolve_turn(state, event)
+    changed = _evolve_run(run, event)
+    if changed is not None:
+        return with_changes(state, workflow=changed)
+    ex = run.lane_of(event.turn_id)
+    if ex is None:
+        if isinstance(event, InterruptReceived) and run.status == "running":
+            mode = "hard" if "hard" in (run.interrupt, event.data.mode) else event.data.mode
+            state = with_changes(state, workflow=with_changes(run, interrupt=mode))
+        return evolve_turn(state, event)
+    lane = evolve_turn(ex.lane, event)
+    failure = ex.failure
+    if isinstance(event, TurnEnded) and ex.running and event.data.status != "completed":
+        failure = event.data.reason or event.data.status
+    return with_changes(state, workflow=_replace(run, with_changes(ex, lane=lane, failure=failure)))
+
+
+def fold(state: SessionState, events: list[Event]) -> SessionState:
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+def _attached(event: WorkflowAttached) -> WorkflowRun:
+    data = event.data
+    return WorkflowRun(
+        run_id=data.run_id,
+        name=data.workflow,
+        definition=WorkflowDef.from_dict(data.definition),
+        ctx=data.ctx,
+        chat_id=event.chat_id,
+        trace_id=event.trace_id,
+        correlation_id=event.correlation_id,
+        attached_at=event.time,
+        last_event_id=event.id,
+    )
+
+
+def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
+    """The run after one of its own events; None when the event is not the run's."""
+    match event:
+        case StageEntered(data=data):
+            ex = StageRun(
+                stage_id=data.stage,
+                execution_id=data.stage_execution_id,
+                step=data.step,
+                lane=SessionState(event.session_id),
+                system=data.system,
+                entered_at=event.time,
+                role="recover" if data.recovers else _role(run, data.stage, data.step),
+            )
+            return _add(run, ex, event)
+        case StageInitFailed(data=data):
+            result = StageResult(stage=data.stage, verdict="fail", reason=data.reason)
+            ex = StageRun(
+                stage_id=data.stage,
+                execution_id=data.stage_execution_id,
+                step=data.step,
+                lane=SessionState(event.session_id),
+                system="",
+                entered_at=event.time,
+                role="recover" if data.recovers else _role(run, data.stage, data.step),
+                status="init_failed",
+                result=result,
+                exited_at=event.time,
+            )
+            return _add(run, ex, event)
+        case StageCheckGateResult(data=data):
+            return _update(
+                run,
+                data.stage_execution_id,
+                gate_checks=data.checks,
+                wait_until=data.retry_at,
+                status="act" if data.outcome == "pass" else "gate",
+            )
+        case StageCompletionChecked(data=data):
+            checked = run.lane_of(data.stage_execution_id)
+            if checked is None:
+                return run
+            parsed = data.parsed if data.outcome == "accepted" else checked.parsed
+            lane = evolve_turn(checked.lane, event)
+            capped = data.outcome == "cap_hit"
+            return _replace(run, with_changes(checked, lane=lane, parsed=parsed, cap_hit=capped))
+        case StageAssertOutcome(data=data):
+            asserted = run.lane_of(data.stage_execution_id)
+            if asserted is None:
+                return run
+            lane = evolve_turn(asserted.lane, event)
+            if data.verdict != "retry":
+                final = with_changes(
+                    asserted, lane=lane, asserted=data.verdict, assert_reason=data.reason
+                )
+                return _replace(run, final)
+            retried = with_changes(
+                asserted,
+                lane=lane,
+                attempt=data.attempt + 1,
+                wait_until=data.retry_at,
+                parsed=None,
+                cap_hit=False,
+            )
+            return _replace(run, retried)
+        case StageCancelled(data=data):
+            why = f"{data.cause}: {data.reason}"
+            return _update(
+                run, data.stage_execution_id, status="cancelled", exited_at=event.time, failure=why
+            )
+        case StageExited(data=data):
+            run = _update(
+                run,
+                data.stage_execution_id,
+                status="exited",
+                result=data.result,
+                exited_at=event.time,
+            )
+            return with_changes(run, results={**run.results, data.stage: data.result})
+        case WorkflowExit(data=data):
+            if run.queued:
+                return with_changes(_attached(run.queued[0]), queued=run.queued[1:])
+            return with_changes(run, status=data.status, reason=data.reason)
+    return None
+
+
+def _role(run: WorkflowRun, stage_id: str, step: int) -> Literal["stage", "join"]:
+    steps = run.definition.steps
+    return "join" if step < len(steps) and steps[step].join == stage_id else "stage"
+
+
+def _add(run: WorkflowRun, ex: StageRun, event: EventBase) -> WorkflowRun:
+    return with_changes(
+        run,
+        executions=(*run.executions, ex),
+        step=max(run.step, ex.step),
+        status="running",
+        last_event_id=event.id,
+    )
+
+
+def _replace(run: WorkflowRun, ex: StageRun) -> WorkflowRun:
+    executions = tuple(ex if e.execution_id == ex.execution_id else e for e in run.executions)
+    return with_changes(run, executions=executions)
+
+
+def _update(run: WorkflowRun, execution_id: str, **changes: Any) -> WorkflowRun:
+    ex = run.lane_of(execution_id)
+    return run if ex is None else _replace(run, with_changes(ex, **changes))
