@@ -75,7 +75,10 @@ def violations(
 def verify(
     file: Annotated[Path, typer.Argument(help="An audit file (DATA_DIR/audit.jsonl).")],
     head: Annotated[
-        str | None, typer.Option(help="The hash the last line must have (kept elsewhere).")
+        str | None,
+        typer.Option(
+            help="A head printed earlier and kept elsewhere: the file must still hold it."
+        ),
     ] = None,
 ) -> None:
     """Check the audit file's hash chain; exit 1 naming the first bad line."""
@@ -83,7 +86,7 @@ def verify(
 
     try:
         with open(file, "rb") as lines:
-            verdict = verify_chain(lines)
+            verdict = verify_chain(lines, head)
     except OSError as exc:
         err.print(f"[red]error:[/] cannot read {file}: {exc}")
         raise typer.Exit(2) from exc
@@ -91,15 +94,20 @@ def verify(
         err.print(f"[red]✘ {file}: line {verdict.bad_line} is bad:[/] {verdict.reason}")
         err.print(f"  the {verdict.records} line(s) before it are intact")
         raise typer.Exit(1)
-    if head is not None and verdict.head != head:
+    if head is not None and verdict.head_line is None:
         err.print(
-            f"[red]✘ {file}: the last line's hash is {verdict.head}, not {head}[/] "
-            "(lines were cut off the end, or appended)"
+            f"[red]✘ {file}: no line has the head {head}[/] (lines were cut off the end, "
+            "or the head is from another file); the last line's hash is "
+            f"{verdict.head}"
         )
         raise typer.Exit(1)
+    since = ""
+    if verdict.head_line is not None:
+        appended = verdict.records - verdict.head_line
+        since = f"; the kept head is line {verdict.head_line}, {appended} line(s) appended since"
     console.print(
         f"[green]✔ {file}: {verdict.records} records intact[/], up to log seq "
-        f"{verdict.last_seq}; head {verdict.head}"
+        f"{verdict.last_seq}; head {verdict.head}{since}"
     )
 
 

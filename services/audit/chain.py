@@ -4,7 +4,7 @@ A line is the record's JSON with a last field `hash`, the sha256 of the line's b
 before that field (closed with `}`); the record's `prev` is the previous line's hash, the
 first line's is `GENESIS`. So an edit anywhere in a line breaks that line's own hash, and
 a deleted, inserted or moved line breaks the next `prev`. What a chain alone cannot show
-is lines cut off the end: compare the head (`Verdict.head`, printed by `audit verify`)
+is lines cut off the end: keep the head (`Verdict.head`, printed by `audit verify`)
 with one kept elsewhere, or the last sequence with the log's.
 
     {"seq":7,"id":"…","type":"TurnEnded","time":"…","sessionId":"s1","turnId":"…",
@@ -71,6 +71,8 @@ class Verdict:
     bad_line: int | None = None
     """1-based number of the first bad line."""
     reason: str | None = None
+    head_line: int | None = None
+    """With `verify(..., head=H)`: the line whose hash is H (the file still holds it)."""
 
     @property
     def ok(self) -> bool:
@@ -95,8 +97,10 @@ def unseal(line: bytes) -> tuple[dict[str, object], str]:
     return record, digest
 
 
-def verify(lines: Iterable[bytes]) -> Verdict:
-    """Check every line's seal, the chain of `prev` hashes and increasing sequences."""
+def verify(lines: Iterable[bytes], head: str | None = None) -> Verdict:
+    """Check every line's seal, the chain of `prev` hashes and increasing sequences; with
+    `head` (a hash kept elsewhere earlier), also find the line that has it."""
+    wanted, found = head, None
     head, last_seq, count = GENESIS, 0, 0
     for number, line in enumerate(lines, 1):
         try:
@@ -115,4 +119,6 @@ def verify(lines: Iterable[bytes]) -> Verdict:
         if not isinstance(seq, int) or seq <= last_seq:
             return Verdict(count, head, last_seq, number, f"seq {seq!r} after {last_seq}")
         head, last_seq, count = digest, seq, count + 1
-    return Verdict(count, head, last_seq)
+        if digest == wanted:
+            found = number
+    return Verdict(count, head, last_seq, head_line=found)

@@ -69,3 +69,7 @@ def test_verify_names_the_first_tampered_line(deployment: dict[str, str], tmp_pa
     head = orjson.loads(lines[-1])["hash"]
     result = cli("audit", "verify", str(cut), "--head", head, env=deployment)
     assert result.returncode == 1 and "cut off the end" in result.stderr
+    earlier = orjson.loads(lines[2])["hash"]  # a head kept before more lines were appended
+    result = cli("audit", "verify", str(journal), "--head", earlier, env=deployment)
+    assert result.returncode == 0, result.stderr
+    assert "the kept head is line 3," in result.stdout

@@ -162,6 +162,9 @@ def test_an_untouched_chain_verifies(tmp_path: Path) -> None:
     assert verdict.ok and verdict.records == 6 and verdict.last_seq == 6
     assert orjson.loads(lines[0])["prev"] == GENESIS
     assert verdict.head == orjson.loads(lines[-1])["hash"]
+    kept = orjson.loads(lines[1])["hash"]
+    assert verify(lines, kept).head_line == 2  # a head kept earlier is still in the file
+    assert verify(lines[:1], kept).head_line is None  # cut before it
 
 
 @pytest.mark.parametrize(
