@@ -176,7 +176,7 @@ def status(
 def print_run(out: Console, run: WorkflowRun) -> None:
     table = Table(title=f"workflow {run.name} ({run.status})", title_justify="left")
     for column in ("step", "stage", "role", "status", "verdict", "attempts", "duration", "reason"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column == "stage")  # a stage id is what people grep
     for row in stage_rows(run):
         table.add_row(
             str(row.step),
