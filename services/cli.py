@@ -17,7 +17,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from turnstream.bus import Bus
-from turnstream.cli_common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
+from turnstream.cli_common import (
+    DataDir,
+    NatsUrl,
+    console,
+    err,
+    require_session_id,
+    run_on_bus,
+    settings_of,
+)
 from turnstream.client import (
     answer_command,
     message_command,
@@ -42,7 +50,6 @@ from turnstream.core.events import (
 )
 from turnstream.core.projection import build_view
 from turnstream.core.schemas import exported_schemas
-from turnstream.core.subjects import is_session_id
 from turnstream.settings import Settings
 
 app = typer.Typer(
@@ -99,9 +106,7 @@ def send(
 
     Exits 0 when the turn completed, 1 when it failed or was denied.
     """
-    if not is_session_id(session):
-        err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
-        raise typer.Exit(2)
+    require_session_id(session)
     kind, _, sender_id = sender.partition(":")
     command = message_command(
         session,
@@ -366,9 +371,7 @@ def interrupt(
     data_dir: DataDir = None,
 ) -> None:
     """Interrupt the running turn of a session."""
-    if not is_session_id(session):
-        err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
-        raise typer.Exit(2)
+    require_session_id(session)
     mode = "hard" if hard else "graceful"
     command = {
         "type": "interrupt",

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from turnstream.bus import Bus
+from turnstream.core.subjects import is_session_id
 from turnstream.runtime import connect_service
 from turnstream.settings import Settings
 
@@ -25,6 +26,13 @@ NatsUrl = Annotated[
 DataDir = Annotated[
     Path | None, typer.Option("--data-dir", help="Data directory (TURNSTREAM_DATA_DIR).")
 ]
+
+
+def require_session_id(session: str) -> None:
+    """Exit 2 with the rule when `session` cannot be a session id."""
+    if not is_session_id(session):
+        err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
+        raise typer.Exit(2)
 
 
 def settings_of(nats_url: str | None = None, data_dir: Path | None = None, **more: Any) -> Settings:

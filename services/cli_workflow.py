@@ -14,7 +14,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from turnstream.bus import Bus
-from turnstream.cli_common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
+from turnstream.cli_common import (
+    DataDir,
+    NatsUrl,
+    console,
+    err,
+    require_session_id,
+    run_on_bus,
+    settings_of,
+)
 from turnstream.client import attach_command, publish_command
 from turnstream.core.events import (
     Event,
@@ -29,7 +37,6 @@ from turnstream.core.events import (
     StageInitFailed,
     WorkflowExit,
 )
-from turnstream.core.subjects import is_session_id
 from turnstream.core.turn import SessionState, fold
 from turnstream.core.workflow.state import WorkflowRun
 from turnstream.core.workflow.view import stage_rows
@@ -75,9 +82,7 @@ def attach(
     data_dir: DataDir = None,
 ) -> None:
     """Attach a workflow to a session and follow its stages (exit 0 when it completed)."""
-    if not is_session_id(session):
-        err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
-        raise typer.Exit(2)
+    require_session_id(session)
     try:
         context = orjson.loads(ctx)
     except orjson.JSONDecodeError as exc:

@@ -56,3 +56,34 @@ def running_up(root: Path, **settings: str) -> Iterator[tuple[dict[str, str], li
         output.append(out)
         assert up.returncode == 0, out
         assert not url_file.exists()
+
+
+def cli_background(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A command left running (it waits for a turn or a run); `communicate()` ends it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "turnstream.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def pending_prompt(env: dict[str, str], needle: str, *args: str, tries: int = 120) -> str:
+    """`turnstream approvals [args]` once its output holds `needle` (the last output if
+    it never does): what the user sees while a prompt waits."""
+    pending = ""
+    for _ in range(tries):
+        pending = cli("approvals", *args, env=env).stdout
+        if needle in pending:
+            break
+        time.sleep(0.25)
+    return pending
+
+
+def interaction_id(pending: str) -> str:
+    """The first prompt's id in `turnstream approvals` output (a UUID: four dashes)."""
+    return next(
+        word for line in pending.splitlines() for word in line.split() if word.count("-") == 4
+    )

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import cli, running_up
+from tests.e2e.processes import cli, cli_background, interaction_id, pending_prompt, running_up
 
 pytestmark = pytest.mark.e2e
 
@@ -30,24 +27,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
 
 
 def test_demo_tool_call_waits_for_approval_then_completes(deployment: dict[str, str]) -> None:
-    send = subprocess.Popen(
-        [sys.executable, "-m", "turnstream.cli", "send", "demo-ask", "what is here?"],
-        env=deployment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    pending = ""
-    for _ in range(60):
-        pending = cli("approvals", env=deployment).stdout
-        if "list_dir" in pending:
-            break
-        time.sleep(0.25)
+    send = cli_background("send", "demo-ask", "what is here?", env=deployment)
+    pending = pending_prompt(deployment, "list_dir")
     assert "list_dir" in pending and "demo-ask" in pending, pending
-    interaction = next(
-        word for line in pending.splitlines() for word in line.split() if word.count("-") == 4
-    )
+    interaction = interaction_id(pending)
     approved = cli("approve", interaction, "--reason", "looks fine", env=deployment)
     assert approved.returncode == 0, approved.stderr
     out, errors = send.communicate(timeout=30)
@@ -66,18 +49,8 @@ def test_answering_an_unknown_prompt_says_how_to_find_the_real_ones(
 
 
 def test_interrupt_stops_a_turn_waiting_for_approval(deployment: dict[str, str]) -> None:
-    send = subprocess.Popen(
-        [sys.executable, "-m", "turnstream.cli", "send", "demo-stop", "look around"],
-        env=deployment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    for _ in range(60):
-        if "demo-stop" in cli("approvals", env=deployment).stdout:
-            break
-        time.sleep(0.25)
+    send = cli_background("send", "demo-stop", "look around", env=deployment)
+    pending_prompt(deployment, "demo-stop")
     result = cli("interrupt", "demo-stop", "--hard", env=deployment)
     assert result.returncode == 0 and "hard interrupt" in result.stdout
     _, errors = send.communicate(timeout=30)
@@ -88,34 +61,13 @@ def test_interrupt_stops_a_turn_waiting_for_approval(deployment: dict[str, str])
 def test_the_example_workflow_from_the_cli_with_its_grant_prompt(
     deployment: dict[str, str],
 ) -> None:
-    attach = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "turnstream.cli",
-            "workflow",
-            "attach",
-            "wf-e2e",
-            "review-and-implement",
-            "--ctx",
-            '{"task": "write notes"}',
-        ],
-        env=deployment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
+    task = '{"task": "write notes"}'
+    attach = cli_background(
+        "workflow", "attach", "wf-e2e", "review-and-implement", "--ctx", task, env=deployment
     )
-    pending = ""
-    for _ in range(120):
-        pending = cli("approvals", "wf-e2e", env=deployment).stdout
-        if "grep" in pending:
-            break
-        time.sleep(0.25)
+    pending = pending_prompt(deployment, "grep", "wf-e2e")
     assert "grep" in pending, pending
-    interaction = next(
-        word for line in pending.splitlines() for word in line.split() if word.count("-") == 4
-    )
+    interaction = interaction_id(pending)
     assert cli("approve", interaction, env=deployment).returncode == 0
     out, errors = attach.communicate(timeout=60)
     assert attach.returncode == 0, out + errors

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from turnstream.core.events import Event, InputAccepted, InputAcceptedData, Sender, Usage
+from turnstream.core.events import (
+    Event,
+    InputAccepted,
+    InputAcceptedData,
+    InterruptReceived,
+    InterruptReceivedData,
+    Sender,
+    Usage,
+)
 from turnstream.core.turn import (
     Context,
     ProviderFailure,
@@ -48,6 +57,55 @@ def accepted(n: int, text: str = "hi", session: str = "s1", kind: str = "message
             text=text,
             sender=Sender(kind="human", id="u1"),
             idempotency_key=f"key{n}",
+            inbound_seq=n,
+        ),
+    )
+
+
+def fact(cls: Any, data_cls: Any, turn: str = "turn1", **data: Any) -> Any:
+    """An event another service appends (a verdict, a result) for `turn` of session s1."""
+    return cls(
+        id=f"f-{cls.__name__}-{data.get('invocation_id')}",
+        time=T0,
+        session_id="s1",
+        chat_id="c1",
+        turn_id=turn,
+        trace_id="trace1",
+        correlation_id="key1",
+        source="other/1",
+        data=data_cls(**data),
+    )
+
+
+def succeed(inv: str, output: str = "ok", turn: str = "turn1") -> Any:
+    """The tool-executor's result of invocation `inv`."""
+    from turnstream.core.events import ToolInvocationSucceeded, ToolInvocationSucceededData
+
+    return fact(
+        ToolInvocationSucceeded,
+        ToolInvocationSucceededData,
+        turn,
+        invocation_id=inv,
+        output=output,
+        size=len(output),
+        duration_ms=1.0,
+    )
+
+
+def interrupt(mode: str, n: int = 9) -> InterruptReceived:
+    """An inbound interrupt of session s1 (the gateway's record of it)."""
+    return InterruptReceived(
+        id=f"int-{mode}-{n}",
+        time=T0,
+        session_id="s1",
+        chat_id="c1",
+        trace_id="tr",
+        correlation_id=f"k-int-{n}",
+        source="gateway/1",
+        data=InterruptReceivedData(
+            mode=mode,  # type: ignore[arg-type]
+            sender=Sender(kind="human", id="ana"),
+            idempotency_key=f"k-int-{n}",
             inbound_seq=n,
         ),
     )

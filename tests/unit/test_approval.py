@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tests.unit.factories import T0
+from tests.unit.factories import T0, fact
 from turnstream.core.approval import (
     AllowRule,
     ApprovalConfig,
@@ -218,16 +218,13 @@ def test_proposals_of_parallel_stage_turns_are_all_kept() -> None:
 
 
 def turn_ended(turn: str) -> TurnEnded:
-    return TurnEnded(
-        id=f"end-{turn}",
-        time=T0,
-        session_id="s1",
-        chat_id="c1",
-        turn_id=turn,
-        trace_id="tr",
-        correlation_id="k",
-        source="turn-runner/1",
-        data=TurnEndedData(status="failed", failure_class="interrupted", next_action="again"),
+    return fact(
+        TurnEnded,
+        TurnEndedData,
+        turn,
+        status="failed",
+        failure_class="interrupted",
+        next_action="again",
     )
 
 

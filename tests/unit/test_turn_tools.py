@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
-from tests.unit.factories import T0, Ids, accepted, ctx, success
+from tests.unit.factories import T0, Ids, accepted, ctx, fact, interrupt, succeed, success
 from turnstream.core.events import (
     FailureClass,
     HookDecided,
@@ -18,8 +17,6 @@ from turnstream.core.events import (
     ToolInvocationFailedData,
     ToolInvocationProposed,
     ToolInvocationRequested,
-    ToolInvocationSucceeded,
-    ToolInvocationSucceededData,
     TurnEnded,
 )
 from turnstream.core.turn import (
@@ -54,20 +51,6 @@ def tool_reply(*names: str):
     return replace(success("", "tool_use"), tool_calls=calls(*names))
 
 
-def fact(cls, data_cls, turn: str = "turn1", **data: Any):
-    return cls(
-        id=f"f-{cls.__name__}-{data.get('invocation_id')}",
-        time=T0,
-        session_id="s1",
-        chat_id="c1",
-        turn_id=turn,
-        trace_id="trace1",
-        correlation_id="key1",
-        source="other/1",
-        data=data_cls(**data),
-    )
-
-
 def approve(inv: str):
     return fact(ToolCallApproved, ToolCallApprovedData, invocation_id=inv, authority="mode")
 
@@ -75,17 +58,6 @@ def approve(inv: str):
 def deny(inv: str):
     return fact(
         ToolCallDenied, ToolCallDeniedData, invocation_id=inv, authority="mode", reason="no"
-    )
-
-
-def succeed(inv: str, output: str = "ok"):
-    return fact(
-        ToolInvocationSucceeded,
-        ToolInvocationSucceededData,
-        invocation_id=inv,
-        output=output,
-        size=len(output),
-        duration_ms=1.0,
     )
 
 
@@ -360,23 +332,6 @@ def test_a_tool_call_complete_mid_stream_is_proposed_and_run_before_the_stream_e
     state = fold(state, rest)
     assert [c.call_id for c in state.active.calls] == ["c0", "c1"]
     assert [c.index for c in state.active.calls] == [0, 1]
-
-
-def interrupt(mode: str):
-    from turnstream.core.events import InterruptReceived, InterruptReceivedData, Sender
-
-    return InterruptReceived(
-        id=f"int-{mode}",
-        time=T0,
-        session_id="s1",
-        chat_id="c1",
-        trace_id="tr",
-        correlation_id="k-int",
-        source="gateway/1",
-        data=InterruptReceivedData(
-            mode=mode, sender=Sender(kind="human", id="ana"), idempotency_key="k", inbound_seq=9
-        ),
-    )
 
 
 def test_a_hard_interrupt_ends_the_turn_at_once_even_mid_call() -> None:

@@ -6,12 +6,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from tests.unit.factories import T0, Ids, accepted, ctx, success
+from tests.unit.factories import T0, Ids, accepted, ctx, fact, interrupt, succeed, success
 from turnstream.core.events import (
     Event,
     FollowUpQueued,
-    InterruptReceived,
-    InterruptReceivedData,
     Sender,
     SessionTurnStart,
     StageAssertOutcome,
@@ -24,8 +22,6 @@ from turnstream.core.events import (
     ToolCallApprovedData,
     ToolInvocationProposed,
     ToolInvocationRequested,
-    ToolInvocationSucceeded,
-    ToolInvocationSucceededData,
     TurnEnded,
     WorkflowAttached,
     WorkflowAttachedData,
@@ -275,30 +271,20 @@ def test_calls_inside_a_stage_carry_its_envelope_and_results_come_back() -> None
     envelope = proposed.data.envelope
     assert envelope is not None and envelope.allowed_tools == ["read_file"]
     inv, turn = proposed.data.invocation_id, proposed.turn_id
-    base = {"time": T0, "session_id": "s1", "chat_id": "c1", "turn_id": turn}
-    base |= {"trace_id": "t", "correlation_id": "k", "source": "x/1"}
     sim.apply(
         [
-            ToolCallApproved(
-                id="ap1",
-                data=ToolCallApprovedData(invocation_id=inv, authority="workflow"),
-                **base,
+            fact(
+                ToolCallApproved,
+                ToolCallApprovedData,
+                turn,
+                invocation_id=inv,
+                authority="workflow",
             )
         ]
     )
     sim.decide()
     assert len(sim.of(ToolInvocationRequested)) == 1
-    sim.apply(
-        [
-            ToolInvocationSucceeded(
-                id="ok1",
-                data=ToolInvocationSucceededData(
-                    invocation_id=inv, output="file text", size=9, duration_ms=1
-                ),
-                **base,
-            )
-        ]
-    )
+    sim.apply([succeed(inv, "file text", turn)])
     sim.decide()
     assert sim.request("plan").messages[-1].text == "file text"
 
@@ -410,25 +396,7 @@ def test_messages_during_a_run_wait_for_it_and_a_hard_interrupt_cancels_it() -> 
     sim.decide()
     assert len(sim.of(FollowUpQueued)) == 1
     assert len(sim.of(SessionTurnStart)) == 1  # only the stage's
-    sim.apply(
-        [
-            InterruptReceived(
-                id="int1",
-                time=T0,
-                session_id="s1",
-                chat_id="c1",
-                trace_id="t",
-                correlation_id="k",
-                source="gateway/1",
-                data=InterruptReceivedData(
-                    mode="hard",
-                    sender=Sender(kind="human", id="u1"),
-                    idempotency_key="k2",
-                    inbound_seq=3,
-                ),
-            )
-        ]
-    )
+    sim.apply([interrupt("hard")])
     sim.decide()
     assert sim.of(StageCancelled)[0].data.cause == "interrupted"
     assert sim.of(WorkflowExit)[0].data.status == "cancelled"
@@ -594,23 +562,6 @@ def test_an_attach_during_a_chat_turn_runs_before_messages_sent_after_it() -> No
 def test_a_hard_interrupt_is_not_undone_by_a_later_graceful_one() -> None:
     sim = Sim(workflow(Step(("plan",)), stages=[stage("plan")]))
 
-    def interrupt(n: int, mode: str) -> InterruptReceived:
-        return InterruptReceived(
-            id=f"int{n}",
-            time=T0,
-            session_id="s1",
-            chat_id="c1",
-            trace_id="t",
-            correlation_id="k",
-            source="gateway/1",
-            data=InterruptReceivedData(
-                mode=mode,  # type: ignore[arg-type]
-                sender=Sender(kind="human", id="u1"),
-                idempotency_key=f"k{n}",
-                inbound_seq=n,
-            ),
-        )
-
-    sim.apply([interrupt(1, "hard"), interrupt(2, "graceful")])
+    sim.apply([interrupt("hard", 1), interrupt("graceful", 2)])
     sim.decide()
     assert sim.of(WorkflowExit)[0].data.status == "cancelled"
