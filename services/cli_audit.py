@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -19,7 +19,6 @@ from turnstream.bus.store import LOG_START
 from turnstream.cli_common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
 from turnstream.core.events import AuditViolation
 
-T = TypeVar("T")
 audit_app = typer.Typer(
     help="Invariant violations found in the log, the hash-chained audit file, rebuilds.",
     invoke_without_command=True,

@@ -94,7 +94,7 @@ def attach(
     command = attach_command(session, name, context)
 
     async def work(bus: Bus) -> int:
-        start = len(await bus.store.read_session(session))
+        start = await bus.store.last_seq(session)
         await publish_command(bus, session, command)
         console.print(f"attach {name} → {session}")
         if not wait:
@@ -104,17 +104,15 @@ def attach(
     raise typer.Exit(run_on_bus(settings_of(nats_url, data_dir), work))
 
 
-async def _follow(bus: Bus, session: str, key: str, start: int, timeout: float) -> int:
+async def _follow(bus: Bus, session: str, key: str, after_seq: int, timeout: float) -> int:
     """Print the run's stage events as they land; the exit code when it ends."""
     deadline = time.monotonic() + timeout
-    seen = start
     while time.monotonic() < deadline:
-        stored = await bus.store.read_session(session)
-        for item in stored[seen:]:
+        for item in await bus.store.read_session(session, after_seq=after_seq):
+            after_seq = item.seq
             code = _show(item.event, key)
             if code is not None:
                 return code
-        seen = len(stored)
         await asyncio.sleep(0.2)
     err.print(f"[yellow]still running after {timeout:.0f} s[/]; `turnstream workflow status`")
     return 3

@@ -25,13 +25,13 @@ from typing import Any
 
 from nats.js.errors import APIError, NotFoundError
 
+from turnstream.bus.store import WRONG_LAST_SEQUENCE
+from turnstream.bus.streams import LEASE_MARKER_TTL_S
 from turnstream.core.subjects import Subjects
 
 log = logging.getLogger("turnstream.bus")
 KEY_PREFIX = "session."
-WRONG_LAST_SEQUENCE = (10071, 10164)
 EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
-MARKER_TTL_S = 60
 
 
 class Ownership(enum.Enum):
@@ -77,10 +77,6 @@ class LeaseTable:
         """True while our lease on the session is valid (no round trip)."""
         held = self.held.get(session_id)
         return held is not None and held.valid_until > self.clock()
-
-    def idle_since(self, session_id: str) -> float | None:
-        held = self.held.get(session_id)
-        return None if held is None else held.used_at
 
     async def ensure(self, session_id: str) -> Ownership:
         """Make sure we hold the session's lease: keep it, take it if free, or say who has it."""
@@ -141,7 +137,7 @@ class LeaseTable:
             return
         headers = {"KV-Operation": "DEL", EXPECTED_LAST: str(held.revision)}
         if hand_over:
-            headers.update({"KV-Operation": "PURGE", "Nats-TTL": f"{MARKER_TTL_S}s"})
+            headers.update({"KV-Operation": "PURGE", "Nats-TTL": f"{LEASE_MARKER_TTL_S:g}s"})
         try:
             await self.js.publish(self.subject(session_id), b"", headers=headers)
         except APIError as exc:

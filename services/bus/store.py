@@ -16,10 +16,12 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
+from turnstream.bus.scan import stream_seq
 from turnstream.core.events import Event, EventBase, decode, encode
 from turnstream.core.subjects import Subjects
 
-WRONG_LAST_SEQUENCE = 10071
+WRONG_LAST_SEQUENCE = (10071, 10164)
+"""JetStream's error codes for a failed expected-last-sequence condition."""
 APPEND_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 30.0
 
@@ -105,7 +107,7 @@ class JetStreamEventStore:
         try:
             seqs = await self.appender.publish([item], APPEND_TIMEOUT_S)
         except AppendError as exc:
-            if exc.err_code == WRONG_LAST_SEQUENCE:
+            if exc.err_code in WRONG_LAST_SEQUENCE:
                 raise AppendConflict(session_id, expected_last_seq, str(exc)) from exc
             raise
         return seqs + await self.append_facts(rest)
@@ -159,7 +161,7 @@ class JetStreamEventStore:
         done = asyncio.get_running_loop().create_future()
 
         async def on_msg(msg: Any) -> None:
-            seq = msg.metadata.sequence.stream
+            seq = stream_seq(msg)
             if last is None or seq <= last:
                 out.append(StoredEvent(seq, decode(msg.data)))
             finished = seq >= last if last is not None else msg.metadata.num_pending == 0

@@ -92,7 +92,7 @@ def skip_remaining(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Eve
     for invocation_id in ids:
         data = ToolInvocationCancelledData(invocation_id=invocation_id, reason=reason)
         events.append(b.make(ToolInvocationCancelled, data))
-    return [e for e in events if not isinstance(e, ToolInvocationFailed)]
+    return events
 
 
 def propose(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
@@ -136,7 +136,7 @@ def propose_calls(
             envelope=_envelope(config),
         )
         events.append(b.make(ToolInvocationProposed, proposed))
-        if info is None:
+        if info is None and skip is None:  # a skipped call is cancelled instead
             error = ToolError(
                 error_class=FailureClass.TOOL_RUNTIME_ERROR,
                 kind="unknown_tool",
