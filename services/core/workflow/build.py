@@ -75,10 +75,10 @@ def gate_events(
         return events
     why = f"gate {gate or '?'} said {outcome}: {reason or 'no reason given'}"
     if policy == "skip":
-        result = result_of(run, ex, "skip", why)
+        result = result_of(ex, "skip", why)
     else:
         tries = f" after {checks} checks" if policy == "retry-later" else ""
-        result = result_of(run, ex, "fail", why + tries)
+        result = result_of(ex, "fail", why + tries)
     return events + exit_events(run, ex, result, ctx, b.last_id)
 
 
@@ -100,7 +100,7 @@ def assert_events(
         retry_at = ctx.now + timedelta(seconds=policy.delay(ex.attempt + 1))
     turn = ex.lane.active
     assert turn is not None
-    b = Builder(session_of(ex), turn, ctx)
+    b = lane_builder(run, ex, ctx)
     data = StageAssertOutcomeData(
         stage=ex.stage_id,
         stage_execution_id=ex.execution_id,
@@ -115,16 +115,12 @@ def assert_events(
     events: list[Event] = [b.make(StageAssertOutcome, data)]
     if verdict == "retry":
         return events
-    result = result_of(run, ex, verdict, reason)
+    result = result_of(ex, verdict, reason)
     return events + exit_events(run, ex, result, ctx, b.last_id)
 
 
-def session_of(ex: StageRun) -> str:
-    return ex.lane.session_id
-
-
 def result_of(
-    run: WorkflowRun, ex: StageRun, verdict: Literal["ok", "fail", "skip"], reason: str | None
+    ex: StageRun, verdict: Literal["ok", "fail", "skip"], reason: str | None
 ) -> StageResult:
     return StageResult(
         stage=ex.stage_id,
@@ -141,9 +137,7 @@ def exit_events(
     run: WorkflowRun, ex: StageRun, result: StageResult, ctx: Context, last_id: str
 ) -> list[Event]:
     """StageExited, then the end of the stage's turn (if it is still open)."""
-    turn = ex.lane.active
-    pseudo = pseudo_turn(run, ex.execution_id, ex.execution_id)
-    b = Builder(session_of(ex), turn or pseudo, ctx)
+    b = lane_builder(run, ex, ctx)
     b.last_id = last_id
     data = StageExitedData(stage=ex.stage_id, stage_execution_id=ex.execution_id, result=result)
     return [b.make(StageExited, data), *end_lane(b, ex, result)]
@@ -180,7 +174,6 @@ def _summary(result: StageResult) -> str:
 
 
 def cancel(
-    state: SessionState,
     run: WorkflowRun,
     running: list[StageRun],
     cause: Literal["ParallelSiblingFailure", "interrupted"],
@@ -191,8 +184,7 @@ def cancel(
     also cancels its running tool invocations."""
     events: list[Event] = []
     for ex in running:
-        turn = ex.lane.active
-        b = Builder(session_of(ex), turn or pseudo_turn(run, ex.execution_id, ""), ctx)
+        b = lane_builder(run, ex, ctx)
         data = StageCancelledData(
             stage=ex.stage_id, stage_execution_id=ex.execution_id, reason=reason, cause=cause
         )
@@ -300,7 +292,7 @@ def stage_of(run: WorkflowRun, ex: StageRun) -> StageDef:
 
 def lane_builder(run: WorkflowRun, ex: StageRun, ctx: Context) -> Builder:
     turn = ex.lane.active or pseudo_turn(run, ex.execution_id, ex.execution_id)
-    return Builder(session_of(ex), turn, ctx)
+    return Builder(ex.lane.session_id, turn, ctx)
 
 
 def pseudo_turn(run: WorkflowRun, turn_id: str, input_id: str) -> ActiveTurn:

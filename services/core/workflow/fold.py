@@ -71,7 +71,6 @@ def _attached(event: WorkflowAttached) -> WorkflowRun:
         chat_id=event.chat_id,
         trace_id=event.trace_id,
         correlation_id=event.correlation_id,
-        attached_at=event.time,
         last_event_id=event.id,
     )
 

@@ -51,7 +51,6 @@ from turnstream.core.workflow.build import (
     lane_start,
     pseudo_turn,
     result_of,
-    session_of,
 )
 from turnstream.core.workflow.fold import fold
 from turnstream.core.workflow.state import StageRun, WorkflowRun
@@ -221,7 +220,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
     if run.interrupt == "hard":
         running = [ex for ex in run.executions if ex.running]
         if running:
-            return cancel(state, run, running, "interrupted", "hard interrupt", ctx)
+            return cancel(run, running, "interrupted", "hard interrupt", ctx)
         return [exit_run(state, run, "cancelled", "interrupted", "hard interrupt", ctx)]
     for ex in run.executions:
         if ex.running:
@@ -257,11 +256,11 @@ def _advance(
     turn = ex.lane.active
     if turn is None:  # the stage's turn ended on its own: a provider error, a bound
         reason = f"the stage turn failed: {ex.failure or 'it ended'}"
-        return exit_events(run, ex, result_of(run, ex, "fail", reason), ctx, run.last_event_id)
+        return exit_events(run, ex, result_of(ex, "fail", reason), ctx, run.last_event_id)
     if turn.ended is not None:
         return decide_turn(ex.lane, lane_config(config, run, ex), ctx)
     if ex.asserted is not None:  # Assert is recorded, its Exit was not (a crash between)
-        result = result_of(run, ex, ex.asserted, ex.assert_reason)
+        result = result_of(ex, ex.asserted, ex.assert_reason)
         return exit_events(run, ex, result, ctx, turn.last_event_id)
     if turn.act_done:
         if ASSERT in config.workflow_hooks:
@@ -280,7 +279,7 @@ def _repair(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
     for ex in run.executions:
         turn = ex.lane.active
         if not ex.running and turn is not None:  # exited or cancelled, its turn still open
-            b = Builder(session_of(ex), turn, ctx)
+            b = Builder(ex.lane.session_id, turn, ctx)
             return end_lane(b, ex, ex.result)
         if ex.running and turn is None and ex.lane.turns_ended == 0:  # its turn never started
             b = Builder(state.session_id, pseudo_turn(run, ex.execution_id, ex.execution_id), ctx)
@@ -310,7 +309,7 @@ def _after_executions(state: SessionState, run: WorkflowRun, ctx: Context) -> li
         if siblings and step.parallel and others:
             first = siblings[0]
             why = f"sibling {first.stage_id} failed: {_why(first)}"
-            return cancel(state, run, others, "ParallelSiblingFailure", why, ctx)
+            return cancel(run, others, "ParallelSiblingFailure", why, ctx)
         return []
     recover = next((ex for ex in current if ex.role == "recover"), None)
     if recover is not None:

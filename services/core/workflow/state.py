@@ -61,7 +61,6 @@ class WorkflowRun:
     chat_id: str
     trace_id: str
     correlation_id: str
-    attached_at: datetime
     last_event_id: str
     status: RunStatus = "attached"
     step: int = -1
