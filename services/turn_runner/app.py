@@ -72,6 +72,10 @@ class Runner:
         self.provider = provider
         self.settings = settings
         self.session_providers: dict[str, tuple[Provider, Settings]] = {}
+        self.session_patterns: dict[str, str] = {}
+        """Which `sessions:` pattern applies to a session ('' for none)."""
+        self.session_configs: dict[str, tuple[TurnConfig, TurnConfig]] = {}
+        """Per pattern: the base configuration it was made from, and the session's."""
         self.base_config = turn_config
         self.hooks = hooks or HookRegistry(nc=bus.nc)
         self.now = clock
@@ -108,23 +112,32 @@ class Runner:
         return self._snapshots
 
     def for_session(self, session_id: str) -> tuple[Provider, TurnConfig]:
-        """The provider and turn configuration of a session (`sessions:` overrides)."""
+        """The provider and turn configuration of a session (`sessions:` overrides).
+
+        Asked several times per event: the pattern of each session and the configuration
+        of each pattern are worked out once (again only when the hooks change the base)."""
         config = self.turn_config
         if self.settings is None or not self.settings.sessions:
             return self.provider, config
-        pattern, settings = self.settings.session_override(session_id)
+        pattern = self.session_patterns.get(session_id)
+        if pattern is None:
+            pattern, settings = self.settings.session_override(session_id)
+            self.session_patterns[session_id] = pattern
+            if pattern and pattern not in self.session_providers:
+                self.session_providers[pattern] = (build_provider(settings), settings)
         if not pattern:
             return self.provider, config
-        if pattern not in self.session_providers:
-            self.session_providers[pattern] = (build_provider(settings), settings)
         provider, settings = self.session_providers[pattern]
-        session_config = replace(
-            config,
-            provider=settings.provider,
-            model=settings.model_name,
-            offer_tools=settings.tool_calling != "none",
-            followup_policy=settings.followup_policy,
-        )
+        base, session_config = self.session_configs.get(pattern, (None, config))
+        if base is not config:
+            session_config = replace(
+                config,
+                provider=settings.provider,
+                model=settings.model_name,
+                offer_tools=settings.tool_calling != "none",
+                followup_policy=settings.followup_policy,
+            )
+            self.session_configs[pattern] = (config, session_config)
         return provider, session_config
 
     async def close(self) -> None:
