@@ -93,7 +93,7 @@ class Finding:
 
 @dataclass(slots=True)
 class Checks:
-    """The checks' state: a fold over the whole log (mutable, for rebuild speed)."""
+    """The checks' state, a fold over the whole log: mutable, not copied per event."""
 
     config: CheckConfig = field(default_factory=CheckConfig)
     turns: dict[tuple[str, str], TurnFacts] = field(default_factory=dict)

@@ -38,7 +38,7 @@ REPLY_CHARS = 1000
 
 @dataclass(slots=True)
 class SessionSummary:
-    """Mutable for speed: a rebuild folds every event of the log into these."""
+    """Mutable: a rebuild folds every event of the log into these without copying them."""
 
     session_id: str
     status: SummaryStatus = "idle"
