@@ -28,6 +28,7 @@ from turnstream.cli_common import (
 )
 from turnstream.client import (
     answer_command,
+    live_state,
     message_command,
     pending_prompts,
     publish_command,
@@ -283,9 +284,7 @@ def replay(
         stored = await bus.store.read_session(session)
         live = None
         if verify:
-            subject = bus.subjects.api("turn-runner", "session")
-            query = orjson.dumps({"sessionId": session})
-            live = bytes((await bus.nc.request(subject, query, timeout=5)).data)
+            live = await live_state(bus, session)
         return stored, live
 
     stored, live = run_on_bus(settings_of(nats_url, data_dir), work)
@@ -458,12 +457,8 @@ def status(
 ) -> None:
     """The turn-runner's live state of a session (JSON)."""
 
-    async def ask(bus: Bus) -> bytes:
-        subject = bus.subjects.api("turn-runner", "session")
-        msg = await bus.nc.request(subject, orjson.dumps({"sessionId": session}), timeout=5)
-        return bytes(msg.data)
-
-    sys.stdout.write(run_on_bus(settings_of(nats_url, data_dir), ask).decode() + "\n")
+    state = run_on_bus(settings_of(nats_url, data_dir), lambda bus: live_state(bus, session))
+    sys.stdout.write(state.decode() + "\n")
 
 
 from turnstream.cli_workflow import workflow_app  # noqa: E402  (it imports helpers from here)

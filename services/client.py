@@ -89,6 +89,13 @@ def answer_command(
     }
 
 
+async def live_state(bus: Bus, session_id: str, timeout: float = 5) -> bytes:
+    """The turn-runner's live state of a session, as JSON (`state_from_json` reads it)."""
+    subject = bus.subjects.api("turn-runner", "session")
+    msg = await bus.nc.request(subject, orjson.dumps({"sessionId": session_id}), timeout=timeout)
+    return bytes(msg.data)
+
+
 async def pending_prompts(bus: Bus, session_id: str | None = None) -> list[dict[str, Any]]:
     """Open approval prompts, from the approval service."""
     subject = bus.subjects.api("approval", "pending")

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from turnstream.bus import Bus
+from turnstream.client import live_state
 from turnstream.core.turn import SessionState, fold, state_from_json, state_to_json
 
 log = logging.getLogger("turnstream.audit")
@@ -61,12 +62,10 @@ async def _replay(bus: Bus, query: dict[str, Any]) -> dict[str, Any]:
 async def _verify(bus: Bus, query: dict[str, Any]) -> dict[str, Any]:
     session_id = str(query["sessionId"])
     state, count, _ = await _rebuild(bus, session_id, None)
-    subject = bus.subjects.api("turn-runner", "session")
-    reply = await bus.nc.request(subject, orjson.dumps({"sessionId": session_id}), timeout=5)
-    live = state_from_json(reply.data)
+    reply = await live_state(bus, session_id)
     return {
-        "equal": live == state,
+        "equal": state_from_json(reply) == state,
         "events": count,
         "log": orjson.loads(state_to_json(state)),
-        "live": orjson.loads(reply.data),
+        "live": orjson.loads(reply),
     }

@@ -22,6 +22,7 @@ import orjson
 from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
+from turnstream.client import live_state
 from turnstream.core.events import Event
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import SessionState, fold, state_from_json
@@ -206,7 +207,5 @@ async def check_invariants(bus: Bus, session: str, witness: Witness | None = Non
         in_log = {s.seq: s.event.id for s in stored}
         lost = {seq: i for seq, i in witness.seen.items() if in_log.get(seq) != i}
         assert not lost, f"acked events missing from the log: {lost}"
-    subject = bus.subjects.api("turn-runner", "session")
-    reply = await bus.nc.request(subject, orjson.dumps({"sessionId": session}), timeout=10)
-    assert state_from_json(reply.data) == fold(SessionState(session), log)
+    assert state_from_json(await live_state(bus, session, 10)) == fold(SessionState(session), log)
     return log

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import orjson
 import pytest
 
 from tests.recovery.harness import Witness, check_invariants, deployment, wait_for
-from turnstream.client import attach_command, publish_command
+from turnstream.client import attach_command, live_state, publish_command
 from turnstream.core.events import WorkflowExit
 from turnstream.core.turn import SessionState, fold, state_from_json
 from turnstream.core.workflow.view import stage_rows
@@ -69,12 +68,11 @@ async def test_a_runner_killed_mid_stage_restarts_and_the_workflow_completes(
         await wait_for(bus, session, "WorkflowExit", timeout=60)
         events = await check_invariants(bus, session, witness)
         assert len(d.runs("runs.txt")) == 1  # the side effect ran once
-        subject = bus.subjects.api("turn-runner", "session")
-        reply = await bus.nc.request(subject, orjson.dumps({"sessionId": session}), timeout=5)
+        reply = await live_state(bus, session)
     [end] = [e for e in events if isinstance(e, WorkflowExit)]
     assert end.data.status == "completed", end.data
     assert len([e for e in events if e.type == "SessionTurnStart"]) == 2
-    live = state_from_json(reply.data).workflow
+    live = state_from_json(reply).workflow
     rebuilt = fold(SessionState(session), events).workflow
     assert live is not None and rebuilt is not None
     assert stage_rows(live) == stage_rows(rebuilt)
