@@ -23,7 +23,7 @@ from turnstream.core.events import (
     WorkflowExit,
 )
 from turnstream.core.ids import IdFactory
-from turnstream.core.turn import SessionState, TurnConfig, fold, state_to_json
+from turnstream.core.turn import SessionState, TurnConfig, state_to_json
 from turnstream.hooks import HookCall, HookRegistry
 from turnstream.mailbox import Mailboxes, serve_sessions
 from turnstream.providers import Provider, build_provider
@@ -38,6 +38,7 @@ from turnstream.runtime import (
 )
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
+from turnstream.turn_runner import snapshots
 from turnstream.turn_runner.leasing import LeasePolicy, keep_leases
 from turnstream.turn_runner.session import Delivered, Item, SessionActor, Tick
 
@@ -163,7 +164,7 @@ class Runner:
                 turn_id=event.turn_id,
                 stage=stage,
                 point=point,
-                event=orjson.loads(event.model_dump_json(by_alias=True)),
+                event=event.model_dump(mode="json", by_alias=True),
             )
             self.spawn(self.hooks.observe(stage, point, request), f"observe:{event.id}")
 
@@ -177,8 +178,8 @@ class Runner:
                 return actor.state
             if actor.last_seq >= await self.bus.store.last_seq(session_id):
                 return actor.state
-        stored = await self.bus.store.read_session(session_id)
-        return fold(SessionState(session_id), [s.event for s in stored])
+        kv = await self.snapshots()
+        return (await snapshots.rebuild(kv, self.bus.store, session_id))[0]
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects

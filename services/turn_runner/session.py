@@ -306,18 +306,13 @@ class SessionActor:
     async def reload(self) -> None:
         """Rebuild the state from the log (the truth): the latest snapshot, then the tail."""
         kv = await self.runner.snapshots()
-        found = await snapshots.load(kv, self.session_id)
-        state, after = found if found else (SessionState(self.session_id), 0)
-        stored = await self.runner.bus.store.read_session(self.session_id, after_seq=after)
-        for item in stored:
-            state = evolve(state, item.event)
-        self.state = state
-        self.last_seq = stored[-1].seq if stored else after
+        store = self.runner.bus.store
+        self.state, self.last_seq, read = await snapshots.rebuild(kv, store, self.session_id)
         self.input_mark = self.last_seq
         self.loaded = True
-        self.runner.reloaded_events += len(stored)
-        if len(stored) > snapshots.EVERY:
-            await snapshots.save(kv, state, self.last_seq)
+        self.runner.reloaded_events += read
+        if read > snapshots.EVERY:
+            await snapshots.save(kv, self.state, self.last_seq)
 
     def context(self) -> Context:
         return Context(now=self.runner.now(), new_id=self.runner.new_id, source=self.runner.source)

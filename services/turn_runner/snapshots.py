@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from turnstream.core.subjects import session_key
-from turnstream.core.turn import SessionState, state_from_json, state_to_json
+from turnstream.core.turn import SessionState, evolve, state_from_json, state_to_json
 
 log = logging.getLogger("turnstream.turn_runner")
 EVERY = 200
@@ -47,3 +47,14 @@ async def save(kv: Any, state: SessionState, seq: int) -> None:
         await kv.put(session_key(state.session_id), body)
     except Exception as exc:  # a snapshot is an optimisation: never fail a turn for it
         log.warning("snapshot of %s not written: %s", state.session_id, exc)
+
+
+async def rebuild(kv: Any, store: Any, session_id: str) -> tuple[SessionState, int, int]:
+    """The session from its latest snapshot and the log after it: the state, the sequence
+    it is as of, and how many events had to be read."""
+    found = await load(kv, session_id)
+    state, after = found if found else (SessionState(session_id), 0)
+    stored = await store.read_session(session_id, after_seq=after)
+    for item in stored:
+        state = evolve(state, item.event)
+    return state, (stored[-1].seq if stored else after), len(stored)
