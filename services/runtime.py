@@ -9,10 +9,12 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import uuid_utils
 
 from turnstream.bus import Bus, connect
+from turnstream.bus.kv import watch
 from turnstream.bus.streams import StreamLimits
 from turnstream.core.turn import ToolInfo
 from turnstream.hooks import HookRegistry
@@ -100,22 +102,10 @@ def tool_infos(registry: ToolRegistry) -> tuple[ToolInfo, ...]:
 
 async def watch_hooks(bus: Bus, hooks: HookRegistry, stop: asyncio.Event) -> None:
     """Keep the remote hooks of `hooks` in step with the hooks bucket."""
+
+    def apply(entry: Any) -> None:
+        deleted = entry.operation in ("DEL", "PURGE") or entry.value is None
+        hooks.set_remote(entry.key, None if deleted else entry.value)
+
     kv = await bus.js.key_value(bus.subjects.hooks_bucket)
-    watcher = await kv.watchall()
-    try:
-        while not stop.is_set():
-            try:
-                entry = await watcher.updates(timeout=0.5)
-            except TimeoutError:
-                continue
-            except Exception as exc:  # nats-py raises its own timeout type here
-                if "timeout" not in type(exc).__name__.lower():
-                    log.warning("hooks watch failed (%s); retrying", exc)
-                    await asyncio.sleep(0.5)
-                continue
-            if entry is None:
-                continue  # end of the initial values
-            deleted = entry.operation in ("DEL", "PURGE") or entry.value is None
-            hooks.set_remote(entry.key, None if deleted else entry.value)
-    finally:
-        await watcher.stop()
+    await watch(kv, stop, apply, "hooks")

@@ -25,6 +25,7 @@ from typing import Any
 
 from nats.js.errors import APIError, NotFoundError
 
+from turnstream.bus.kv import watch
 from turnstream.bus.store import WRONG_LAST_SEQUENCE
 from turnstream.bus.streams import LEASE_MARKER_TTL_S
 from turnstream.core.subjects import Subjects
@@ -172,22 +173,13 @@ class LeaseTable:
     async def watch_expiries(self, on_expired: Callable[[str], None], stop: asyncio.Event) -> None:
         """Call `on_expired(session)` for each lease that expires (its holder stopped
         renewing: it died or was paused), until `stop` is set."""
+
+        def expired(entry: Any) -> None:
+            if entry.operation != "PURGE" or not entry.key.startswith(KEY_PREFIX):
+                return
+            session_id = entry.key[len(KEY_PREFIX) :]
+            if not self.holds(session_id):
+                on_expired(session_id)
+
         kv = await self.js.key_value(self.bucket)
-        watcher = await kv.watchall()
-        try:
-            while not stop.is_set():
-                try:
-                    entry = await watcher.updates(timeout=0.5)
-                except Exception as exc:  # nats-py raises its own timeout type here
-                    if "timeout" not in type(exc).__name__.lower():
-                        log.warning("leases watch failed (%s); retrying", exc)
-                        await asyncio.sleep(0.5)
-                    continue
-                if entry is None or entry.operation != "PURGE":
-                    continue
-                if entry.key.startswith(KEY_PREFIX):
-                    session_id = entry.key[len(KEY_PREFIX) :]
-                    if not self.holds(session_id):
-                        on_expired(session_id)
-        finally:
-            await watcher.stop()
+        await watch(kv, stop, expired, "leases")
