@@ -3,9 +3,11 @@
 Start: scan the log once with an ordered consumer (the same fold as `turnstream audit
 rebuild`), recording in the audit file what it lacks, writing every summary and the
 violations the log does not have yet. Then the durable consumer `audit` brings what is
-new, in batches: fold, record, write the journal, append violations, put the changed
-summaries, and only then ack. A timer looks for turns open past their bound. One
-instance per deployment: the audit file is one chain.
+new, in batches: fold, record, write the journal, append violations, put the summaries
+whose turn started or ended, and only then ack; the other changed summaries (counters,
+`lastSeq`) are put once a second, and a restart's scan rewrites them all anyway. A timer
+looks for turns open past their bound. One instance per deployment: the audit file is one
+chain.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ DURABLE = "audit"
 JOURNAL_FILE = "audit.jsonl"
 BATCH = 2000
 LINGER_S = 0.05
-"""How long a batch gathers: summaries lag the log by at most this much more."""
+"""How long a batch gathers: a turn's start and end reach its summary this much later."""
+COUNTERS_S = 1.0
+"""How often the summaries whose turn neither started nor ended are written: a busy
+session would otherwise be written with every batch, several times per turn."""
 RETRY_S = 0.5
 
 
@@ -119,6 +124,7 @@ class AuditService:
 
     async def _work(self, queue: asyncio.Queue[Any], stop: asyncio.Event) -> None:
         next_tick = time.monotonic() + self.tick_s
+        next_counters = time.monotonic() + COUNTERS_S
         while not stop.is_set():
             batch = await _next_batch(queue, min(self.tick_s, 0.5), LINGER_S)
             if batch and stream_seq(batch[0]) > self.auditor.last_seq + 1:
@@ -130,7 +136,10 @@ class AuditService:
                 next_tick = time.monotonic() + self.tick_s
                 self.auditor.tick(self.clock())
                 self.journal.flush(sync=True)
-            if not await self._flush(stop):
+            counters = time.monotonic() >= next_counters
+            if counters:
+                next_counters = time.monotonic() + COUNTERS_S
+            if not await self._flush(stop, turned_only=not counters):
                 return  # stopping before the batch was written: it comes again
             if batch:
                 await batch[-1].ack()  # the consumer acks all: one covers the batch
@@ -145,11 +154,11 @@ class AuditService:
             "audit: deliveries after seq %d were lost; read up to %d from the log", after, last
         )
 
-    async def _flush(self, stop: asyncio.Event) -> bool:
+    async def _flush(self, stop: asyncio.Event, *, turned_only: bool = False) -> bool:
         """Write what the fold left behind; retry until it is written or `stop` is set."""
         self.journal.flush()
         violations = self.auditor.take_violations(self.clock(), self.source)
-        summaries = self.auditor.take_dirty()
+        summaries = self.auditor.take_dirty(turned_only=turned_only)
         while True:
             try:
                 if violations:

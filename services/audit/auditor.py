@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from turnstream.audit.checks import CheckConfig, Checks, Finding
-from turnstream.core.events import AuditViolation, Event
+from turnstream.core.events import (
+    AuditViolation,
+    Event,
+    InputRejected,
+    SessionTurnStart,
+    TurnEnded,
+)
 from turnstream.core.summary import SessionSummary, evolve_summary
 
 
@@ -23,6 +29,9 @@ class Auditor:
     """Everything up to this log sequence is folded in; anything at or below it is skipped."""
     dirty: set[str] = field(default_factory=set)
     """Sessions whose summary changed since the last `take_dirty`."""
+    turned: set[str] = field(default_factory=set)
+    """Of those, the ones whose turn started or ended (or got a violation): the changes a
+    watcher waits for, written at once; the counters of the others can wait a little."""
     found: dict[str, Finding] = field(default_factory=dict)
     """Violations found and not yet handed out, by violation id."""
     reported: set[str] = field(default_factory=set)
@@ -45,6 +54,8 @@ class Auditor:
             summary = self.summaries[session] = SessionSummary(session)
         evolve_summary(summary, seq, event)
         self.dirty.add(session)
+        if isinstance(event, _TURNING):
+            self.turned.add(session)
         if isinstance(event, AuditViolation):
             self.violations += 1
             self.reported.add(event.id)
@@ -58,9 +69,12 @@ class Auditor:
         for finding in self.checks.overdue(now):
             self._found(finding)
 
-    def take_dirty(self) -> list[SessionSummary]:
-        dirty = [self.summaries[session] for session in sorted(self.dirty)]
-        self.dirty.clear()
+    def take_dirty(self, *, turned_only: bool = False) -> list[SessionSummary]:
+        """The summaries that changed (`turned_only`: those whose turn started or ended)."""
+        taken = self.turned if turned_only else self.dirty
+        dirty = [self.summaries[session] for session in sorted(taken)]
+        self.dirty -= taken
+        self.turned.clear()
         return dirty
 
     def take_violations(self, now: datetime, source: str) -> list[AuditViolation]:
@@ -74,3 +88,6 @@ class Auditor:
         violation_id = finding.violation_id
         if violation_id not in self.reported:
             self.found.setdefault(violation_id, finding)
+
+
+_TURNING = (SessionTurnStart, TurnEnded, InputRejected, AuditViolation)

@@ -137,6 +137,15 @@ def test_an_event_at_or_below_the_last_sequence_is_not_folded_twice() -> None:
     assert kinds(auditor) == []
 
 
+def test_a_turn_starting_or_ending_is_written_at_once_other_changes_wait() -> None:
+    auditor = fold(tool_run("s1", "t1", "i1"))  # counters only: no turn started or ended
+    assert auditor.take_dirty(turned_only=True) == []
+    auditor = fold([start("s2", "t2")], auditor)
+    assert [s.session_id for s in auditor.take_dirty(turned_only=True)] == ["s2"]
+    assert [s.session_id for s in auditor.take_dirty()] == ["s1"]  # the rest, later
+    assert auditor.take_dirty() == []
+
+
 def test_violations_are_events_of_the_contract() -> None:
     auditor = fold([*turn("s1", "t1"), ended("s1", "t1")])
     (violation,) = auditor.take_violations(T0, "audit/test")
