@@ -27,6 +27,7 @@ from turnstream.bus.leases import Ownership
 from turnstream.core.events import Event
 from turnstream.core.turn import (
     Context,
+    Decision,
     HookVerdict,
     ProviderFailure,
     ProviderOutcome,
@@ -278,7 +279,7 @@ class SessionActor:
             events = step(self.state)
             if not events:
                 return
-            decided = fold(self.state, events)
+            decided = events.state if isinstance(events, Decision) else fold(self.state, events)
             try:
                 seqs = await store.append(
                     self.session_id, events[:1], expected_last_seq=self.last_seq

@@ -139,6 +139,7 @@ def run_turn(
     log: list[Event] = []
     events = decide(state, config, c)
     state = fold(state, events)
+    assert events.state == state  # the state the shell takes instead of folding again
     log += events
     for reply in replies:
         if state.active is None or not state.active.awaiting_provider:

@@ -29,6 +29,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.turn import (
     Context,
+    Decision,
     ProviderSuccess,
     SessionState,
     ToolCall,
@@ -116,7 +117,10 @@ class Sim:
         return ctx(self.ids)
 
     def apply(self, events: list[Event]) -> None:
-        self.state = fold(self.state, events)
+        folded = fold(self.state, events)
+        if isinstance(events, Decision):  # what the shell takes instead of folding again
+            assert events.state == folded
+        self.state = folded
         self.log += events
         if events:
             self.decisions.append(list(events))

@@ -63,6 +63,7 @@ from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
 from turnstream.core.turn.state import (
     ActiveTurn,
     Context,
+    Decision,
     HookVerdict,
     Message,
     PendingInput,
@@ -89,13 +90,13 @@ SUMMARY_REQUEST = (
 )
 
 
-def decide(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
+def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
     """Every event that follows from `state` without an outside effect, in order."""
     out: list[Event] = []
     while step := _next_step(state, config, ctx):
         out.extend(step)
         state = fold(state, step)
-    return out
+    return Decision(out, state)
 
 
 def needs_provider_call(state: SessionState) -> bool:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
-from turnstream.core.events import Sender, Stage, StopReason, TurnStatus, Usage
+from turnstream.core.events import Event, Sender, Stage, StopReason, TurnStatus, Usage
 from turnstream.core.ids import IdFactory
 
 S = TypeVar("S")
@@ -157,6 +158,21 @@ class SessionState:
     last_status: TurnStatus | None = None
     workflow: WorkflowRun | None = None
     """The workflow attached to the session (its stage turns run as lanes inside it)."""
+
+
+class Decision(list[Event]):
+    """A decider's events, in order, and `state`: the session with them folded in.
+
+    The deciders fold as they go (each step decides from the state the last one left), so
+    they hand that state on and the shell need not fold the same events again. It is a
+    list, so code that only wants the events reads it as one.
+    """
+
+    __slots__ = ("state",)
+
+    def __init__(self, events: Iterable[Event], state: SessionState) -> None:
+        super().__init__(events)
+        self.state = state
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import decide as decide_turn
 from turnstream.core.turn.state import (
     Context,
+    Decision,
     SessionState,
     StageSpec,
     TurnConfig,
@@ -59,10 +60,11 @@ GATE = "CheckGate"
 ASSERT = "Assert"
 
 
-def decide(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
+def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
     """Every event that follows from `state` without an outside effect, in order."""
     run = state.workflow
     if run is None or not run.open:
+        # the chat turn's events are no run's: the turn's own fold is the session's
         return decide_turn(state, config, ctx)
     out: list[Event] = []
     if state.active is not None:
@@ -71,7 +73,15 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]
     while step := _next_step(state, config, ctx):
         out.extend(step)
         state = fold(state, step)
-    return out
+    return Decision(out, state)
+
+
+def _then_decide(
+    state: SessionState, events: list[Event], config: TurnConfig, ctx: Context
+) -> Decision:
+    """`events`, and what follows from them."""
+    rest = decide(fold(state, events), config, ctx)
+    return Decision([*events, *rest], rest.state)
 
 
 def lane_config(config: TurnConfig, run: WorkflowRun, ex: StageRun) -> TurnConfig:
@@ -121,7 +131,7 @@ def lane_step(
         events = step(ex.lane, lane_config(config, run, ex))
     if not events:
         return []
-    return events + decide(fold(state, events), config, ctx)
+    return _then_decide(state, events, config, ctx)
 
 
 def awaiting_workflow_hooks(
@@ -177,7 +187,7 @@ def on_gate(
     if run is None or ex is None or ex.status != "gate":
         return []
     events = gate_events(run, ex, outcome, ctx, gate=gate, reason=reason)
-    return events + decide(fold(state, events), config, ctx)
+    return _then_decide(state, events, config, ctx)
 
 
 def on_assert(
@@ -199,7 +209,7 @@ def on_assert(
     if turn is None or not turn.act_done:
         return []
     events = assert_events(run, ex, verdict, reason, ctx, asserter=asserter)
-    return events + decide(fold(state, events), config, ctx)
+    return _then_decide(state, events, config, ctx)
 
 
 def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
