@@ -229,6 +229,8 @@ class Executor:
 
     async def _on_turn_end(self, msg: Any) -> None:
         """A hard abort ends its turn `failed, interrupted`: cancel what that turn runs."""
+        if not self.running:
+            return  # every turn's end comes here: most find nothing to cancel
         event = decode(msg.data)
         if not isinstance(event, TurnEnded) or event.data.failure_class != "interrupted":
             return
