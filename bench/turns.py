@@ -12,6 +12,8 @@ up` does), then measures:
   depth     turns 1-5 against turns 46-50 of the same sessions (nothing may grow)
   CPU       what each process (services, nats-server, this client) spent per turn at K = 50:
             the sum bounds throughput on this machine's cores
+  writes    log events and session-summary KV writes per turn at K = 50 (what the server
+            stores for each turn)
 """
 
 from __future__ import annotations
@@ -148,6 +150,16 @@ async def depth(watcher: TurnWatcher, sessions: int = 6, turns: int = 50) -> dic
     return {"turns_1_5_p50_ms": first, "turns_46_50_p50_ms": last, "ratio": last / first}
 
 
+async def stored(bus: Bus) -> dict[str, int]:
+    """How many messages the log and the summaries bucket have taken so far."""
+    names = {"log events": bus.subjects.log_stream, "summary writes": _kv(bus.subjects)}
+    return {k: (await bus.js.stream_info(v)).state.last_seq for k, v in names.items()}
+
+
+def _kv(subjects: Subjects) -> str:
+    return f"KV_{subjects.sessions_bucket}"
+
+
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     """User + system CPU seconds each process has used so far (Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -168,16 +180,23 @@ async def scenario(
         await concurrent(watcher, 10, 200, f"warm-{name}")  # warm up every process
         turns = []
         for k in (1, 10, 50):
-            before = cpu_seconds(pids)
+            before, stored_before = cpu_seconds(pids), await stored(bus)
             turns.append(
                 await concurrent(
                     watcher, k, args.turns if k > 1 else args.turns // 4, f"{name}-k{k}"
                 )
             )
             after = cpu_seconds(pids)
-        done = turns[-1]["turns"]  # the CPU each process spent per turn at K = 50
+        await asyncio.sleep(1.2)  # the audit writes summaries whose turn did not end within 1 s
+        stored_after = await stored(bus)
+        done = turns[-1]["turns"]  # what each process spent per turn at K = 50
         cpu = {p: (after[p] - before[p]) * 1000 / done for p in pids}
-        result: dict[str, Any] = {"turns": turns, "cpu_ms_per_turn_k50": cpu}
+        writes = {k: (stored_after[k] - stored_before[k]) / done for k in stored_after}
+        result: dict[str, Any] = {
+            "turns": turns,
+            "cpu_ms_per_turn_k50": cpu,
+            "stored_per_turn_k50": writes,
+        }
         if name == "text":
             result["depth"] = await depth(watcher)
         return result
@@ -226,6 +245,12 @@ def report(result: dict[str, Any]) -> None:
             cells.append(f"{sum(spent.values()) if process == 'total' else spent[process]:.2f}")
         cpu.add_row(process, *cells)
     console.print(cpu)
+    stored_line = "; ".join(
+        f"{name} "
+        + ", ".join(f"{n:.1f} {what}" for what, n in result[name]["stored_per_turn_k50"].items())
+        for name in SCRIPTS
+    )
+    console.print(f"stored per turn at K = 50: {stored_line}")
     cores = os.cpu_count() or 1
     for name in SCRIPTS:
         total = sum(result[name]["cpu_ms_per_turn_k50"].values())

@@ -1,0 +1,163 @@
+"""This checkout against a baseline revision, side by side: CPU per turn of each process.
+
+    python bench/compare.py [--base REV] [--rounds 4] [--turns 1500] [--script one-tool]
+
+The machines are shared and their speed drifts by a quarter within minutes, so two
+benchmark runs minutes apart do not compare. This alternates short runs of the baseline
+(a `git worktree` of REV) and of this checkout, `--rounds` times, each one
+`bench/turns.py`'s K = 50 measurement (what each process spent per turn, the turns/s) and
+K = 1 p50, and reports each process's ratio as the geometric mean of the ratios of
+neighbouring runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).parent))
+from turns import SCRIPTS, TurnWatcher, concurrent, cpu_seconds
+
+console = Console(highlight=False)
+ROOT = Path(__file__).parents[1]
+
+
+async def measure(url: str, pids: dict[str, int], turns: int) -> dict[str, Any]:
+    from turnstream.bus import connect
+    from turnstream.bus.streams import StreamLimits
+    from turnstream.core.subjects import Subjects
+
+    bus = await connect(url, Subjects("ts"), ensure=StreamLimits())
+    watcher = TurnWatcher(bus)
+    await watcher.start()
+    try:
+        await concurrent(watcher, 10, 200, "warm")
+        k1 = await concurrent(watcher, 1, 100, "k1")
+        before = cpu_seconds(pids)
+        k50 = await concurrent(watcher, 50, turns, "k50")
+        after = cpu_seconds(pids)
+    finally:
+        await bus.close()
+    cpu = {p: (after[p] - before[p]) * 1000 / k50["turns"] for p in pids}
+    return {"k1_p50_ms": k1["p50_ms"], "turns_per_s": k50["turns_per_s"], "cpu": cpu}
+
+
+def one_run(script: str, turns: int) -> None:
+    """Run the services of whichever `turnstream` is importable; print one JSON line."""
+    from turnstream.bus.embedded import EmbeddedServer
+    from turnstream.settings import Settings
+    from turnstream.up import Supervisor
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "workspace").mkdir()
+        (root / "workspace" / "bench.txt").write_text("x" * 1000)
+        os.environ["TURNSTREAM_SECURITY_MODE"] = "auto"
+        os.environ["TURNSTREAM_WORKSPACE"] = str(root / "workspace")
+        (root / "script.yaml").write_text(SCRIPTS[script])
+        with EmbeddedServer(root / "nats") as server:
+            settings = Settings(data_dir=root, script=root / "script.yaml")
+            supervisor = Supervisor(server.url, settings, console)
+            supervisor.start_all()
+            try:
+                time.sleep(1.5)
+                pids = {n: child.pid for n, child in supervisor.children.items()}
+                assert server.process is not None
+                pids |= {"nats-server": server.process.pid, "bench client": os.getpid()}
+                print(json.dumps(asyncio.run(measure(server.url, pids, turns))))
+            finally:
+                supervisor.stop_all()
+
+
+def run_side(pythonpath: str | None, script: str, turns: int) -> dict[str, Any]:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    command = [sys.executable, __file__, "--one", script, "--turns", str(turns)]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def report(base: list[dict[str, Any]], head: list[dict[str, Any]], rev: str) -> None:
+    table = Table("per one turn at K = 50", f"base {rev} (median)", "this (median)", "this / base")
+    for process in base[0]["cpu"]:
+        b = [r["cpu"][process] for r in base]
+        h = [r["cpu"][process] for r in head]
+        ratio = geomean([max(y, 1e-3) / max(x, 1e-3) for x, y in zip(b, h, strict=True)])
+        table.add_row(
+            f"{process} CPU ms",
+            f"{statistics.median(b):.2f}",
+            f"{statistics.median(h):.2f}",
+            f"{ratio:.2f}",
+        )
+    for key, label in (
+        ("total", "total CPU ms"),
+        ("turns_per_s", "turns/s at K = 50"),
+        ("k1_p50_ms", "p50 ms at K = 1"),
+    ):
+        b = [sum(r["cpu"].values()) if key == "total" else r[key] for r in base]
+        h = [sum(r["cpu"].values()) if key == "total" else r[key] for r in head]
+        ratio = geomean([y / x for x, y in zip(b, h, strict=True)])
+        table.add_row(
+            label, f"{statistics.median(b):.2f}", f"{statistics.median(h):.2f}", f"{ratio:.2f}"
+        )
+    console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="HEAD~1", help="the baseline git revision")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=1500, help="turns of each K = 50 run")
+    parser.add_argument("--script", choices=list(SCRIPTS), default="one-tool")
+    parser.add_argument("--one", choices=list(SCRIPTS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        one_run(args.one, args.turns)
+        return
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        tree, package = Path(tmp) / "tree", Path(tmp) / "package"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", "-q", str(tree), args.base], cwd=ROOT, check=True
+        )
+        try:
+            package.mkdir()
+            (package / "turnstream").symlink_to(tree / "services")
+            base, head = [], []
+            for n in range(args.rounds):
+                base.append(run_side(str(package), args.script, args.turns))
+                head.append(run_side(None, args.script, args.turns))
+                console.print(
+                    f"round {n + 1}/{args.rounds}: total CPU ms per turn "
+                    f"base {sum(base[-1]['cpu'].values()):.2f}, "
+                    f"this {sum(head[-1]['cpu'].values()):.2f}"
+                )
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
+    console.print(f"[bold]{args.script} turns[/], {args.rounds} rounds, base = {args.base}")
+    report(base, head, rev)
+
+
+if __name__ == "__main__":
+    main()
