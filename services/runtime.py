@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -55,6 +56,20 @@ async def connect_service(settings: Settings, service: str) -> Bus:
     )
 
 
+YOUNG_GC_EVERY = 100_000
+"""Allocations between two collections of the youngest generation (Python's default: 700)."""
+
+
+def tune_gc() -> None:
+    """A service allocates thousands of short-lived objects per turn (events, their data,
+    dicts), so the cyclic collector, at its default pace, ran every few events: collecting
+    the young generation every 100,000 allocations instead, with what startup made frozen
+    out of every collection, takes some 6% off each turn's CPU (`bench/compare.py`, side
+    by side). Reference counting still frees almost everything at once."""
+    gc.freeze()
+    gc.set_threshold(YOUNG_GC_EVERY, 50, 100)
+
+
 def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitable[None]]) -> None:
     """Run `serve` until SIGINT/SIGTERM sets its stop event; it then drains and returns."""
     logging.basicConfig(
@@ -62,6 +77,7 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
         format=f"%(asctime)s {service} %(levelname)s %(message)s",
     )
     settings = Settings()
+    tune_gc()
 
     async def main() -> None:
         stop = asyncio.Event()
