@@ -8,6 +8,11 @@ Side by side in one run against one embedded nats-server:
   appender     ours: pipelined, one wildcard reply subscription for all acks
   conditional  what the decider does: first event conditional and awaited, rest pipelined
   atomic       an ADR-50 atomic batch (allow_atomic), condition on its first message
+  fast         an ADR-50 fast-ingest batch (allow_batched, nats-server 2.14), condition on
+               its first message: stored as it arrives, a flow ack for the first message
+               and a pub ack for the commit
+  decision     the same through `PipelinedAppender.publish_batch`: what the turn-runner
+               does now (`conditional` is what it did before)
 and the events/s of many steps in flight at once (stock vs ours).
 """
 
@@ -20,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import uuid_utils
@@ -43,6 +49,7 @@ async def main(rounds: int) -> None:
         js, nc = bus.js, bus.nc
         config = (await js.stream_info(bus.subjects.log_stream)).config
         config.allow_atomic = True
+        config.allow_batched = True
         await js.update_stream(config=config)
         appender = PipelinedAppender(nc)
         last = {"seq": 0}
@@ -91,6 +98,44 @@ async def main(rounds: int) -> None:
                     reply = await nc.request(subject, payload, headers=headers, timeout=10)
                     last["e"] = orjson.loads(reply.data)["seq"]
 
+        fast_inbox, fast_replies = nc.new_inbox(), {}
+        batches = iter(range(1, 10**9))
+
+        async def on_fast_reply(msg: Any) -> None:  # <inbox>.<batch>.<flow>.fail.<seq>.<op>.$FI
+            fast_replies[msg.subject[len(fast_inbox) + 1 :].split(".")[0]].put_nowait(msg.data)
+
+        await nc.subscribe(fast_inbox + ".>", cb=on_fast_reply)
+
+        async def fast() -> None:
+            key = str(next(batches))
+            replies = fast_replies[key] = asyncio.Queue()
+            steps = items("f")
+            for index, (subject, payload, headers) in enumerate(steps, 1):
+                op = 0 if index == 1 else 2 if index == len(steps) else 1
+                if index == 1:
+                    headers = {
+                        **headers,
+                        "Nats-Expected-Last-Subject-Sequence": str(last.get("f", 0)),
+                        "Nats-Expected-Last-Subject-Sequence-Subject": "ts.log.f.>",
+                    }
+                reply = f"{fast_inbox}.{key}.1000.fail.{index}.{op}.$FI"
+                await nc.publish(subject, payload, reply=reply, headers=headers)
+            while b'"stream"' not in (ack := await replies.get()):  # the flow ack, then this
+                pass
+            last["f"] = orjson.loads(ack)["seq"]
+            del fast_replies[key]
+
+        async def decision() -> None:  # what the turn-runner does: the store's fast batch
+            steps = items("g")
+            first = steps[0]
+            headers = {
+                **first[2],
+                "Nats-Expected-Last-Subject-Sequence": str(last.get("g", 0)),
+                "Nats-Expected-Last-Subject-Sequence-Subject": "ts.log.g.>",
+            }
+            batch = [(first[0], first[1], headers), *steps[1:]]
+            last["g"] = await appender.publish_batch(batch, 10)
+
         async def timed(fn: Callable[[], Awaitable[None]]) -> float:
             samples = []
             for _ in range(rounds):
@@ -106,6 +151,8 @@ async def main(rounds: int) -> None:
             "appender": ours,
             "conditional": conditional,
             "atomic": atomic,
+            "fast": fast,
+            "decision": decision,
         }
         for fn in ways.values():  # warm up every path
             await fn()

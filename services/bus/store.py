@@ -41,14 +41,16 @@ class AppendConflict(Exception):
 
 
 class EventStore(Protocol):
-    async def append(
-        self,
-        session_id: str,
-        events: Sequence[EventBase],
-        *,
-        expected_last_seq: int | None = None,
-    ) -> list[int]:
-        """Append in order; return each event's sequence. Conditional on the first event."""
+    async def append(self, session_id: str, events: Sequence[EventBase]) -> list[int]:
+        """Append in order; return each event's sequence."""
+        ...
+
+    async def append_decision(
+        self, session_id: str, events: Sequence[EventBase], *, expected_last_seq: int
+    ) -> int:
+        """Append a decider's events in order if the session's last sequence is still
+        `expected_last_seq` (else `AppendConflict`, nothing appended); return the last
+        one's sequence. Any other failure may leave a prefix of them in the log."""
         ...
 
     async def append_facts(self, events: Sequence[EventBase]) -> list[int]:
@@ -80,45 +82,58 @@ class JetStreamEventStore:
     """The log as the `<PREFIX>_LOG` stream, one subject per session and event kind."""
 
     def __init__(self, nc: Any, js: Any, subjects: Subjects) -> None:
+        self.nc = nc
         self.js = js
         self.subjects = subjects
         self.appender = PipelinedAppender(nc)
+        self.batched: bool | None = None
+        """The log takes fast-ingest batches (found out on the first decision)."""
 
-    async def append(
-        self,
-        session_id: str,
-        events: Sequence[EventBase],
-        *,
-        expected_last_seq: int | None = None,
-    ) -> list[int]:
+    async def append(self, session_id: str, events: Sequence[EventBase]) -> list[int]:
+        return await self.append_facts(events)
+
+    async def append_decision(
+        self, session_id: str, events: Sequence[EventBase], *, expected_last_seq: int
+    ) -> int:
         if not events:
-            return []
-        if expected_last_seq is None:
-            return await self.append_facts(events)
-        # The first event carries the condition and is awaited alone: if it is refused,
-        # none of the rest may be appended. Once it is in, the rest are pipelined.
-        first, rest = events[0], events[1:]
-        headers = {
+            raise ValueError("a decision appends at least one event")
+        first = events[0]
+        condition = {
             "Nats-Msg-Id": first.id,
             "Nats-Expected-Last-Subject-Sequence": str(expected_last_seq),
             "Nats-Expected-Last-Subject-Sequence-Subject": self.subjects.log_session(session_id),
         }
-        item = (self._subject(session_id, first), encode(first), headers)
+        log = self.subjects.log
+        items = [(log(session_id, first.type), encode(first), condition)]
+        items += [(log(session_id, e.type), encode(e), {"Nats-Msg-Id": e.id}) for e in events[1:]]
+        batched = self.batched if self.batched is not None else await self._batched()
         try:
-            seqs = await self.appender.publish([item], APPEND_TIMEOUT_S)
+            if len(items) > 1 and batched:
+                return await self.appender.publish_batch(items, APPEND_TIMEOUT_S)
+            # The first event carries the condition and is awaited alone: if it is refused,
+            # none of the rest may be appended. Once it is in, the rest are pipelined.
+            seqs = await self.appender.publish(items[:1], APPEND_TIMEOUT_S)
+            if len(items) > 1:
+                seqs = await self.appender.publish(items[1:], APPEND_TIMEOUT_S)
+            return seqs[-1]
         except AppendError as exc:
             if exc.err_code in WRONG_LAST_SEQUENCE:
                 raise AppendConflict(session_id, expected_last_seq, str(exc)) from exc
             raise
-        return seqs + await self.append_facts(rest)
+
+    async def _batched(self) -> bool:
+        """Fast-ingest batches need nats-server 2.14 and the log's `allow_batched`: a
+        server that does not know them would store every message of a batch whose
+        first was refused."""
+        version = self.nc.connected_server_version
+        info = await self.js.stream_info(self.subjects.log_stream)
+        self.batched = (version.major, version.minor) >= (2, 14) and bool(info.config.allow_batched)
+        return self.batched
 
     async def append_facts(self, events: Sequence[EventBase]) -> list[int]:
         log = self.subjects.log
         items = [(log(e.session_id, e.type), encode(e), {"Nats-Msg-Id": e.id}) for e in events]
         return await self.appender.publish(items, APPEND_TIMEOUT_S)
-
-    def _subject(self, session_id: str, event: EventBase) -> str:
-        return self.subjects.log(session_id, event.type)
 
     async def last_seq(self, session_id: str) -> int:
         return await self._last_seq(self.subjects.log_session(session_id))
@@ -199,19 +214,7 @@ class InMemoryEventStore:
         self._ids: dict[str, int] = {}
         self._last: dict[str, int] = {}
 
-    async def append(
-        self,
-        session_id: str,
-        events: Sequence[EventBase],
-        *,
-        expected_last_seq: int | None = None,
-    ) -> list[int]:
-        if not events:
-            return []
-        current = self._last.get(session_id, 0)
-        if expected_last_seq is not None and expected_last_seq != current:
-            if events[0].id not in self._ids:
-                raise AppendConflict(session_id, expected_last_seq, f"last is {current}")
+    async def append(self, session_id: str, events: Sequence[EventBase]) -> list[int]:
         seqs = []
         for event in events:
             if event.id in self._ids:  # same dedup as Nats-Msg-Id
@@ -223,6 +226,16 @@ class InMemoryEventStore:
             self._last[session_id] = seq
             seqs.append(seq)
         return seqs
+
+    async def append_decision(
+        self, session_id: str, events: Sequence[EventBase], *, expected_last_seq: int
+    ) -> int:
+        if not events:
+            raise ValueError("a decision appends at least one event")
+        current = self._last.get(session_id, 0)
+        if expected_last_seq != current and events[0].id not in self._ids:
+            raise AppendConflict(session_id, expected_last_seq, f"last is {current}")
+        return (await self.append(session_id, events))[-1]
 
     async def append_facts(self, events: Sequence[EventBase]) -> list[int]:
         seqs = []

@@ -45,6 +45,7 @@ def stream_configs(subjects: Subjects, limits: StreamLimits) -> list[api.StreamC
             subjects=[subjects.log_all],
             max_age=limits.log_max_age_days * DAY_S,
             allow_direct=True,
+            allow_batched=True,  # a decision is appended as one fast-ingest batch
             description="turnstream event log: <prefix>.log.<session>.<EventType>",
             **common,
         ),

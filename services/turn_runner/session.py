@@ -264,9 +264,9 @@ class SessionActor:
     async def commit(self, step: Callable[[SessionState], list[Event]]) -> None:
         """Append what `step` decides, conditional on `last_seq`; on conflict reload, redo.
 
-        The first event carries the condition and is awaited alone: once it is in, this
-        runner owns the decision, so the provider call (if the decision asks for one)
-        starts while the rest of the events are still being appended.
+        The events go out as one batch whose first carries the condition: refused, none
+        is appended. Once the batch is in, this runner owns the decision and starts the
+        provider call if the decision asks for one.
         """
         store, leases = self.runner.bus.store, self.runner.leases
         for _ in range(MAX_CONFLICT_RETRIES):
@@ -281,26 +281,24 @@ class SessionActor:
                 return
             decided = events.state if isinstance(events, Decision) else fold(self.state, events)
             try:
-                seqs = await store.append(
-                    self.session_id, events[:1], expected_last_seq=self.last_seq
+                last = await store.append_decision(
+                    self.session_id, events, expected_last_seq=self.last_seq
                 )
             except AppendConflict:
                 if not await leases.confirm(self.session_id):
                     raise LeaseLost(self.session_id) from None  # another runner appended
                 await self.reload()
                 continue
+            self.state, self.last_seq = decided, last
+            self.runner.observe(events)
             if not leases.holds(self.session_id):
-                # paused past the TTL between the first event and the rest: the next holder
-                # finishes the decision from its durable first event (any prefix resumes)
+                # paused past the TTL while appending: the next holder goes on from the log
                 self.loaded = False
                 raise LeaseLost(self.session_id)
             for view, view_config in turn_views(decided, self.config):
                 turn_id = view.active.turn_id if view.active else ""
                 if needs_provider_call(view) and turn_id not in self.provider_tasks:
                     self.start_provider_call(view, view_config)
-            seqs += await store.append_facts(events[1:])
-            self.state, self.last_seq = decided, seqs[-1]
-            self.runner.observe(events)
             return
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
 

@@ -9,7 +9,8 @@ import pytest
 
 from tests.unit.factories import T0
 from turnstream.bus import AppendConflict, Bus
-from turnstream.bus.store import EventStore, InMemoryEventStore
+from turnstream.bus.appender import AppendError
+from turnstream.bus.store import EventStore, InMemoryEventStore, JetStreamEventStore
 from turnstream.core.events import SessionTurnEnd, SessionTurnEndData
 
 _ids = itertools.count(1)
@@ -30,12 +31,16 @@ def ev(session: str, n: int | None = None) -> SessionTurnEnd:
     )
 
 
-@pytest.fixture(params=["memory", "jetstream"])
+@pytest.fixture(params=["memory", "jetstream", "jetstream-unbatched"])
 async def store(request: pytest.FixtureRequest, bus: Bus) -> AsyncIterator[EventStore]:
     if request.param == "memory":
         yield InMemoryEventStore()
-    else:
+    elif request.param == "jetstream":
         yield bus.store
+    else:  # a server without fast-ingest batches: the first event alone, then the rest
+        store = JetStreamEventStore(bus.nc, bus.js, bus.subjects)
+        store.batched = False
+        yield store
 
 
 _sessions = itertools.count(1)
@@ -74,20 +79,25 @@ async def test_read_after_returns_only_the_tail(store) -> None:
     assert [x.seq for x in tail] == seqs[2:]
 
 
-async def test_conditional_append_succeeds_on_the_current_last_sequence(store) -> None:
+async def test_a_decision_is_appended_on_the_current_last_sequence(store) -> None:
     s = session()
-    assert await store.append(s, [ev(s)], expected_last_seq=0)
-    last = await store.last_seq(s)
-    seqs = await store.append(s, [ev(s), ev(s)], expected_last_seq=last)
-    assert len(seqs) == 2
+    first = await store.append_decision(s, [ev(s)], expected_last_seq=0)
+    decided = [ev(s) for _ in range(6)]
+    last = await store.append_decision(s, decided, expected_last_seq=first)
+    stored = await store.read_session(s)
+    assert [x.event for x in stored[1:]] == decided
+    assert last == stored[-1].seq == await store.last_seq(s)
 
 
-async def test_stale_conditional_append_raises_a_conflict_and_appends_nothing(store) -> None:
+async def test_a_stale_decision_raises_a_conflict_and_appends_nothing(store) -> None:
     s = session()
     first = await store.append(s, [ev(s)])
     await store.append(s, [ev(s)])  # someone else moved the session on
-    with pytest.raises(AppendConflict):
-        await store.append(s, [ev(s), ev(s), ev(s)], expected_last_seq=first[-1])
+    for size in (1, 3):
+        with pytest.raises(AppendConflict):
+            await store.append_decision(
+                s, [ev(s) for _ in range(size)], expected_last_seq=first[-1]
+            )
     assert len(await store.read_session(s)) == 2
 
 
@@ -95,7 +105,27 @@ async def test_new_session_must_be_empty_for_expected_zero(store) -> None:
     s = session()
     await store.append(s, [ev(s)])
     with pytest.raises(AppendConflict):
-        await store.append(s, [ev(s)], expected_last_seq=0)
+        await store.append_decision(s, [ev(s)], expected_last_seq=0)
+
+
+async def test_a_decision_refused_midway_leaves_a_prefix_of_it(bus: Bus) -> None:
+    """Fast-ingest batches end at a refused message: the log never skips one."""
+    s = session()
+    big = ev(s).model_copy(update={"source": "x" * (bus.nc.max_payload // 2)})
+    decision = [ev(s), ev(s), big, ev(s)]  # the third is over the limit set below
+    store = JetStreamEventStore(bus.nc, bus.js, bus.subjects)
+    config = (await bus.js.stream_info(bus.subjects.log_stream)).config
+    limit = config.max_msg_size
+    config.max_msg_size = bus.nc.max_payload // 4
+    await bus.js.update_stream(config=config)
+    try:
+        with pytest.raises(AppendError) as refused:
+            await store.append_decision(s, decision, expected_last_seq=0)
+    finally:
+        config.max_msg_size = limit
+        await bus.js.update_stream(config=config)
+    assert store.batched and refused.value.index == 3
+    assert [x.event for x in await bus.store.read_session(s)] == decision[:2]
 
 
 async def test_an_event_appended_twice_is_stored_once(store) -> None:
