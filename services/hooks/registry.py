@@ -64,6 +64,7 @@ class HookRegistry:
         specs = [spec for spec, _ in self.local.values()] + list(self.remote.values())
         self._specs = sorted(specs, key=lambda s: (s.priority, s.name))
         self.has_tool_hooks = bool(self.at("TOOL_CALL", "pre", {"guard", "transform"}))
+        self.has_observers = any(s.kind == "observer" for s in self._specs)
         self.stage_hooks: frozenset[Stage] = frozenset(
             stage
             for stage in STAGE_HOOK_POINTS

@@ -151,6 +151,8 @@ class Runner:
 
     def observe(self, events: list[Event]) -> None:
         """Hand stage events to observer hooks; they cannot change the turn."""
+        if not self.hooks.has_observers:
+            return
         for event in events:
             if not isinstance(event, StagePreFired | StagePostFired):
                 continue
