@@ -38,6 +38,7 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/provider.py
 	$(BIN)/python bench/audit.py
 	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/resume.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export

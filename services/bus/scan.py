@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from nats.js import api
 from nats.js.errors import NotFoundError
 
@@ -94,3 +95,24 @@ async def scan_log(
     finally:
         await sub.unsubscribe()
     return last
+
+
+async def subject_counts(nc: Any, stream: str, subjects_filter: str) -> dict[str, int]:
+    """How many messages each subject matching `subjects_filter` has in `stream`.
+
+    The server answers from its own index of subjects, reading no message: a question
+    about every session costs per session, not per event. Large answers come in pages.
+    """
+    counts: dict[str, int] = {}
+    while True:
+        request = {"subjects_filter": subjects_filter, "offset": len(counts)}
+        reply = await nc.request(
+            f"$JS.API.STREAM.INFO.{stream}", orjson.dumps(request), timeout=IDLE_TIMEOUT_S
+        )
+        info = orjson.loads(reply.data)
+        if "error" in info:
+            raise RuntimeError(f"stream info of {stream}: {info['error']}")
+        page = (info.get("state") or {}).get("subjects") or {}
+        counts.update(page)
+        if not page or len(counts) >= int(info.get("total", 0)):
+            return counts

@@ -94,6 +94,10 @@ class Subjects:
     def log_kind(self, event_type: str) -> str:
         return f"{self.prefix}.log.*.{event_type}"
 
+    def session_of_log(self, subject: str) -> str:
+        """The session token of a log subject `<prefix>.log.<session>.<EventType>`."""
+        return subject[len(self.prefix) + 5 : subject.rindex(".")]
+
     @property
     def log_all(self) -> str:
         return f"{self.prefix}.log.>"

@@ -14,13 +14,11 @@ import orjson
 
 from turnstream.bus import Bus
 from turnstream.bus.leases import LeaseTable
-from turnstream.bus.store import LOG_START
+from turnstream.bus.scan import subject_counts
 from turnstream.core.events import (
     Event,
     StagePostFired,
     StagePreFired,
-    WorkflowAttached,
-    WorkflowExit,
 )
 from turnstream.core.ids import IdFactory
 from turnstream.core.turn import SessionState, TurnConfig, state_to_json
@@ -230,25 +228,33 @@ class Runner:
         """After a crash: wake every session with a turn or a workflow run that has not
         ended, however old (the deployment may have been down for long). Each reloads from
         the log and continues from its last durable stage; a turn past its wall-time bound
-        ends then, so none is left open. Reads every turn start and end of the log."""
-        since = LOG_START
-        started = await self.bus.store.read_kind("SessionTurnStart", since=since)
-        ended = await self.bus.store.read_kind("SessionTurnEnd", since=since)
-        closed = {s.event.turn_id for s in ended}
-        open_sessions = {s.event.session_id for s in started if s.event.turn_id not in closed}
-        # a workflow between two stages has no open turn, but its run is open
-        attached = await self.bus.store.read_kind("WorkflowAttached", since=since)
-        exits = await self.bus.store.read_kind("WorkflowExit", since=since)
-        finished = {s.event.data.run_id for s in exits if isinstance(s.event, WorkflowExit)}
-        open_sessions |= {
-            s.event.session_id
-            for s in attached
-            if isinstance(s.event, WorkflowAttached) and s.event.data.run_id not in finished
-        }
+        ends then, so none is left open.
+
+        Every `SessionTurnStart` gets exactly one `SessionTurnEnd` and every
+        `WorkflowAttached` one `WorkflowExit`, so a session with more of the first than of
+        the second has work open: counted per subject by the server, no event is read.
+        """
+        subjects = self.bus.subjects
+        open_sessions: set[str] = set()
+        for opened, closed in (
+            ("SessionTurnStart", "SessionTurnEnd"),
+            ("WorkflowAttached", "WorkflowExit"),
+        ):
+            starts = await self._counts(opened)
+            ends = {subjects.session_of_log(s): n for s, n in (await self._counts(closed)).items()}
+            open_sessions |= {
+                session
+                for session, n in ((subjects.session_of_log(s), n) for s, n in starts.items())
+                if n > ends.get(session, 0)
+            }
         if open_sessions:
             log.info("resuming %d session(s) with an open turn", len(open_sessions))
         for session_id in open_sessions:
             self.wake(session_id)  # one still leased elsewhere is woken again when it expires
+
+    async def _counts(self, event_type: str) -> dict[str, int]:
+        subjects = self.bus.subjects
+        return await subject_counts(self.bus.nc, subjects.log_stream, subjects.log_kind(event_type))
 
     async def _answer_session(self, msg: Any) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator
 
@@ -160,3 +161,41 @@ async def test_read_kind_returns_every_event_of_a_kind_since_a_time(bus: Bus) ->
         found = await store.read_kind("SessionTurnEnd", since=before)
         assert {e.event.id for e in found} >= {e.id for e in ends}
     assert await store.read_kind(SessionTurnStart.model_fields["type"].default, since=before) == []
+
+
+async def test_subject_counts_come_from_the_servers_index_per_session(bus: Bus) -> None:
+    from turnstream.bus.scan import subject_counts
+
+    a, b = session(), session()
+    await bus.store.append_facts([ev(a), ev(a), ev(b)])
+    subjects = bus.subjects
+    counts = await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind("SessionTurnEnd"))
+    assert counts[subjects.log(a, "SessionTurnEnd")] == 2
+    assert counts[subjects.log(b, "SessionTurnEnd")] == 1
+    assert subjects.session_of_log(subjects.log(a, "SessionTurnEnd")) == a
+    assert await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind("Nothing")) == {}
+
+
+async def test_subject_counts_read_every_page_of_a_large_answer(bus: Bus) -> None:
+    """The server answers at most 100,000 subjects at a time."""
+    from nats.js import api
+
+    from turnstream.bus.scan import subject_counts
+
+    await bus.js.add_stream(
+        api.StreamConfig(name="PAGES", subjects=["pages.>"], storage=api.StorageType.MEMORY)
+    )
+    try:
+        for i in range(100_300):
+            await bus.nc.publish(f"pages.s{i}.K", b"x")
+            if i % 5000 == 0:
+                await bus.nc.flush()
+        await bus.nc.flush()
+        for _ in range(50):  # the stream stores what core NATS delivered, a moment later
+            if (await bus.js.stream_info("PAGES")).state.messages == 100_300:
+                break
+            await asyncio.sleep(0.1)
+        counts = await subject_counts(bus.nc, "PAGES", "pages.*.K")
+        assert len(counts) == 100_300 and set(counts.values()) == {1}
+    finally:
+        await bus.js.delete_stream("PAGES")
