@@ -39,6 +39,7 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/audit.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/resume.py
+	$(BIN)/python bench/nats_client.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export
