@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
+import stack
 from turns import SCRIPTS, TurnWatcher, concurrent, cpu_seconds
 
 console = Console(highlight=False)
@@ -58,28 +58,17 @@ async def measure(url: str, pids: dict[str, int], turns: int) -> dict[str, Any]:
 def one_run(script: str, turns: int) -> None:
     """Run the services of whichever `turnstream` is importable; print one JSON line."""
     from turnstream.bus.embedded import EmbeddedServer
-    from turnstream.settings import Settings
-    from turnstream.up import Supervisor
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "workspace").mkdir()
-        (root / "workspace" / "bench.txt").write_text("x" * 1000)
-        os.environ["TURNSTREAM_SECURITY_MODE"] = "auto"
-        os.environ["TURNSTREAM_WORKSPACE"] = str(root / "workspace")
+        stack.workspace(root, "auto")
         (root / "script.yaml").write_text(SCRIPTS[script])
-        with EmbeddedServer(root / "nats") as server:
-            settings = Settings(data_dir=root, script=root / "script.yaml")
-            supervisor = Supervisor(server.url, settings, console)
-            supervisor.start_all()
-            try:
-                time.sleep(1.5)
-                pids = {n: child.pid for n, child in supervisor.children.items()}
-                assert server.process is not None
-                pids |= {"nats-server": server.process.pid, "bench client": os.getpid()}
-                print(json.dumps(asyncio.run(measure(server.url, pids, turns))))
-            finally:
-                supervisor.stop_all()
+        with (
+            EmbeddedServer(root / "nats") as server,
+            stack.running(server, root, root / "script.yaml", console) as supervisor,
+        ):
+            pids = stack.pids(supervisor, server)
+            print(json.dumps(asyncio.run(measure(server.url, pids, turns))))
 
 
 def run_side(pythonpath: str | None, script: str, turns: int) -> dict[str, Any]:

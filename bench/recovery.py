@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import stack
 from rich.console import Console
 
 from turnstream.bus import Bus, connect
@@ -141,24 +142,15 @@ async def scenario(
 def run(args: argparse.Namespace, kill: str | None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "workspace").mkdir()
-        (root / "workspace" / "bench.txt").write_text("x" * 1000)
+        stack.workspace(root, "ask")
         (root / "script.yaml").write_text(SCRIPT)
-        os.environ.update(
-            TURNSTREAM_SECURITY_MODE="ask",
-            TURNSTREAM_WORKSPACE=str(root / "workspace"),
-            TURNSTREAM_RUNNER_ID="bench-runner-0",
-        )
-        with EmbeddedServer(root / "nats") as server:
-            settings = Settings(data_dir=root, script=root / "script.yaml")
-            supervisor = Supervisor(server.url, settings, console)
-            supervisor.start_all()
-            try:
-                time.sleep(1.5)
-                log = root / "turn_runner.log"
-                return asyncio.run(scenario(server.url, supervisor, log, args.sessions, kill))
-            finally:
-                supervisor.stop_all()
+        os.environ["TURNSTREAM_RUNNER_ID"] = "bench-runner-0"
+        with (
+            EmbeddedServer(root / "nats") as server,
+            stack.running(server, root, root / "script.yaml", console) as supervisor,
+        ):
+            log = root / "turn_runner.log"
+            return asyncio.run(scenario(server.url, supervisor, log, args.sessions, kill))
 
 
 def main() -> None:

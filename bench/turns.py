@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import stack
 from rich.console import Console
 from rich.table import Table
 
@@ -38,8 +39,6 @@ from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
 from turnstream.client import message_command
 from turnstream.core.subjects import Subjects
-from turnstream.settings import Settings
-from turnstream.up import Supervisor
 
 console = Console(highlight=False)
 SCRIPTS = {
@@ -273,25 +272,14 @@ def main() -> None:
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "workspace").mkdir()
-        (root / "workspace" / "bench.txt").write_text("x" * 1000)
-        os.environ["TURNSTREAM_SECURITY_MODE"] = "auto"
-        os.environ["TURNSTREAM_WORKSPACE"] = str(root / "workspace")
+        stack.workspace(root, "auto")
         with EmbeddedServer(root / "nats") as server:
             result["floor"] = asyncio.run(measure_floor(server.url))
             for name, script in SCRIPTS.items():
                 (root / f"{name}.yaml").write_text(script)
-                settings = Settings(data_dir=root, script=root / f"{name}.yaml")
-                supervisor = Supervisor(server.url, settings, console)
-                supervisor.start_all()
-                try:
-                    time.sleep(1.5)
-                    pids = {n: child.pid for n, child in supervisor.children.items()}
-                    assert server.process is not None
-                    pids |= {"nats-server": server.process.pid, "bench client": os.getpid()}
+                with stack.running(server, root, root / f"{name}.yaml", console) as supervisor:
+                    pids = stack.pids(supervisor, server)
                     result[name] = asyncio.run(scenario(args, server.url, name, pids))
-                finally:
-                    supervisor.stop_all()
     result["machine"] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),

@@ -1,0 +1,47 @@
+"""The services as `turnstream up` runs them, for the benchmarks that need all of them."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+
+from turnstream.bus.embedded import EmbeddedServer
+from turnstream.settings import Settings
+from turnstream.up import Supervisor
+
+STARTUP_S = 1.5
+"""Time the services get to connect and bind their consumers."""
+
+
+def workspace(root: Path, security_mode: str) -> None:
+    """A workspace with the `bench.txt` the one-tool scripts read, and the mode for it."""
+    (root / "workspace").mkdir()
+    (root / "workspace" / "bench.txt").write_text("x" * 1000)
+    os.environ["TURNSTREAM_SECURITY_MODE"] = security_mode
+    os.environ["TURNSTREAM_WORKSPACE"] = str(root / "workspace")
+
+
+@contextmanager
+def running(
+    server: EmbeddedServer, root: Path, script: Path, console: Console
+) -> Iterator[Supervisor]:
+    """Every service started against `server` with the scripted provider; stopped after."""
+    supervisor = Supervisor(server.url, Settings(data_dir=root, script=script), console)
+    supervisor.start_all()
+    try:
+        time.sleep(STARTUP_S)
+        yield supervisor
+    finally:
+        supervisor.stop_all()
+
+
+def pids(supervisor: Supervisor, server: EmbeddedServer) -> dict[str, int]:
+    """Each service's process, the nats-server's and this one's (whose CPU to count)."""
+    assert server.process is not None
+    found = {name: child.pid for name, child in supervisor.children.items()}
+    return found | {"nats-server": server.process.pid, "bench client": os.getpid()}
