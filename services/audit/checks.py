@@ -46,7 +46,8 @@ class CheckConfig:
 
 @dataclass(slots=True)
 class TurnFacts:
-    """What the checks remember of one turn."""
+    """What the checks remember of one turn: its start while it is open (for the timer),
+    then only how many times it ended (a log of millions of turns keeps no event)."""
 
     start: EventBase | None = None
     ended: int = 0
@@ -108,10 +109,9 @@ class Checks:
             case SessionTurnStart() if event.turn_id:
                 key = (event.session_id, event.turn_id)
                 facts = self.turns.setdefault(key, TurnFacts())
-                if facts.start is None:
+                if facts.start is None and not facts.ended:
                     facts.start = event
-                    if not facts.ended:
-                        self.open[key] = facts
+                    self.open[key] = facts
             case TurnEnded() if event.turn_id:
                 return self._ended(seq, event)
             case ToolCallApproved(data=data):
@@ -138,6 +138,7 @@ class Checks:
         facts = self.turns.setdefault(key, TurnFacts())
         facts.ended += 1
         self.open.pop(key, None)
+        start, facts.start = facts.start, None  # an ended turn keeps only its count
         if facts.ended > 1:
             detail = (
                 f"turn {event.turn_id} has {facts.ended} TurnEnded events "
@@ -147,8 +148,8 @@ class Checks:
                 "duplicate_terminal", f"terminal:{event.id}", event.time, detail, event, event, seq
             )
             return [finding]
-        if facts.start is not None and event.time - facts.start.time > self.config.bound:
-            return [self._overdue(facts.start, event.time - facts.start.time, event, seq)]
+        if start is not None and event.time - start.time > self.config.bound:
+            return [self._overdue(start, event.time - start.time, event, seq)]
         return []
 
     def _overdue(

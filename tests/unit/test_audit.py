@@ -146,6 +146,15 @@ def test_a_turn_starting_or_ending_is_written_at_once_other_changes_wait() -> No
     assert auditor.take_dirty() == []
 
 
+def test_an_ended_turn_keeps_no_event_in_the_checks() -> None:
+    auditor = fold([*turn("s1", "t1"), start("s1", "t2")])
+    facts = auditor.checks.turns
+    assert facts[("s1", "t1")].start is None and facts[("s1", "t1")].ended == 1
+    assert facts[("s1", "t2")].start is not None  # open: the timer needs its start
+    auditor = fold([ended("s1", "t1")], auditor)
+    assert kinds(auditor) == ["duplicate_terminal"]  # the count still catches a second end
+
+
 def test_violations_are_events_of_the_contract() -> None:
     auditor = fold([*turn("s1", "t1"), ended("s1", "t1")])
     (violation,) = auditor.take_violations(T0, "audit/test")
