@@ -22,6 +22,8 @@ from turnstream.core.subjects import Subjects
 
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a failed expected-last-sequence condition."""
+BATCHES_NOT_ENABLED = 10205
+"""A fast-ingest batch sent to a stream without `allow_batched` (its first message)."""
 APPEND_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 30.0
 
@@ -109,7 +111,12 @@ class JetStreamEventStore:
         batched = self.batched if self.batched is not None else await self._batched()
         try:
             if len(items) > 1 and batched:
-                return await self.appender.publish_batch(items, APPEND_TIMEOUT_S)
+                try:
+                    return await self.appender.publish_batch(items, APPEND_TIMEOUT_S)
+                except AppendError as exc:
+                    if exc.err_code != BATCHES_NOT_ENABLED:
+                        raise
+                    self.batched = False  # the stream was changed since: nothing is stored
             # The first event carries the condition and is awaited alone: if it is refused,
             # none of the rest may be appended. Once it is in, the rest are pipelined.
             seqs = await self.appender.publish(items[:1], APPEND_TIMEOUT_S)

@@ -199,3 +199,21 @@ async def test_subject_counts_read_every_page_of_a_large_answer(bus: Bus) -> Non
         assert len(counts) == 100_300 and set(counts.values()) == {1}
     finally:
         await bus.js.delete_stream("PAGES")
+
+
+async def test_a_log_that_stops_taking_batches_gets_the_pipelined_path(bus: Bus) -> None:
+    s = session()
+    store = JetStreamEventStore(bus.nc, bus.js, bus.subjects)
+    store.batched = True  # learnt before the stream was changed
+    config = (await bus.js.stream_info(bus.subjects.log_stream)).config
+    config.allow_batched = False
+    await bus.js.update_stream(config=config)
+    try:
+        decided = [ev(s) for _ in range(3)]
+        last = await store.append_decision(s, decided, expected_last_seq=0)
+    finally:
+        config.allow_batched = True
+        await bus.js.update_stream(config=config)
+    assert store.batched is False
+    assert [x.event for x in await bus.store.read_session(s)] == decided
+    assert last == await bus.store.last_seq(s)
