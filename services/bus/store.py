@@ -24,6 +24,8 @@ WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a failed expected-last-sequence condition."""
 BATCHES_NOT_ENABLED = 10205
 """A fast-ingest batch sent to a stream without `allow_batched` (its first message)."""
+BATCH_REFUSED = (BATCHES_NOT_ENABLED, 10211)
+"""A fast-ingest batch refused whole: not enabled, or too many batches in flight."""
 APPEND_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 30.0
 
@@ -114,9 +116,10 @@ class JetStreamEventStore:
                 try:
                     return await self.appender.publish_batch(items, APPEND_TIMEOUT_S)
                 except AppendError as exc:
-                    if exc.err_code != BATCHES_NOT_ENABLED:
+                    if exc.err_code not in BATCH_REFUSED:
                         raise
-                    self.batched = False  # the stream was changed since: nothing is stored
+                    # refused as a batch, nothing stored: this decision goes the other way
+                    self.batched = exc.err_code != BATCHES_NOT_ENABLED
             # The first event carries the condition and is awaited alone: if it is refused,
             # none of the rest may be appended. Once it is in, the rest are pipelined.
             seqs = await self.appender.publish(items[:1], APPEND_TIMEOUT_S)
