@@ -146,5 +146,6 @@ def run_turn(
             break
         events = on_provider_result(state, reply, config, c)
         state = fold(state, events)
+        assert events.state == state
         log += events
     return state, log

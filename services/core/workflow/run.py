@@ -125,6 +125,9 @@ def lane_step(
         if state.active is None or state.active.turn_id != turn_id:
             return []
         events = step(state, config)
+        if isinstance(events, Decision):  # the chat turn's fold is the session's
+            rest = decide(events.state, config, ctx)
+            return Decision([*events, *rest], rest.state)
     elif ex.status != "act":
         return []
     else:
