@@ -99,14 +99,6 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
     return Decision(out, state)
 
 
-def then_decide(
-    state: SessionState, events: list[Event], config: TurnConfig, ctx: Context
-) -> Decision:
-    """`events`, and everything that follows from them."""
-    rest = decide(fold(state, events), config, ctx)
-    return Decision([*events, *rest], rest.state)
-
-
 def needs_provider_call(state: SessionState) -> bool:
     """True when the active turn waits for a provider response the shell must fetch."""
     return state.active is not None and state.active.awaiting_provider
@@ -154,7 +146,7 @@ def on_stage_hooks(
             events.append(_render(b, turn, text if text is not None else turn.reply))
         else:
             events.append(b.post(Stage.RECEIVE_INPUT, "ok"))
-    return then_decide(state, events, config, ctx)
+    return decide(fold(state, events), config, ctx).after(events)
 
 
 def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
@@ -228,7 +220,7 @@ def on_provider_result(
                 events.append(b.post(turn.stage, "failed", outcome.failed_at))
         case _:
             assert_never(outcome)
-    return then_decide(state, events, config, ctx)
+    return decide(fold(state, events), config, ctx).after(events)
 
 
 def on_tool_call_ready(
@@ -256,7 +248,7 @@ def on_tool_call_ready(
     if not (turn.stage is Stage.STREAM_RESPONSE and turn.stage_open):
         events.append(b.pre(Stage.STREAM_RESPONSE, first_byte_at))
     events += propose_calls(b, turn, config, [call], len(turn.calls))
-    return then_decide(state, events, config, ctx)
+    return decide(fold(state, events), config, ctx).after(events)
 
 
 def on_hook_verdicts(
@@ -284,7 +276,7 @@ def on_hook_verdicts(
         if verdict.action in ("continue", "modify"):
             args = verdict.args if verdict.action == "modify" and verdict.args else call.args
             events.append(requested(b, call, config, args))
-    return then_decide(state, events, config, ctx)
+    return decide(fold(state, events), config, ctx).after(events)
 
 
 def _hook_decided(

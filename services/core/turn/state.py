@@ -174,6 +174,10 @@ class Decision(list[Event]):
         super().__init__(events)
         self.state = state
 
+    def after(self, events: list[Event]) -> Decision:
+        """`events` first, then these (what follows from them): the same final state."""
+        return Decision([*events, *self], self.state)
+
 
 @dataclass(frozen=True)
 class StageSpec:

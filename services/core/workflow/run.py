@@ -76,14 +76,6 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
     return Decision(out, state)
 
 
-def _then_decide(
-    state: SessionState, events: list[Event], config: TurnConfig, ctx: Context
-) -> Decision:
-    """`events`, and what follows from them."""
-    rest = decide(fold(state, events), config, ctx)
-    return Decision([*events, *rest], rest.state)
-
-
 def lane_config(config: TurnConfig, run: WorkflowRun, ex: StageRun) -> TurnConfig:
     """The turn configuration of one stage execution: its prompt, envelope and bound."""
     stage = run.definition.stages[ex.stage_id]
@@ -126,15 +118,14 @@ def lane_step(
             return []
         events = step(state, config)
         if isinstance(events, Decision):  # the chat turn's fold is the session's
-            rest = decide(events.state, config, ctx)
-            return Decision([*events, *rest], rest.state)
+            return decide(events.state, config, ctx).after(events)
     elif ex.status != "act":
         return []
     else:
         events = step(ex.lane, lane_config(config, run, ex))
     if not events:
         return []
-    return _then_decide(state, events, config, ctx)
+    return decide(fold(state, events), config, ctx).after(events)
 
 
 def awaiting_workflow_hooks(
@@ -190,7 +181,7 @@ def on_gate(
     if run is None or ex is None or ex.status != "gate":
         return []
     events = gate_events(run, ex, outcome, ctx, gate=gate, reason=reason)
-    return _then_decide(state, events, config, ctx)
+    return decide(fold(state, events), config, ctx).after(events)
 
 
 def on_assert(
@@ -212,7 +203,7 @@ def on_assert(
     if turn is None or not turn.act_done:
         return []
     events = assert_events(run, ex, verdict, reason, ctx, asserter=asserter)
-    return _then_decide(state, events, config, ctx)
+    return decide(fold(state, events), config, ctx).after(events)
 
 
 def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
