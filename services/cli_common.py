@@ -12,7 +12,7 @@ from rich.console import Console
 
 from turnstream.bus import Bus
 from turnstream.core.subjects import is_session_id
-from turnstream.runtime import connect_service
+from turnstream.runtime import service_bus
 from turnstream.settings import Settings
 
 T = TypeVar("T")
@@ -49,11 +49,8 @@ def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
     """Connect, run `work`, close; a connection problem exits 2 with its message."""
 
     async def main() -> T:
-        bus = await connect_service(settings, "cli")
-        try:
+        async with service_bus(settings, "cli", None) as bus:
             return await work(bus)
-        finally:
-            await bus.close()
 
     try:
         return asyncio.run(main())

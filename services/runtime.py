@@ -8,7 +8,8 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +55,20 @@ async def connect_service(settings: Settings, service: str) -> Bus:
         name=source_name(service),
         ensure=stream_limits(settings),
     )
+
+
+@asynccontextmanager
+async def service_bus(settings: Settings, service: str, bus: Bus | None) -> AsyncIterator[Bus]:
+    """`bus` if given (tests share one), else a connection of the service's own, closed
+    when the service is done."""
+    if bus is not None:
+        yield bus
+        return
+    own = await connect_service(settings, service)
+    try:
+        yield own
+    finally:
+        await own.close()
 
 
 YOUNG_GC_EVERY = 100_000

@@ -16,7 +16,7 @@ from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalState
 from turnstream.core.events import Event
 from turnstream.mailbox import Mailboxes, serve_sessions
-from turnstream.runtime import connect_service, now, run_service, source_name
+from turnstream.runtime import now, run_service, service_bus, source_name
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.approval")
@@ -153,13 +153,8 @@ class ApprovalService:
 
 
 async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None) -> None:
-    own_bus = bus is None
-    bus = bus or await connect_service(settings, "approval")
-    try:
+    async with service_bus(settings, "approval", bus) as bus:
         await ApprovalService(bus, settings.approval_config()).serve(stop)
-    finally:
-        if own_bus:
-            await bus.close()
 
 
 def main() -> None:

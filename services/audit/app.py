@@ -30,7 +30,7 @@ from turnstream.audit.projections import put_all
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_push
 from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
-from turnstream.runtime import connect_service, now, run_service, source_name
+from turnstream.runtime import now, run_service, service_bus, source_name
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.audit")
@@ -208,20 +208,10 @@ async def serve(
     clock: Callable[[], datetime] = now,
     tick_s: float = 5.0,
 ) -> None:
-    own_bus = bus is None
-    bus = bus or await connect_service(settings, "audit")
-    service = AuditService(
-        bus,
-        check_config(settings),
-        settings.data_dir / JOURNAL_FILE,
-        clock=clock,
-        tick_s=tick_s,
-    )
-    try:
+    async with service_bus(settings, "audit", bus) as bus:
+        journal = settings.data_dir / JOURNAL_FILE
+        service = AuditService(bus, check_config(settings), journal, clock=clock, tick_s=tick_s)
         await service.serve(stop)
-    finally:
-        if own_bus:
-            await bus.close()
 
 
 def main() -> None:

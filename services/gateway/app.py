@@ -10,7 +10,7 @@ from turnstream.bus import Bus
 from turnstream.bus.consume import durable_pull, fetch_loop
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.gateway.intake import Inbound, intake
-from turnstream.runtime import connect_service, now, run_service, source_name
+from turnstream.runtime import now, run_service, service_bus, source_name
 from turnstream.settings import Settings
 from turnstream.tools.registry import ToolRegistry
 from turnstream.workflows.loader import attachable
@@ -26,8 +26,13 @@ async def serve(
     tools: ToolRegistry | None = None,
 ) -> None:
     """Consume `<prefix>.in.>` until `stop` is set."""
-    own_bus = bus is None
-    bus = bus or await connect_service(settings, "gateway")
+    async with service_bus(settings, "gateway", bus) as bus:
+        await _consume(settings, stop, bus, tools)
+
+
+async def _consume(
+    settings: Settings, stop: asyncio.Event, bus: Bus, tools: ToolRegistry | None
+) -> None:
     subjects, source = bus.subjects, source_name("gateway")
     live_tools = (tools or ToolRegistry.load()).names()
 
@@ -67,11 +72,7 @@ async def serve(
         bus.js, subjects.inbound_stream, DURABLE, [subjects.inbound_all], ack_wait_s=30
     )
     log.info("gateway consuming %s", subjects.inbound_all)
-    try:
-        await fetch_loop(sub, stop, on_batch)
-    finally:
-        if own_bus:
-            await bus.close()
+    await fetch_loop(sub, stop, on_batch)
 
 
 def main() -> None:

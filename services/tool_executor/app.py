@@ -27,7 +27,7 @@ from turnstream.core.events import (
     TurnEnded,
     decode,
 )
-from turnstream.runtime import connect_service, now, run_service, source_name
+from turnstream.runtime import now, run_service, service_bus, source_name
 from turnstream.settings import Settings
 from turnstream.tool_executor.outcome import Facts, needs_blob
 from turnstream.tools import ToolContext, ToolError, ToolRegistry
@@ -257,20 +257,15 @@ async def serve(
     *,
     tools: ToolRegistry | None = None,
 ) -> None:
-    own_bus = bus is None
-    bus = bus or await connect_service(settings, "tool-executor")
-    executor = Executor(
-        bus,
-        tools or ToolRegistry.load(),
-        settings.workspace,
-        budget=settings.tool_result_budget,
-        concurrency=settings.tool_concurrency,
-    )
-    try:
+    async with service_bus(settings, "tool-executor", bus) as bus:
+        executor = Executor(
+            bus,
+            tools or ToolRegistry.load(),
+            settings.workspace,
+            budget=settings.tool_result_budget,
+            concurrency=settings.tool_concurrency,
+        )
         await executor.serve(stop)
-    finally:
-        if own_bus:
-            await bus.close()
 
 
 def main() -> None:

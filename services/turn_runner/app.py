@@ -26,10 +26,10 @@ from turnstream.hooks import HookCall, HookRegistry
 from turnstream.mailbox import Mailboxes, serve_sessions
 from turnstream.providers import Provider, build_provider
 from turnstream.runtime import (
-    connect_service,
     new_event_id,
     now,
     run_service,
+    service_bus,
     source_name,
     tool_infos,
     watch_hooks,
@@ -274,20 +274,17 @@ async def serve(
     hooks: HookRegistry | None = None,
 ) -> None:
     provider = build_provider(settings)
-    own_bus = bus is None
-    bus = bus or await connect_service(settings, "turn-runner")
-    registry = tools or ToolRegistry.load()
-    hooks = hooks or HookRegistry.load(bus.nc)
-    config = replace(settings.turn_config(), tools=tool_infos(registry))
-    runner = Runner(bus, provider, config, hooks=hooks, settings=settings)
-    try:
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(watch_hooks(bus, hooks, stop))
-            tasks.create_task(runner.serve(stop))
-    finally:
-        await runner.close()
-        if own_bus:
-            await bus.close()
+    async with service_bus(settings, "turn-runner", bus) as bus:
+        registry = tools or ToolRegistry.load()
+        hooks = hooks or HookRegistry.load(bus.nc)
+        config = replace(settings.turn_config(), tools=tool_infos(registry))
+        runner = Runner(bus, provider, config, hooks=hooks, settings=settings)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(watch_hooks(bus, hooks, stop))
+                tasks.create_task(runner.serve(stop))
+        finally:
+            await runner.close()
 
 
 def main() -> None:
