@@ -93,6 +93,7 @@ class AuditService:
                 [subjects.log_all],
                 on_msg,
                 ack_all=True,
+                start_seq=last + 1,  # a first start: what the scan read is not sent again
             )
             try:
                 await self._work(queue, stop)

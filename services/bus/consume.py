@@ -76,6 +76,7 @@ async def durable_push(
     ack_wait_s: float = 60,
     max_ack_pending: int = 20_000,
     ack_all: bool = False,
+    start_seq: int | None = None,
 ) -> Any:
     """Create or update a shared durable push consumer (a deliver group) and subscribe.
 
@@ -87,6 +88,7 @@ async def durable_push(
 
     `ack_all`: one ack covers every earlier message (a single in-order reader that acks
     once per batch). A consumer created with the other ack policy is replaced the same way.
+    `start_seq`: where a consumer created now starts (one that exists goes on as it was).
     """
     config = api.ConsumerConfig(
         durable_name=durable,
@@ -109,6 +111,9 @@ async def durable_push(
         await js.delete_consumer(stream, durable)
         config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
         config.opt_start_seq = floor + 1
+    elif existing is None and start_seq is not None:
+        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = start_seq
     await js.add_consumer(stream, config=config)
     return await js.subscribe_bind(
         stream=stream,
