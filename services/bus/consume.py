@@ -111,7 +111,10 @@ async def durable_push(
         await js.delete_consumer(stream, durable)
         config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
         config.opt_start_seq = floor + 1
-    elif existing is None and start_seq is not None:
+    elif existing is not None:  # where it started is fixed for its lifetime
+        config.deliver_policy = existing.config.deliver_policy
+        config.opt_start_seq = existing.config.opt_start_seq
+    elif start_seq is not None:
         config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
         config.opt_start_seq = start_seq
     await js.add_consumer(stream, config=config)
