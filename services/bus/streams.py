@@ -81,7 +81,10 @@ async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> N
         )
         try:
             await js.create_key_value(config=kv_config)
-        except BadRequestError:  # a leases bucket from before expiry markers: add them
+        except BadRequestError:
+            if bucket != subjects.leases_bucket:
+                raise  # a real mismatch (replicas, say): say so
+            # a leases bucket from before expiry markers: add them
             info = await js.stream_info(f"KV_{bucket}")
             info.config.subject_delete_marker_ttl = marker_ttl
             await js.update_stream(config=info.config)
