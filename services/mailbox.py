@@ -52,9 +52,9 @@ class Mailboxes(Generic[Item]):
         self.closing = False
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """A side task of an actor (a model call): it is cancelled on shutdown with the
-        workers, so a long call does not hold the shutdown up."""
-        assert self.tasks is not None, "spawn needs the mailboxes running"
+        """A task of the mailboxes: an actor's worker, or its side task (a model call). It is
+        cancelled on shutdown with the workers, so a long call does not hold it up."""
+        assert self.tasks is not None, "the mailboxes are not running"
         task = self.tasks.create_task(work, name=name)
         self.workers.add(task)
         task.add_done_callback(self.workers.discard)
@@ -65,11 +65,8 @@ class Mailboxes(Generic[Item]):
             return  # shutting down: an unacked message comes again, a timer is moot
         box = self.boxes.get(key)
         if box is None or box.closed:
-            assert self.tasks is not None, "Mailboxes.deliver before run()"
             box = self.boxes[key] = _Mailbox(self.make_actor(key))
-            task = self.tasks.create_task(self._work(key, box), name=f"session:{key}")
-            self.workers.add(task)
-            task.add_done_callback(self.workers.discard)
+            self.spawn(self._work(key, box), f"session:{key}")
         box.inbox.put_nowait(item)
 
     def deliver_later(self, key: str, item: Item, delay_s: float) -> asyncio.TimerHandle:
