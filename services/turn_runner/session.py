@@ -40,7 +40,6 @@ from turnstream.core.turn import (
     compose_request,
     decide,
     evolve,
-    fold,
     needs_provider_call,
     on_hook_verdicts,
     on_provider_result,
@@ -210,14 +209,14 @@ class SessionActor:
                 return
             await self.commit(step)
 
-    async def hook_step(self, config: TurnConfig) -> Callable[[SessionState], list[Event]] | None:
+    async def hook_step(self, config: TurnConfig) -> Callable[[SessionState], Decision] | None:
         """Run the hooks one of the session's turns waits for; the step that records them."""
         hooks = self.runner.hooks
         ctx = self.context()
         for view, view_config in turn_views(self.state, config):
             assert view.active is not None
             turn_id = view.active.turn_id
-            turn_step: Callable[[SessionState, TurnConfig], list[Event]] | None = None
+            turn_step: Callable[[SessionState, TurnConfig], Decision] | None = None
             if calls := awaiting_hooks(view, view_config):
                 verdicts = await hooks.run_tool_hooks(self.session_id, turn_id, calls)
                 turn_step = partial(_with_verdicts, verdicts=verdicts, ctx=ctx)
@@ -247,10 +246,7 @@ class SessionActor:
         live = {view.active.turn_id for view, _ in views if view.active is not None}
         for turn_id in [t for t in self.provider_tasks if t not in live]:
             self.provider_tasks.pop(turn_id).cancel()  # the turn it was for is over
-        for view, view_config in views:
-            if needs_provider_call(view) and view.active is not None:
-                if view.active.turn_id not in self.provider_tasks:
-                    self.start_provider_call(view, view_config)  # e.g. recovered mid-call
+        self.start_provider_calls(views)  # e.g. recovered mid-call
         if live - self.timed_turns:
             bound = self.config.max_turn_seconds
             self.runner.mailboxes.deliver_later(self.session_id, Tick(), bound + 0.05)
@@ -261,7 +257,7 @@ class SessionActor:
             delay = max((wakeup - self.runner.now()).total_seconds(), 0.0)
             self.runner.mailboxes.deliver_later(self.session_id, Tick(), delay + 0.05)
 
-    async def commit(self, step: Callable[[SessionState], list[Event]]) -> None:
+    async def commit(self, step: Callable[[SessionState], Decision]) -> None:
         """Append what `step` decides, conditional on `last_seq`; on conflict reload, redo.
 
         The events go out as one batch whose first carries the condition: refused, none
@@ -279,7 +275,7 @@ class SessionActor:
             events = step(self.state)
             if not events:
                 return
-            decided = events.state if isinstance(events, Decision) else fold(self.state, events)
+            decided = events.state
             try:
                 last = await store.append_decision(
                     self.session_id, events, expected_last_seq=self.last_seq
@@ -295,10 +291,7 @@ class SessionActor:
                 # paused past the TTL while appending: the next holder goes on from the log
                 self.loaded = False
                 raise LeaseLost(self.session_id)
-            for view, view_config in turn_views(decided, self.config):
-                turn_id = view.active.turn_id if view.active else ""
-                if needs_provider_call(view) and turn_id not in self.provider_tasks:
-                    self.start_provider_call(view, view_config)
+            self.start_provider_calls(turn_views(decided, self.config))
             return
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
 
@@ -315,6 +308,13 @@ class SessionActor:
 
     def context(self) -> Context:
         return Context(now=self.runner.now(), new_id=self.runner.new_id, source=self.runner.source)
+
+    def start_provider_calls(self, views: list[tuple[SessionState, TurnConfig]]) -> None:
+        """Start the model call of each turn that waits for one and has none in flight."""
+        for view, view_config in views:
+            turn = view.active
+            if needs_provider_call(view) and turn and turn.turn_id not in self.provider_tasks:
+                self.start_provider_call(view, view_config)
 
     def start_provider_call(self, state: SessionState, config: TurnConfig) -> None:
         provider = self.runner.for_session(self.session_id)[0]
@@ -360,11 +360,11 @@ class SessionActor:
 
 def _with_verdicts(
     state: SessionState, config: TurnConfig, *, verdicts: list[HookVerdict], ctx: Context
-) -> list[Event]:
+) -> Decision:
     return on_hook_verdicts(state, verdicts, config, ctx)
 
 
 def _with_stage_verdict(
     state: SessionState, config: TurnConfig, *, verdict: StageHookVerdict, ctx: Context
-) -> list[Event]:
+) -> Decision:
     return on_stage_hooks(state, verdict, config, ctx)

@@ -130,11 +130,11 @@ def stage_hook_text(state: SessionState) -> str:
 
 def on_stage_hooks(
     state: SessionState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
-) -> list[Event]:
+) -> Decision:
     """Record what the stage hooks decided, take the stage on, go on."""
     turn = state.active
     if turn is None or awaiting_stage_hooks(state, config) is not verdict.stage:
-        return []
+        return Decision([], state)
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
     if verdict.action != "continue":
@@ -172,11 +172,11 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
 
 def on_provider_result(
     state: SessionState, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
-) -> list[Event]:
+) -> Decision:
     """The events that record a provider outcome, then whatever follows from them."""
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended:
-        return []  # a late result for a turn that moved on: nothing to record
+        return Decision([], state)  # a late result for a turn that moved on: nothing to record
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
     for retry in outcome.retries:
@@ -229,18 +229,18 @@ def on_tool_call_ready(
     first_byte_at: datetime,
     config: TurnConfig,
     ctx: Context,
-) -> list[Event]:
+) -> Decision:
     """A tool call whose block is complete while the model still streams: propose it now,
     so approval (and, once approved, the run) starts before the response ends."""
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended or turn.abort:
-        return []
+        return Decision([], state)
     if config.stage is not None:
-        return []  # a stage judges the whole response before any call is proposed
+        return Decision([], state)  # a stage judges the whole response before any call is proposed
     if turn.interrupt is not None or any(c.call_id == call.id for c in turn.calls):
-        return []
+        return Decision([], state)
     if turn.tool_calls_made + 1 > config.max_tool_calls_per_turn:
-        return []  # the whole response decides: the bound ends the turn then
+        return Decision([], state)  # the whole response decides: the bound ends the turn then
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
     if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
@@ -253,11 +253,11 @@ def on_tool_call_ready(
 
 def on_hook_verdicts(
     state: SessionState, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
-) -> list[Event]:
+) -> Decision:
     """Record what the tool hooks decided, request the calls they let through, go on."""
     turn = state.active
     if turn is None:
-        return []
+        return Decision([], state)
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
     calls = {c.invocation_id: c for c in turn.calls}

@@ -69,7 +69,7 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
     out: list[Event] = []
     if state.active is not None:
         out = decide_turn(state, config, ctx)  # a chat turn finishes before the run starts
-        state = fold(state, out)
+        state = out.state
     while step := _next_step(state, config, ctx):
         out.extend(step)
         state = fold(state, step)
@@ -107,24 +107,24 @@ def lane_step(
     turn_id: str,
     config: TurnConfig,
     ctx: Context,
-    step: Callable[[SessionState, TurnConfig], list[Event]],
-) -> list[Event]:
+    step: Callable[[SessionState, TurnConfig], Decision],
+) -> Decision:
     """Apply a turn-level step (a provider result, hook verdicts) to the turn `turn_id`,
     the chat turn or a stage's, then decide what follows for the whole session."""
     run = state.workflow
     ex = run.lane_of(turn_id) if run is not None else None
     if ex is None or run is None:
         if state.active is None or state.active.turn_id != turn_id:
-            return []
-        events = step(state, config)
-        if isinstance(events, Decision):  # the chat turn's fold is the session's
-            return decide(events.state, config, ctx).after(events)
-    elif ex.status != "act":
-        return []
-    else:
-        events = step(ex.lane, lane_config(config, run, ex))
+            return Decision([], state)
+        events = step(state, config)  # the chat turn's fold is the session's
+        if run is None or not run.open:
+            return events  # the turn's decider has decided everything that follows
+        return decide(events.state, config, ctx).after(events)
+    if ex.status != "act":
+        return Decision([], state)
+    events = step(ex.lane, lane_config(config, run, ex))
     if not events:
-        return []
+        return Decision([], state)
     return decide(fold(state, events), config, ctx).after(events)
 
 
@@ -174,12 +174,12 @@ def on_gate(
     *,
     gate: str | None = None,
     reason: str | None = None,
-) -> list[Event]:
+) -> Decision:
     """Record a gate's answer; `resolutionPolicy` says what defer and block do."""
     run = state.workflow
     ex = run.lane_of(execution_id) if run is not None else None
     if run is None or ex is None or ex.status != "gate":
-        return []
+        return Decision([], state)
     events = gate_events(run, ex, outcome, ctx, gate=gate, reason=reason)
     return decide(fold(state, events), config, ctx).after(events)
 
@@ -193,15 +193,15 @@ def on_assert(
     *,
     asserter: str | None = None,
     reason: str | None = None,
-) -> list[Event]:
+) -> Decision:
     """Record an assert hook's verdict and what follows (Act again, or Exit)."""
     run = state.workflow
     ex = run.lane_of(execution_id) if run is not None else None
     if run is None or ex is None or ex.status != "act":
-        return []
+        return Decision([], state)
     turn = ex.lane.active
     if turn is None or not turn.act_done:
-        return []
+        return Decision([], state)
     events = assert_events(run, ex, verdict, reason, ctx, asserter=asserter)
     return decide(fold(state, events), config, ctx).after(events)
 
