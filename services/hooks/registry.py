@@ -24,16 +24,16 @@ from pydantic import ValidationError
 
 from turnstream.core.events import Stage
 from turnstream.core.turn import STAGE_HOOK_POINTS, HookVerdict, StageHookVerdict, ToolCallState
+from turnstream.core.workflow.run import ASSERT, GATE
 from turnstream.core.workflow.state import StageRun
 from turnstream.hooks.base import Hook, HookCall, HookReply, HookSpec
 
 log = logging.getLogger("turnstream.hooks")
-WORKFLOW_POINTS = ("CheckGate", "Assert")
+WORKFLOW_POINTS = (GATE, ASSERT)
 
 
 @dataclass(frozen=True)
 class WorkflowHookAnswer:
-    point: str
     verdict: str
     hook: str | None
     reason: str | None
@@ -71,7 +71,7 @@ class HookRegistry:
             if self.at(stage.value, "pre", {"guard", "transform"})
         )
         self.workflow_hooks: frozenset[str] = frozenset(
-            point for point in WORKFLOW_POINTS if self.at(point, "pre", {"guard"})
+            point for point in WORKFLOW_POINTS if self.at_workflow(point)
         )
 
     @classmethod
@@ -109,6 +109,13 @@ class HookRegistry:
 
     def specs(self) -> list[HookSpec]:
         return list(self._specs)
+
+    def at_workflow(self, point: str) -> list[HookSpec]:
+        """The guards registered for a workflow point by name: a `*` hook of the turn
+        stages does not turn a gate or an assert into a hook point."""
+        return [
+            s for s in self._specs if s.kind == "guard" and s.point == "pre" and s.stage == point
+        ]
 
     def at(self, stage: str, point: str, kinds: set[str]) -> list[HookSpec]:
         return [
@@ -212,7 +219,7 @@ class HookRegistry:
     ) -> WorkflowHookAnswer:
         """The first gate or asserter for this stage that answers (priority order). One
         that does not answer counts as `defer` at a gate and `fail` at an assert."""
-        for spec in self.at(point, "pre", {"guard"}):
+        for spec in self.at_workflow(point):
             if spec.workflow_stage not in (None, stage_id):
                 continue
             request = HookCall(
@@ -226,14 +233,14 @@ class HookRegistry:
             )
             reply = await self.call(spec, request)
             if reply is None:
-                silent = "defer" if point == "CheckGate" else "fail"
-                return WorkflowHookAnswer(point, silent, spec.name, f"{spec.name} did not answer")
+                silent = "defer" if point == GATE else "fail"
+                return WorkflowHookAnswer(silent, spec.name, f"{spec.name} did not answer")
             if reply.verdict is not None:
-                return WorkflowHookAnswer(point, reply.verdict, spec.name, reply.reason)
-        if point == "CheckGate":
-            return WorkflowHookAnswer(point, "pass", None, None)
+                return WorkflowHookAnswer(reply.verdict, spec.name, reply.reason)
+        if point == GATE:
+            return WorkflowHookAnswer("pass", None, None)
         default = "ok" if ex.parsed is not None and not ex.cap_hit else "fail"
-        return WorkflowHookAnswer(point, default, None, None)
+        return WorkflowHookAnswer(default, None, None)
 
     async def observe(self, stage: str, point: str, request: HookCall) -> None:
         """Observers at a stage: their answers and failures change nothing."""
