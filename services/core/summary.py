@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import orjson
+from pydantic.alias_generators import to_camel
 
 from turnstream.core.events import (
     AuditViolation,
@@ -110,10 +111,5 @@ def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSu
     return summary
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
 _FIELDS = SessionSummary.__dataclass_fields__
-_CAMEL = {name: _camel(name) for name in _FIELDS}
+_CAMEL = {name: to_camel(name) for name in _FIELDS}
