@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-from turnstream.core.subjects import session_key
+from turnstream.core.subjects import is_session_id, session_key
 from turnstream.core.summary import SessionSummary
 
 log = logging.getLogger("turnstream.audit")
@@ -18,13 +17,10 @@ CHUNK = 512
 """KV writes in flight at once."""
 
 
-_KV_KEY = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
-
-
 def _writable(summaries: Sequence[SessionSummary]) -> list[SessionSummary]:
-    """Summaries whose key the bucket accepts (an event appended around the gateway may
-    carry any session id; retrying its write would stop the audit)."""
-    ok = [s for s in summaries if _KV_KEY.match(session_key(s.session_id))]
+    """Summaries of valid session ids, whose keys the bucket accepts (an event appended
+    around the gateway may carry any session id; retrying its write would stop the audit)."""
+    ok = [s for s in summaries if is_session_id(s.session_id)]
     for skipped in {s.session_id for s in summaries} - {s.session_id for s in ok}:
         log.error("session id %r cannot be a KV key; its summary is not written", skipped)
     return ok
