@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from turnstream.bus import Bus
+from turnstream.cli_audit import register as register_audit
 from turnstream.cli_common import (
     DataDir,
     NatsUrl,
@@ -26,6 +27,7 @@ from turnstream.cli_common import (
     run_on_bus,
     settings_of,
 )
+from turnstream.cli_workflow import print_run, workflow_app
 from turnstream.client import (
     answer_command,
     live_state,
@@ -315,8 +317,6 @@ def replay(
         raise typer.Exit(1)
     print_session(console, build_view(session, events))
     if state.workflow is not None:
-        from turnstream.cli_workflow import print_run
-
         print_run(console, state.workflow)
 
 
@@ -461,12 +461,7 @@ def status(
     sys.stdout.write(state.decode() + "\n")
 
 
-from turnstream.cli_workflow import workflow_app  # noqa: E402  (it imports helpers from here)
-
 app.add_typer(workflow_app, name="workflow")
-
-from turnstream.cli_audit import register as register_audit  # noqa: E402
-
 register_audit(app)
 
 

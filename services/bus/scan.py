@@ -1,8 +1,10 @@
-"""Read the whole log once, fast, folding as it arrives (rebuilds, the audit service's start).
+"""Questions about the whole log that must not cost a list of it.
 
-An ordered push consumer with a callback reads the log (its rate: `bench/audit.py`).
-Unlike `EventStore.read_all` nothing is kept: each event's sequence, subject and bytes go
-to `on_event`, so a rebuild of a large log needs no list of it.
+`scan_log` reads it once, fast, folding as it arrives (rebuilds, the audit service's
+start): an ordered push consumer with a callback (its rate: `bench/audit.py`). Unlike
+`EventStore.read_all` nothing is kept: each event's sequence, subject and bytes go to
+`on_event`. `subject_counts` asks the server how many messages each subject holds, and
+reads none. `stream_seq` is the cheap sequence of a delivered message.
 """
 
 from __future__ import annotations

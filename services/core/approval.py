@@ -6,13 +6,13 @@
         allowlist, a rule matches ─► ToolCallApproved{allowlist}
         ask, or an allowlist miss ─► queued ─► InteractionRequested{deadline}  (one open per
                                    session, in call order)
+            InteractionAnswered ─► ToolCallApproved | ToolCallDenied {interaction}
+            deadline passed     ─► ToolCallDenied{interaction, timedOut}
     inside a workflow stage (the proposal carries its envelope), before any mode:
         a tool in `allowedTools` ─► ToolCallApproved{workflow}
         any other tool ─► queued ─► InteractionRequested{grantStageTool}
             approved ─► StageGranted + ToolCallApproved{workflow}
             denied, timed out ─► ToolCallDenied{workflow, "GrantDenied: …"}
-            InteractionAnswered ─► ToolCallApproved | ToolCallDenied {interaction}
-            deadline passed     ─► ToolCallDenied{interaction, timedOut}
 
 The security mode is fixed for a session at its first proposal (the first
 `ToolCallModeInvoked` records it), so changing the deployment default later does not

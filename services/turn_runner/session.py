@@ -90,7 +90,8 @@ class ToolCallReady:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """Wake up and decide again (a turn's wall-time bound may have passed)."""
+    """Wake up and decide again: a turn's wall-time bound or a workflow's deferred gate or
+    backoff may have passed, or the session's lease came free (`Runner.wake`)."""
 
 
 Item = Delivered | ProviderDone | ToolCallReady | Tick
