@@ -38,10 +38,10 @@ def stream_seq(msg: Any) -> int:
     return int(msg.metadata.sequence.stream)
 
 
-async def log_last_seq(js: Any, subjects: Subjects) -> int:
-    """Sequence of the last event in the log; 0 when it is empty."""
+async def log_last_seq(js: Any, subjects: Subjects, subject: str | None = None) -> int:
+    """Sequence of the last event in the log (on `subject`, say a session's); 0 for none."""
     try:
-        msg = await js.get_last_msg(subjects.log_stream, subjects.log_all)
+        msg = await js.get_last_msg(subjects.log_stream, subject or subjects.log_all)
     except NotFoundError:
         return 0
     return int(msg.seq)
@@ -53,10 +53,13 @@ async def scan_log(
     on_event: Callable[[int, str, bytes], None],
     *,
     after_seq: int = 0,
+    subject: str | None = None,
 ) -> int:
-    """Hand every event after `after_seq`, up to the last one now, to `on_event(seq, subject, data)`
-    in order; return the last sequence handed over (`after_seq` when there was none)."""
-    last = await log_last_seq(js, subjects)
+    """Hand every event after `after_seq` (on `subject`, default the whole log), up to the
+    last one now, to `on_event(seq, subject, data)` in order; return the last sequence
+    handed over (`after_seq` when there was none)."""
+    subject = subject or subjects.log_all
+    last = await log_last_seq(js, subjects, subject)
     if last <= after_seq:
         return after_seq
     done = asyncio.get_running_loop().create_future()
@@ -79,7 +82,7 @@ async def scan_log(
         deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
     )
     sub = await js.subscribe(
-        subjects.log_all,
+        subject,
         stream=subjects.log_stream,
         cb=on_msg,
         ordered_consumer=True,

@@ -13,10 +13,9 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 from nats.js import api
-from nats.js.errors import NotFoundError
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
-from turnstream.bus.scan import stream_seq
+from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
 from turnstream.core.events import Event, EventBase, decode, encode
 from turnstream.core.subjects import Subjects
 
@@ -146,14 +145,7 @@ class JetStreamEventStore:
         return await self.appender.publish(items, APPEND_TIMEOUT_S)
 
     async def last_seq(self, session_id: str) -> int:
-        return await self._last_seq(self.subjects.log_session(session_id))
-
-    async def _last_seq(self, subject: str) -> int:
-        try:
-            msg = await self.js.get_last_msg(self.subjects.log_stream, subject)
-        except NotFoundError:
-            return 0
-        return int(msg.seq)
+        return await log_last_seq(self.js, self.subjects, self.subjects.log_session(session_id))
 
     async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
         return await self._read(self.subjects.log_session(session_id), after_seq)
@@ -166,31 +158,26 @@ class JetStreamEventStore:
             deliver_policy=api.DeliverPolicy.BY_START_TIME,
             opt_start_time=since.astimezone(UTC),
         )
-        return await self._consume(self.subjects.log_kind(event_type), config, None)
+        return await self._consume(self.subjects.log_kind(event_type), config)
 
     async def _read(self, subject: str, after_seq: int) -> list[StoredEvent]:
-        """Ordered push consumer from `after_seq + 1` up to the last event that exists now."""
-        last = await self._last_seq(subject)
-        if last <= after_seq:
-            return []
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
-        )
-        return await self._consume(subject, config, last)
+        """From `after_seq + 1` up to the last event that exists now (`scan_log`)."""
+        out: list[StoredEvent] = []
 
-    async def _consume(
-        self, subject: str, config: api.ConsumerConfig, last: int | None
-    ) -> list[StoredEvent]:
-        """Read through an ordered push consumer: up to `last`, or until nothing is pending."""
+        def keep(seq: int, _subject: str, data: bytes) -> None:
+            out.append(StoredEvent(seq, decode(data)))
+
+        await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
+        return out
+
+    async def _consume(self, subject: str, config: api.ConsumerConfig) -> list[StoredEvent]:
+        """Read through an ordered push consumer until nothing is pending."""
         out: list[StoredEvent] = []
         done = asyncio.get_running_loop().create_future()
 
         async def on_msg(msg: Any) -> None:
-            seq = stream_seq(msg)
-            if last is None or seq <= last:
-                out.append(StoredEvent(seq, decode(msg.data)))
-            finished = seq >= last if last is not None else msg.metadata.num_pending == 0
-            if finished and not done.done():
+            out.append(StoredEvent(stream_seq(msg), decode(msg.data)))
+            if msg.metadata.num_pending == 0 and not done.done():
                 done.set_result(None)
 
         sub = await self.js.subscribe(
@@ -203,12 +190,11 @@ class JetStreamEventStore:
             pending_bytes_limit=1024 * 1024 * 1024,
         )
         try:
-            if last is None:
-                # nothing pending and nothing sent means an empty read; anything sent (even
-                # still on its way to the callback) ends with a message whose num_pending is 0
-                info = await sub.consumer_info()
-                if info.num_pending == 0 and info.delivered.consumer_seq == 0:
-                    return out
+            # nothing pending and nothing sent means an empty read; anything sent (even
+            # still on its way to the callback) ends with a message whose num_pending is 0
+            info = await sub.consumer_info()
+            if info.num_pending == 0 and info.delivered.consumer_seq == 0:
+                return out
             async with asyncio.timeout(READ_TIMEOUT_S):
                 await done
         finally:
