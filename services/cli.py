@@ -29,11 +29,13 @@ from turnstream.cli_common import (
 )
 from turnstream.cli_workflow import print_run, workflow_app
 from turnstream.client import (
+    Replayed,
     answer_command,
     live_state,
     message_command,
     pending_prompts,
     publish_command,
+    replay_session,
     send_and_wait,
 )
 from turnstream.console import event_line, print_session
@@ -280,23 +282,15 @@ def replay(
 ) -> None:
     """Rebuild a session from the log (no model or tool is called): its turns with a
     stage timeline and durations, as of now or of a point in the past."""
-    from turnstream.core.turn import SessionState, fold, state_from_json, state_to_json
+    from turnstream.core.turn import state_from_json, state_to_json
 
-    async def work(bus: Bus) -> tuple[list[Any], bytes | None]:
-        stored = await bus.store.read_session(session)
-        live = None
-        if verify:
-            live = await live_state(bus, session)
-        return stored, live
-
-    stored, live = run_on_bus(settings_of(nats_url, data_dir), work)
     cutoff = at_time.replace(tzinfo=at_time.tzinfo or UTC) if at_time else None
-    events = [
-        item.event
-        for item in stored
-        if (at is None or item.seq <= at) and (cutoff is None or item.event.time <= cutoff)
-    ]
-    state = fold(SessionState(session), events)
+
+    async def work(bus: Bus) -> tuple[Replayed, bytes | None]:
+        replayed = await replay_session(bus, session, at_seq=at, at_time=cutoff)
+        return replayed, (await live_state(bus, session) if verify else None)
+
+    (state, events, _), live = run_on_bus(settings_of(nats_url, data_dir), work)
     if verify:
         assert live is not None
         if b'"error"' in live[:20]:

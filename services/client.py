@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
 import orjson
 import uuid_utils
@@ -24,6 +25,7 @@ from turnstream.core.events import (
     decode,
 )
 from turnstream.core.subjects import REJECTED_SESSION, is_session_id
+from turnstream.core.turn import SessionState, fold
 
 EventSink = Callable[[Event], Awaitable[None] | None]
 DeltaSink = Callable[[str], Awaitable[None] | None]
@@ -94,6 +96,26 @@ async def live_state(bus: Bus, session_id: str, timeout: float = 5) -> bytes:
     subject = bus.subjects.api("turn-runner", "session")
     msg = await bus.nc.request(subject, orjson.dumps({"sessionId": session_id}), timeout=timeout)
     return bytes(msg.data)
+
+
+class Replayed(NamedTuple):
+    state: SessionState
+    events: list[Event]
+    last_seq: int
+    """The log sequence of the last event folded (0: none)."""
+
+
+async def replay_session(
+    bus: Bus, session_id: str, *, at_seq: int | None = None, at_time: datetime | None = None
+) -> Replayed:
+    """A session rebuilt from the log, as of now or of a sequence or time; nothing is called."""
+    kept = [
+        s
+        for s in await bus.store.read_session(session_id)
+        if (at_seq is None or s.seq <= at_seq) and (at_time is None or s.event.time <= at_time)
+    ]
+    events = [s.event for s in kept]
+    return Replayed(fold(SessionState(session_id), events), events, kept[-1].seq if kept else 0)
 
 
 async def pending_prompts(bus: Bus, session_id: str | None = None) -> list[dict[str, Any]]:

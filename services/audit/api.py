@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from turnstream.bus import Bus
-from turnstream.client import live_state
-from turnstream.core.turn import SessionState, fold, state_from_json, state_to_json
+from turnstream.client import live_state, replay_session
+from turnstream.core.turn import state_from_json, state_to_json
 
 log = logging.getLogger("turnstream.audit")
 
@@ -46,26 +46,22 @@ async def _answer(msg: Any, work: Any) -> None:
     await msg.respond(body)
 
 
-async def _rebuild(bus: Bus, session_id: str, at_seq: int | None) -> tuple[SessionState, int, int]:
-    stored = await bus.store.read_session(session_id)
-    events = [s.event for s in stored if at_seq is None or s.seq <= at_seq]
-    last = max((s.seq for s in stored if at_seq is None or s.seq <= at_seq), default=0)
-    return fold(SessionState(session_id), events), len(events), last
-
-
 async def _replay(bus: Bus, query: dict[str, Any]) -> dict[str, Any]:
     at = query.get("atSeq")
-    state, count, last = await _rebuild(bus, str(query["sessionId"]), int(at) if at else None)
-    return {"state": orjson.loads(state_to_json(state)), "events": count, "lastSeq": last}
+    replayed = await replay_session(
+        bus, str(query["sessionId"]), at_seq=None if at is None else int(at)
+    )
+    state = orjson.loads(state_to_json(replayed.state))
+    return {"state": state, "events": len(replayed.events), "lastSeq": replayed.last_seq}
 
 
 async def _verify(bus: Bus, query: dict[str, Any]) -> dict[str, Any]:
     session_id = str(query["sessionId"])
-    state, count, _ = await _rebuild(bus, session_id, None)
+    replayed = await replay_session(bus, session_id)
     reply = await live_state(bus, session_id)
     return {
-        "equal": state_from_json(reply) == state,
-        "events": count,
-        "log": orjson.loads(state_to_json(state)),
+        "equal": state_from_json(reply) == replayed.state,
+        "events": len(replayed.events),
+        "log": orjson.loads(state_to_json(replayed.state)),
         "live": orjson.loads(reply),
     }
