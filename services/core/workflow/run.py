@@ -49,9 +49,11 @@ from turnstream.core.workflow.build import (
     exit_events,
     exit_run,
     gate_events,
+    lane_builder,
     lane_start,
     pseudo_turn,
     result_of,
+    stage_of,
 )
 from turnstream.core.workflow.fold import fold
 from turnstream.core.workflow.state import StageRun, WorkflowRun
@@ -78,7 +80,7 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
 
 def lane_config(config: TurnConfig, run: WorkflowRun, ex: StageRun) -> TurnConfig:
     """The turn configuration of one stage execution: its prompt, envelope and bound."""
-    stage = run.definition.stages[ex.stage_id]
+    stage = stage_of(run, ex)
     spec = StageSpec(
         run_id=run.run_id,
         stage_id=stage.id,
@@ -271,23 +273,21 @@ def _advance(
             return []  # the shell asks the assert hook, then `on_assert`
         if ex.parsed is not None and not ex.cap_hit:
             return assert_events(run, ex, "ok", None, ctx)
-        stage = run.definition.stages[ex.stage_id]
+        stage = stage_of(run, ex)
         reason = f"turnCap={stage.turn_cap} rounds passed without a valid {stage.completion_tool}"
         return assert_events(run, ex, "fail", reason, ctx)
     return decide_turn(ex.lane, lane_config(config, run, ex), ctx)
 
 
 def _repair(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
-    """Finish what a decision cut short by a crash began: its first event is durable, the
-    rest of it may not be (the runner appends the rest pipelined)."""
+    """Finish what a decision cut short began: a prefix of it is in the log (a crash while
+    it was appended, or an event the log refused)."""
     for ex in run.executions:
         turn = ex.lane.active
         if not ex.running and turn is not None:  # exited or cancelled, its turn still open
-            b = Builder(ex.lane.session_id, turn, ctx)
-            return end_lane(b, ex, ex.result)
+            return end_lane(lane_builder(run, ex, ctx), ex, ex.result)
         if ex.running and turn is None and ex.lane.turns_ended == 0:  # its turn never started
-            b = Builder(state.session_id, pseudo_turn(run, ex.execution_id, ex.execution_id), ctx)
-            return lane_start(b, run, ex.stage_id, ex.execution_id)
+            return lane_start(lane_builder(run, ex, ctx), run, ex.stage_id, ex.execution_id)
     if run.step < 0 or run.interrupt is not None:
         return []
     step, current = run.step_def(), run.current()
