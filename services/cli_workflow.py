@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,6 +35,7 @@ from turnstream.core.events import (
     StageGranted,
     StageInitFailed,
     WorkflowExit,
+    decode,
 )
 from turnstream.core.turn import SessionState, fold
 from turnstream.core.workflow.state import WorkflowRun
@@ -94,28 +94,38 @@ def attach(
     command = attach_command(session, name, context)
 
     async def work(bus: Bus) -> int:
-        start = await bus.store.last_seq(session)
-        await publish_command(bus, session, command)
-        console.print(f"attach {name} → {session}")
         if not wait:
+            await publish_command(bus, session, command)
+            console.print(f"attach {name} → {session}")
             return 0
-        return await _follow(bus, session, command["idempotencyKey"], start, timeout)
+        return await _attach_and_follow(bus, session, command, name, timeout)
 
     raise typer.Exit(run_on_bus(settings_of(nats_url, data_dir), work))
 
 
-async def _follow(bus: Bus, session: str, key: str, after_seq: int, timeout: float) -> int:
-    """Print the run's stage events as they land; the exit code when it ends."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for item in await bus.store.read_session(session, after_seq=after_seq):
-            after_seq = item.seq
-            code = _show(item.event, key)
-            if code is not None:
-                return code
-        await asyncio.sleep(0.2)
-    err.print(f"[yellow]still running after {timeout:.0f} s[/]; `turnstream workflow status`")
-    return 3
+async def _attach_and_follow(
+    bus: Bus, session: str, command: dict[str, Any], name: str, timeout: float
+) -> int:
+    """Print the run's stage events as they are appended (subscribed before the command
+    goes out, so none is missed); the exit code when the run ends."""
+    ended: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def on_log(msg: Any) -> None:
+        code = _show(decode(msg.data), command["idempotencyKey"])
+        if code is not None and not ended.done():
+            ended.set_result(code)
+
+    sub = await bus.nc.subscribe(bus.subjects.log_session(session), cb=on_log)
+    try:
+        await publish_command(bus, session, command)
+        console.print(f"attach {name} → {session}")
+        async with asyncio.timeout(timeout):
+            return await ended
+    except TimeoutError:
+        err.print(f"[yellow]still running after {timeout:.0f} s[/]; `turnstream workflow status`")
+        return 3
+    finally:
+        await sub.unsubscribe()
 
 
 def _show(event: Event, key: str) -> int | None:
