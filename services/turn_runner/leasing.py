@@ -29,15 +29,15 @@ class LeaseLost(Exception):
 
 @dataclass(frozen=True)
 class LeasePolicy:
-    ttl_s: float = 10.0
-    renew_s: float = 3.0
-    retry_s: float = 0.2
-    runner_id: str | None = None
+    ttl_s: float
+    renew_s: float
+    retry_s: float
+    runner_id: str | None
 
     @classmethod
     def from_settings(cls, settings: Settings | None) -> LeasePolicy:
-        if settings is None:
-            return cls()
+        """The settings' lease fields (their defaults when there are no settings)."""
+        settings = settings or Settings.model_construct()
         return cls(
             settings.lease_ttl_s,
             settings.lease_renew_s,
