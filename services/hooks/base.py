@@ -50,7 +50,7 @@ class HookCall(_Wire):
     event: dict[str, Any] | None = None
     """Observers: the stage event itself."""
     result: dict[str, Any] | None = None
-    """`Assert`: what Act produced (`parsed`, `capHit`, `attempt`)."""
+    """`CheckGate` and `Assert`: what the stage has so far (`parsed`, `capHit`, `attempt`)."""
 
 
 class HookReply(_Wire):

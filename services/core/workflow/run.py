@@ -382,4 +382,15 @@ def _enter_step(
     return events
 
 
-__all__ = ["ASSERT", "GATE", "decide"]
+__all__ = [
+    "ASSERT",
+    "GATE",
+    "awaiting_workflow_hooks",
+    "decide",
+    "lane_config",
+    "lane_step",
+    "next_wakeup",
+    "on_assert",
+    "on_gate",
+    "turn_views",
+]

@@ -40,6 +40,6 @@ def stage_rows(run: WorkflowRun) -> list[StageRow]:
             duration = (ended - ex.entered_at).total_seconds() if ended else None
             verdict = ex.result.verdict if ex.result else None
             reason = ex.result.reason if ex.result else ex.failure
-            status = {"gate": "gate", "act": "running"}.get(ex.status, ex.status)
+            status = "running" if ex.status == "act" else ex.status
             rows.append(StageRow(index, name, role, status, verdict, ex.attempt, duration, reason))
     return rows
