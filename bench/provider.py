@@ -33,10 +33,10 @@ from tests.providers.fake_servers import FakeAnthropic, FakeOpenAI, FakeServer, 
 from turnstream.bus import connect
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
+from turnstream.cli.up import Supervisor
 from turnstream.client import message_command
 from turnstream.core.subjects import Subjects
 from turnstream.settings import Settings
-from turnstream.up import Supervisor
 
 console = Console(highlight=False)
 ANSWER = Text("a streamed answer of twenty words " * 4, chunks=20)

@@ -34,10 +34,10 @@ from rich.console import Console
 from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
+from turnstream.cli.up import Supervisor
 from turnstream.client import answer_command, message_command, publish_command
 from turnstream.core.subjects import Subjects
 from turnstream.settings import Settings
-from turnstream.up import Supervisor
 
 console = Console(highlight=False, width=160)
 SCRIPT = (

@@ -11,8 +11,8 @@ from pathlib import Path
 from rich.console import Console
 
 from turnstream.bus.embedded import EmbeddedServer
+from turnstream.cli.up import Supervisor
 from turnstream.settings import Settings
-from turnstream.up import Supervisor
 
 STARTUP_S = 1.5
 """Time the services get to connect and bind their consumers."""

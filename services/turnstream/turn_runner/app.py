@@ -23,7 +23,6 @@ from turnstream.core.events import (
 from turnstream.core.ids import IdFactory
 from turnstream.core.turn import SessionState, TurnConfig, state_to_json
 from turnstream.hooks import HookCall, HookRegistry
-from turnstream.mailbox import Mailboxes, serve_sessions
 from turnstream.providers import Provider, build_provider
 from turnstream.runtime import (
     new_event_id,
@@ -34,6 +33,7 @@ from turnstream.runtime import (
     tool_infos,
     watch_hooks,
 )
+from turnstream.runtime.mailbox import Mailboxes, serve_sessions
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import snapshots

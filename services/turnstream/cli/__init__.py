@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from turnstream.bus import Bus
-from turnstream.cli_audit import register as register_audit
-from turnstream.cli_common import (
+from turnstream.cli.audit import register as register_audit
+from turnstream.cli.common import (
     DataDir,
     NatsUrl,
     console,
@@ -27,7 +27,8 @@ from turnstream.cli_common import (
     run_on_bus,
     settings_of,
 )
-from turnstream.cli_workflow import print_run, workflow_app
+from turnstream.cli.render import event_line, print_session
+from turnstream.cli.workflow import print_run, workflow_app
 from turnstream.client import (
     Replayed,
     answer_command,
@@ -38,7 +39,6 @@ from turnstream.client import (
     replay_session,
     send_and_wait,
 )
-from turnstream.console import event_line, print_session
 from turnstream.core.events import (
     Event,
     FollowUpQueued,
@@ -79,7 +79,7 @@ def up(
     script: Annotated[Path | None, typer.Option(help="Script for the scripted provider.")] = None,
 ) -> None:
     """Run an embedded nats-server and all services until Ctrl-C."""
-    from turnstream.up import run_up
+    from turnstream.cli.up import run_up
 
     settings = settings_of(
         nats_url, data_dir, nats_port=nats_port, provider=provider, script=script

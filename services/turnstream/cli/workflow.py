@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from turnstream.bus import Bus
-from turnstream.cli_common import (
+from turnstream.cli.common import (
     DataDir,
     NatsUrl,
     console,

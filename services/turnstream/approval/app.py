@@ -15,8 +15,8 @@ from turnstream.bus import Bus
 from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalState
 from turnstream.core.events import Event, TurnEnded
-from turnstream.mailbox import Mailboxes, serve_sessions
 from turnstream.runtime import now, run_service, service_bus, source_name
+from turnstream.runtime.mailbox import Mailboxes, serve_sessions
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.approval")

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from turnstream.bus import Bus, StoredEvent
 from turnstream.bus.store import LOG_START
-from turnstream.cli_common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
+from turnstream.cli.common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
 from turnstream.core.events import AuditViolation
 
 audit_app = typer.Typer(

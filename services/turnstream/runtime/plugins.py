@@ -1,0 +1,38 @@
+"""What the services learn from their plug-ins: the tools' specs, the remote hooks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from turnstream.bus import Bus
+from turnstream.bus.kv import watch
+from turnstream.core.turn import ToolInfo
+from turnstream.hooks import HookRegistry
+from turnstream.tools import ToolRegistry
+
+
+def tool_infos(registry: ToolRegistry) -> tuple[ToolInfo, ...]:
+    """What the turn core needs to know of each registered tool."""
+    return tuple(
+        ToolInfo(
+            name=spec.name,
+            description=spec.description,
+            parameters=spec.parameters,
+            read_only=spec.read_only,
+            idempotent=spec.idempotent,
+            timeout_s=spec.timeout_s,
+        )
+        for spec in registry.specs()
+    )
+
+
+async def watch_hooks(bus: Bus, hooks: HookRegistry, stop: asyncio.Event) -> None:
+    """Keep the remote hooks of `hooks` in step with the hooks bucket."""
+
+    def apply(entry: Any) -> None:
+        deleted = entry.operation in ("DEL", "PURGE") or entry.value is None
+        hooks.set_remote(entry.key, None if deleted else entry.value)
+
+    kv = await bus.js.key_value(bus.subjects.hooks_bucket)
+    await watch(kv, stop, apply, "hooks")
