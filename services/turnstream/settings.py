@@ -95,6 +95,8 @@ class Settings(BaseSettings):
     """Model calls per turn before it ends with `limit_exceeded`."""
     max_output_continuations: int = Field(default=1, ge=0)
     workflows: Path = Path("workflows")
+    agents: Path = Path("agents")
+    """Agent profiles, `<name>.md` each (TURNSTREAM_AGENTS; DESIGN §11)."""
     max_input_bytes: int = Field(default=256 * 1024, ge=1024)
     """Inbound commands larger than this are rejected (`oversize`)."""
     log_max_age_days: float = Field(default=0, ge=0)

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from turnstream.bus import Bus
+from turnstream.cli.agents import register as register_agents
 from turnstream.cli.audit import register as register_audit
 from turnstream.cli.common import (
     DataDir,
@@ -457,6 +458,7 @@ def status(
 
 app.add_typer(workflow_app, name="workflow")
 register_audit(app)
+register_agents(app)
 
 
 def main() -> None:

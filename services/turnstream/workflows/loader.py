@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from turnstream.core.workflow.definition import (
     RESOLUTION_POLICIES,
@@ -23,6 +21,7 @@ from turnstream.core.workflow.definition import (
     WorkflowDef,
 )
 from turnstream.core.workflow.template import check as check_template
+from turnstream.workflows.files import Problem, read_frontmatter, read_yaml
 
 KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -36,18 +35,6 @@ REQUIRED = (
     "turnCap",
     "resolutionPolicy",
 )
-
-
-@dataclass(frozen=True)
-class Problem:
-    file: str
-    field: str
-    message: str
-    fix: str
-    code: str = "Validation"
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.field}: {self.message} (fix: {self.fix})"
 
 
 class WorkflowInvalid(ValueError):
@@ -85,7 +72,7 @@ def load(folder: Path, live_tools: Iterable[str]) -> WorkflowDef:
     problems: list[Problem] = []
     live = set(live_tools)
     spec_file = folder / "workflow.yaml"
-    raw = _yaml(spec_file, spec_file.read_text() if spec_file.exists() else None, problems)
+    raw = read_yaml(spec_file, spec_file.read_text() if spec_file.exists() else None, problems)
     if raw is None:
         raise WorkflowInvalid(folder, problems)
     name = raw.get("name")
@@ -115,21 +102,6 @@ def load(folder: Path, live_tools: Iterable[str]) -> WorkflowDef:
         raise WorkflowInvalid(folder, problems)
     assert isinstance(name, str)
     return WorkflowDef(name, tuple(steps), stages, on_fail)
-
-
-def _yaml(path: Path, text: str | None, problems: list[Problem]) -> dict[str, Any] | None:
-    if text is None:
-        problems.append(Problem(path.name, "-", "file missing", f"create {path}"))
-        return None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        problems.append(Problem(path.name, "-", f"not valid YAML: {exc}", "fix the syntax"))
-        return None
-    if not isinstance(raw, dict):
-        problems.append(Problem(path.name, "-", "must be a mapping", "write `key: value` lines"))
-        return None
-    return raw
 
 
 def _steps(file: str, raw: Any, problems: list[Problem]) -> list[Step]:
@@ -211,25 +183,8 @@ def _on_fail(file: str, raw: Any, in_steps: set[str], problems: list[Problem]) -
     return out
 
 
-def _frontmatter(path: Path, problems: list[Problem]) -> tuple[dict[str, Any], str] | None:
-    text = path.read_text()
-    if not text.startswith("---"):
-        problems.append(
-            Problem(path.name, "-", "no YAML frontmatter", "start the file with a `---` block")
-        )
-        return None
-    parts = text.split("\n---", 1)
-    if len(parts) != 2:
-        problems.append(Problem(path.name, "-", "frontmatter not closed", "end it with `---`"))
-        return None
-    head = parts[0].removeprefix("---")
-    raw = _yaml(path, head, problems)
-    body = parts[1].split("\n", 1)[1] if "\n" in parts[1] else ""
-    return (raw, body.strip() + "\n") if raw is not None else None
-
-
 def _stage(path: Path, live: set[str], problems: list[Problem]) -> StageDef | None:
-    found = _frontmatter(path, problems)
+    found = read_frontmatter(path, problems)
     if found is None:
         return None
     raw, body = found
