@@ -24,6 +24,7 @@ test: lint typecheck $(BIN)/turnstream
 lint: $(BIN)/turnstream
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(BIN)/turnstream
 	$(BIN)/mypy

@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from tests.unit.factories import Ids, accepted, ctx, success
-from turnstream.core.turn import SessionState, TurnConfig, decide, fold, on_provider_result
+from turnstream.core.session import decide, fold
+from turnstream.core.turn import SessionState, TurnConfig, on_provider_result
 from turnstream.core.turn.state import ActiveTurn, with_changes
 
 N = 20_000

@@ -31,7 +31,8 @@ from turnstream.core.events import (
     TurnEnded,
     WorkflowExit,
 )
-from turnstream.core.turn import SessionState, fold
+from turnstream.core.session import fold
+from turnstream.core.turn import SessionState
 from turnstream.core.workflow.view import stage_rows
 from turnstream.hooks import HookCall, HookRegistry, HookReply, HookSpec
 

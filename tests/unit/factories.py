@@ -15,14 +15,13 @@ from turnstream.core.events import (
     Sender,
     Usage,
 )
+from turnstream.core.session import decide, fold
 from turnstream.core.turn import (
     Context,
     ProviderFailure,
     ProviderSuccess,
     SessionState,
     TurnConfig,
-    decide,
-    fold,
     on_provider_result,
 )
 

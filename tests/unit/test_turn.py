@@ -22,13 +22,11 @@ from turnstream.core.events import (
     SteeringInjected,
     TurnEnded,
 )
+from turnstream.core.session import decide, evolve, fold
 from turnstream.core.turn import (
     SessionState,
     TurnConfig,
     compose_request,
-    decide,
-    evolve,
-    fold,
     needs_provider_call,
     on_provider_result,
 )
@@ -255,7 +253,7 @@ def test_every_input_gets_exactly_one_terminal_event(texts, stops, fail_at) -> N
 
 
 def test_state_survives_a_json_round_trip() -> None:
-    from turnstream.core.turn import state_from_json, state_to_json
+    from turnstream.core.session import state_from_json, state_to_json
 
     state = with_input(accepted(1), accepted(2))
     state = fold(state, decide(state, TurnConfig(), ctx()))

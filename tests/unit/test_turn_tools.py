@@ -19,6 +19,7 @@ from turnstream.core.events import (
     ToolInvocationRequested,
     TurnEnded,
 )
+from turnstream.core.session import decide, fold
 from turnstream.core.turn import (
     HookVerdict,
     SessionState,
@@ -27,8 +28,6 @@ from turnstream.core.turn import (
     TurnConfig,
     awaiting_hooks,
     compose_request,
-    decide,
-    fold,
     on_hook_verdicts,
     on_provider_result,
 )

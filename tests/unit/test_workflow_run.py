@@ -27,6 +27,8 @@ from turnstream.core.events import (
     WorkflowAttachedData,
     WorkflowExit,
 )
+from turnstream.core.session import decide, evolve, fold, state_from_json, state_to_json
+from turnstream.core.session.run import lane_step, next_wakeup, on_assert, turn_views
 from turnstream.core.turn import (
     Context,
     Decision,
@@ -36,16 +38,10 @@ from turnstream.core.turn import (
     ToolInfo,
     TurnConfig,
     compose_request,
-    decide,
-    evolve,
-    fold,
     needs_provider_call,
     on_provider_result,
-    state_from_json,
-    state_to_json,
 )
 from turnstream.core.workflow.definition import RetryPolicy, StageDef, Step, WorkflowDef
-from turnstream.core.workflow.run import lane_step, next_wakeup, on_assert, turn_views
 
 TOOLS = (
     ToolInfo("read_file", "read", {"type": "object"}, True, True, 5.0),

@@ -16,7 +16,7 @@ import orjson
 
 from turnstream.bus import Bus
 from turnstream.client import live_state, replay_session
-from turnstream.core.turn import state_from_json, state_to_json
+from turnstream.core.session import state_from_json, state_to_json
 
 log = logging.getLogger("turnstream.audit")
 

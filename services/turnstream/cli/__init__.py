@@ -283,7 +283,7 @@ def replay(
 ) -> None:
     """Rebuild a session from the log (no model or tool is called): its turns with a
     stage timeline and durations, as of now or of a point in the past."""
-    from turnstream.core.turn import state_from_json, state_to_json
+    from turnstream.core.session import state_from_json, state_to_json
 
     cutoff = at_time.replace(tzinfo=at_time.tzinfo or UTC) if at_time else None
 

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from turnstream.core.events import Stage
 from turnstream.core.turn import STAGE_HOOK_POINTS, HookVerdict, StageHookVerdict, ToolCallState
-from turnstream.core.workflow.run import ASSERT, GATE
+from turnstream.core.workflow.definition import ASSERT, GATE
 from turnstream.core.workflow.state import StageRun
 from turnstream.hooks.base import Hook, HookCall, HookReply, HookSpec
 

@@ -21,7 +21,8 @@ from turnstream.core.events import (
     StagePreFired,
 )
 from turnstream.core.ids import IdFactory
-from turnstream.core.turn import SessionState, TurnConfig, state_to_json
+from turnstream.core.session import state_to_json
+from turnstream.core.turn import SessionState, TurnConfig
 from turnstream.hooks import HookCall, HookRegistry
 from turnstream.providers import Provider, build_provider
 from turnstream.runtime import (

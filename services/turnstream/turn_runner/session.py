@@ -25,6 +25,15 @@ import orjson
 from turnstream.bus import AppendConflict
 from turnstream.bus.leases import Ownership
 from turnstream.core.events import Event
+from turnstream.core.session import decide, evolve
+from turnstream.core.session.run import (
+    awaiting_workflow_hooks,
+    lane_step,
+    next_wakeup,
+    on_assert,
+    on_gate,
+    turn_views,
+)
 from turnstream.core.turn import (
     Context,
     Decision,
@@ -38,8 +47,6 @@ from turnstream.core.turn import (
     awaiting_hooks,
     awaiting_stage_hooks,
     compose_request,
-    decide,
-    evolve,
     needs_provider_call,
     on_hook_verdicts,
     on_provider_result,
@@ -47,15 +54,7 @@ from turnstream.core.turn import (
     on_tool_call_ready,
     stage_hook_text,
 )
-from turnstream.core.workflow.run import (
-    GATE,
-    awaiting_workflow_hooks,
-    lane_step,
-    next_wakeup,
-    on_assert,
-    on_gate,
-    turn_views,
-)
+from turnstream.core.workflow.definition import GATE
 from turnstream.turn_runner import snapshots
 from turnstream.turn_runner.leasing import LeaseLost
 

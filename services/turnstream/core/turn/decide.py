@@ -59,6 +59,7 @@ from turnstream.core.events import (
     ToolUseBlock,
 )
 from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.completion import check_response, completion_tool
 from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
 from turnstream.core.turn.state import (
     ActiveTurn,
@@ -82,7 +83,6 @@ from turnstream.core.turn.tool_call import (
     requested,
     tool_step,
 )
-from turnstream.core.workflow.completion import check_response, completion_tool
 
 SUMMARY_REQUEST = (
     "The user interrupted this turn. Do not call any more tools: summarise what you have "

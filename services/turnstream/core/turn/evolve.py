@@ -270,7 +270,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             | StageExited()
             | WorkflowExit()
         ):
-            return state  # the run's own bookkeeping: `turnstream.core.workflow.run`
+            return state  # the run's own bookkeeping: `turnstream.core.session.run`
         case (
             InputRejected()
             | ProviderRetry()

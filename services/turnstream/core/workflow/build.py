@@ -31,13 +31,13 @@ from turnstream.core.events import (
     WorkflowExitData,
 )
 from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.completion import schema_errors
 from turnstream.core.turn.state import (
     ActiveTurn,
     Context,
     SessionState,
     with_changes,
 )
-from turnstream.core.workflow.completion import schema_errors
 from turnstream.core.workflow.definition import StageDef
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 from turnstream.core.workflow.template import TemplateError, render

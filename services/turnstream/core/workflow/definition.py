@@ -12,6 +12,11 @@ from typing import Any, Literal
 ResolutionPolicy = Literal["retry-later", "fail", "skip"]
 RESOLUTION_POLICIES: tuple[str, ...] = ("retry-later", "fail", "skip")
 
+GATE = "CheckGate"
+"""The hook point of a stage's entry gate (`StageCheckGateResult`)."""
+ASSERT = "Assert"
+"""The hook point that judges a stage's completed Act (`StageAssertOutcome`)."""
+
 
 @dataclass(frozen=True)
 class RetryPolicy:

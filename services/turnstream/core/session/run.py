@@ -15,7 +15,7 @@
     ─► WorkflowExit{completed | failed | cancelled}
 
 `decide` here and `evolve`/`fold` in `fold.py` are the session-level ones
-(`turnstream.core.turn` exports them): without a workflow they are exactly the turn's.
+(`turnstream.core.session` exports them): without a workflow they are exactly the turn's.
 The events of each lifecycle step are built in `build.py`.
 """
 
@@ -31,6 +31,7 @@ from turnstream.core.events import (
     FollowUpQueuedData,
     StageResult,
 )
+from turnstream.core.session.fold import fold
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import decide as decide_turn
 from turnstream.core.turn.state import (
@@ -55,11 +56,8 @@ from turnstream.core.workflow.build import (
     result_of,
     stage_of,
 )
-from turnstream.core.workflow.fold import fold
+from turnstream.core.workflow.definition import ASSERT, GATE
 from turnstream.core.workflow.state import StageRun, WorkflowRun
-
-GATE = "CheckGate"
-ASSERT = "Assert"
 
 
 def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
