@@ -132,7 +132,8 @@ def main() -> None:
         )
         try:
             package.mkdir()
-            (package / "turnstream").symlink_to(tree / "services")
+            nested = tree / "services" / "turnstream"  # the layout since bd8b635
+            (package / "turnstream").symlink_to(nested if nested.is_dir() else tree / "services")
             base, head = [], []
             for n in range(args.rounds):
                 base.append(run_side(str(package), args.script, args.turns))

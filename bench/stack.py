@@ -11,8 +11,12 @@ from pathlib import Path
 from rich.console import Console
 
 from turnstream.bus.embedded import EmbeddedServer
-from turnstream.cli.up import Supervisor
 from turnstream.settings import Settings
+
+try:
+    from turnstream.cli.up import Supervisor
+except ImportError:  # a baseline from before the cli/ package (bench/compare.py --base)
+    from turnstream.up import Supervisor  # type: ignore[no-redef]
 
 STARTUP_S = 1.5
 """Time the services get to connect and bind their consumers."""

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from turnstream.core.events import (
     AuditViolation,
     AuditViolationData,
+    Envelope,
     Event,
     EventBase,
     SessionTurnStart,
@@ -28,8 +29,9 @@ from turnstream.core.events import (
     ToolInvocationSucceeded,
     TurnEnded,
     ViolationKind,
+    stamp,
 )
-from turnstream.core.ids import derived_uuid7
+from turnstream.core.ids import derived_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,27 +70,25 @@ class Finding:
 
     @property
     def violation_id(self) -> str:
-        return derived_uuid7(int(self.at.timestamp() * 1000), f"audit:{self.key}")
+        return derived_id("audit", self.key, self.at)
 
     def event(self, now: datetime, source: str) -> AuditViolation:
         about = self.about
-        return AuditViolation(
-            id=self.violation_id,
+        data = AuditViolationData(
+            kind=self.kind,
+            detail=self.detail,
+            event_id=self.cause.id if self.cause else None,
+            event_seq=self.cause_seq,
+            invocation_id=self.invocation_id,
+        )
+        return stamp(
+            AuditViolation,
+            data,
+            Envelope.of(about),
+            event_id=self.violation_id,
             time=now,
-            session_id=about.session_id,
-            chat_id=about.chat_id,
-            turn_id=about.turn_id,
-            trace_id=about.trace_id,
-            correlation_id=about.correlation_id,
-            causation_id=self.cause.id if self.cause else about.id,
             source=source,
-            data=AuditViolationData(
-                kind=self.kind,
-                detail=self.detail,
-                event_id=self.cause.id if self.cause else None,
-                event_seq=self.cause_seq,
-                invocation_id=self.invocation_id,
-            ),
+            causation_id=self.cause.id if self.cause else about.id,
         )
 
 

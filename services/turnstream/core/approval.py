@@ -26,10 +26,12 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Literal
 
 from turnstream.core.events import (
     Authority,
+    Envelope,
     Event,
     EventBase,
     InteractionAnswered,
@@ -47,8 +49,10 @@ from turnstream.core.events import (
     ToolCallModeInvokedData,
     ToolInvocationProposed,
     TurnEnded,
+    stamp,
 )
-from turnstream.core.ids import derived_uuid7
+from turnstream.core.fold import projector, until_quiet
+from turnstream.core.ids import derived_id
 from turnstream.core.turn.state import with_changes
 
 Status = Literal["new", "queued", "asking", "decided"]
@@ -161,19 +165,12 @@ def evolve(state: ApprovalState, event: Event) -> ApprovalState:
             return state
 
 
-def fold(state: ApprovalState, events: list[Event]) -> ApprovalState:
-    for event in events:
-        state = evolve(state, event)
-    return state
+fold = projector(evolve)
 
 
 def decide(state: ApprovalState, config: ApprovalConfig, now: datetime, source: str) -> list[Event]:
     """Every approval event that follows from `state` at time `now`."""
-    out: list[Event] = []
-    while step := _next_step(state, config, now, source):
-        out.extend(step)
-        state = fold(state, step)
-    return out
+    return until_quiet(state, partial(_next_step, config=config, now=now, source=source), fold)[0]
 
 
 def next_deadline(state: ApprovalState) -> datetime | None:
@@ -254,7 +251,7 @@ def _judge(
 
 def _ask(proposal: Proposal, config: ApprovalConfig, now: datetime, source: str) -> Event:
     data = proposal.event.data
-    interaction_id = derived_uuid7(_ms(proposal.event.time), f"{data.invocation_id}:interaction")
+    interaction_id = derived_id(data.invocation_id, "interaction", proposal.event.time)
     args = ", ".join(f"{k}={v!r}" for k, v in data.args.items())
     prompt = f"allow {data.tool}({args})?"
     if data.envelope is not None:
@@ -333,17 +330,14 @@ def _make(
     cause: str | None,
 ) -> Event:
     origin = proposal.event
-    event = cls(  # type: ignore[call-arg]
-        id=derived_uuid7(_ms(origin.time), f"{proposal.invocation_id}:{purpose}"),
+    event = stamp(
+        cls,
+        data,
+        Envelope.of(origin),
+        event_id=derived_id(proposal.invocation_id, purpose, origin.time),
         time=now,
-        session_id=origin.session_id,
-        chat_id=origin.chat_id,
-        turn_id=origin.turn_id,
-        trace_id=origin.trace_id,
-        correlation_id=origin.correlation_id,
-        causation_id=cause or origin.id,
         source=source,
-        data=data,
+        causation_id=cause or origin.id,
     )
     return event  # type: ignore[return-value]
 
@@ -362,7 +356,3 @@ def _set(
         for p in state.proposals
     )
     return with_changes(state, proposals=proposals)
-
-
-def _ms(time: datetime) -> int:
-    return int(time.timestamp() * 1000)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 
 IdFactory = Callable[[], str]
 
@@ -25,3 +26,14 @@ def derived_uuid7(unix_ms: int, key: str) -> str:
     value |= 0b10 << 62
     value |= rand_b
     return str(uuid.UUID(int=value))
+
+
+def unix_ms(time: datetime) -> int:
+    return int(time.timestamp() * 1000)
+
+
+def derived_id(origin: str, purpose: str, at: datetime | int) -> str:
+    """The id of the event that `purpose` makes of `origin` (an invocation, an inbound
+    message, a finding), timestamped `at` (the origin's time, or its Unix ms): whoever
+    redoes the same work derives the same id."""
+    return derived_uuid7(at if isinstance(at, int) else unix_ms(at), f"{origin}:{purpose}")

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from turnstream.core.events import (
+    Envelope,
     EventBase,
     FailureClass,
     ToolError,
@@ -19,8 +20,9 @@ from turnstream.core.events import (
     ToolInvocationStartedData,
     ToolInvocationSucceeded,
     ToolInvocationSucceededData,
+    stamp,
 )
-from turnstream.core.ids import derived_uuid7
+from turnstream.core.ids import derived_id
 
 
 @dataclass(frozen=True)
@@ -34,19 +36,14 @@ class Facts:
 
     def _make(self, cls: type[EventBase], purpose: str, data: Any, now: datetime) -> Any:
         req = self.request
-        origin_ms = int(req.time.timestamp() * 1000)
-        key = f"{req.data.invocation_id}:{self.attempt}:{purpose}"
-        return cls(  # type: ignore[call-arg]
-            id=derived_uuid7(origin_ms, key),
+        return stamp(
+            cls,
+            data,
+            Envelope.of(req),
+            event_id=derived_id(f"{req.data.invocation_id}:{self.attempt}", purpose, req.time),
             time=now,
-            session_id=req.session_id,
-            chat_id=req.chat_id,
-            turn_id=req.turn_id,
-            trace_id=req.trace_id,
-            correlation_id=req.correlation_id,
-            causation_id=req.id,
             source=self.source,
-            data=data,
+            causation_id=req.id,
         )
 
     @property

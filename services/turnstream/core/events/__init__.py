@@ -16,6 +16,7 @@ from pydantic import Field, TypeAdapter
 from turnstream.core.events.audit import AuditViolation, AuditViolationData, ViolationKind
 from turnstream.core.events.base import (
     SCHEMA_VERSION,
+    Envelope,
     EventBase,
     FailureClass,
     Sender,
@@ -23,6 +24,7 @@ from turnstream.core.events.base import (
     StageOutcome,
     TurnStatus,
     WireModel,
+    stamp,
 )
 from turnstream.core.events.input import (
     FollowUpQueued,
@@ -215,6 +217,7 @@ __all__ = [
     "ContentBlock",
     "ContextCompacted",
     "ContextCompactedData",
+    "Envelope",
     "Event",
     "EventBase",
     "FailureClass",
@@ -311,5 +314,6 @@ __all__ = [
     "WorkflowExitData",
     "decode",
     "encode",
+    "stamp",
     "upcast",
 ]

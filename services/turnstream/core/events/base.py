@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -80,3 +81,51 @@ class EventBase(WireModel):
     source: str
     """Service and instance that appended it, e.g. `turn-runner/host-1234`."""
     schema_version: int = SCHEMA_VERSION
+
+
+E = TypeVar("E", bound=EventBase)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What the events about one thing share: the session, chat, turn and trace they belong
+    to and the correlation id their sender matches them by."""
+
+    session_id: str
+    chat_id: str
+    turn_id: str | None
+    trace_id: str
+    correlation_id: str
+
+    @classmethod
+    def of(cls, event: EventBase) -> Envelope:
+        """The envelope of `event`: a fact about it is filed where it is."""
+        return cls(
+            event.session_id, event.chat_id, event.turn_id, event.trace_id, event.correlation_id
+        )
+
+
+def stamp(
+    cls: type[E],
+    data: Any,
+    envelope: Envelope,
+    *,
+    event_id: str,
+    time: datetime,
+    source: str,
+    causation_id: str | None,
+    turn_id: str | None = None,
+) -> E:
+    """The one place an event is given its envelope (every service and decider comes here)."""
+    return cls(  # type: ignore[call-arg]
+        id=event_id,
+        time=time,
+        session_id=envelope.session_id,
+        chat_id=envelope.chat_id,
+        turn_id=turn_id or envelope.turn_id,
+        trace_id=envelope.trace_id,
+        correlation_id=envelope.correlation_id,
+        causation_id=causation_id,
+        source=source,
+        data=data,
+    )

@@ -21,6 +21,7 @@ from turnstream.core.events import (
     WorkflowAttached,
     WorkflowExit,
 )
+from turnstream.core.fold import projector
 from turnstream.core.turn.evolve import evolve as evolve_turn
 from turnstream.core.turn.state import (
     SessionState,
@@ -55,10 +56,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     return with_changes(state, workflow=_replace(run, with_changes(ex, lane=lane, failure=failure)))
 
 
-def fold(state: SessionState, events: list[Event]) -> SessionState:
-    for event in events:
-        state = evolve(state, event)
-    return state
+fold = projector(evolve)
 
 
 def _attached(event: WorkflowAttached) -> WorkflowRun:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Literal
 
 from turnstream.core.events import (
@@ -31,6 +32,7 @@ from turnstream.core.events import (
     FollowUpQueuedData,
     StageResult,
 )
+from turnstream.core.fold import until_quiet
 from turnstream.core.session.fold import fold
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import decide as decide_turn
@@ -70,10 +72,8 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
     if state.active is not None:
         out = decide_turn(state, config, ctx)  # a chat turn finishes before the run starts
         state = out.state
-    while step := _next_step(state, config, ctx):
-        out.extend(step)
-        state = fold(state, step)
-    return Decision(out, state)
+    step = partial(_next_step, config=config, ctx=ctx)
+    return Decision(*until_quiet(state, step, fold, out))
 
 
 def lane_config(config: TurnConfig, run: WorkflowRun, ex: StageRun) -> TurnConfig:

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from turnstream.core.events import (
+    Envelope,
     Event,
     EventBase,
     FailureClass,
@@ -19,6 +20,7 @@ from turnstream.core.events import (
     TurnEnded,
     TurnEndedData,
     TurnStatus,
+    stamp,
 )
 from turnstream.core.turn.state import ActiveTurn, Context
 
@@ -31,9 +33,14 @@ class Builder:
     turn: ActiveTurn
     ctx: Context
     last_id: str = field(init=False)
+    envelope: Envelope = field(init=False)
 
     def __post_init__(self) -> None:
         self.last_id = self.turn.last_event_id
+        turn = self.turn
+        self.envelope = Envelope(
+            self.session_id, turn.chat_id, turn.turn_id, turn.trace_id, turn.correlation_id
+        )
 
     def make(
         self,
@@ -43,17 +50,15 @@ class Builder:
         *,
         turn_id: str | None = None,
     ) -> E:
-        event = cls(  # type: ignore[call-arg]
-            id=self.ctx.new_id(),
+        event = stamp(
+            cls,
+            data,
+            self.envelope,
+            event_id=self.ctx.new_id(),
             time=at or self.ctx.now,
-            session_id=self.session_id,
-            chat_id=self.turn.chat_id,
-            turn_id=turn_id or self.turn.turn_id,
-            trace_id=self.turn.trace_id,
-            correlation_id=self.turn.correlation_id,
-            causation_id=self.last_id,
             source=self.ctx.source,
-            data=data,
+            causation_id=self.last_id,
+            turn_id=turn_id,
         )
         self.last_id = event.id
         return event

@@ -23,6 +23,7 @@ from wherever the log left it. Pure: the clock and the id factory come in `Conte
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import Any, assert_never
 
 from turnstream.core.events import (
@@ -58,6 +59,7 @@ from turnstream.core.events import (
     TextBlock,
     ToolUseBlock,
 )
+from turnstream.core.fold import until_quiet
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response, completion_tool
 from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
@@ -92,11 +94,7 @@ SUMMARY_REQUEST = (
 
 def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
     """Every event that follows from `state` without an outside effect, in order."""
-    out: list[Event] = []
-    while step := _next_step(state, config, ctx):
-        out.extend(step)
-        state = fold(state, step)
-    return Decision(out, state)
+    return Decision(*until_quiet(state, partial(_next_step, config=config, ctx=ctx), fold))
 
 
 def needs_provider_call(state: SessionState) -> bool:

@@ -50,6 +50,7 @@ from turnstream.core.events import (
     WorkflowAttached,
     WorkflowExit,
 )
+from turnstream.core.fold import projector
 from turnstream.core.turn.state import (
     ActiveTurn,
     CallStatus,
@@ -290,11 +291,7 @@ INTERRUPT_INPUT = "interrupt:"
 """`SteeringInjected.inputId` prefix of a graceful interrupt's request to summarise."""
 
 
-def fold(state: SessionState, events: list[Event]) -> SessionState:
-    """Fold many events."""
-    for event in events:
-        state = evolve(state, event)
-    return state
+fold = projector(evolve)
 
 
 def _join(reply: str, text: str, *, after_tools: bool) -> str:
