@@ -119,3 +119,14 @@ def test_replay_travels_in_time_and_verifies_against_the_live_state(
     verified = cli("replay", "e2e-6", "--verify", env=deployment)
     assert verified.returncode == 0, verified.stderr
     assert "equals the live state" in verified.stdout
+
+
+@pytest.mark.parametrize("workflow", ["nope", "../etc"])
+def test_attaching_an_unknown_workflow_shows_the_rejection_and_exits_non_zero(
+    deployment: dict[str, str], workflow: str
+) -> None:
+    args = ("workflow", "attach", "e2e-wf", workflow, "--timeout", "20")
+    result = cli(*args, env=deployment, timeout=40)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "rejected (workflow_invalid)" in result.stderr, result.stderr
+    assert repr(workflow) in result.stderr

@@ -153,4 +153,6 @@ def test_an_attach_that_does_not_load_is_rejected_with_every_problem() -> None:
     events = intake(raw, max_bytes=4096, now=T0, source="gw/1", load_workflow=loader)
     rejected = rejection(events)
     assert rejected.data.kind == "workflow_invalid" and len(rejected.data.errors) == 2
+    # the sender (`workflow attach`) matches the rejection by its idempotency key
+    assert rejected.data.idempotency_key == "k1" and rejected.correlation_id == "k1"
     assert isinstance(events[1], TurnEnded) and events[1].data.failure_class == "invalid_input"

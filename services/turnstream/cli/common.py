@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import nats.errors
 import typer
 from rich.console import Console
 
@@ -54,6 +55,13 @@ def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(main())
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+        # a request to a service (approval, turn-runner) that is down or busy
+        err.print(
+            f"[red]error:[/] no answer from the service ({type(exc).__name__}); "
+            "is `turnstream up` running with every service?"
+        )
+        raise typer.Exit(2) from exc
     except (ConnectionError, RuntimeError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

@@ -133,7 +133,7 @@ def intake(
                     "workflow_invalid",
                     f"cannot attach workflow {parsed.workflow!r}: {exc}",
                     getattr(exc, "errors", []),
-                    {"sessionId": parsed.session_id, "chatId": parsed.chat_id},
+                    _fields_of(parsed),
                 )
                 return _rejected(raw, invalid, ids, now, source)
             attached = WorkflowAttachedData(
@@ -153,8 +153,18 @@ def _no_workflows(parsed: AttachCommand) -> Rejection:
         "unsupported",
         "this gateway was started without workflow definitions; nothing was changed",
         [],
-        {"sessionId": parsed.session_id, "chatId": parsed.chat_id},
+        _fields_of(parsed),
     )
+
+
+def _fields_of(parsed: InboundCommand) -> dict[str, Any]:
+    """The envelope fields a rejection of a well-formed command keeps, so its sender can
+    match the rejection (`correlationId` = its idempotencyKey)."""
+    return {
+        "sessionId": parsed.session_id,
+        "chatId": parsed.chat_id,
+        "idempotencyKey": parsed.idempotency_key,
+    }
 
 
 def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
