@@ -1,0 +1,5 @@
+"""`python -m turnstream.cli` is the `turnstream` command."""
+
+from turnstream.cli import main
+
+main()
