@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from turnstream.bus import Bus
-from turnstream.core.subjects import is_session_id
+from turnstream.core.subjects import is_reserved_session, is_session_id
 from turnstream.runtime import service_bus
 from turnstream.settings import Settings
 
@@ -33,6 +33,9 @@ def require_session_id(session: str) -> None:
     """Exit 2 with the rule when `session` cannot be a session id."""
     if not is_session_id(session):
         err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
+        raise typer.Exit(2)
+    if is_reserved_session(session):
+        err.print(f"[red]error:[/] session id {session!r} is reserved (unroutable input)")
         raise typer.Exit(2)
 
 

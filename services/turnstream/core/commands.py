@@ -8,12 +8,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, TypeAdapter
+from pydantic import AfterValidator, Field, StringConstraints, TypeAdapter
 
 from turnstream.core.events import Sender, WireModel
-from turnstream.core.subjects import SESSION_ID_PATTERN
+from turnstream.core.subjects import REJECTED_SESSION, SESSION_ID_PATTERN, is_reserved_session
 
-SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN)]
+
+def _not_reserved(value: str) -> str:
+    if is_reserved_session(value):
+        raise ValueError(f"session id {value!r} is reserved for unroutable input")
+    return value
+
+
+SessionId = Annotated[
+    str,
+    StringConstraints(pattern=SESSION_ID_PATTERN),
+    AfterValidator(_not_reserved),
+    Field(json_schema_extra={"not": {"const": REJECTED_SESSION}}),
+]
 MAX_TEXT_CHARS = 100_000
 
 

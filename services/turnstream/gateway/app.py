@@ -8,8 +8,10 @@ from typing import Any
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.bus.scan import scan_log
+from turnstream.core.events import InteractionAnswered, InteractionRequested, decode
 from turnstream.core.workflow.definition import WorkflowDef
-from turnstream.gateway.intake import Inbound, intake
+from turnstream.gateway.intake import Inbound, intake, reject_unknown_answer
 from turnstream.runtime import now, run_service, service_bus, source_name
 from turnstream.settings import Settings
 from turnstream.tools.registry import ToolRegistry
@@ -50,16 +52,19 @@ async def _consume(
                 seq=meta.sequence.stream,
                 stored_at=meta.timestamp,
                 stream=subjects.inbound_stream,
+                msg_id=(msg.headers or {}).get("Nats-Msg-Id"),
             )
-            events.extend(
-                intake(
-                    raw,
-                    max_bytes=settings.max_input_bytes,
-                    now=now(),
-                    source=source,
-                    load_workflow=load_workflow,
-                )
+            decided = intake(
+                raw,
+                max_bytes=settings.max_input_bytes,
+                now=now(),
+                source=source,
+                load_workflow=load_workflow,
             )
+            match decided:
+                case [InteractionAnswered() as answered] if not await _was_requested(bus, answered):
+                    decided = reject_unknown_answer(raw, answered, now=now(), source=source)
+            events.extend(decided)
         try:
             await bus.store.append_facts(events)
         except Exception:
@@ -73,6 +78,24 @@ async def _consume(
     )
     log.info("gateway consuming %s", subjects.inbound_all)
     await fetch_loop(sub, stop, on_batch)
+
+
+async def _was_requested(bus: Bus, answered: InteractionAnswered) -> bool:
+    """Whether the answer's session asked the interaction it answers (its log holds the
+    InteractionRequested); an answer is rare, so one filtered read of the log is cheap."""
+    wanted = answered.data.interaction_id
+    found = False
+
+    def on_event(_seq: int, _subject: str, data: bytes) -> None:
+        nonlocal found
+        event = decode(data)
+        found = found or (
+            isinstance(event, InteractionRequested) and event.data.interaction_id == wanted
+        )
+
+    subject = bus.subjects.log(answered.session_id, "InteractionRequested")
+    await scan_log(bus.js, bus.subjects, on_event, subject=subject)
+    return found
 
 
 def main() -> None:
