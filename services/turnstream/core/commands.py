@@ -35,7 +35,9 @@ class CommandBase(WireModel):
     chat_id: Annotated[str, Field(min_length=1, max_length=256)]
     sender: Sender
     idempotency_key: Annotated[str, Field(min_length=1, max_length=256)]
-    """Also the `Nats-Msg-Id` of the publish: a retried publish is a no-op."""
+    """Also the `Nats-Msg-Id` of the publish. A retry is a no-op: the gateway remembers each
+    (sessionId, idempotencyKey) as long as inbound commands are kept
+    (TURNSTREAM_INBOUND_MAX_AGE_DAYS, 7 days), whatever the `Nats-Msg-Id`."""
     reply_to: SessionId | None = None
     """Session to deliver the reply to (agent-to-agent); `null` for none."""
 

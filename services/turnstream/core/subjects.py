@@ -74,6 +74,11 @@ class Subjects:
         return f"{self.prefix}_hooks"
 
     @property
+    def idempotency_bucket(self) -> str:
+        """Claimed idempotency keys: `<session>.<sha256(key)>` → the inbound seq (gateway)."""
+        return f"{self.prefix}_idempotency"
+
+    @property
     def blobs_bucket(self) -> str:
         """Object store for payloads above the result budget (full tool results)."""
         return f"{self.prefix}_blobs"
