@@ -85,8 +85,17 @@ def test_tail_history_shows_one_line_per_event(deployment: dict[str, str]) -> No
 
 def test_status_answers_with_the_live_state(deployment: dict[str, str]) -> None:
     assert cli("send", "e2e-5", "status?", env=deployment).returncode == 0
-    result = cli("status", "e2e-5", env=deployment)
+    result = cli("status", "e2e-5", "--json", env=deployment)
     assert '"turns_ended":1' in result.stdout
+    readable = cli("status", "e2e-5", env=deployment)
+    assert readable.returncode == 0, readable.stderr
+    assert "turns ended:  1 (last completed" in readable.stdout
+    assert "active turn:  none" in readable.stdout and "{" not in readable.stdout
+
+
+def test_status_of_an_unknown_session_exits_one(deployment: dict[str, str]) -> None:
+    result = cli("status", "e2e-never-used", env=deployment)
+    assert result.returncode == 1 and "has no events" in result.stderr
 
 
 def test_schemas_check_passes_on_the_committed_files() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import cli, running_up
+from tests.e2e.processes import cli, cli_background, running_up
 
 pytestmark = pytest.mark.e2e
 
@@ -26,3 +28,16 @@ def test_a_second_up_on_the_same_data_dir_refuses_and_names_the_running_one(
     with running_up(tmp_path) as (env, _):
         assert url_file.read_text().strip() == url  # the same port after a restart
         assert cli("replay", "up-1", env=env).returncode == 0
+
+
+def test_a_connected_tail_says_once_that_the_server_went_away(tmp_path: Path) -> None:
+    with running_up(tmp_path, TURNSTREAM_SECURITY_MODE="auto") as (env, _):
+        assert cli("send", "tail-1", "hi", env=env).returncode == 0
+        tail = cli_background("tail", "--history", env=env)
+        assert tail.stdout is not None
+        assert "tail-1" in tail.stdout.readline()  # connected: it printed the history
+    time.sleep(4)  # the client retries every half second meanwhile
+    tail.send_signal(signal.SIGINT)
+    out, errors = tail.communicate(timeout=10)
+    assert "Traceback" not in errors + out and "Error" not in errors, errors
+    assert errors.count("lost the connection to NATS") == 1, errors

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Awaitable
@@ -14,7 +15,6 @@ import orjson
 import typer
 import uuid_utils
 from rich.markup import escape
-from rich.table import Table
 
 from turnstream.bus import Bus
 from turnstream.cli.audit import register as register_audit
@@ -27,7 +27,7 @@ from turnstream.cli.common import (
     run_on_bus,
     settings_of,
 )
-from turnstream.cli.render import event_line, print_session
+from turnstream.cli.render import event_line, print_prompt, print_session, print_status
 from turnstream.cli.workflow import print_run, workflow_app
 from turnstream.client import (
     Replayed,
@@ -250,14 +250,32 @@ def tail(
             for item in stored:
                 show(item.event)
         try:
-            await asyncio.Event().wait()
+            await watch_connection(bus)
         finally:
-            await sub.unsubscribe()
+            with contextlib.suppress(Exception):  # the server may be away
+                await sub.unsubscribe()
 
     try:
         run_on_bus(settings_of(nats_url, data_dir), follow)
     except KeyboardInterrupt:
         pass
+
+
+async def watch_connection(bus: Bus, every_s: float = 0.5) -> None:
+    """Forever: one line when the connection to NATS drops (the client retries on its own,
+    quietly) and one when it is back."""
+    connected = True
+    while True:
+        await asyncio.sleep(every_s)
+        if bus.nc.is_closed:
+            err.print("[red]connection to NATS closed[/]")
+            raise typer.Exit(2)
+        if connected and not bus.nc.is_connected:
+            connected = False
+            err.print("[yellow]lost the connection to NATS; retrying quietly (Ctrl-C stops)[/]")
+        elif not connected and bus.nc.is_connected:
+            connected = True
+            err.print("[green]reconnected[/]; following again")
 
 
 @app.command()
@@ -309,7 +327,7 @@ def replay(
     if not events:
         err.print(f"[yellow]session {session} has no events (at that point)[/]")
         raise typer.Exit(1)
-    print_session(console, build_view(session, events))
+    print_session(console, build_view(session, events), events)
     if state.workflow is not None:
         print_run(console, state.workflow)
 
@@ -389,13 +407,12 @@ def approvals(
     if not pending:
         console.print("no pending approvals")
         return
-    table = Table("session", "tool", "arguments", "deadline", "interaction (approve/deny ID)")
     for p in pending:
-        args = ", ".join(f"{k}={v!r}" for k, v in p["args"].items())
-        table.add_row(p["sessionId"], p["tool"], args, p["deadline"][11:19], p["interactionId"])
-    table.columns[-1].no_wrap = True
-    table.columns[-1].min_width = 36
-    console.print(table)
+        print_prompt(console, p)
+    console.print(
+        "[dim]answer with[/] turnstream approve <interaction> [dim]or[/] turnstream deny "
+        "<interaction>"
+    )
 
 
 def _answer(interaction_id: str, decision: str, reason: str | None, settings: Settings) -> None:
@@ -415,7 +432,8 @@ def _answer(interaction_id: str, decision: str, reason: str | None, settings: Se
             f"[red]error:[/] no pending prompt {interaction_id}; `turnstream approvals` lists them"
         )
         raise typer.Exit(1)
-    console.print(f"{decision}d {tool} ({interaction_id})")
+    done = {"approve": "approved", "deny": "denied"}[decision]
+    console.print(f"{done} {tool} ({interaction_id})")
 
 
 Reason = Annotated[str | None, typer.Option(help="Why (recorded with the answer).")]
@@ -446,13 +464,27 @@ def deny(
 @app.command()
 def status(
     session: Annotated[str, typer.Argument(help="Session to ask the turn-runner about.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The turn-runner's state as JSON (as the API has it).")
+    ] = False,
     nats_url: NatsUrl = None,
     data_dir: DataDir = None,
 ) -> None:
-    """The turn-runner's live state of a session (JSON)."""
+    """The turn-runner's live view of a session: its active turn, queue and history.
 
-    state = run_on_bus(settings_of(nats_url, data_dir), lambda bus: live_state(bus, session))
-    sys.stdout.write(state.decode() + "\n")
+    Exits 1 for a session with no events (like `replay`)."""
+
+    async def work(bus: Bus) -> tuple[int, bytes]:
+        return await bus.store.last_seq(session), await live_state(bus, session)
+
+    last_seq, state = run_on_bus(settings_of(nats_url, data_dir), work)
+    if last_seq == 0:
+        err.print(f"[yellow]session {session} has no events[/] (`turnstream sessions` lists them)")
+        raise typer.Exit(1)
+    if as_json:
+        sys.stdout.write(state.decode() + "\n")
+        return
+    print_status(console, orjson.loads(state), last_seq)
 
 
 app.add_typer(workflow_app, name="workflow")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -13,7 +15,7 @@ from rich.console import Console
 
 from turnstream.bus import Bus
 from turnstream.core.subjects import is_reserved_session, is_session_id
-from turnstream.runtime import service_bus
+from turnstream.runtime import connect_service
 from turnstream.settings import Settings
 
 T = TypeVar("T")
@@ -49,12 +51,28 @@ def settings_of(nats_url: str | None = None, data_dir: Path | None = None, **mor
     return Settings(**overrides)
 
 
+async def _close(bus: Bus) -> None:
+    """Drain and close; while the server is away (Ctrl-C during a reconnect) draining
+    cannot work, so just close."""
+    try:
+        await bus.close()
+    except Exception:
+        with contextlib.suppress(Exception):
+            await bus.nc.close()
+
+
 def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
     """Connect, run `work`, close; a connection problem exits 2 with its message."""
 
     async def main() -> T:
-        async with service_bus(settings, "cli", None) as bus:
+        bus = await connect_service(settings, "cli")
+        try:
             return await work(bus)
+        finally:
+            await _close(bus)
+
+    # nats-py logs each failed reconnect with a traceback; a command says it once itself
+    logging.getLogger("nats").setLevel(logging.CRITICAL)
 
     try:
         return asyncio.run(main())
