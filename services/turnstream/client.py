@@ -182,9 +182,10 @@ async def send_and_wait(
     *,
     on_event: EventSink | None = None,
     on_delta: DeltaSink | None = None,
-    timeout: float = 60.0,
+    timeout: float | None = 60.0,
 ) -> TurnOutcome:
-    """Publish `command` and follow its turn until its `TurnEnded` is in the log.
+    """Publish `command` and follow its turn until its `TurnEnded` is in the log (`timeout`
+    None: no bound of its own; the caller bounds it).
 
     A message steered into a running turn (a `steer` command, or the `steer` follow-up
     policy) follows that turn instead, and hears back with its `TurnEnded`. A command whose

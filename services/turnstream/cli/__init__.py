@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import time
-from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,7 +12,6 @@ from typing import Annotated, Any
 import orjson
 import typer
 import uuid_utils
-from rich.markup import escape
 
 from turnstream.bus import Bus
 from turnstream.cli.audit import register as register_audit
@@ -28,6 +25,7 @@ from turnstream.cli.common import (
     settings_of,
 )
 from turnstream.cli.render import event_line, print_prompt, print_session, print_status
+from turnstream.cli.send import run_send
 from turnstream.cli.workflow import print_run, workflow_app
 from turnstream.client import (
     Replayed,
@@ -37,20 +35,9 @@ from turnstream.client import (
     pending_prompts,
     publish_command,
     replay_session,
-    send_and_wait,
 )
 from turnstream.core.events import (
     Event,
-    FollowUpQueued,
-    HookDecided,
-    InputRejected,
-    InteractionRequested,
-    Stage,
-    StagePreFired,
-    ToolCallDenied,
-    ToolInvocationFailed,
-    ToolInvocationProposed,
-    ToolInvocationSucceeded,
     decode,
 )
 from turnstream.core.projection import build_view
@@ -109,7 +96,8 @@ def send(
 ) -> None:
     """Send a message, stream its tokens and stages, print the reply.
 
-    Exits 0 when the turn completed, 1 when it failed or was denied.
+    Exits 0 when the turn completed, 1 when it failed or was denied, 130 on Ctrl-C (which
+    stops watching; the turn goes on). Approval prompts are asked inline on a terminal.
     """
     require_session_id(session)
     kind, _, sender_id = sender.partition(":")
@@ -123,100 +111,7 @@ def send(
         reply_to=reply_to,
         kind="steer" if steer else "message",
     )
-    streamed: list[str] = []
-    shown: set[tuple[str, int]] = set()
-    started = time.perf_counter()
-
-    def stage_line(stage: str, iteration: int) -> None:
-        if (stage, iteration) in shown:
-            return
-        shown.add((stage, iteration))
-        if streamed:
-            console.print()
-            streamed.clear()
-        suffix = f" (round {iteration})" if iteration > 1 else ""
-        console.print(f"[dim]▸ {stage}{suffix}[/]")
-
-    interactive = sys.stdin.isatty() and not quiet
-
-    async def ask(bus: Bus, prompt: InteractionRequested) -> None:
-        data = prompt.data
-        if not interactive:
-            console.print(
-                f"[yellow]? approval needed:[/] {escape(data.prompt)} "
-                f"— answer with `turnstream approve {data.interaction_id}` (or deny)"
-            )
-            return
-        reply = await asyncio.to_thread(input, f"? {data.prompt} [y/N] ")
-        decision = "approve" if reply.strip().lower() in ("y", "yes") else "deny"
-        await publish_command(
-            bus, session, answer_command(session, data.interaction_id, decision, sender_id="cli")
-        )
-
-    def on_event(event: Event, bus: Bus) -> Awaitable[None] | None:
-        if isinstance(event, InteractionRequested):
-            return ask(bus, event)
-        if quiet:
-            return None
-        if isinstance(event, StagePreFired):
-            stage_line(event.data.stage, event.data.iteration)
-        elif isinstance(event, ToolInvocationProposed):
-            args = ", ".join(f"{k}={v!r}" for k, v in event.data.args.items())
-            console.print(f"  [cyan]⚙ {event.data.tool}[/]({escape(args)})")
-        elif isinstance(
-            event,
-            InputRejected
-            | FollowUpQueued
-            | ToolCallDenied
-            | ToolInvocationFailed
-            | ToolInvocationSucceeded
-            | HookDecided,
-        ):
-            console.print(event_line(event))
-        return None
-
-    def on_delta(delta: str) -> None:
-        if quiet:
-            return
-        rounds = [i for stage, i in shown if stage == Stage.SEND_REQUEST]
-        stage_line(Stage.STREAM_RESPONSE, max(rounds, default=1))
-        streamed.append(delta)
-        console.print(delta, end="", style="bold")
-
-    settings = settings_of(nats_url, data_dir)
-    try:
-        outcome = run_on_bus(
-            settings,
-            lambda bus: send_and_wait(
-                bus,
-                command,
-                on_event=lambda event: on_event(event, bus),
-                on_delta=on_delta,
-                timeout=timeout,
-            ),
-        )
-    except TimeoutError:
-        err.print(
-            f"\n[yellow]no terminal event within {timeout:g} s[/]; the turn may still be "
-            f"running (waiting for an approval?): `turnstream tail {session}` follows it"
-        )
-        raise typer.Exit(1) from None
-    elapsed = (time.perf_counter() - started) * 1000
-    if streamed:
-        console.print()
-    if outcome.completed:
-        if quiet:
-            console.print(outcome.reply or "")
-        else:
-            console.print(
-                f"[green]✔ completed[/] [dim]turn {outcome.turn_id} · {elapsed:.0f} ms[/]"
-            )
-        return
-    failure = escape(f"[{outcome.failure_class}] {outcome.reason}")
-    err.print(f"[red]✘ {outcome.status}[/] {failure}")
-    if outcome.next_action:
-        err.print(f"[yellow]next:[/] {escape(outcome.next_action)}")
-    raise typer.Exit(1)
+    run_send(settings_of(nats_url, data_dir), command, quiet=quiet, timeout=timeout)
 
 
 @app.command()

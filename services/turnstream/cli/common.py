@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -86,3 +88,18 @@ def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
     except (ConnectionError, RuntimeError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
+
+
+def command_name() -> str:
+    """How this shell can run `turnstream` again: the bare name when PATH finds this very
+    program (an activated venv), else the path it was started by (`.venv/bin/turnstream`)."""
+    started = Path(sys.argv[0])
+    found = shutil.which("turnstream")
+    if started.name == "turnstream" and found and Path(found).resolve() == started.resolve():
+        return "turnstream"
+    if started.name == "turnstream":
+        try:
+            return str(started.resolve().relative_to(Path.cwd()))
+        except ValueError:
+            return str(started)
+    return "turnstream"

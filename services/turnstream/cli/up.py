@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import IO
 from rich.console import Console
 
 from turnstream.bus.embedded import EmbeddedServer, free_port, port_is_free
+from turnstream.cli.common import command_name
 from turnstream.providers import api_key
 from turnstream.settings import Settings
 
@@ -168,21 +168,6 @@ def _run_locked(settings: Settings, console: Console) -> None:
             server.stop()
             settings.url_file.unlink(missing_ok=True)
         console.print("stopped")
-
-
-def command_name() -> str:
-    """How this shell can run `turnstream` again: the bare name when PATH finds this very
-    program (an activated venv), else the path it was started by (`.venv/bin/turnstream`)."""
-    started = Path(sys.argv[0])
-    found = shutil.which("turnstream")
-    if started.name == "turnstream" and found and Path(found).resolve() == started.resolve():
-        return "turnstream"
-    if started.name == "turnstream":
-        try:
-            return str(started.resolve().relative_to(Path.cwd()))
-        except ValueError:
-            return str(started)
-    return "turnstream"
 
 
 def _interrupt(signum: int, frame: object) -> None:
