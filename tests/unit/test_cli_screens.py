@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from turnstream.cli.audit import sessions_table
@@ -58,3 +61,20 @@ def test_sessions_keep_one_line_per_session_at_80_columns() -> None:
 def test_counts_are_plural_only_when_they_should_be() -> None:
     assert plural(1, "turn") == "1 turn" and plural(2, "turn") == "2 turns"
     assert plural(0, "event") == "0 events"
+
+
+def test_the_startup_hint_spells_the_command_as_this_shell_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnstream.cli.common import command_name
+
+    program = tmp_path / ".venv" / "bin" / "turnstream"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(program), "up"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert command_name() == ".venv/bin/turnstream"  # not on PATH: as the README has it
+    monkeypatch.setenv("PATH", f"{program.parent}:/usr/bin")
+    assert command_name() == "turnstream"  # an activated venv

@@ -154,9 +154,11 @@ def _run_locked(settings: Settings, console: Console) -> None:
         console.print(f"[bold green]turnstream is up[/] on {url} ({where})")
         console.print(f"  data:      {_abs(settings)}")
         console.print(f"  workspace: {settings.workspace.resolve()}")
-        console.print(f"  services:  {', '.join(SERVICES)} · provider {settings.provider}")
+        console.print(f"  services:  {', '.join(SERVICES)}")
+        console.print(f"  provider:  {settings.provider} (TURNSTREAM_PROVIDER)")
         console.print(f"  approvals: {settings.security_mode} (TURNSTREAM_SECURITY_MODE)")
-        console.print(f'  try:      [bold]{command_name()} send demo "hello"[/]   ·   Ctrl-C stops')
+        console.print(f'  try:       [bold]{command_name()} send demo "hello"[/]')
+        console.print("  Ctrl-C stops everything")
         while True:
             time.sleep(0.5)
             supervisor.check()
