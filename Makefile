@@ -5,15 +5,22 @@ BIN    := $(VENV)/bin
 
 .PHONY: up test lint typecheck bench schemas clean
 
+# the first `make up` installs for a minute or so: each step says what it is doing, and
+# pip shows each package it collects (not --quiet)
 $(BIN)/turnstream: pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "turnstream needs Python 3.11+"'
+	@echo "==> [1/3] creating the virtualenv $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "==> [2/3] upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "==> [3/3] installing turnstream and its dependencies (about a minute the first time)"
+	$(BIN)/pip install --progress-bar on -e '.[dev]'
+	@echo "==> installed: $(BIN)/turnstream"
 	@touch $@
 
 ## run the embedded nats-server and every service (Ctrl-C stops)
 up: $(BIN)/turnstream
+	@echo "==> starting: $(BIN)/turnstream up"
 	$(BIN)/turnstream up
 
 ## lint, type-check, check the exported contract, run every test

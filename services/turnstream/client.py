@@ -7,6 +7,7 @@ The outcome comes from the log (DESIGN §2): the turn's events carry the command
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -155,14 +156,25 @@ async def publish_command(
     bus: Bus, session_id: str, command: dict[str, Any] | bytes, idempotency_key: str | None = None
 ) -> int:
     """Publish to the inbound stream; returns its sequence. Retries are deduplicated."""
+    return int((await _publish(bus, session_id, command, idempotency_key)).seq)
+
+
+async def _publish(
+    bus: Bus, session_id: str, command: dict[str, Any] | bytes, idempotency_key: str | None = None
+) -> Any:
     if isinstance(command, dict):
         idempotency_key = idempotency_key or command.get("idempotencyKey")
         payload = orjson.dumps(command)
     else:
         payload = command
     headers = {"Nats-Msg-Id": idempotency_key} if idempotency_key else None
-    ack = await bus.js.publish(bus.subjects.inbound(session_id), payload, headers=headers)
-    return int(ack.seq)
+    return await bus.js.publish(bus.subjects.inbound(session_id), payload, headers=headers)
+
+
+CATCH_UP_AFTER_S = 1.0
+"""A publish that hears nothing for this long reads the log once: its key may have been
+used before (the gateway drops a repeated idempotencyKey), and that turn's events, which
+carry the key as their `correlationId`, may all be in the past."""
 
 
 async def send_and_wait(
@@ -171,16 +183,19 @@ async def send_and_wait(
     *,
     on_event: EventSink | None = None,
     on_delta: DeltaSink | None = None,
-    timeout: float = 60.0,
+    timeout: float | None = 60.0,
 ) -> TurnOutcome:
-    """Publish `command` and follow its turn until its `TurnEnded` is in the log.
+    """Publish `command` and follow its turn until its `TurnEnded` is in the log (`timeout`
+    None: no bound of its own; the caller bounds it).
 
     A message steered into a running turn (a `steer` command, or the `steer` follow-up
-    policy) follows that turn instead, and hears back with its `TurnEnded`."""
+    policy) follows that turn instead, and hears back with its `TurnEnded`. A command whose
+    idempotencyKey was used before (a retry) hears back from the first one's turn."""
     session_id, key = command["sessionId"], command["idempotencyKey"]
     subjects = bus.subjects
     done: asyncio.Future[TurnOutcome] = asyncio.get_running_loop().create_future()
     seen: list[Event] = []
+    seen_ids: set[str] = set()
     turn_id: str | None = None
 
     async def call(sink: Callable[[Any], Awaitable[None] | None] | None, value: Any) -> None:
@@ -189,12 +204,14 @@ async def send_and_wait(
             if asyncio.iscoroutine(result):
                 await result
 
-    async def on_log(msg: Any) -> None:
+    async def on_event_of_log(event: Event) -> None:
         nonlocal turn_id
-        event = decode(msg.data)
         # a steered message joins the running turn: it ends with that turn's TurnEnded
         if event.correlation_id != key and (turn_id is None or event.turn_id != turn_id):
             return
+        if event.id in seen_ids:  # live and caught up from the store alike
+            return
+        seen_ids.add(event.id)
         if isinstance(event, SteeringInjected):
             turn_id = event.turn_id  # from now on, follow the turn it joined
         turn_id = turn_id or event.turn_id
@@ -214,19 +231,38 @@ async def send_and_wait(
                 )
             )
 
+    async def on_log(msg: Any) -> None:
+        await on_event_of_log(decode(msg.data))
+
     async def on_live(msg: Any) -> None:
         body = orjson.loads(msg.data)
         if turn_id is not None and body.get("turnId") == turn_id:
             await call(on_delta, body["delta"])
 
+    async def catch_up(duplicate: bool) -> None:
+        if not duplicate:
+            await asyncio.sleep(CATCH_UP_AFTER_S)
+        if seen or done.done():
+            return
+        for stored in await bus.store.read_session(log_session):
+            if done.done():
+                return
+            await on_event_of_log(stored.event)
+
     # input with an unusable session id is recorded under the reserved rejected session
     log_session = session_id if is_session_id(session_id) else REJECTED_SESSION
     log_sub = await bus.nc.subscribe(subjects.log_session(log_session), cb=on_log)
     live_sub = await bus.nc.subscribe(subjects.live_session(log_session), cb=on_live)
+    catching_up: asyncio.Task[None] | None = None
     try:
-        await publish_command(bus, session_id, command)
+        ack = await _publish(bus, session_id, command)
+        catching_up = asyncio.create_task(catch_up(bool(getattr(ack, "duplicate", False))))
         async with asyncio.timeout(timeout):
             return await done
     finally:
+        if catching_up is not None:
+            catching_up.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await catching_up
         await log_sub.unsubscribe()
         await live_sub.unsubscribe()

@@ -31,6 +31,8 @@ def test_demo_tool_call_waits_for_approval_then_completes(deployment: dict[str, 
     pending = pending_prompt(deployment, "list_dir")
     assert "list_dir" in pending and "demo-ask" in pending, pending
     interaction = interaction_id(pending)
+    narrow = cli("approvals", env={**deployment, "COLUMNS": "80"}).stdout
+    assert "path = '.'" in narrow and interaction in narrow, narrow  # nothing cut at 80
     approved = cli("approve", interaction, "--reason", "looks fine", env=deployment)
     assert approved.returncode == 0, approved.stderr
     out, errors = send.communicate(timeout=30)
@@ -38,6 +40,20 @@ def test_demo_tool_call_waits_for_approval_then_completes(deployment: dict[str, 
     assert "approval needed" in out and "turnstream approve" in out
     assert "hello.txt" in out and "completed" in out
     assert cli("approvals", env=deployment).stdout.strip() == "no pending approvals"
+    replay = cli("replay", "demo-ask", env={**deployment, "COLUMNS": "80"})
+    assert replay.returncode == 0, replay.stderr
+    assert "session demo-ask: 1 turn," in replay.stdout, replay.stdout
+    assert "list_dir (approval wait" in replay.stdout, replay.stdout
+    assert "list_dir(path='.') approved by human:cli after waiting" in replay.stdout
+
+
+def test_deny_says_denied(deployment: dict[str, str]) -> None:
+    send = cli_background("send", "demo-deny", "look", env=deployment)
+    interaction = interaction_id(pending_prompt(deployment, "demo-deny", "demo-deny"))
+    denied = cli("deny", interaction, "--reason", "not now", env=deployment)
+    assert denied.returncode == 0, denied.stderr
+    assert denied.stdout.startswith(f"denied list_dir ({interaction})"), denied.stdout
+    send.communicate(timeout=30)
 
 
 def test_answering_an_unknown_prompt_says_how_to_find_the_real_ones(

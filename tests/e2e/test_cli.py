@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,8 +85,17 @@ def test_tail_history_shows_one_line_per_event(deployment: dict[str, str]) -> No
 
 def test_status_answers_with_the_live_state(deployment: dict[str, str]) -> None:
     assert cli("send", "e2e-5", "status?", env=deployment).returncode == 0
-    result = cli("status", "e2e-5", env=deployment)
+    result = cli("status", "e2e-5", "--json", env=deployment)
     assert '"turns_ended":1' in result.stdout
+    readable = cli("status", "e2e-5", env=deployment)
+    assert readable.returncode == 0, readable.stderr
+    assert "turns ended:  1 (last completed" in readable.stdout
+    assert "active turn:  none" in readable.stdout and "{" not in readable.stdout
+
+
+def test_status_of_an_unknown_session_exits_one(deployment: dict[str, str]) -> None:
+    result = cli("status", "e2e-never-used", env=deployment)
+    assert result.returncode == 1 and "has no events" in result.stderr
 
 
 def test_schemas_check_passes_on_the_committed_files() -> None:
@@ -119,3 +131,67 @@ def test_replay_travels_in_time_and_verifies_against_the_live_state(
     verified = cli("replay", "e2e-6", "--verify", env=deployment)
     assert verified.returncode == 0, verified.stderr
     assert "equals the live state" in verified.stdout
+
+
+@pytest.mark.parametrize("workflow", ["nope", "../etc"])
+def test_attaching_an_unknown_workflow_shows_the_rejection_and_exits_non_zero(
+    deployment: dict[str, str], workflow: str
+) -> None:
+    args = ("workflow", "attach", "e2e-wf", workflow, "--timeout", "20")
+    result = cli(*args, env=deployment, timeout=40)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "rejected (workflow_invalid)" in result.stderr, result.stderr
+    assert repr(workflow) in result.stderr
+
+
+async def _rejection_of(env: dict[str, str], session: str, body: bytes, msg_id: str) -> Any:
+    """Publish raw `body` to the session's inbound subject; the InputRejected it earns."""
+    from turnstream.bus import connect
+    from turnstream.core.events import InputRejected, decode
+    from turnstream.core.subjects import Subjects
+
+    url = (Path(env["TURNSTREAM_DATA_DIR"]) / "nats.url").read_text().strip()
+    bus = await connect(url, Subjects())
+    found: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def on_log(msg: Any) -> None:
+        event = decode(msg.data)
+        if isinstance(event, InputRejected) and not found.done():
+            found.set_result(event)
+
+    sub = await bus.nc.subscribe(bus.subjects.log_session(session), cb=on_log)
+    try:
+        headers = {"Nats-Msg-Id": msg_id}
+        await bus.js.publish(bus.subjects.inbound(session), body, headers=headers)
+        async with asyncio.timeout(20):
+            return await found
+    finally:
+        await sub.unsubscribe()
+        await bus.close()
+
+
+async def test_a_rejected_unparsable_body_carries_the_nats_msg_id(
+    deployment: dict[str, str],
+) -> None:
+    rejected = await _rejection_of(deployment, "e2e-raw", b"{oops", "raw-key-1")
+    assert rejected.data.kind == "not_json" and rejected.correlation_id == "raw-key-1"
+
+
+async def test_an_answer_to_an_unknown_interaction_is_rejected(
+    deployment: dict[str, str],
+) -> None:
+    answer = {
+        "type": "answer",
+        "sessionId": "e2e-answer",
+        "chatId": "e2e-answer",
+        "sender": {"kind": "human", "id": "u1"},
+        "idempotencyKey": "answer-nobody-asked",
+        "interactionId": "no-such-prompt",
+        "decision": "approve",
+    }
+    rejected = await _rejection_of(
+        deployment, "e2e-answer", json.dumps(answer).encode(), "answer-nobody-asked"
+    )
+    assert rejected.data.kind == "unknown_interaction"
+    assert "no-such-prompt" in rejected.data.reason
+    assert rejected.correlation_id == "answer-nobody-asked"

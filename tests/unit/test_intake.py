@@ -29,9 +29,18 @@ GOOD = {
 NO_TEXT = {k: v for k, v in GOOD.items() if k != "text"}
 
 
-def run(body: object, *, token: str = "s1", max_bytes: int = 4096, seq: int = 1):
+def run(
+    body: object,
+    *,
+    token: str = "s1",
+    max_bytes: int = 4096,
+    seq: int = 1,
+    msg_id: str | None = None,
+):
     data = body if isinstance(body, bytes) else orjson.dumps(body)
-    raw = Inbound(session_token=token, data=data, seq=seq, stored_at=T0, stream="TS_INBOUND")
+    raw = Inbound(
+        session_token=token, data=data, seq=seq, stored_at=T0, stream="TS_INBOUND", msg_id=msg_id
+    )
     return intake(raw, max_bytes=max_bytes, now=T0, source="gateway/test")
 
 
@@ -153,4 +162,48 @@ def test_an_attach_that_does_not_load_is_rejected_with_every_problem() -> None:
     events = intake(raw, max_bytes=4096, now=T0, source="gw/1", load_workflow=loader)
     rejected = rejection(events)
     assert rejected.data.kind == "workflow_invalid" and len(rejected.data.errors) == 2
+    # the sender (`workflow attach`) matches the rejection by its idempotency key
+    assert rejected.data.idempotency_key == "k1" and rejected.correlation_id == "k1"
     assert isinstance(events[1], TurnEnded) and events[1].data.failure_class == "invalid_input"
+
+
+def test_an_unparsable_body_is_matched_by_its_nats_msg_id() -> None:
+    rejected = rejection(run(b"{not json", msg_id="key-7"))
+    assert rejected.data.kind == "not_json"
+    assert rejected.correlation_id == "key-7" and rejected.data.idempotency_key == "key-7"
+
+
+def test_a_body_key_wins_over_the_header() -> None:
+    rejected = rejection(run({**GOOD, "type": "dance"}, msg_id="header-key"))
+    assert rejected.correlation_id == "k1"
+
+
+@pytest.mark.parametrize(
+    ("body", "token"),
+    [
+        ({**GOOD, "sessionId": REJECTED_SESSION}, REJECTED_SESSION),
+        ({**GOOD, "sessionId": REJECTED_SESSION}, "s1"),
+    ],
+)
+def test_the_rejected_session_is_reserved(body, token) -> None:
+    rejected = rejection(run(body, token=token))
+    assert rejected.data.kind == "bad_session_id" and "reserved" in rejected.data.reason
+    assert rejected.correlation_id == "k1"
+
+
+def test_a_reply_to_the_rejected_session_is_refused() -> None:
+    rejected = rejection(run({**GOOD, "replyTo": REJECTED_SESSION}))
+    assert rejected.data.kind == "schema" and "reserved" in rejected.data.reason
+
+
+def test_an_answer_to_an_unknown_interaction_is_rejected_naming_it() -> None:
+    from turnstream.core.events import InteractionAnswered
+    from turnstream.gateway.intake import reject_unknown_answer
+
+    body = {**NO_TEXT, "type": "answer", "interactionId": "q-404", "decision": "approve"}
+    raw = Inbound("s1", orjson.dumps(body), 9, T0, "TS_INBOUND")
+    (answered,) = intake(raw, max_bytes=4096, now=T0, source="gw/1")
+    assert isinstance(answered, InteractionAnswered)
+    rejected = rejection(reject_unknown_answer(raw, answered, now=T0, source="gw/1"))
+    assert rejected.data.kind == "unknown_interaction" and "q-404" in rejected.data.reason
+    assert rejected.session_id == "s1" and rejected.correlation_id == "k1"

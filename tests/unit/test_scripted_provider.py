@@ -117,3 +117,24 @@ async def test_a_workflow_stage_gets_its_own_replies_counted_per_stage_turn(
     other = ProviderRequest("s", "t", 1, 0, "sys", base.messages, stage="review")
     assert (await collect(provider, other))[0].text == "chat"
     assert (await collect(provider, base))[0].text == "chat"
+
+
+async def test_a_retryable_scripted_error_is_retried_like_a_real_one(tmp_path: Path) -> None:
+    from turnstream.providers.retry import RetryPolicy
+
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        "replies:\n"
+        "  - error: {error_class: overloaded, retryable: true, status_code: 529, times: 2}\n"
+        "    text: 'back again'\n"
+        "  - error: {error_class: overloaded, retryable: true, status_code: 529}\n"
+        "  - error: {error_class: bad_request, status_code: 400}\n"
+    )
+    provider = ScriptedProvider(load_script(script), retry=RetryPolicy(3, base_delay_s=0.001))
+    recovered, deltas = await collect(provider, request(0))
+    assert isinstance(recovered, ProviderSuccess) and recovered.text == "back again"
+    assert len(recovered.retries) == 2 and "".join(deltas) == "back again"
+    spent, _ = await collect(provider, request(1))
+    assert isinstance(spent, ProviderFailure) and len(spent.retries) == 3
+    final, _ = await collect(provider, request(2))
+    assert isinstance(final, ProviderFailure) and final.retries == ()

@@ -33,6 +33,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_is_free(port: int) -> bool:
+    """Whether nothing listens on loopback `port` now (a later bind may still lose a race;
+    the server then fails to start and says which port)."""
+    with socket.socket() as sock:
+        # as nats-server binds: connections of a server just stopped, left in TIME_WAIT,
+        # do not make its port taken
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 class EmbeddedServer:
     """A nats-server child process on loopback; `with EmbeddedServer(dir) as s: s.url`."""
 

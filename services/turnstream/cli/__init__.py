@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
-import time
-from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,8 +12,6 @@ from typing import Annotated, Any
 import orjson
 import typer
 import uuid_utils
-from rich.markup import escape
-from rich.table import Table
 
 from turnstream.bus import Bus
 from turnstream.cli.agents import register as register_agents
@@ -28,7 +25,8 @@ from turnstream.cli.common import (
     run_on_bus,
     settings_of,
 )
-from turnstream.cli.render import event_line, print_session
+from turnstream.cli.render import event_line, print_prompt, print_session, print_status
+from turnstream.cli.send import run_send
 from turnstream.cli.workflow import print_run, workflow_app
 from turnstream.client import (
     Replayed,
@@ -38,20 +36,9 @@ from turnstream.client import (
     pending_prompts,
     publish_command,
     replay_session,
-    send_and_wait,
 )
 from turnstream.core.events import (
     Event,
-    FollowUpQueued,
-    HookDecided,
-    InputRejected,
-    InteractionRequested,
-    Stage,
-    StagePreFired,
-    ToolCallDenied,
-    ToolInvocationFailed,
-    ToolInvocationProposed,
-    ToolInvocationSucceeded,
     decode,
 )
 from turnstream.core.projection import build_view
@@ -110,7 +97,8 @@ def send(
 ) -> None:
     """Send a message, stream its tokens and stages, print the reply.
 
-    Exits 0 when the turn completed, 1 when it failed or was denied.
+    Exits 0 when the turn completed, 1 when it failed or was denied, 130 on Ctrl-C (which
+    stops watching; the turn goes on). Approval prompts are asked inline on a terminal.
     """
     require_session_id(session)
     kind, _, sender_id = sender.partition(":")
@@ -124,100 +112,7 @@ def send(
         reply_to=reply_to,
         kind="steer" if steer else "message",
     )
-    streamed: list[str] = []
-    shown: set[tuple[str, int]] = set()
-    started = time.perf_counter()
-
-    def stage_line(stage: str, iteration: int) -> None:
-        if (stage, iteration) in shown:
-            return
-        shown.add((stage, iteration))
-        if streamed:
-            console.print()
-            streamed.clear()
-        suffix = f" (round {iteration})" if iteration > 1 else ""
-        console.print(f"[dim]▸ {stage}{suffix}[/]")
-
-    interactive = sys.stdin.isatty() and not quiet
-
-    async def ask(bus: Bus, prompt: InteractionRequested) -> None:
-        data = prompt.data
-        if not interactive:
-            console.print(
-                f"[yellow]? approval needed:[/] {escape(data.prompt)} "
-                f"— answer with `turnstream approve {data.interaction_id}` (or deny)"
-            )
-            return
-        reply = await asyncio.to_thread(input, f"? {data.prompt} [y/N] ")
-        decision = "approve" if reply.strip().lower() in ("y", "yes") else "deny"
-        await publish_command(
-            bus, session, answer_command(session, data.interaction_id, decision, sender_id="cli")
-        )
-
-    def on_event(event: Event, bus: Bus) -> Awaitable[None] | None:
-        if isinstance(event, InteractionRequested):
-            return ask(bus, event)
-        if quiet:
-            return None
-        if isinstance(event, StagePreFired):
-            stage_line(event.data.stage, event.data.iteration)
-        elif isinstance(event, ToolInvocationProposed):
-            args = ", ".join(f"{k}={v!r}" for k, v in event.data.args.items())
-            console.print(f"  [cyan]⚙ {event.data.tool}[/]({escape(args)})")
-        elif isinstance(
-            event,
-            InputRejected
-            | FollowUpQueued
-            | ToolCallDenied
-            | ToolInvocationFailed
-            | ToolInvocationSucceeded
-            | HookDecided,
-        ):
-            console.print(event_line(event))
-        return None
-
-    def on_delta(delta: str) -> None:
-        if quiet:
-            return
-        rounds = [i for stage, i in shown if stage == Stage.SEND_REQUEST]
-        stage_line(Stage.STREAM_RESPONSE, max(rounds, default=1))
-        streamed.append(delta)
-        console.print(delta, end="", style="bold")
-
-    settings = settings_of(nats_url, data_dir)
-    try:
-        outcome = run_on_bus(
-            settings,
-            lambda bus: send_and_wait(
-                bus,
-                command,
-                on_event=lambda event: on_event(event, bus),
-                on_delta=on_delta,
-                timeout=timeout,
-            ),
-        )
-    except TimeoutError:
-        err.print(
-            f"\n[yellow]no terminal event within {timeout:g} s[/]; the turn may still be "
-            f"running (waiting for an approval?): `turnstream tail {session}` follows it"
-        )
-        raise typer.Exit(1) from None
-    elapsed = (time.perf_counter() - started) * 1000
-    if streamed:
-        console.print()
-    if outcome.completed:
-        if quiet:
-            console.print(outcome.reply or "")
-        else:
-            console.print(
-                f"[green]✔ completed[/] [dim]turn {outcome.turn_id} · {elapsed:.0f} ms[/]"
-            )
-        return
-    failure = escape(f"[{outcome.failure_class}] {outcome.reason}")
-    err.print(f"[red]✘ {outcome.status}[/] {failure}")
-    if outcome.next_action:
-        err.print(f"[yellow]next:[/] {escape(outcome.next_action)}")
-    raise typer.Exit(1)
+    run_send(settings_of(nats_url, data_dir), command, quiet=quiet, timeout=timeout)
 
 
 @app.command()
@@ -251,14 +146,32 @@ def tail(
             for item in stored:
                 show(item.event)
         try:
-            await asyncio.Event().wait()
+            await watch_connection(bus)
         finally:
-            await sub.unsubscribe()
+            with contextlib.suppress(Exception):  # the server may be away
+                await sub.unsubscribe()
 
     try:
         run_on_bus(settings_of(nats_url, data_dir), follow)
     except KeyboardInterrupt:
         pass
+
+
+async def watch_connection(bus: Bus, every_s: float = 0.5) -> None:
+    """Forever: one line when the connection to NATS drops (the client retries on its own,
+    quietly) and one when it is back."""
+    connected = True
+    while True:
+        await asyncio.sleep(every_s)
+        if bus.nc.is_closed:
+            err.print("[red]connection to NATS closed[/]")
+            raise typer.Exit(2)
+        if connected and not bus.nc.is_connected:
+            connected = False
+            err.print("[yellow]lost the connection to NATS; retrying quietly (Ctrl-C stops)[/]")
+        elif not connected and bus.nc.is_connected:
+            connected = True
+            err.print("[green]reconnected[/]; following again")
 
 
 @app.command()
@@ -310,7 +223,7 @@ def replay(
     if not events:
         err.print(f"[yellow]session {session} has no events (at that point)[/]")
         raise typer.Exit(1)
-    print_session(console, build_view(session, events))
+    print_session(console, build_view(session, events), events)
     if state.workflow is not None:
         print_run(console, state.workflow)
 
@@ -390,13 +303,12 @@ def approvals(
     if not pending:
         console.print("no pending approvals")
         return
-    table = Table("session", "tool", "arguments", "deadline", "interaction (approve/deny ID)")
     for p in pending:
-        args = ", ".join(f"{k}={v!r}" for k, v in p["args"].items())
-        table.add_row(p["sessionId"], p["tool"], args, p["deadline"][11:19], p["interactionId"])
-    table.columns[-1].no_wrap = True
-    table.columns[-1].min_width = 36
-    console.print(table)
+        print_prompt(console, p)
+    console.print(
+        "[dim]answer with[/] turnstream approve <interaction> [dim]or[/] turnstream deny "
+        "<interaction>"
+    )
 
 
 def _answer(interaction_id: str, decision: str, reason: str | None, settings: Settings) -> None:
@@ -416,7 +328,8 @@ def _answer(interaction_id: str, decision: str, reason: str | None, settings: Se
             f"[red]error:[/] no pending prompt {interaction_id}; `turnstream approvals` lists them"
         )
         raise typer.Exit(1)
-    console.print(f"{decision}d {tool} ({interaction_id})")
+    done = {"approve": "approved", "deny": "denied"}[decision]
+    console.print(f"{done} {tool} ({interaction_id})")
 
 
 Reason = Annotated[str | None, typer.Option(help="Why (recorded with the answer).")]
@@ -447,13 +360,27 @@ def deny(
 @app.command()
 def status(
     session: Annotated[str, typer.Argument(help="Session to ask the turn-runner about.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The turn-runner's state as JSON (as the API has it).")
+    ] = False,
     nats_url: NatsUrl = None,
     data_dir: DataDir = None,
 ) -> None:
-    """The turn-runner's live state of a session (JSON)."""
+    """The turn-runner's live view of a session: its active turn, queue and history.
 
-    state = run_on_bus(settings_of(nats_url, data_dir), lambda bus: live_state(bus, session))
-    sys.stdout.write(state.decode() + "\n")
+    Exits 1 for a session with no events (like `replay`)."""
+
+    async def work(bus: Bus) -> tuple[int, bytes]:
+        return await bus.store.last_seq(session), await live_state(bus, session)
+
+    last_seq, state = run_on_bus(settings_of(nats_url, data_dir), work)
+    if last_seq == 0:
+        err.print(f"[yellow]session {session} has no events[/] (`turnstream sessions` lists them)")
+        raise typer.Exit(1)
+    if as_json:
+        sys.stdout.write(state.decode() + "\n")
+        return
+    print_status(console, orjson.loads(state), last_seq)
 
 
 app.add_typer(workflow_app, name="workflow")

@@ -18,6 +18,7 @@ from turnstream.bus import Bus, StoredEvent
 from turnstream.bus.store import LOG_START
 from turnstream.cli.common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
 from turnstream.core.events import AuditViolation
+from turnstream.core.summary import SessionSummary
 
 audit_app = typer.Typer(
     help="Invariant violations found in the log, the hash-chained audit file, rebuilds.",
@@ -136,7 +137,6 @@ def rebuild(nats_url: NatsUrl = None, data_dir: DataDir = None) -> None:
 def sessions(as_json: AsJson = False, nats_url: NatsUrl = None, data_dir: DataDir = None) -> None:
     """The session summaries the audit service keeps in the sessions KV bucket."""
     from turnstream.audit.projections import read_all
-    from turnstream.core.summary import SessionSummary
 
     async def read(bus: Bus) -> list[SessionSummary]:
         return await read_all(await bus.js.key_value(bus.subjects.sessions_bucket))
@@ -149,27 +149,44 @@ def sessions(as_json: AsJson = False, nats_url: NatsUrl = None, data_dir: DataDi
     if not summaries:
         console.print("no sessions (is the audit service running? `turnstream audit rebuild`)")
         return
-    table = Table("session", "status", "turns", "ok/failed/denied", "tokens in/out", "tools")
-    for column in ("open turn", "last reply", "violations", "seq", "updated"):
-        table.add_column(column)
+    console.print(sessions_table(summaries, console.width))
+
+
+def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
+    """One row per session; on a narrow terminal (< 120 columns) only the columns a person
+    scans, so none is squeezed to one word per line; the last reply takes what is left."""
+    wide = width >= WIDE
+    table = Table(expand=True)
+    table.add_column("session", no_wrap=True, overflow="fold", min_width=8)
+    table.add_column("status", no_wrap=True)
+    table.add_column("turns\nok/failed/denied", no_wrap=True, justify="right")
+    table.add_column("tools", no_wrap=True, justify="right")
+    if wide:
+        table.add_column("tokens in/out", no_wrap=True, justify="right")
+        table.add_column("open turn", no_wrap=True)
+        table.add_column("violations", no_wrap=True, justify="right")
+        table.add_column("seq", no_wrap=True, justify="right")
+    table.add_column("updated", no_wrap=True)
+    table.add_column("last reply", ratio=1, min_width=16, no_wrap=not wide, overflow="ellipsis")
     for s in summaries:
         status = f"[{_STYLE.get(s.status, '')}]{s.status}[/]"
-        reply = escape(" ".join((s.last_reply or "").split())[:40])
+        if s.violations and not wide:
+            status += f" [red]({s.violations} violations)[/]"
+        reply = escape(" ".join((s.last_reply or "").split())[: 200 if wide else 120])
         updated = f"{s.updated_at:%H:%M:%S}" if s.updated_at else "-"
-        table.add_row(
-            s.session_id,
-            status,
-            str(s.turns),
-            f"{s.completed}/{s.failed}/{s.denied}",
-            f"{s.input_tokens}/{s.output_tokens}",
-            str(s.tool_calls),
-            (s.open_turn or "-")[-8:],
-            reply,
-            f"[red]{s.violations}[/]" if s.violations else "0",
-            str(s.last_seq),
-            updated,
-        )
-    console.print(table)
+        row = [s.session_id, status, f"{s.turns}  {s.completed}/{s.failed}/{s.denied}"]
+        row.append(str(s.tool_calls))
+        if wide:
+            row += [
+                f"{s.input_tokens}/{s.output_tokens}",
+                (s.open_turn or "-")[-8:],
+                f"[red]{s.violations}[/]" if s.violations else "0",
+                str(s.last_seq),
+            ]
+        table.add_row(*row, updated, reply)
+    return table
 
 
+WIDE = 120
+"""Terminal columns from which `sessions` shows every column."""
 _STYLE = {"completed": "green", "failed": "red", "denied": "yellow", "active": "cyan"}

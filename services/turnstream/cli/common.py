@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import shutil
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import nats.errors
 import typer
 from rich.console import Console
 
 from turnstream.bus import Bus
-from turnstream.core.subjects import is_session_id
-from turnstream.runtime import service_bus
+from turnstream.core.subjects import is_reserved_session, is_session_id
+from turnstream.runtime import connect_service
 from turnstream.settings import Settings
 
 T = TypeVar("T")
@@ -33,6 +38,9 @@ def require_session_id(session: str) -> None:
     if not is_session_id(session):
         err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
         raise typer.Exit(2)
+    if is_reserved_session(session):
+        err.print(f"[red]error:[/] session id {session!r} is reserved (unroutable input)")
+        raise typer.Exit(2)
 
 
 def settings_of(nats_url: str | None = None, data_dir: Path | None = None, **more: Any) -> Settings:
@@ -45,15 +53,53 @@ def settings_of(nats_url: str | None = None, data_dir: Path | None = None, **mor
     return Settings(**overrides)
 
 
+async def _close(bus: Bus) -> None:
+    """Drain and close; while the server is away (Ctrl-C during a reconnect) draining
+    cannot work, so just close."""
+    try:
+        await bus.close()
+    except Exception:
+        with contextlib.suppress(Exception):
+            await bus.nc.close()
+
+
 def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
     """Connect, run `work`, close; a connection problem exits 2 with its message."""
 
     async def main() -> T:
-        async with service_bus(settings, "cli", None) as bus:
+        bus = await connect_service(settings, "cli")
+        try:
             return await work(bus)
+        finally:
+            await _close(bus)
+
+    # nats-py logs each failed reconnect with a traceback; a command says it once itself
+    logging.getLogger("nats").setLevel(logging.CRITICAL)
 
     try:
         return asyncio.run(main())
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+        # a request to a service (approval, turn-runner) that is down or busy
+        err.print(
+            f"[red]error:[/] no answer from the service ({type(exc).__name__}); "
+            "is `turnstream up` running with every service?"
+        )
+        raise typer.Exit(2) from exc
     except (ConnectionError, RuntimeError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
+
+
+def command_name() -> str:
+    """How this shell can run `turnstream` again: the bare name when PATH finds this very
+    program (an activated venv), else the path it was started by (`.venv/bin/turnstream`)."""
+    started = Path(sys.argv[0])
+    found = shutil.which("turnstream")
+    if started.name == "turnstream" and found and Path(found).resolve() == started.resolve():
+        return "turnstream"
+    if started.name == "turnstream":
+        try:
+            return str(started.resolve().relative_to(Path.cwd()))
+        except ValueError:
+            return str(started)
+    return "turnstream"

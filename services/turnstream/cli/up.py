@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from rich.console import Console
 
-from turnstream.bus.embedded import EmbeddedServer
+from turnstream.bus.embedded import EmbeddedServer, free_port, port_is_free
+from turnstream.cli.common import command_name
 from turnstream.providers import api_key
 from turnstream.settings import Settings
 
 SERVICES = ("gateway", "turn_runner", "approval", "tool_executor", "audit")
 """Service packages started by `up`, each as `python -m turnstream.<name>`."""
 MAX_RESTARTS = 5
+LOCK_FILE = "up.lock"
+"""In the data dir: held (flock) by the one `up` that runs on it."""
+PORT_FILE = "nats.port"
+"""In the data dir: the embedded server's last port, reused when free."""
 
 
 class Supervisor:
@@ -77,22 +84,69 @@ class Supervisor:
                 child.wait()
 
 
+def lock_data_dir(settings: Settings) -> IO[str]:
+    """Hold the data dir's lock for as long as the returned file stays open (the OS lets go
+    of it when the process ends, however it ends); `RuntimeError` naming the running
+    deployment when another `up` holds it. Two servers on one JetStream store corrupt it."""
+    lock = open(settings.data_dir / LOCK_FILE, "a+")  # held until `up` ends
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        url = settings.url_file.read_text().strip() if settings.url_file.exists() else "?"
+        raise RuntimeError(
+            f"turnstream is already up on {url} with data dir {_abs(settings)} ({holder}); "
+            "use that one (every command finds it), stop it first, or pass another "
+            "--data-dir"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def stable_port(settings: Settings) -> int:
+    """The embedded server's port: the configured one, else the one the last `up` on this
+    data dir used if it is free (clients and notes that remember the URL keep working),
+    else a free one."""
+    if settings.nats_port:
+        return settings.nats_port
+    remembered = settings.data_dir / PORT_FILE
+    try:
+        port = int(remembered.read_text().strip())
+    except (OSError, ValueError):
+        return free_port()
+    return port if port_is_free(port) else free_port()
+
+
 def run_up(settings: Settings, console: Console) -> None:
     """Run until Ctrl-C (or SIGTERM); then stop the services, then the server."""
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     api_key(settings)  # no key: fail now, with the fix, rather than in a restarting child
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = lock_data_dir(settings)
+    try:
+        _run_locked(settings, console)
+    finally:
+        lock.close()
+
+
+def _run_locked(settings: Settings, console: Console) -> None:
     server: EmbeddedServer | None = None
     url = settings.nats_url
     if url is None:
         server = EmbeddedServer(
             settings.data_dir / "nats",
-            settings.nats_port,
+            stable_port(settings),
             log_file=settings.data_dir / "nats-server.log",
         ).start()
         url = server.url
         settings.url_file.write_text(url + "\n")
+        (settings.data_dir / PORT_FILE).write_text(f"{server.port}\n")
     supervisor = Supervisor(url, settings, console)
     try:
         supervisor.start_all()
@@ -100,9 +154,11 @@ def run_up(settings: Settings, console: Console) -> None:
         console.print(f"[bold green]turnstream is up[/] on {url} ({where})")
         console.print(f"  data:      {_abs(settings)}")
         console.print(f"  workspace: {settings.workspace.resolve()}")
-        console.print(f"  services:  {', '.join(SERVICES)} · provider {settings.provider}")
+        console.print(f"  services:  {', '.join(SERVICES)}")
+        console.print(f"  provider:  {settings.provider} (TURNSTREAM_PROVIDER)")
         console.print(f"  approvals: {settings.security_mode} (TURNSTREAM_SECURITY_MODE)")
-        console.print('  try:      [bold]turnstream send demo "hello"[/]   ·   Ctrl-C stops')
+        console.print(f'  try:       [bold]{command_name()} send demo "hello"[/]')
+        console.print("  Ctrl-C stops everything")
         while True:
             time.sleep(0.5)
             supervisor.check()

@@ -131,8 +131,10 @@ async def _attach_and_follow(
 
 def _show(event: Event, key: str) -> int | None:
     match event:
-        case InputRejected(data=data) if data.idempotency_key == key:
-            err.print(f"[red]✘ rejected:[/] {escape(data.reason)}")
+        case InputRejected(data=data) if key in (data.idempotency_key, event.correlation_id):
+            err.print(f"[red]✘ rejected ({data.kind}):[/] {escape(data.reason)}")
+            for error in data.errors:
+                err.print(f"  {escape(error)}")
             return 1
         case StageEntered(data=data):
             extra = f" (recovers {data.recovers})" if data.recovers else ""

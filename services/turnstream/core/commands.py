@@ -8,12 +8,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, TypeAdapter
+from pydantic import AfterValidator, Field, StringConstraints, TypeAdapter
 
 from turnstream.core.events import Sender, WireModel
-from turnstream.core.subjects import SESSION_ID_PATTERN
+from turnstream.core.subjects import REJECTED_SESSION, SESSION_ID_PATTERN, is_reserved_session
 
-SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN)]
+
+def _not_reserved(value: str) -> str:
+    if is_reserved_session(value):
+        raise ValueError(f"session id {value!r} is reserved for unroutable input")
+    return value
+
+
+SessionId = Annotated[
+    str,
+    StringConstraints(pattern=SESSION_ID_PATTERN),
+    AfterValidator(_not_reserved),
+    Field(json_schema_extra={"not": {"const": REJECTED_SESSION}}),
+]
 MAX_TEXT_CHARS = 100_000
 
 
@@ -23,7 +35,9 @@ class CommandBase(WireModel):
     chat_id: Annotated[str, Field(min_length=1, max_length=256)]
     sender: Sender
     idempotency_key: Annotated[str, Field(min_length=1, max_length=256)]
-    """Also the `Nats-Msg-Id` of the publish: a retried publish is a no-op."""
+    """Also the `Nats-Msg-Id` of the publish. A retry is a no-op: the gateway remembers each
+    (sessionId, idempotencyKey) as long as inbound commands are kept
+    (TURNSTREAM_INBOUND_MAX_AGE_DAYS, 7 days), whatever the `Nats-Msg-Id`."""
     reply_to: SessionId | None = None
     """Session to deliver the reply to (agent-to-agent); `null` for none."""
 

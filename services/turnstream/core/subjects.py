@@ -9,12 +9,18 @@ SESSION_ID_PATTERN = r"^[A-Za-z0-9_:-]{1,128}$"
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
 REJECTED_SESSION = "_rejected"
-"""Where input whose session id is unusable is recorded (the subject cannot carry it)."""
+"""Where input whose session id is unusable is recorded (the subject cannot carry it).
+Reserved: no command may address it (`is_reserved_session`), so no turn ever runs in it."""
 
 
 def is_session_id(value: str) -> bool:
     """True when `value` is a subject-safe session id."""
     return bool(_SESSION_ID.match(value))
+
+
+def is_reserved_session(value: str) -> bool:
+    """True for the session ids the runtime keeps for itself (today: `_rejected`)."""
+    return value == REJECTED_SESSION
 
 
 def session_key(session_id: str) -> str:
@@ -66,6 +72,11 @@ class Subjects:
     def hooks_bucket(self) -> str:
         """Remote hooks: `<name>` → their `HookSpec` JSON."""
         return f"{self.prefix}_hooks"
+
+    @property
+    def idempotency_bucket(self) -> str:
+        """Claimed idempotency keys: `<session>.<sha256(key)>` → the inbound seq (gateway)."""
+        return f"{self.prefix}_idempotency"
 
     @property
     def blobs_bucket(self) -> str:

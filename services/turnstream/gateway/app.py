@@ -8,8 +8,17 @@ from typing import Any
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.bus.scan import scan_log
+from turnstream.core.events import (
+    EventBase,
+    InputRejected,
+    InteractionAnswered,
+    InteractionRequested,
+    decode,
+)
 from turnstream.core.workflow.definition import WorkflowDef
-from turnstream.gateway.intake import Inbound, intake
+from turnstream.gateway.dedup import first_time, open_bucket
+from turnstream.gateway.intake import Inbound, intake, reject_unknown_answer
 from turnstream.runtime import now, run_service, service_bus, source_name
 from turnstream.settings import Settings
 from turnstream.tools.registry import ToolRegistry
@@ -40,39 +49,69 @@ async def _consume(
         tool_calling = settings.session_override(session_id)[1].tool_calling
         return attachable(settings.workflows, name, live_tools, tool_calling)
 
+    async def decide(msg: Any) -> list[EventBase]:
+        meta = msg.metadata
+        raw = Inbound(
+            session_token=subjects.session_of_inbound(msg.subject),
+            data=msg.data,
+            seq=meta.sequence.stream,
+            stored_at=meta.timestamp,
+            stream=subjects.inbound_stream,
+            msg_id=(msg.headers or {}).get("Nats-Msg-Id"),
+        )
+        decided = intake(
+            raw,
+            max_bytes=settings.max_input_bytes,
+            now=now(),
+            source=source,
+            load_workflow=load_workflow,
+        )
+        match decided:
+            case [InteractionAnswered() as answered] if not await _was_requested(bus, answered):
+                decided = reject_unknown_answer(raw, answered, now=now(), source=source)
+        first = decided[0]
+        if isinstance(first, InputRejected) or await first_time(
+            claims, first.session_id, first.correlation_id, raw.seq
+        ):
+            return decided
+        return []  # a key this session already used: its first command's events answer
+
     async def on_batch(msgs: list[Any]) -> None:
-        events = []
-        for msg in msgs:
-            meta = msg.metadata
-            raw = Inbound(
-                session_token=subjects.session_of_inbound(msg.subject),
-                data=msg.data,
-                seq=meta.sequence.stream,
-                stored_at=meta.timestamp,
-                stream=subjects.inbound_stream,
-            )
-            events.extend(
-                intake(
-                    raw,
-                    max_bytes=settings.max_input_bytes,
-                    now=now(),
-                    source=source,
-                    load_workflow=load_workflow,
-                )
-            )
         try:
+            events = [event for msg in msgs for event in await decide(msg)]
             await bus.store.append_facts(events)
         except Exception:
-            log.exception("append failed; the commands will be redelivered")
+            log.exception("intake or append failed; the commands will be redelivered")
             return
         for msg in msgs:
             await msg.ack()
 
+    claims = await open_bucket(
+        bus.js, subjects.idempotency_bucket, settings.inbound_max_age_days, settings.replicas
+    )
     sub = await durable_pull(
         bus.js, subjects.inbound_stream, DURABLE, [subjects.inbound_all], ack_wait_s=30
     )
     log.info("gateway consuming %s", subjects.inbound_all)
     await fetch_loop(sub, stop, on_batch)
+
+
+async def _was_requested(bus: Bus, answered: InteractionAnswered) -> bool:
+    """Whether the answer's session asked the interaction it answers (its log holds the
+    InteractionRequested); an answer is rare, so one filtered read of the log is cheap."""
+    wanted = answered.data.interaction_id
+    found = False
+
+    def on_event(_seq: int, _subject: str, data: bytes) -> None:
+        nonlocal found
+        event = decode(data)
+        found = found or (
+            isinstance(event, InteractionRequested) and event.data.interaction_id == wanted
+        )
+
+    subject = bus.subjects.log(answered.session_id, "InteractionRequested")
+    await scan_log(bus.js, bus.subjects, on_event, subject=subject)
+    return found
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ from turnstream.core.events import (
     WorkflowAttachedData,
 )
 from turnstream.core.ids import derived_uuid7
-from turnstream.core.subjects import REJECTED_SESSION, is_session_id
+from turnstream.core.subjects import REJECTED_SESSION, is_reserved_session, is_session_id
 from turnstream.core.workflow.definition import WorkflowDef
 
 EXCERPT_BYTES = 512
@@ -58,6 +58,8 @@ class Inbound:
     seq: int
     stored_at: datetime
     stream: str
+    msg_id: str | None = None
+    """Its `Nats-Msg-Id` header: the sender's key even when the body cannot be parsed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +135,7 @@ def intake(
                     "workflow_invalid",
                     f"cannot attach workflow {parsed.workflow!r}: {exc}",
                     getattr(exc, "errors", []),
-                    {"sessionId": parsed.session_id, "chatId": parsed.chat_id},
+                    _fields_of(parsed),
                 )
                 return _rejected(raw, invalid, ids, now, source)
             attached = WorkflowAttachedData(
@@ -153,8 +155,18 @@ def _no_workflows(parsed: AttachCommand) -> Rejection:
         "unsupported",
         "this gateway was started without workflow definitions; nothing was changed",
         [],
-        {"sessionId": parsed.session_id, "chatId": parsed.chat_id},
+        _fields_of(parsed),
     )
+
+
+def _fields_of(parsed: InboundCommand) -> dict[str, Any]:
+    """The envelope fields a rejection of a well-formed command keeps, so its sender can
+    match the rejection (`correlationId` = its idempotencyKey)."""
+    return {
+        "sessionId": parsed.session_id,
+        "chatId": parsed.chat_id,
+        "idempotencyKey": parsed.idempotency_key,
+    }
 
 
 def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
@@ -176,6 +188,14 @@ def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
             "not_json", f"payload is JSON {type(body).__name__}, expected an object", [], {}
         )
     fields = {k: body[k] for k in ("sessionId", "chatId", "idempotencyKey") if k in body}
+    if is_reserved_session(raw.session_token) or is_reserved_session(body.get("sessionId", "")):
+        return Rejection(
+            "bad_session_id",
+            f"session id {REJECTED_SESSION!r} is reserved: the runtime records unroutable "
+            "input there, so no command may address it; use another session id",
+            [],
+            fields,
+        )
     if not is_session_id(raw.session_token):
         return Rejection(
             "bad_session_id",
@@ -234,6 +254,8 @@ def _rejected(
     session = raw.session_token if is_session_id(raw.session_token) else REJECTED_SESSION
     chat = why.fields.get("chatId")
     key = why.fields.get("idempotencyKey")
+    if not (isinstance(key, str) and key):
+        key = raw.msg_id  # unparsable body: the publish header is all the sender has
     envelope = {
         "session_id": session,
         "chat_id": chat if isinstance(chat, str) and chat else "unknown",
@@ -269,3 +291,23 @@ def _rejected(
         **envelope,
     )
     return [rejected, ended]
+
+
+def reject_unknown_answer(
+    raw: Inbound, answered: InteractionAnswered, *, now: datetime, source: str
+) -> list[EventBase]:
+    """The events that replace `answered` when its session never asked `interactionId`
+    (the shell looks it up in the session's log): a rejection naming the id."""
+    interaction = answered.data.interaction_id
+    why = Rejection(
+        "unknown_interaction",
+        f"no interaction {interaction!r} was requested in session {answered.session_id!r}; "
+        "answer an id from an InteractionRequested event (`turnstream approvals` lists them)",
+        [f"interactionId: unknown id {interaction!r}"],
+        {
+            "sessionId": answered.session_id,
+            "chatId": answered.chat_id,
+            "idempotencyKey": answered.data.idempotency_key,
+        },
+    )
+    return _rejected(raw, why, _Ids(raw), now, source)

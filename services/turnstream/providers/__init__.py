@@ -58,4 +58,4 @@ def build_provider(settings: Settings) -> Provider:
 
         key = api_key(settings)
         return OpenAIProvider(settings.model_name, api_key=key, **common)
-    return ScriptedProvider(load_script(settings.script), model=settings.model_name)
+    return ScriptedProvider(load_script(settings.script), model=settings.model_name, retry=retry)

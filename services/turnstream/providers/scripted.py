@@ -29,6 +29,7 @@ from turnstream.core.turn import (
     ToolCall,
 )
 from turnstream.providers.base import DeltaSink, ToolCallSink
+from turnstream.providers.retry import RetryPolicy, with_retries
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)(?::(\d+))?\}")
 _KNOWN = {"input", "call", "last_tool_result"}
@@ -39,7 +40,11 @@ class ScriptError(BaseModel):
     error_class: str = "server_error"
     message: str = "scripted failure"
     retryable: bool = False
+    """Retried like a real provider's overload (each retry a `ProviderRetry`)."""
     status_code: int | None = 500
+    times: Annotated[int, Field(ge=1)] | None = None
+    """Fail this many attempts, then answer with the reply's `text`/`tool_calls` (a
+    retryable error that goes away); unset: every attempt fails."""
 
 
 class ScriptToolCall(BaseModel):
@@ -131,9 +136,13 @@ def _chunks(text: str, mode: str) -> list[str]:
 class ScriptedProvider:
     name = "scripted"
 
-    def __init__(self, script: Script, model: str = "demo") -> None:
+    def __init__(
+        self, script: Script, model: str = "demo", retry: RetryPolicy | None = None
+    ) -> None:
         self.script = script
         self.model = model
+        self.retry = retry
+        """Retries of a `retryable` scripted error (the deployment's policy); None: none."""
 
     async def close(self) -> None:
         """Nothing to release."""
@@ -145,9 +154,22 @@ class ScriptedProvider:
         on_tool_call: ToolCallSink | None = None,
     ) -> ProviderOutcome:
         reply = self.script.reply(request)
+        attempts = [0]
+
+        async def attempt() -> ProviderOutcome:
+            attempts[0] += 1
+            return await self._attempt(reply, attempts[0], request, on_delta)
+
+        if self.retry is None:
+            return await attempt()
+        return await with_retries(attempt, self.retry)
+
+    async def _attempt(
+        self, reply: ScriptReply, attempt: int, request: ProviderRequest, on_delta: DeltaSink
+    ) -> ProviderOutcome:
         if reply.delay_ms:
             await asyncio.sleep(reply.delay_ms / 1000)
-        if reply.error is not None:
+        if reply.error is not None and (reply.error.times is None or attempt <= reply.error.times):
             err = reply.error
             return ProviderFailure(
                 error_class=err.error_class,

@@ -33,6 +33,7 @@ RejectionKind = Literal[
     "unknown_type",
     "unsupported",
     "workflow_invalid",
+    "unknown_interaction",
 ]
 
 

@@ -1,0 +1,83 @@
+"""Idempotency keys, remembered durably: one `(sessionId, idempotencyKey)` starts one turn.
+
+JetStream's own dedup (`Nats-Msg-Id` on the inbound stream) only covers an identical
+publish inside the stream's duplicate window (`TURNSTREAM_DUPLICATE_WINDOW_S`, 120 s). A
+sender that retries later, or with another `Nats-Msg-Id`, would start a second turn. So
+the gateway claims every accepted command's key in the `<prefix>_idempotency` KV bucket
+(create-if-absent, the value is the inbound sequence that claimed it) before it appends
+anything: a command whose key another inbound message already claimed is acked and
+dropped; its sender hears back from the first one's events, whose `correlationId` is
+that key.
+
+How long a key is remembered: as long as the raw inbound commands are kept
+(`TURNSTREAM_INBOUND_MAX_AGE_DAYS`, 7 days by default; 0 keeps both forever). The bucket's
+TTL is set when it is first created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from nats.js import api
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
+
+from turnstream.core.subjects import session_key
+
+log = logging.getLogger("turnstream.gateway")
+DAY_S = 86_400.0
+
+
+def claim_key(session_id: str, idempotency_key: str) -> str:
+    """The KV key of a pair: a key may hold any characters, a KV key only a few."""
+    digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
+    return f"{session_key(session_id)}.{digest}"
+
+
+async def open_bucket(js: Any, bucket: str, max_age_days: float, replicas: int) -> Any:
+    """The idempotency bucket, created on first use with its TTL."""
+    config = api.KeyValueConfig(
+        bucket=bucket,
+        history=1,
+        ttl=max_age_days * DAY_S if max_age_days else None,
+        storage=api.StorageType.FILE,
+        replicas=replicas,
+        description="turnstream idempotency keys: <session>.<sha256(key)> -> inbound seq",
+    )
+    try:
+        return await js.create_key_value(config=config)
+    except BadRequestError:  # it exists with other settings (an older TTL): use it
+        return await js.key_value(bucket)
+
+
+async def first_time(kv: Any, session_id: str, idempotency_key: str, seq: int) -> bool:
+    """Claim the pair for inbound message `seq`; False when another message claimed it.
+
+    The same message redelivered (the gateway stopped between claim and append) finds
+    its own claim and goes on: its events have derived ids, so appending them twice is
+    a no-op."""
+    key = claim_key(session_id, idempotency_key)
+    mine = str(seq).encode()
+    for _ in range(3):  # a claim that expires between `create` and `get` is claimed again
+        try:
+            await kv.create(key, mine)
+            return True
+        except KeyWrongLastSequenceError:
+            try:
+                entry = await kv.get(key)
+            except KeyNotFoundError:
+                continue
+        if entry.value is None:  # nats-py's expired entry (DESIGN §9)
+            continue
+        if entry.value == mine:
+            return True
+        log.info(
+            "duplicate idempotencyKey %r in session %s (inbound seq %d; first at seq %s): dropped",
+            idempotency_key,
+            session_id,
+            seq,
+            entry.value.decode(),
+        )
+        return False
+    raise RuntimeError(f"could not claim idempotency key {key} (it keeps expiring)")
