@@ -7,7 +7,7 @@
   same invocation (`unapproved_tool_run`, one per invocation).
 
 Each finding has a key, and its `AuditViolation` an id derived from the key
-(`derived_uuid7`): a redelivered event, a restart or a timer that fires again produce
+(`derived_id`): a redelivered event, a restart or a timer that fires again produce
 the same id, which the log's `Nats-Msg-Id` dedup and the auditor's own set turn into a
 no-op.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import ValidationError
@@ -25,6 +25,7 @@ from turnstream.core.commands import (
     SteerCommand,
 )
 from turnstream.core.events import (
+    Envelope,
     EventBase,
     FailureClass,
     InputAccepted,
@@ -40,12 +41,15 @@ from turnstream.core.events import (
     TurnEndedData,
     WorkflowAttached,
     WorkflowAttachedData,
+    stamp,
 )
-from turnstream.core.ids import derived_uuid7
+from turnstream.core.ids import derived_id
 from turnstream.core.subjects import REJECTED_SESSION, is_reserved_session, is_session_id
 from turnstream.core.workflow.definition import WorkflowDef
 
 EXCERPT_BYTES = 512
+
+E = TypeVar("E", bound=EventBase)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +92,22 @@ def intake(
     ids = _Ids(raw)
     if isinstance(parsed, Rejection):
         return _rejected(raw, parsed, ids, now, source)
-    envelope = {
-        "session_id": parsed.session_id,
-        "chat_id": parsed.chat_id,
-        "trace_id": ids("trace"),
-        "correlation_id": parsed.idempotency_key,
-        "source": source,
-        "time": now,
-    }
+    envelope = Envelope(
+        parsed.session_id, parsed.chat_id, None, ids("trace"), parsed.idempotency_key
+    )
+
+    def fact(cls: type[E], data: Any, turn_id: str | None = None) -> E:
+        return stamp(
+            cls,
+            data,
+            envelope,
+            event_id=ids("event"),
+            time=now,
+            source=source,
+            causation_id=None,
+            turn_id=turn_id,
+        )
+
     match parsed:
         case MessageCommand() | SteerCommand():
             data = InputAcceptedData(
@@ -106,7 +118,7 @@ def intake(
                 reply_to=parsed.reply_to,
                 inbound_seq=raw.seq,
             )
-            return [InputAccepted(id=ids("event"), turn_id=ids("turn"), data=data, **envelope)]
+            return [fact(InputAccepted, data, turn_id=ids("turn"))]
         case InterruptCommand():
             interrupt = InterruptReceivedData(
                 mode=parsed.mode,
@@ -114,7 +126,7 @@ def intake(
                 idempotency_key=parsed.idempotency_key,
                 inbound_seq=raw.seq,
             )
-            return [InterruptReceived(id=ids("event"), data=interrupt, **envelope)]
+            return [fact(InterruptReceived, interrupt)]
         case AnswerCommand():
             answer = InteractionAnsweredData(
                 interaction_id=parsed.interaction_id,
@@ -124,7 +136,7 @@ def intake(
                 idempotency_key=parsed.idempotency_key,
                 inbound_seq=raw.seq,
             )
-            return [InteractionAnswered(id=ids("event"), data=answer, **envelope)]
+            return [fact(InteractionAnswered, answer)]
         case AttachCommand():
             if load_workflow is None:
                 return _rejected(raw, _no_workflows(parsed), ids, now, source)
@@ -147,7 +159,7 @@ def intake(
                 idempotency_key=parsed.idempotency_key,
                 inbound_seq=raw.seq,
             )
-            return [WorkflowAttached(id=ids("event"), data=attached, **envelope)]
+            return [fact(WorkflowAttached, attached)]
 
 
 def _no_workflows(parsed: AttachCommand) -> Rejection:
@@ -245,7 +257,7 @@ class _Ids:
         self.key = f"{raw.stream}:{raw.seq}"
 
     def __call__(self, purpose: str) -> str:
-        return derived_uuid7(self.ms, f"{self.key}:{purpose}")
+        return derived_id(self.key, purpose, self.ms)
 
 
 def _rejected(
@@ -256,18 +268,16 @@ def _rejected(
     key = why.fields.get("idempotencyKey")
     if not (isinstance(key, str) and key):
         key = raw.msg_id  # unparsable body: the publish header is all the sender has
-    envelope = {
-        "session_id": session,
-        "chat_id": chat if isinstance(chat, str) and chat else "unknown",
-        "turn_id": ids("turn"),
-        "trace_id": ids("trace"),
-        "correlation_id": key if isinstance(key, str) and key else ids("correlation"),
-        "source": source,
-        "time": now,
-    }
-    rejected = InputRejected(
-        id=ids("event"),
-        data=InputRejectedData(
+    envelope = Envelope(
+        session,
+        chat if isinstance(chat, str) and chat else "unknown",
+        ids("turn"),
+        ids("trace"),
+        key if isinstance(key, str) and key else ids("correlation"),
+    )
+    rejected = stamp(
+        InputRejected,
+        InputRejectedData(
             kind=why.kind,
             reason=why.reason,
             errors=why.errors,
@@ -276,19 +286,26 @@ def _rejected(
             size=len(raw.data),
             excerpt=raw.data[:EXCERPT_BYTES].decode("utf-8", "replace"),
         ),
-        **envelope,
+        envelope,
+        event_id=ids("event"),
+        time=now,
+        source=source,
+        causation_id=None,
     )
-    ended = TurnEnded(
-        id=ids("ended"),
-        causation_id=rejected.id,
-        data=TurnEndedData(
+    ended = stamp(
+        TurnEnded,
+        TurnEndedData(
             status="failed",
             failure_class=FailureClass.INVALID_INPUT,
             reason=why.reason,
             next_action="fix the command as the reason says and publish it again with a "
             f"new idempotencyKey (raw command kept at inbound seq {raw.seq})",
         ),
-        **envelope,
+        envelope,
+        event_id=ids("ended"),
+        time=now,
+        source=source,
+        causation_id=rejected.id,
     )
     return [rejected, ended]
 
