@@ -115,7 +115,13 @@ async def readyz(ctx: Ctx) -> Response:
                 problems.append(f"stream {stream}: {type(exc).__name__}")
     if problems:
         raise Problem(503, "not_ready", "Not ready", "; ".join(problems))
-    return JSONResponse({"status": "ready", "streams": ctx.hub.open_feeds})
+    return JSONResponse(
+        {
+            "status": "ready",
+            "feeds": ctx.hub.open_feeds,
+            "natsSubscriptions": len(bus.nc._subs),  # the bound the hub keeps: 2 + requests
+        }
+    )
 
 
 class AccessLog:

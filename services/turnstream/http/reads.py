@@ -16,11 +16,11 @@ from starlette.responses import Response
 
 from turnstream.client import pending_prompts
 from turnstream.core import approval
-from turnstream.core.events import encode
 from turnstream.core.projection import build_view
 from turnstream.core.subjects import session_key
 from turnstream.core.summary import SessionSummary
 from turnstream.http.context import Caller, Ctx, SessionId
+from turnstream.http.direct import read_page
 from turnstream.http.problems import Problem
 
 router = APIRouter(prefix="/v1", tags=["reads"])
@@ -112,11 +112,9 @@ async def get_events(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> Response:
     who.require("read", session)
-    stored = await ctx.bus.store.read_session(session, after_seq=after)
-    page = stored[:limit]
-    items = [{"seq": s.seq, "event": orjson.Fragment(encode(s.event))} for s in page]
-    more = len(stored) > limit
-    return json({"items": items, "next": page[-1].seq if more else None})
+    page, more = await read_page(ctx.bus, session, after=after, limit=limit)
+    items = [{"seq": r.seq, "event": orjson.Fragment(r.data)} for r in page]
+    return json({"items": items, "next": page[-1].seq if more and page else None})
 
 
 @router.get("/approvals", summary="Open approval prompts (from the approval service)")

@@ -18,8 +18,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from turnstream.bus.scan import scan_log
 from turnstream.http.context import HttpContext, SessionId, context
+from turnstream.http.direct import LogRecord, read_page
 from turnstream.http.hub import Closed, Feed, LogItem
 from turnstream.http.problems import invalid_input
 
@@ -30,21 +30,17 @@ def log_event(seq: int, event_type: str, data: bytes) -> ServerSentEvent:
     return ServerSentEvent(raw_data=data.decode(), event=event_type, id=str(seq))
 
 
-async def replay(
-    ctx: HttpContext, session_id: str, after: int
-) -> AsyncIterator[tuple[int, str, bytes]]:
-    """The session's events after `after` up to the log's end now, in pages (a short-lived
-    ordered consumer per page; none when the session has nothing new)."""
-    bus = ctx.bus
-    subject = bus.subjects.log_session(session_id)
-    page: list[tuple[int, str, bytes]] = []
-
-    def keep(seq: int, subject: str, data: bytes) -> None:
-        page.append((seq, subject[subject.rindex(".") + 1 :], data))
-
-    await scan_log(bus.js, bus.subjects, keep, after_seq=after, subject=subject)
-    for item in page:
-        yield item
+async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator[LogRecord]:
+    """The session's events after `after` up to the log's end, page by page."""
+    while True:
+        page, more = await read_page(
+            ctx.bus, session_id, after=after, limit=ctx.options.replay_page
+        )
+        for record in page:
+            yield record
+        if not page or not more:
+            return
+        after = page[-1].seq
 
 
 async def events(
