@@ -202,10 +202,13 @@ async def serve(
     host, port = sock.getsockname()[:2]
     if settings.http_keys_file is None:
         log.warning("no TURNSTREAM_HTTP_KEYS_FILE: serving loopback only, without keys")
+    # uvicorn's access log prints the query string, where a ticket rides: ours (AccessLog)
+    # leaves it out
+    logging.getLogger("uvicorn.access").disabled = True
     config = uvicorn.Config(
         app,
         log_config=None,
-        access_log=False,  # ours (AccessLog) leaves queries out
+        access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=5,
         ws="none",
