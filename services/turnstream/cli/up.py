@@ -15,7 +15,7 @@ from turnstream.bus.embedded import EmbeddedServer
 from turnstream.providers import api_key
 from turnstream.settings import Settings
 
-SERVICES = ("gateway", "turn_runner", "approval", "tool_executor", "audit")
+SERVICES = ("gateway", "turn_runner", "approval", "tool_executor", "audit", "http")
 """Service packages started by `up`, each as `python -m turnstream.<name>`."""
 MAX_RESTARTS = 5
 
@@ -59,6 +59,10 @@ class Supervisor:
             if code is None:
                 continue
             log = self.settings.data_dir / f"{name}.log"
+            if name == "http" and code == 3:  # its address is taken or refused: run without
+                self.console.print(f"[yellow]http not served[/] (see {log})")
+                del self.children[name]
+                continue
             if self.restarts[name] >= MAX_RESTARTS:
                 raise RuntimeError(f"{name} keeps exiting (code {code}); see {log}")
             self.restarts[name] += 1
@@ -102,6 +106,7 @@ def run_up(settings: Settings, console: Console) -> None:
         console.print(f"  workspace: {settings.workspace.resolve()}")
         console.print(f"  services:  {', '.join(SERVICES)} · provider {settings.provider}")
         console.print(f"  approvals: {settings.security_mode} (TURNSTREAM_SECURITY_MODE)")
+        console.print(f"  http:      http://{settings.http_addr}/docs (TURNSTREAM_HTTP_ADDR)")
         console.print('  try:      [bold]turnstream send demo "hello"[/]   ·   Ctrl-C stops')
         while True:
             time.sleep(0.5)

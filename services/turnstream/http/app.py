@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -28,7 +30,7 @@ from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
-from turnstream.runtime import connect_service, run_service
+from turnstream.runtime import connect_service, tune_gc
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.http")
@@ -232,6 +234,37 @@ async def serve(
             task.cancel()
 
 
+CANNOT_SERVE = 3
+"""Exit code when the address is refused or taken: `turnstream up` does not restart it."""
+
+
+def run(settings: Settings) -> None:
+    """Serve until SIGINT/SIGTERM; an address that cannot be served exits `CANNOT_SERVE`."""
+    logging.basicConfig(
+        level=os.environ.get("TURNSTREAM_LOG_LEVEL", "INFO"),
+        format="%(asctime)s http %(levelname)s %(message)s",
+    )
+    try:
+        sock = bind(settings.http_addr, settings.http_keys_file is not None)
+    except (OSError, ValueError) as exc:
+        log.error("cannot serve HTTP on %s: %s", settings.http_addr, exc)
+        raise SystemExit(CANNOT_SERVE) from exc
+    tune_gc()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(settings, stop, sock=sock)
+
+    try:
+        asyncio.run(main())
+    except (ConnectionError, ValueError) as exc:  # no NATS, a bad keys file: say which
+        log.error("%s", exc)
+        raise SystemExit(2) from exc
+
+
 def main() -> None:
     """`python -m turnstream.http`: serve on TURNSTREAM_HTTP_ADDR until SIGINT/SIGTERM."""
-    run_service("http", lambda settings, stop: serve(settings, stop))
+    run(Settings())
