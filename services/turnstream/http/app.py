@@ -49,8 +49,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = bus is None
         the_bus = bus or await connect_service(settings, "http")
-        hub = Hub(the_bus)
-        await hub.start()
+        hub = Hub(the_bus)  # subscribes when the first stream or POST needs it
         app.state.ctx = HttpContext(settings, the_bus, hub, auth, opts)
         try:
             yield

@@ -6,7 +6,8 @@ streams: one ordered push consumer on `<prefix>.log.>` (ephemeral, flow-controll
 carries each event's stream sequence, which core NATS does not) and one core
 subscription on `<prefix>.live.>`. Each `Feed` is an in-memory queue of one session's
 items; the hub routes by the session token of the subject and reads no event it does not
-route.
+route. It subscribes when the first feed opens, not at startup: an HTTP face nobody uses
+(say under `turnstream up`) costs the server no delivery of every event.
 
 ```
 NATS ──ordered consumer──► Hub ──by session──► Feed (queue) ──► SSE stream / POST waiter
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,8 +97,15 @@ class Hub:
         """The last log sequence the hub has routed."""
         self._subs: list[Any] = []
         self._closing = False
+        self._starting = asyncio.Lock()
 
     async def start(self) -> None:
+        """Subscribe (once); every event appended after this returns reaches the hub."""
+        async with self._starting:
+            if not self._subs:
+                await self._subscribe()
+
+    async def _subscribe(self) -> None:
         subjects = self.bus.subjects
         prefix_len = len(subjects.prefix) + 5  # "<prefix>.log."
 
@@ -146,9 +154,11 @@ class Hub:
         # this point reaches the hub, which is what the replay/live seam relies on
         log.info("hub following %s and %s.live.>", subjects.log_all, subjects.prefix)
 
-    @contextlib.contextmanager
-    def feed(self, session_id: str, *, tokens: bool = False) -> Iterator[Feed]:
+    @contextlib.asynccontextmanager
+    async def feed(self, session_id: str, *, tokens: bool = False) -> AsyncIterator[Feed]:
         """A feed of `session_id`, registered for as long as the block runs."""
+        if not self._subs:
+            await self.start()
         feed = Feed(session_id, tokens)
         if self._closing:
             feed.put(Closed("the server is shutting down"))
@@ -175,7 +185,8 @@ class Hub:
 
     async def stop(self) -> None:
         self.close_feeds()
-        for sub in self._subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        self._subs.clear()
+        async with self._starting:
+            for sub in self._subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+            self._subs.clear()

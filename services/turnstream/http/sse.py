@@ -108,6 +108,6 @@ async def stream(
     tokens: Annotated[bool, Query(description="Also send token deltas (`event: token`)")] = True,
 ) -> AsyncIterator[ServerSentEvent]:
     ctx = context(request)
-    with ctx.hub.feed(session, tokens=tokens) as feed:
+    async with ctx.hub.feed(session, tokens=tokens) as feed:
         async for item in events(ctx, request, feed, session, start):
             yield item

@@ -76,7 +76,7 @@ async def submit(
     payload = checked(command, ctx.settings.max_input_bytes)
     key: str = command["idempotencyKey"]
     bus = ctx.bus
-    with ctx.hub.feed(session_id) as feed:  # before publishing: nothing can slip past
+    async with ctx.hub.feed(session_id) as feed:  # before publishing: nothing can slip past
         ack = await bus.js.publish(
             bus.subjects.inbound(session_id), payload, headers={"Nats-Msg-Id": key}
         )
