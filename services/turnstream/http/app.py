@@ -89,7 +89,7 @@ class Ticket(BaseModel):
 
 async def tickets(ctx: Ctx, who: Caller, body: TicketIn) -> Ticket:
     """A short-lived ticket to open one session's stream with `?ticket=` (EventSource)."""
-    session = session_id(body.sessionId)
+    session = await session_id(body.sessionId)
     who.require("read", session)
     ticket, expires = ctx.auth.issue_ticket(who, session, ctx.options.ticket_ttl_s)
     return Ticket(ticket=ticket, expiresAt=expires)
@@ -180,7 +180,9 @@ def bind(addr: str, has_keys: bool) -> socket.socket:
     host, port = parse_addr(addr)
     check_bind(host, has_keys)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on accepted sockets only when their
+    # proto says TCP, and without it a keep-alive response waits ~40 ms for a delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)

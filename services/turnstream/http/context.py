@@ -41,7 +41,7 @@ class HttpContext:
     options: Options
 
 
-def context(request: Request) -> HttpContext:
+async def context(request: Request) -> HttpContext:
     ctx: HttpContext = request.app.state.ctx
     return ctx
 
@@ -52,7 +52,7 @@ Ctx = Annotated[HttpContext, Depends(context)]
 BEARER = HTTPBearer(auto_error=False, description="An API key from the keys file")
 
 
-def principal(
+async def principal(
     request: Request,
     ctx: Ctx,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)] = None,
@@ -68,7 +68,7 @@ def principal(
 Caller = Annotated[Principal, Depends(principal)]
 
 
-def session_id(
+async def session_id(
     id: Annotated[str, Path(description="Session id: 1-128 of [A-Za-z0-9_:-]")],
 ) -> str:
     if not is_session_id(id):

@@ -68,14 +68,14 @@ async def events(
             yield ServerSentEvent(raw_data=item.data.decode(), event="token")
 
 
-def stream_reader(
+async def stream_reader(
     request: Request,
     session: SessionId,
     ticket: Annotated[str | None, Query(description="From POST /v1/tickets (EventSource)")] = None,
 ) -> str:
     """Checks the caller before the stream starts (a generator's errors come too late
     for a status code): a key, or a ticket for this session."""
-    ctx = context(request)
+    ctx = await context(request)
     client = request.client.host if request.client else None
     who = ctx.auth.principal(request.headers.get("authorization"), client, ticket)
     request.state.principal = who.name
@@ -83,7 +83,7 @@ def stream_reader(
     return session
 
 
-def resume_after(
+async def resume_after(
     after: Annotated[int | None, Query(ge=0, description="TS_LOG sequence to resume after")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> int:
@@ -107,7 +107,7 @@ async def stream(
     start: Annotated[int, Depends(resume_after)],
     tokens: Annotated[bool, Query(description="Also send token deltas (`event: token`)")] = True,
 ) -> AsyncIterator[ServerSentEvent]:
-    ctx = context(request)
+    ctx = await context(request)
     async with ctx.hub.feed(session, tokens=tokens) as feed:
         async for item in events(ctx, request, feed, session, start):
             yield item
