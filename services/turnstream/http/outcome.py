@@ -29,6 +29,11 @@ from turnstream.core.events import (
 )
 
 ACCEPTED_TYPES = (InputAccepted, InterruptReceived, InteractionAnswered, WorkflowAttached)
+FOLLOWED_TYPES = frozenset(
+    cls.model_fields["type"].default
+    for cls in (*ACCEPTED_TYPES, InputRejected, SteeringInjected, TurnEnded)
+)
+"""The only kinds `Follow.feed` acts on: a shell may skip decoding the rest."""
 
 
 @dataclass(frozen=True, slots=True)

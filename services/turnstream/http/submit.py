@@ -14,7 +14,7 @@ from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import FailureClass, InputRejected, decode, encode
 from turnstream.http.context import HttpContext
 from turnstream.http.hub import Feed, LogItem
-from turnstream.http.outcome import Follow, Seen
+from turnstream.http.outcome import FOLLOWED_TYPES, Follow, Seen
 from turnstream.http.problems import Problem, invalid_input
 
 
@@ -45,17 +45,23 @@ def checked(command: dict[str, Any], max_bytes: int) -> bytes:
 
 
 class _Reader:
-    """Feeds `follow` from the hub's feed, skipping what a log read already gave it."""
+    """Feeds `follow` from the hub's feed, skipping what a log read already gave it, and
+    decoding only the kinds `Follow` looks at (a turn's other events cost nothing)."""
 
     def __init__(self, follow: Follow, feed: Feed) -> None:
         self.follow = follow
         self.feed = feed
         self.last = 0
+        self.ended_bytes = b""
 
-    def take(self, seq: int, data: bytes) -> None:
+    def take(self, seq: int, event_type: str, data: bytes) -> None:
         if seq > self.last:
             self.last = seq
-            self.follow.feed(seq, decode(data))
+            if event_type in FOLLOWED_TYPES:
+                ended = self.follow.ended
+                self.follow.feed(seq, decode(data))
+                if self.follow.ended is not ended:
+                    self.ended_bytes = data
 
     async def until(self, done: Any, deadline: float) -> bool:
         while not done():
@@ -64,7 +70,7 @@ class _Reader:
                 return False
             item = await self.feed.get(left)
             if isinstance(item, LogItem):
-                self.take(item.seq, item.data)
+                self.take(item.seq, item.event_type, item.data)
         return True
 
 
@@ -84,7 +90,7 @@ async def submit(
         reader = _Reader(follow, feed)
         if ack.duplicate:  # a retry: its outcome may be in the log already
             for stored in await bus.store.read_session(session_id):
-                reader.take(stored.seq, encode(stored.event))
+                reader.take(stored.seq, stored.event.type, encode(stored.event))
         start = time.monotonic()
         if not await reader.until(lambda: follow.decided, start + ctx.options.accept_timeout_s):
             raise Problem(
@@ -124,9 +130,7 @@ async def submit(
                 idempotencyKey=key,
                 seq=accepted.seq,
             )
-    ended = follow.ended
-    assert ended is not None
-    return Response(encode(ended.event), media_type="application/json")
+    return Response(reader.ended_bytes, media_type="application/json")
 
 
 def rejection(seen: Seen, key: str) -> Problem:
