@@ -171,6 +171,9 @@ async def turns(bus: Bus, client: httpx.AsyncClient, url: str, n: int) -> dict[s
 
 
 class Stream:
+    """One SSE stream read on a bare asyncio connection (500 httpx streams would measure
+    httpx): when its first event came, and when each later one did."""
+
     def __init__(self, session: str) -> None:
         self.session = session
         self.opened_at = 0.0
@@ -179,13 +182,21 @@ class Stream:
         self.ready = asyncio.Event()
         self.live = asyncio.Event()
 
-    async def run(self, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
+    async def run(self, url: str, stop: asyncio.Event) -> None:
+        host, port = url.removeprefix("http://").split(":")
         self.opened_at = time.perf_counter()
-        async with client.stream("GET", f"/v1/sessions/{self.session}/stream") as response:
-            assert response.status_code == 200
-            lines = response.aiter_lines()
-            async for line in lines:
-                if line.startswith("id:"):
+        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
+        writer.write(
+            f"GET /v1/sessions/{self.session}/stream HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+        )
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                if line.startswith(b"id:"):
                     now = time.perf_counter()
                     if not self.ready.is_set():
                         self.first_at = now
@@ -193,8 +204,10 @@ class Stream:
                     else:
                         self.arrivals.append(now)
                         self.live.set()
-                if stop.is_set() and self.live.is_set():
-                    break
+                        if stop.is_set():
+                            return
+        finally:
+            writer.close()
 
 
 async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
@@ -214,7 +227,7 @@ async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
         for i in range(min(100, n)):
             s, stop = Stream(sessions[i]), asyncio.Event()
             stop.set()
-            task = asyncio.create_task(s.run(client, stop))
+            task = asyncio.create_task(s.run(url, stop))
             await s.ready.wait()
             alone.append((s.first_at - s.opened_at) * 1000)
             task.cancel()
@@ -225,7 +238,7 @@ async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
         stop = asyncio.Event()
         all_streams = [Stream(s) for s in sessions]
         start = time.perf_counter()
-        tasks = [asyncio.create_task(s.run(client, stop)) for s in all_streams]
+        tasks = [asyncio.create_task(s.run(url, stop)) for s in all_streams]
         await asyncio.gather(*(s.ready.wait() for s in all_streams))
         out["burst_s"] = time.perf_counter() - start
         out["burst"] = [(s.first_at - s.opened_at) * 1000 for s in all_streams]
@@ -234,6 +247,16 @@ async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
         ready = (await client.get("/readyz")).json()
         out["subs_open"], out["consumers_open"] = ready["natsSubscriptions"], await consumers()
         out["feeds"] = ready["feeds"]
+        # a client joining while the N are open: what a new browser tab waits for
+        joined: list[float] = []
+        for i in range(min(100, n)):
+            s, idle = Stream(sessions[i]), asyncio.Event()
+            task = asyncio.create_task(s.run(url, idle))
+            await s.ready.wait()
+            joined.append((s.first_at - s.opened_at) * 1000)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        out["joined"] = joined
         stop.set()
         appended = time.perf_counter()
         await bus.store.append_facts([marker(s) for s in sessions])
@@ -281,6 +304,7 @@ async def measure(server: EmbeddedServer, url: str, pid: int, args: argparse.Nam
         for label, key in [
             ("open→first event, one at a time", "alone"),
             (f"open→first event, {n} opened at once", "burst"),
+            (f"open→first event, one at a time with {n} open", "joined"),
             (f"live fan-out to {n} streams (append→arrival)", "fanout"),
         ]:
             v = s[key]
@@ -288,7 +312,7 @@ async def measure(server: EmbeddedServer, url: str, pid: int, args: argparse.Nam
         console.print(table)
         console.print(
             f"{n} streams opened in {s['burst_s']:.2f} s; HTTP process RSS "
-            f"{s['rss_per_stream_kb']:.1f} KB per open stream; TS_LOG consumers "
+            f"{s['rss_per_stream_kb']:.1f} KB per open stream; TS_LOG consumers (all clients) "
             f"{s['consumers_before']} → {s['consumers_open']}, the app's NATS subscriptions "
             f"{s['subs_before']} → {s['subs_open']} ({s['feeds']} hub feeds)"
         )

@@ -79,9 +79,13 @@ class Feed:
     async def get(self, timeout: float | None = None) -> LogItem | TokenItem | None:
         """The next item; `None` after `timeout` seconds without one; `Closed` raised."""
         try:
-            item = await asyncio.wait_for(self.queue.get(), timeout)
-        except TimeoutError:
-            return None
+            item = self.queue.get_nowait()  # the common case under load: no timer at all
+        except asyncio.QueueEmpty:
+            try:
+                async with asyncio.timeout(timeout):
+                    item = await self.queue.get()
+            except TimeoutError:
+                return None
         if isinstance(item, Closed):
             raise item
         return item
