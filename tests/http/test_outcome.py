@@ -1,4 +1,5 @@
-"""`outcome.Follow`: the gateway's verdict and the turn's end, folded from events (pure)."""
+"""Pure parts of the HTTP face: `outcome.Follow` (a command's verdict and its turn's end,
+folded from events) and address parsing."""
 
 from __future__ import annotations
 
@@ -57,3 +58,11 @@ def test_a_steered_message_ends_with_the_turn_it_joined() -> None:
     assert follow.turn_id == "turn1"
     follow.feed(7, ended("turn1"))
     assert follow.ended is not None and follow.ended.event.turn_id == "turn1"
+
+
+def test_addresses_are_host_and_port() -> None:
+    from turnstream.http.app import parse_addr
+
+    assert parse_addr("127.0.0.1:8750") == ("127.0.0.1", 8750)
+    assert parse_addr("[::1]:0") == ("::1", 0)
+    assert parse_addr(":9000") == ("127.0.0.1", 9000)
