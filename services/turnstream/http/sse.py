@@ -12,18 +12,23 @@ appended before the feed existed is in the replay; one appended after is in the 
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
+from turnstream.bus.scan import log_last_seq
 from turnstream.http.context import HttpContext, SessionId, context
 from turnstream.http.direct import LogRecord, read_page
 from turnstream.http.hub import Closed, Feed, LogItem
 from turnstream.http.problems import invalid_input
 
 router = APIRouter(prefix="/v1/sessions/{id}", tags=["stream"])
+CATCH_UP_S = 5.0
+"""How long a replay waits for a lagging replica before the stream fails (and is resumed)."""
 
 
 def log_event(seq: int, event_type: str, data: bytes) -> ServerSentEvent:
@@ -33,16 +38,27 @@ def log_event(seq: int, event_type: str, data: bytes) -> ServerSentEvent:
 
 
 async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator[LogRecord]:
-    """The session's events after `after` up to the log's end, page by page."""
-    while True:
-        page, more = await read_page(
-            ctx.bus, session_id, after=after, limit=ctx.options.replay_page
-        )
+    """The session's events after `after` up to its last one now, page by page.
+
+    "Now" is the stream leader's answer (`STREAM.MSG.GET`, asked after the feed was
+    registered); the pages are direct gets, which on a cluster any replica may answer, a
+    little behind: a page that stops short of the leader's last is asked again."""
+    bus = ctx.bus
+    target = await log_last_seq(bus.js, bus.subjects, bus.subjects.log_session(session_id))
+    deadline = time.monotonic() + CATCH_UP_S
+    while after < target:
+        limit = ctx.options.replay_page
+        page, more = await read_page(bus, session_id, after=after, limit=limit)
         for record in page:
             yield record
-        if not page or not more:
-            return
-        after = page[-1].seq
+        if page:
+            after = page[-1].seq
+        elif time.monotonic() > deadline:
+            raise RuntimeError(
+                f"replay of {session_id} stopped at {after}; the leader has {target}"
+            )
+        if not more and after < target:
+            await asyncio.sleep(0.02)  # a replica behind the leader: it catches up
 
 
 async def events(
