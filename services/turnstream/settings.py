@@ -115,6 +115,10 @@ class Settings(BaseSettings):
     """How often a runner renews the leases of sessions with open work (and lets idle ones go)."""
     lease_retry_s: float = Field(default=0.2, gt=0)
     """A fact for a session another runner holds is redelivered after this delay."""
+    http_addr: str = "127.0.0.1:8750"
+    """Where `turnstream http` (and `up`) serves the HTTP face: `host:port`."""
+    http_keys_file: Path | None = None
+    """API keys of the HTTP face (YAML); without one it serves on loopback only."""
     runner_id: str | None = None
     """This turn-runner's stable name (unique among live runners, e.g. a pod name): restarted
     under the same name it takes its sessions back at once instead of after the lease TTL."""

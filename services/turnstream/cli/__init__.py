@@ -80,6 +80,23 @@ def up(
 
 
 @app.command()
+def http(
+    addr: Annotated[
+        str | None, typer.Option("--addr", help="host:port to serve (TURNSTREAM_HTTP_ADDR).")
+    ] = None,
+    keys_file: Annotated[
+        Path | None, typer.Option("--keys-file", help="API keys (TURNSTREAM_HTTP_KEYS_FILE).")
+    ] = None,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Serve the HTTP face (REST + SSE, OpenAPI at /docs) until Ctrl-C."""
+    from turnstream.http.app import run
+
+    run(settings_of(nats_url, data_dir, http_addr=addr, http_keys_file=keys_file))
+
+
+@app.command()
 def send(
     session: Annotated[str, typer.Argument(help="Session id: 1-128 of [A-Za-z0-9_:-].")],
     text: Annotated[str, typer.Argument(help="The message.")],

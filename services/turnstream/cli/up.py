@@ -18,7 +18,7 @@ from turnstream.cli.common import command_name
 from turnstream.providers import api_key
 from turnstream.settings import Settings
 
-SERVICES = ("gateway", "turn_runner", "approval", "tool_executor", "audit")
+SERVICES = ("gateway", "turn_runner", "approval", "tool_executor", "audit", "http")
 """Service packages started by `up`, each as `python -m turnstream.<name>`."""
 MAX_RESTARTS = 5
 LOCK_FILE = "up.lock"
@@ -66,6 +66,10 @@ class Supervisor:
             if code is None:
                 continue
             log = self.settings.data_dir / f"{name}.log"
+            if name == "http" and code == 3:  # its address is taken or refused: run without
+                self.console.print(f"[yellow]http not served[/] (see {log})")
+                del self.children[name]
+                continue
             if self.restarts[name] >= MAX_RESTARTS:
                 raise RuntimeError(f"{name} keeps exiting (code {code}); see {log}")
             self.restarts[name] += 1
@@ -157,6 +161,7 @@ def _run_locked(settings: Settings, console: Console) -> None:
         console.print(f"  services:  {', '.join(SERVICES)}")
         console.print(f"  provider:  {settings.provider} (TURNSTREAM_PROVIDER)")
         console.print(f"  approvals: {settings.security_mode} (TURNSTREAM_SECURITY_MODE)")
+        console.print(f"  http:      http://{settings.http_addr}/docs (TURNSTREAM_HTTP_ADDR)")
         console.print(f'  try:       [bold]{command_name()} send demo "hello"[/]')
         console.print("  Ctrl-C stops everything")
         while True:

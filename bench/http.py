@@ -1,0 +1,343 @@
+"""The HTTP face next to the NATS path, in one run (issue 14's performance figures).
+
+    python bench/http.py [--turns 200] [--streams 500]
+
+Starts an embedded nats-server and every service as its own process (as `turnstream up`
+does, the HTTP face included), then measures:
+  turn      a text turn (scripted provider, zero delay), one at a time, alternating:
+            NATS  publish to `ts.in.<s>` → its `TurnEnded` seen on a subscription
+            HTTP  `POST /v1/sessions/<s>/messages?wait=true` → the 200 with `TurnEnded`
+            p50 / p99 of each, their difference and ratio
+  streams   N concurrent SSE streams on one HTTP process, each on a session with one event:
+            open→first event (replay) when N open at once, and when opened one at a time;
+            live fan-out: one event appended to every session, append→arrival per stream;
+            the HTTP process's RSS per open stream; TS_LOG consumers and the app's NATS
+            subscriptions before and with N streams open
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file is named like the standard library's `http` package, which httpx imports: the
+# bench folder (first on sys.path when run as a script) goes after the standard library.
+BENCH = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH] + [str(BENCH)]
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from typing import Any  # noqa: E402
+
+import httpx  # noqa: E402
+import orjson  # noqa: E402
+import stack  # noqa: E402
+import uuid_utils  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from turnstream.bus import Bus, connect  # noqa: E402
+from turnstream.bus.embedded import EmbeddedServer  # noqa: E402
+from turnstream.bus.streams import StreamLimits  # noqa: E402
+from turnstream.client import message_command  # noqa: E402
+from turnstream.core.events import Stage, StagePreFired, StagePreFiredData  # noqa: E402
+from turnstream.core.subjects import Subjects  # noqa: E402
+
+console = Console(highlight=False)
+SCRIPT = 'replies:\n  - {text: "ok {input:20}", chunks: whole}\n'
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def marker(session: str) -> StagePreFired:
+    return StagePreFired(
+        id=str(uuid_utils.uuid7()),
+        time=datetime.now(UTC),
+        session_id=session,
+        chat_id=session,
+        turn_id=f"t-{session}",
+        trace_id="bench",
+        correlation_id="bench",
+        source="bench/1",
+        data=StagePreFiredData(stage=Stage.COMPOSE_REQUEST, iteration=1),
+    )
+
+
+class TurnWatcher:
+    """One subscription to every TurnEnded; resolves the waiter of each correlation id."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.waiters: dict[str, asyncio.Future[float]] = {}
+
+    async def start(self) -> None:
+        await self.bus.nc.subscribe(self.bus.subjects.log_kind("TurnEnded"), cb=self.on_msg)
+
+    async def on_msg(self, msg: Any) -> None:
+        at = time.perf_counter()
+        waiter = self.waiters.pop(orjson.loads(msg.data)["correlationId"], None)
+        if waiter and not waiter.done():
+            waiter.set_result(at)
+
+    async def turn(self, session: str) -> float:
+        command = message_command(session, "hello")
+        key = command["idempotencyKey"]
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters[key] = waiter
+        start = time.perf_counter()
+        await self.bus.js.publish(
+            self.bus.subjects.inbound(session), orjson.dumps(command), headers={"Nats-Msg-Id": key}
+        )
+        return (await asyncio.wait_for(waiter, 30) - start) * 1000
+
+
+async def http_turn(client: httpx.AsyncClient, session: str) -> float:
+    start = time.perf_counter()
+    r = await client.post(f"/v1/sessions/{session}/messages?wait=true", json={"text": "hello"})
+    elapsed = (time.perf_counter() - start) * 1000
+    assert r.status_code == 200 and r.json()["data"]["status"] == "completed", r.text
+    return elapsed
+
+
+class RawHttp:
+    """HTTP/1.1 keep-alive on a bare asyncio stream: the client's own cost near zero, so
+    the difference to NATS is the HTTP face's (httpx alone costs ~1-2 ms a request here)."""
+
+    def __init__(self, url: str) -> None:
+        self.host, self.port = url.removeprefix("http://").split(":")
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def turn(self, session: str) -> float:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, int(self.port))
+            sock = self.writer.get_extra_info("socket")
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        assert self.reader is not None
+        body = b'{"text": "hello"}'
+        request = (
+            f"POST /v1/sessions/{session}/messages?wait=true HTTP/1.1\r\nHost: {self.host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        start = time.perf_counter()
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        data = await self.reader.readexactly(length)
+        elapsed = (time.perf_counter() - start) * 1000
+        assert head.startswith(b"HTTP/1.1 200") and b'"completed"' in data, head + data
+        return elapsed
+
+
+async def turns(bus: Bus, client: httpx.AsyncClient, url: str, n: int) -> dict[str, list[float]]:
+    watcher = TurnWatcher(bus)
+    await watcher.start()
+    raw = RawHttp(url)
+    for i in range(30):  # warm both paths (and every process) up
+        await watcher.turn(f"warm-n{i}")
+        await http_turn(client, f"warm-h{i}")
+        await raw.turn(f"warm-r{i}")
+    out: dict[str, list[float]] = {"NATS": [], "HTTP (raw client)": [], "HTTP (httpx)": []}
+    for i in range(n):  # interleaved, one at a time: the same load for each
+        out["NATS"].append(await watcher.turn(f"nats-{i % 20}"))
+        out["HTTP (raw client)"].append(await raw.turn(f"raw-{i % 20}"))
+        out["HTTP (httpx)"].append(await http_turn(client, f"http-{i % 20}"))
+    return out
+
+
+class Stream:
+    """One SSE stream read on a bare asyncio connection (500 httpx streams would measure
+    httpx): when its first event came, and when each later one did."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.opened_at = 0.0
+        self.first_at = 0.0
+        self.arrivals: list[float] = []
+        self.ready = asyncio.Event()
+        self.live = asyncio.Event()
+
+    async def run(self, url: str, stop: asyncio.Event) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.opened_at = time.perf_counter()
+        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
+        writer.write(
+            f"GET /v1/sessions/{self.session}/stream HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+        )
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                if line.startswith(b"id:"):
+                    now = time.perf_counter()
+                    if not self.ready.is_set():
+                        self.first_at = now
+                        self.ready.set()
+                    else:
+                        self.arrivals.append(now)
+                        self.live.set()
+                        if stop.is_set():
+                            return
+        finally:
+            writer.close()
+
+
+async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
+    sessions = [f"sse-{i}" for i in range(n)]
+    await bus.store.append_facts([marker(s) for s in sessions])
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    out: dict[str, Any] = {}
+
+    async def consumers() -> int:
+        return int((await bus.js.stream_info(bus.subjects.log_stream)).state.consumer_count)
+
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        ready = (await client.get("/readyz")).json()
+        out["subs_before"], out["consumers_before"] = ready["natsSubscriptions"], await consumers()
+        # one at a time: open→first event with nothing else going on
+        alone: list[float] = []
+        for i in range(min(100, n)):
+            s, stop = Stream(sessions[i]), asyncio.Event()
+            stop.set()
+            task = asyncio.create_task(s.run(url, stop))
+            await s.ready.wait()
+            alone.append((s.first_at - s.opened_at) * 1000)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        out["alone"] = alone
+        await asyncio.sleep(0.5)
+        rss_before = rss_kb(pid)
+        stop = asyncio.Event()
+        all_streams = [Stream(s) for s in sessions]
+        start = time.perf_counter()
+        tasks = [asyncio.create_task(s.run(url, stop)) for s in all_streams]
+        await asyncio.gather(*(s.ready.wait() for s in all_streams))
+        out["burst_s"] = time.perf_counter() - start
+        out["burst"] = [(s.first_at - s.opened_at) * 1000 for s in all_streams]
+        await asyncio.sleep(1.0)
+        out["rss_per_stream_kb"] = (rss_kb(pid) - rss_before) / n
+        ready = (await client.get("/readyz")).json()
+        out["subs_open"], out["consumers_open"] = ready["natsSubscriptions"], await consumers()
+        out["feeds"] = ready["feeds"]
+        # a client joining while the N are open: what a new browser tab waits for
+        joined: list[float] = []
+        for i in range(min(100, n)):
+            s, idle = Stream(sessions[i]), asyncio.Event()
+            task = asyncio.create_task(s.run(url, idle))
+            await s.ready.wait()
+            joined.append((s.first_at - s.opened_at) * 1000)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        out["joined"] = joined
+        stop.set()
+        appended = time.perf_counter()
+        await bus.store.append_facts([marker(s) for s in sessions])
+        await asyncio.wait_for(asyncio.gather(*(s.live.wait() for s in all_streams)), 30)
+        out["fanout"] = [(s.arrivals[0] - appended) * 1000 for s in all_streams]
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return out
+
+
+async def until_ready(url: str) -> None:
+    async with httpx.AsyncClient(base_url=url) as client:
+        for _ in range(300):
+            try:
+                if (await client.get("/readyz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError("the HTTP face did not come up")
+
+
+async def measure(server: EmbeddedServer, url: str, pid: int, args: argparse.Namespace) -> None:
+    bus = await connect(server.url, Subjects("ts"), ensure=StreamLimits())
+    try:
+        await until_ready(url)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            measured = await turns(bus, client, url, args.turns)
+        table = Table("path", "turns", "p50 ms", "p99 ms")
+        for name, values in measured.items():
+            table.add_row(
+                name, str(len(values)), f"{pct(values, 0.5):.2f}", f"{pct(values, 0.99):.2f}"
+            )
+        console.print(table)
+        nats50 = pct(measured["NATS"], 0.5)
+        for name in ("HTTP (raw client)", "HTTP (httpx)"):
+            http50 = pct(measured[name], 0.5)
+            console.print(
+                f"[bold]POST ?wait=true[/] {name} text turn p50 {http50:.2f} ms vs NATS "
+                f"{nats50:.2f} ms: +{http50 - nats50:.2f} ms (×{http50 / nats50:.2f}); "
+                "target: within 1.5 ms"
+            )
+        s = await streams(bus, url, pid, args.streams)
+        n = args.streams
+        table = Table("SSE, one HTTP process", "p50 ms", "p99 ms", "max ms")
+        for label, key in [
+            ("open→first event, one at a time", "alone"),
+            (f"open→first event, {n} opened at once", "burst"),
+            (f"open→first event, one at a time with {n} open", "joined"),
+            (f"live fan-out to {n} streams (append→arrival)", "fanout"),
+        ]:
+            v = s[key]
+            table.add_row(label, f"{pct(v, 0.5):.1f}", f"{pct(v, 0.99):.1f}", f"{max(v):.1f}")
+        console.print(table)
+        console.print(
+            f"{n} streams opened in {s['burst_s']:.2f} s; HTTP process RSS "
+            f"{s['rss_per_stream_kb']:.1f} KB per open stream; TS_LOG consumers (all clients) "
+            f"{s['consumers_before']} → {s['consumers_open']}, the app's NATS subscriptions "
+            f"{s['subs_before']} → {s['subs_open']} ({s['feeds']} hub feeds)"
+        )
+    finally:
+        await bus.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--streams", type=int, default=500)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp) / "nats") as server:
+        root = Path(tmp)
+        script = root / "script.yaml"
+        script.write_text(SCRIPT)
+        port = free_port()
+        os.environ["TURNSTREAM_HTTP_ADDR"] = f"127.0.0.1:{port}"
+        os.environ["TURNSTREAM_LOG_LEVEL"] = "WARNING"
+        stack.workspace(root, "auto")
+        with stack.running(server, root, script, console) as supervisor:
+            pid = supervisor.children["http"].pid
+            console.print(f"[dim]{os.cpu_count()} cores[/]")
+            asyncio.run(measure(server, f"http://127.0.0.1:{port}", pid, args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from turnstream.http.app import main
+
+main()

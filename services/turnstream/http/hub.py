@@ -1,0 +1,196 @@
+"""One process-wide feed of the log and the live tokens, fanned out in memory.
+
+Every open SSE stream and every waiting `POST` would otherwise hold a NATS consumer or
+subscription of its own. The hub holds two for the whole process, whatever the number of
+streams: one ordered push consumer on `<prefix>.log.>` (ephemeral, flow-controlled; it
+carries each event's stream sequence, which core NATS does not) and one core
+subscription on `<prefix>.live.>`. Each `Feed` is an in-memory queue of one session's
+items; the hub routes by the session token of the subject and reads no event it does not
+route. It subscribes when the first feed opens, not at startup: an HTTP face nobody uses
+(say under `turnstream up`) costs the server no delivery of every event.
+
+```
+NATS ──ordered consumer──► Hub ──by session──► Feed (queue) ──► SSE stream / POST waiter
+     ──core sub (live)───►
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.js import api
+
+from turnstream.bus import Bus
+from turnstream.bus.scan import stream_seq
+
+log = logging.getLogger("turnstream.http")
+FEED_LIMIT = 10_000
+"""Items a feed may hold before its reader is too slow: the feed is closed (a client
+resumes with `Last-Event-ID`), memory stays bounded."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogItem:
+    seq: int
+    event_type: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TokenItem:
+    data: bytes
+
+
+class Closed(Exception):
+    """The feed ended: the app is shutting down, or its reader fell too far behind."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(eq=False)
+class Feed:
+    """One session's events (and tokens, if asked) as they arrive."""
+
+    session_id: str
+    tokens: bool = False
+    queue: asyncio.Queue[LogItem | TokenItem | Closed] = field(
+        default_factory=lambda: asyncio.Queue(FEED_LIMIT + 1)
+    )
+    closed: bool = False
+
+    def put(self, item: LogItem | TokenItem | Closed) -> None:
+        if self.closed:
+            return
+        if isinstance(item, Closed):
+            self.closed = True
+        elif self.queue.qsize() >= FEED_LIMIT:
+            self.closed = True
+            item = Closed(f"reader fell {FEED_LIMIT} items behind; resume with Last-Event-ID")
+        self.queue.put_nowait(item)
+
+    async def get(self, timeout: float | None = None) -> LogItem | TokenItem | None:
+        """The next item; `None` after `timeout` seconds without one; `Closed` raised."""
+        try:
+            item = self.queue.get_nowait()  # the common case under load: no timer at all
+        except asyncio.QueueEmpty:
+            try:
+                async with asyncio.timeout(timeout):
+                    item = await self.queue.get()
+            except TimeoutError:
+                return None
+        if isinstance(item, Closed):
+            raise item
+        return item
+
+
+class Hub:
+    """Routes the log and the live tokens to the feeds of their sessions."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.feeds: dict[str, set[Feed]] = {}
+        self.last_seq = 0
+        """The last log sequence the hub has routed."""
+        self._subs: list[Any] = []
+        self._closing = False
+        self._starting = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Subscribe (once); every event appended after this returns reaches the hub."""
+        async with self._starting:
+            if not self._subs:
+                await self._subscribe()
+
+    async def _subscribe(self) -> None:
+        subjects = self.bus.subjects
+        prefix_len = len(subjects.prefix) + 5  # "<prefix>.log."
+
+        async def on_log(msg: Any) -> None:
+            subject: str = msg.subject
+            dot = subject.rindex(".")
+            seq = stream_seq(msg)
+            self.last_seq = seq
+            feeds = self.feeds.get(subject[prefix_len:dot])
+            if feeds:
+                item = LogItem(seq, subject[dot + 1 :], msg.data)
+                for feed in list(feeds):
+                    feed.put(item)
+
+        live_len = len(subjects.prefix) + 6  # "<prefix>.live."
+
+        async def on_live(msg: Any) -> None:
+            subject: str = msg.subject
+            feeds = self.feeds.get(subject[live_len : subject.rindex(".")])
+            if feeds:
+                item = TokenItem(msg.data)
+                for feed in list(feeds):
+                    if feed.tokens:
+                        feed.put(item)
+
+        self._subs.append(
+            await self.bus.js.subscribe(
+                subjects.log_all,
+                stream=subjects.log_stream,
+                cb=on_log,
+                ordered_consumer=True,
+                config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW),
+                pending_msgs_limit=1_000_000,
+                pending_bytes_limit=512 * 1024 * 1024,
+            )
+        )
+        self._subs.append(
+            await self.bus.nc.subscribe(
+                f"{subjects.prefix}.live.>",
+                cb=on_live,
+                pending_msgs_limit=1_000_000,
+                pending_bytes_limit=256 * 1024 * 1024,
+            )
+        )
+        # the consumer exists on the server from here on: every event appended after
+        # this point reaches the hub, which is what the replay/live seam relies on
+        log.info("hub following %s and %s.live.>", subjects.log_all, subjects.prefix)
+
+    @contextlib.asynccontextmanager
+    async def feed(self, session_id: str, *, tokens: bool = False) -> AsyncIterator[Feed]:
+        """A feed of `session_id`, registered for as long as the block runs."""
+        if not self._subs:
+            await self.start()
+        feed = Feed(session_id, tokens)
+        if self._closing:
+            feed.put(Closed("the server is shutting down"))
+        self.feeds.setdefault(session_id, set()).add(feed)
+        try:
+            yield feed
+        finally:
+            feeds = self.feeds.get(session_id)
+            if feeds is not None:
+                feeds.discard(feed)
+                if not feeds:
+                    del self.feeds[session_id]
+
+    @property
+    def open_feeds(self) -> int:
+        return sum(len(f) for f in self.feeds.values())
+
+    def close_feeds(self, reason: str = "the server is shutting down") -> None:
+        """End every open feed (their streams finish; clients resume elsewhere)."""
+        self._closing = True
+        for feeds in list(self.feeds.values()):
+            for feed in list(feeds):
+                feed.put(Closed(reason))
+
+    async def stop(self) -> None:
+        self.close_feeds()
+        async with self._starting:
+            for sub in self._subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+            self._subs.clear()

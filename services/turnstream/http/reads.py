@@ -1,0 +1,200 @@
+"""`GET` routes: sessions (the audit projection), a session's log in pages, approvals,
+workflows, agents. Everything is read from NATS on each request; the app keeps nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError
+from pydantic.alias_generators import to_camel
+from starlette.responses import Response
+
+from turnstream.client import pending_prompts
+from turnstream.core import approval
+from turnstream.core.projection import build_view
+from turnstream.core.subjects import session_key
+from turnstream.core.summary import SessionSummary
+from turnstream.http.context import Caller, Ctx, SessionId
+from turnstream.http.direct import read_page
+from turnstream.http.problems import Problem
+
+router = APIRouter(prefix="/v1", tags=["reads"])
+MAX_PAGE = 1000
+
+
+def json(body: Any) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+@router.get("/sessions", summary="Sessions (the audit projection), by id, in pages")
+async def list_sessions(
+    ctx: Ctx,
+    who: Caller,
+    after: Annotated[str | None, Query(description="Cursor: the previous page's last id")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+) -> Response:
+    who.require("read")
+    kv = await _sessions_kv(ctx)
+    try:
+        keys = await kv.keys()
+    except NoKeysError:
+        keys = []
+    ids = sorted(k.replace("=", ":") for k in keys)
+    ids = [s for s in ids if who.allows("read", s) and (after is None or s > after)]
+    page = ids[:limit]
+    values = await asyncio.gather(*(_summary(kv, s) for s in page))
+    items = [orjson.Fragment(v) for v in values if v is not None]
+    return json({"items": items, "next": page[-1] if len(ids) > limit else None})
+
+
+@router.get(
+    "/sessions/{id}",
+    summary="One session: its summary, turns, pending approval and children",
+    responses={404: {"description": "no such session"}},
+)
+async def get_session(ctx: Ctx, who: Caller, session: SessionId) -> Response:
+    who.require("read", session)
+    stored = await ctx.bus.store.read_session(session)
+    summary = None
+    try:
+        summary = await _summary(await _sessions_kv(ctx), session)
+    except Problem:
+        pass  # no audit projection yet: the log still answers
+    if not stored and summary is None:
+        raise Problem(404, "not_found", "Not found", f"session {session} has no events")
+    events = [s.event for s in stored]
+    view = build_view(session, events)
+    state = approval.fold(approval.ApprovalState(session), events)
+    found = approval.open_interaction(state)
+    pending = []
+    if found is not None:
+        interaction, proposal = found
+        pending.append(
+            {
+                "interactionId": interaction.interaction_id,
+                "invocationId": interaction.invocation_id,
+                "turnId": proposal.event.turn_id,
+                "tool": proposal.event.data.tool,
+                "args": proposal.event.data.args,
+                "deadline": interaction.deadline,
+                "answered": interaction.answer is not None,
+            }
+        )
+    turns = []
+    for turn in view.turns.values():
+        row = dataclasses.asdict(turn)
+        row["durationMs"] = turn.duration_ms
+        turns.append(_camel(row))
+    return json(
+        {
+            "sessionId": session,
+            "summary": orjson.Fragment(summary) if summary else None,
+            "lastSeq": stored[-1].seq if stored else 0,
+            "events": len(stored),
+            "turns": turns,
+            "pendingApprovals": pending,
+            "children": [],  # sub-turns (DESIGN §11) are not in the contract yet
+        }
+    )
+
+
+@router.get("/sessions/{id}/events", summary="A page of the session's log, in order")
+async def get_events(
+    ctx: Ctx,
+    who: Caller,
+    session: SessionId,
+    after: Annotated[int, Query(ge=0, description="TS_LOG sequence to start after")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+) -> Response:
+    who.require("read", session)
+    page, more = await read_page(ctx.bus, session, after=after, limit=limit)
+    items = [{"seq": r.seq, "event": orjson.Fragment(r.data)} for r in page]
+    return json({"items": items, "next": page[-1].seq if more and page else None})
+
+
+@router.get("/approvals", summary="Open approval prompts (from the approval service)")
+async def list_approvals(
+    ctx: Ctx,
+    who: Caller,
+    session: Annotated[str | None, Query(description="Only this session's")] = None,
+) -> Response:
+    who.require("read", session)
+    try:
+        pending = await pending_prompts(ctx.bus, session)
+    except Exception as exc:  # no responders, timeout: the service is not there
+        raise Problem(
+            503,
+            "unavailable",
+            "Approval service unavailable",
+            f"the approval service did not answer ({type(exc).__name__}); is it running?",
+        ) from None
+    return json({"items": [p for p in pending if who.allows("read", p.get("sessionId"))]})
+
+
+@router.get("/workflows", summary="Workflow definitions in TURNSTREAM_WORKFLOWS")
+async def list_workflows(ctx: Ctx, who: Caller) -> Response:
+    who.require("read")
+    return json({"items": await asyncio.to_thread(_workflows, ctx.settings.workflows)})
+
+
+@router.get(
+    "/agents",
+    summary="Agent profiles",
+    description="Agent profiles (DESIGN §11) do not exist in this build yet: the list is "
+    "empty until they do; every session talks to the default agent.",
+)
+async def list_agents(who: Caller) -> Response:
+    who.require("read")
+    return json({"items": []})
+
+
+def _workflows(folder: Path) -> list[dict[str, Any]]:
+    from turnstream.tools.registry import ToolRegistry
+    from turnstream.workflows.loader import WorkflowInvalid, load
+
+    if not folder.is_dir():
+        return []
+    tools = ToolRegistry.load().names()
+    out: list[dict[str, Any]] = []
+    for path in sorted(p for p in folder.iterdir() if (p / "workflow.yaml").is_file()):
+        try:
+            definition = load(path, tools)
+        except WorkflowInvalid as exc:
+            out.append({"name": path.name, "valid": False, "problems": exc.errors})
+            continue
+        out.append({"name": path.name, "valid": True, "definition": definition.to_dict()})
+    return out
+
+
+async def _sessions_kv(ctx: Any) -> Any:
+    try:
+        return await ctx.bus.js.key_value(ctx.bus.subjects.sessions_bucket)
+    except BucketNotFoundError:
+        raise Problem(
+            503, "unavailable", "No projection", "the sessions bucket does not exist yet"
+        ) from None
+
+
+async def _summary(kv: Any, session_id: str) -> bytes | None:
+    try:
+        entry = await kv.get(session_key(session_id))
+    except KeyNotFoundError:
+        return None
+    value: bytes | None = entry.value
+    if not value:
+        return None
+    SessionSummary.from_json(value)  # a value that does not parse is not served
+    return value
+
+
+def _camel(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {to_camel(k): _camel(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_camel(v) for v in value]
+    return value

@@ -1,0 +1,131 @@
+"""`GET /v1/sessions/{id}/stream`: a session's log as Server-Sent Events, replay then live.
+
+`id:` is the event's TS_LOG sequence, `event:` its type, `data:` its JSON; token deltas of
+the running turn come as `event: token` without an `id` (they are not in the log). A
+client that reconnects sends `Last-Event-ID` (or `?after=`) and gets what follows it.
+
+The seam between replay and live, with no gap and no duplicate: the stream's hub feed is
+registered *first* (from then on every new event is buffered), the log is read up to its
+end *then*, and the buffer is drained skipping sequences the replay already sent. An event
+appended before the feed existed is in the replay; one appended after is in the buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from turnstream.bus.scan import log_last_seq
+from turnstream.http.context import HttpContext, SessionId, context
+from turnstream.http.direct import LogRecord, read_page
+from turnstream.http.hub import Closed, Feed, LogItem
+from turnstream.http.problems import invalid_input
+
+router = APIRouter(prefix="/v1/sessions/{id}", tags=["stream"])
+CATCH_UP_S = 5.0
+"""How long a replay waits for a lagging replica before the stream fails (and is resumed)."""
+
+
+def log_event(seq: int, event_type: str, data: bytes) -> ServerSentEvent:
+    # built without validation (a few µs per event per stream): a sequence, an event type
+    # (a subject token) and compact JSON are single lines by construction
+    return ServerSentEvent.model_construct(raw_data=data.decode(), event=event_type, id=str(seq))
+
+
+async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator[LogRecord]:
+    """The session's events after `after` up to its last one now, page by page.
+
+    "Now" is the stream leader's answer (`STREAM.MSG.GET`, asked after the feed was
+    registered); the pages are direct gets, which on a cluster any replica may answer, a
+    little behind: a page that stops short of the leader's last is asked again."""
+    bus = ctx.bus
+    target = await log_last_seq(bus.js, bus.subjects, bus.subjects.log_session(session_id))
+    deadline = time.monotonic() + CATCH_UP_S
+    while after < target:
+        limit = ctx.options.replay_page
+        page, more = await read_page(bus, session_id, after=after, limit=limit)
+        for record in page:
+            yield record
+        if page:
+            after = page[-1].seq
+        elif time.monotonic() > deadline:
+            raise RuntimeError(
+                f"replay of {session_id} stopped at {after}; the leader has {target}"
+            )
+        if not more and after < target:
+            await asyncio.sleep(0.02)  # a replica behind the leader: it catches up
+
+
+async def events(
+    ctx: HttpContext, request: Request, feed: Feed, session_id: str, after: int
+) -> AsyncIterator[ServerSentEvent]:
+    last = after
+    async for seq, event_type, data in replay(ctx, session_id, after):
+        last = seq
+        yield log_event(seq, event_type, data)
+    while True:
+        try:
+            item = await feed.get(ctx.options.ping_s)
+        except Closed as closed:
+            yield ServerSentEvent(comment=f"closed: {closed.reason}")
+            return
+        if item is None:
+            if await request.is_disconnected():
+                return
+            yield ServerSentEvent(comment="ping")
+        elif isinstance(item, LogItem):
+            if item.seq > last:  # at the seam: sent by the replay already
+                last = item.seq
+                yield log_event(item.seq, item.event_type, item.data)
+        else:
+            yield ServerSentEvent.model_construct(raw_data=item.data.decode(), event="token")
+
+
+async def stream_reader(
+    request: Request,
+    session: SessionId,
+    ticket: Annotated[str | None, Query(description="From POST /v1/tickets (EventSource)")] = None,
+) -> str:
+    """Checks the caller before the stream starts (a generator's errors come too late
+    for a status code): a key, or a ticket for this session."""
+    ctx = await context(request)
+    client = request.client.host if request.client else None
+    who = ctx.auth.principal(request.headers.get("authorization"), client, ticket)
+    request.state.principal = who.name
+    who.require("read", session)
+    return session
+
+
+async def resume_after(
+    after: Annotated[int | None, Query(ge=0, description="TS_LOG sequence to resume after")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> int:
+    """`Last-Event-ID` (a reconnecting EventSource) wins over `?after=`."""
+    if last_event_id:
+        if not last_event_id.strip().isdigit():
+            raise invalid_input("Last-Event-ID must be a TS_LOG sequence (digits)")
+        return int(last_event_id)
+    return after or 0
+
+
+@router.get(
+    "/stream",
+    response_class=EventSourceResponse,
+    summary="The session's events as SSE: replay after Last-Event-ID / ?after=, then live",
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def stream(
+    request: Request,
+    session: Annotated[str, Depends(stream_reader)],
+    start: Annotated[int, Depends(resume_after)],
+    tokens: Annotated[bool, Query(description="Also send token deltas (`event: token`)")] = True,
+) -> AsyncIterator[ServerSentEvent]:
+    ctx = await context(request)
+    async with ctx.hub.feed(session, tokens=tokens) as feed:
+        async for item in events(ctx, request, feed, session, start):
+            yield item

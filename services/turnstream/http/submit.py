@@ -1,0 +1,153 @@
+"""Publish one inbound command and follow it in the log: the gateway's verdict, and with
+`wait` the turn's `TurnEnded`. The shell of `outcome.Follow`; every POST route ends here."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from starlette.responses import JSONResponse, Response
+
+from turnstream.core.commands import COMMAND_ADAPTER
+from turnstream.core.events import FailureClass, InputRejected, decode, encode
+from turnstream.http.context import HttpContext
+from turnstream.http.hub import Feed, LogItem
+from turnstream.http.outcome import FOLLOWED_TYPES, Follow, Seen
+from turnstream.http.problems import Problem, invalid_input
+
+
+def checked(command: dict[str, Any], max_bytes: int) -> bytes:
+    """The command's wire bytes, if the contract takes it (else the problem the gateway's
+    rejection would have been, answered at once and nothing published)."""
+    try:
+        COMMAND_ADAPTER.validate_python(command)
+    except ValidationError as exc:
+        errors = [
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or '(root)'}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        ]
+        raise invalid_input(
+            f"command does not match the '{command.get('type')}' schema: {errors[0]}", errors
+        ) from None
+    payload = orjson.dumps(command)
+    if len(payload) > max_bytes:
+        raise Problem(
+            413,
+            "oversize",
+            "Content too large",
+            f"the command is {len(payload)} bytes; the limit is {max_bytes} "
+            "(TURNSTREAM_MAX_INPUT_BYTES)",
+            failure_class=FailureClass.INVALID_INPUT,
+        )
+    return payload
+
+
+class _Reader:
+    """Feeds `follow` from the hub's feed, skipping what a log read already gave it, and
+    decoding only the kinds `Follow` looks at (a turn's other events cost nothing)."""
+
+    def __init__(self, follow: Follow, feed: Feed) -> None:
+        self.follow = follow
+        self.feed = feed
+        self.last = 0
+        self.ended_bytes = b""
+
+    def take(self, seq: int, event_type: str, data: bytes) -> None:
+        if seq > self.last:
+            self.last = seq
+            if event_type in FOLLOWED_TYPES:
+                ended = self.follow.ended
+                self.follow.feed(seq, decode(data))
+                if self.follow.ended is not ended:
+                    self.ended_bytes = data
+
+    async def until(self, done: Any, deadline: float) -> bool:
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            item = await self.feed.get(left)
+            if isinstance(item, LogItem):
+                self.take(item.seq, item.event_type, item.data)
+        return True
+
+
+async def submit(
+    ctx: HttpContext, session_id: str, command: dict[str, Any], *, wait_s: float | None = None
+) -> Response:
+    """Publish `command`; answer 202 with its verdict (or 200 with `TurnEnded` when
+    `wait_s` is given), 422 with a rejection, 504 when the wait runs out."""
+    payload = checked(command, ctx.settings.max_input_bytes)
+    key: str = command["idempotencyKey"]
+    bus = ctx.bus
+    async with ctx.hub.feed(session_id) as feed:  # before publishing: nothing can slip past
+        ack = await bus.js.publish(
+            bus.subjects.inbound(session_id), payload, headers={"Nats-Msg-Id": key}
+        )
+        follow = Follow(int(ack.seq))
+        reader = _Reader(follow, feed)
+        if ack.duplicate:  # a retry: its outcome may be in the log already
+            for stored in await bus.store.read_session(session_id):
+                reader.take(stored.seq, stored.event.type, encode(stored.event))
+        start = time.monotonic()
+        if not await reader.until(lambda: follow.decided, start + ctx.options.accept_timeout_s):
+            raise Problem(
+                504,
+                "timeout",
+                "Gateway timeout",
+                f"the command is stored (inbound seq {ack.seq}) but no gateway recorded a "
+                f"verdict within {ctx.options.accept_timeout_s:g} s; is the gateway running?",
+                failure_class=FailureClass.TIMEOUT,
+                idempotencyKey=key,
+                inboundSeq=int(ack.seq),
+            )
+        if follow.rejected is not None:
+            raise rejection(follow.rejected, key)
+        accepted = follow.accepted
+        assert accepted is not None
+        if wait_s is None:
+            return JSONResponse(
+                {
+                    "turnId": follow.turn_id,
+                    "idempotencyKey": key,
+                    "seq": accepted.seq,
+                    "event": accepted.event.type,
+                    "duplicate": bool(ack.duplicate),
+                },
+                status_code=202,
+            )
+        if not await reader.until(lambda: follow.ended, start + wait_s):
+            raise Problem(
+                504,
+                "timeout",
+                "Turn still running",
+                f"turn {follow.turn_id} did not end within {wait_s:g} s; follow it on "
+                f"/v1/sessions/{session_id}/stream?after={accepted.seq}",
+                failure_class=FailureClass.TIMEOUT,
+                turnId=follow.turn_id,
+                idempotencyKey=key,
+                seq=accepted.seq,
+            )
+    return Response(reader.ended_bytes, media_type="application/json")
+
+
+def rejection(seen: Seen, key: str) -> Problem:
+    event = seen.event
+    assert isinstance(event, InputRejected)
+    data = event.data
+    return invalid_input(
+        data.reason,
+        data.errors or None,
+        rejection=data.kind,
+        turnId=event.turn_id,
+        idempotencyKey=key,
+        seq=seen.seq,
+    )
+
+
+def wait_bounded(ctx: HttpContext, timeout: float | None) -> float:
+    """The wait `?timeout=` asks for, within the server's bounds."""
+    chosen = ctx.options.wait_default_s if timeout is None else timeout
+    return max(0.0, min(chosen, ctx.options.wait_max_s))
