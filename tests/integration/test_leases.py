@@ -189,7 +189,7 @@ async def test_a_session_waiting_long_keeps_its_actor_and_lease_then_is_handed_o
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
         tasks.create_task(a.mailboxes.run(stop_a))
-        tasks.create_task(keep_leases(a, a.leases, stop_a))
+        tasks.create_task(keep_leases(a.leases, a.lease_policy, a.has_open_work, a.wake, stop_a))
         tasks.create_task(watcher.watch_expiries(woken.append, stop_b))
         await asyncio.sleep(0)
         a.wake(session)

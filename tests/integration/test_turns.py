@@ -197,14 +197,14 @@ async def test_a_reload_reads_the_snapshot_and_only_the_tail(bus: Bus, services)
         await send_and_wait(bus, message_command("agent:snapshotted", f"turn {i}"), timeout=15)
     everything = await events_of(bus, "agent:snapshotted")
     runner = Runner(bus, ScriptedProvider(load_script(None)), TurnConfig())
-    first = SessionActor(runner, "agent:snapshotted")
+    first = SessionActor(runner.actor_context(), "agent:snapshotted")
     await first.reload()
     assert runner.reloaded_events == len(everything) > 200
     assert first.state == fold(SessionState("agent:snapshotted"), everything)
     kv = await bus.js.key_value(bus.subjects.snapshots_bucket)
     assert (await kv.get(session_key("agent:snapshotted"))).value
     await send_and_wait(bus, message_command("agent:snapshotted", "one more"), timeout=15)
-    second = SessionActor(runner, "agent:snapshotted")
+    second = SessionActor(runner.actor_context(), "agent:snapshotted")
     await second.reload()
     tail = runner.reloaded_events - len(everything)
     assert 0 < tail < 30  # the snapshot, then one turn's events

@@ -15,14 +15,15 @@ from turnstream.core.events import (
     Sender,
     Usage,
 )
-from turnstream.core.session import decide, fold
+from turnstream.core.session import fold
+from turnstream.core.session.decider import Input, ProviderDone, Tick
+from turnstream.core.session.decider import decide as session_decide
 from turnstream.core.turn import (
     Context,
     ProviderFailure,
     ProviderSuccess,
     SessionState,
     TurnConfig,
-    on_provider_result,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -132,19 +133,19 @@ def run_turn(
     config: TurnConfig | None = None,
     ids: Ids | None = None,
 ) -> tuple[SessionState, list[Event]]:
-    """Drive decide/on_provider_result as the shell would, answering with `replies`."""
+    """Drive the session decider as the shell would, answering its model calls with
+    `replies`."""
     config = config or TurnConfig()
     c = ctx(ids or Ids())
     log: list[Event] = []
-    events = decide(state, config, c)
-    state = fold(state, events)
-    assert events.state == state  # the state the shell takes instead of folding again
-    log += events
-    for reply in replies:
-        if state.active is None or not state.active.awaiting_provider:
-            break
-        events = on_provider_result(state, reply, config, c)
+    item: Input = Tick()
+    for reply in [None, *replies]:
+        if reply is not None:
+            if state.active is None or not state.active.awaiting_provider:
+                break
+            item = ProviderDone(state.active.turn_id, reply)
+        events = session_decide(state, item, config, c)
         state = fold(state, events)
-        assert events.state == state
+        assert events.state == state  # the state the shell takes instead of folding again
         log += events
     return state, log

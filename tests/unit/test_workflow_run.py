@@ -27,7 +27,15 @@ from turnstream.core.events import (
     WorkflowAttachedData,
     WorkflowExit,
 )
-from turnstream.core.session import decide, evolve, fold, state_from_json, state_to_json
+from turnstream.core.session import evolve, fold, state_from_json, state_to_json
+from turnstream.core.session.decider import (
+    Input,
+    ProviderDone,
+    Providers,
+    Tick,
+    effects_of,
+)
+from turnstream.core.session.decider import decide as session_decide
 from turnstream.core.session.run import lane_step, next_wakeup, on_assert, turn_views
 from turnstream.core.turn import (
     Context,
@@ -38,7 +46,6 @@ from turnstream.core.turn import (
     ToolInfo,
     TurnConfig,
     compose_request,
-    needs_provider_call,
     on_provider_result,
 )
 from turnstream.core.workflow.definition import RetryPolicy, StageDef, Step, WorkflowDef
@@ -121,19 +128,23 @@ class Sim:
         if events:
             self.decisions.append(list(events))
 
-    def decide(self) -> None:
-        self.apply(decide(self.state, self.config, self.c))
+    def decide(self, input: Input | None = None) -> None:
+        """What the runner does with one input: the session decider's decision."""
+        self.apply(session_decide(self.state, input or Tick(), self.config, self.c))
 
     def waiting(self) -> dict[str, str]:
-        """Stage turns waiting for the model: turn id → stage id."""
+        """Stage turns waiting for the model (the calls the decider asks the shell for):
+        turn id → stage id."""
         run = self.state.workflow
         assert run is not None
+        [providers] = [
+            e for e in effects_of(self.state, self.config, T0) if isinstance(e, Providers)
+        ]
         out = {}
-        for lane, _ in turn_views(self.state, self.config):
-            if needs_provider_call(lane) and lane.active is not None:
-                ex = run.lane_of(lane.active.turn_id)
-                if ex is not None:
-                    out[lane.active.turn_id] = ex.stage_id
+        for request in providers.calls:
+            ex = run.lane_of(request.turn_id)
+            if ex is not None:
+                out[request.turn_id] = ex.stage_id
         return out
 
     def request(self, stage_id: str):
@@ -144,16 +155,7 @@ class Sim:
 
     def answer(self, stage_id: str, reply: ProviderSuccess) -> None:
         turn_id = next(t for t, s in self.waiting().items() if s == stage_id)
-        c = self.c
-        self.apply(
-            lane_step(
-                self.state,
-                turn_id,
-                self.config,
-                c,
-                lambda lane, cfg: on_provider_result(lane, reply, cfg, c),
-            )
-        )
+        self.decide(ProviderDone(turn_id, reply))
 
     def of(self, cls: type) -> list[Any]:
         return [e for e in self.log if isinstance(e, cls)]

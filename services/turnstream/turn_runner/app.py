@@ -22,6 +22,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.ids import IdFactory
 from turnstream.core.session import state_to_json
+from turnstream.core.session.decider import Tick
 from turnstream.core.turn import SessionState, TurnConfig
 from turnstream.hooks import HookCall, HookRegistry
 from turnstream.providers import Provider, build_provider
@@ -38,8 +39,9 @@ from turnstream.runtime.mailbox import Mailboxes, serve_sessions
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import snapshots
+from turnstream.turn_runner.context import ActorContext, Delivered, Item
 from turnstream.turn_runner.leasing import LeasePolicy, keep_leases
-from turnstream.turn_runner.session import Delivered, Item, SessionActor, Tick
+from turnstream.turn_runner.session import SessionActor
 
 log = logging.getLogger("turnstream.turn_runner")
 DURABLE = "turn-runner"
@@ -88,7 +90,9 @@ class Runner:
             self.lease_policy.owner(self.source),
             ttl_s=self.lease_policy.ttl_s,
         )
-        self.mailboxes: Mailboxes[Item] = Mailboxes(lambda key: SessionActor(self, key))
+        self.mailboxes: Mailboxes[Item] = Mailboxes(
+            lambda key: SessionActor(self.actor_context(), key)
+        )
         self._snapshots: Any = None
         self.reloaded_events = 0
         """Events read back by reloads (how much snapshots save)."""
@@ -143,6 +147,40 @@ class Runner:
     async def close(self) -> None:
         for provider in [self.provider, *(p for p, _ in self.session_providers.values())]:
             await provider.close()
+
+    def actor_context(self) -> ActorContext:
+        """What a session actor may use of this runner (taken when the actor starts)."""
+        return ActorContext(
+            store=self.bus.store,
+            leases=self.leases,
+            lease_retry_s=self.lease_policy.retry_s,
+            snapshots=self.snapshots,
+            now=self.now,
+            new_id=self.new_id,
+            source=self.source,
+            session=self.for_session,
+            hooks=self.hooks,
+            deliver=self.mailboxes.deliver,
+            deliver_later=self.mailboxes.deliver_later,
+            spawn=self.spawn,
+            observe=self.observe,
+            publish_live=self._publish_live,
+            reloaded=self._count_reloaded,
+        )
+
+    async def _publish_live(self, session_id: str, turn_id: str, delta: bytes) -> None:
+        await self.bus.nc.publish(self.bus.subjects.live(session_id, turn_id), delta)
+
+    def _count_reloaded(self, events: int) -> None:
+        self.reloaded_events += events
+
+    def has_open_work(self, session_id: str) -> bool:
+        """Whether the session's lease must be kept: its actor is about to reload, or has a
+        model call in flight, or a turn, input or workflow still open."""
+        actor = self.mailboxes.actor(session_id)
+        if not isinstance(actor, SessionActor):
+            return False
+        return not actor.loaded or actor.busy()
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """A task owned by the runner's task group (cancelled on shutdown)."""
@@ -199,7 +237,9 @@ class Runner:
         )
         try:
             async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(keep_leases(self, self.leases, stop))
+                tasks.create_task(
+                    keep_leases(self.leases, self.lease_policy, self.has_open_work, self.wake, stop)
+                )
                 tasks.create_task(
                     serve_sessions(
                         self.bus,

@@ -11,14 +11,11 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from turnstream.bus.leases import LeaseTable
 from turnstream.settings import Settings
-
-if TYPE_CHECKING:
-    from turnstream.turn_runner.app import Runner
 
 log = logging.getLogger("turnstream.turn_runner")
 
@@ -50,21 +47,15 @@ class LeasePolicy:
         return self.runner_id or f"{source}/{uuid.uuid4().hex[:8]}"
 
 
-def has_open_work(runner: Runner, session_id: str) -> bool:
-    from turnstream.turn_runner.session import SessionActor
-
-    actor = runner.mailboxes.actor(session_id)
-    if not isinstance(actor, SessionActor):
-        return False
-    if not actor.loaded:
-        return True  # it is about to reload: keep the lease until we know
-    return actor.busy()  # a model call in flight, or a turn, input or workflow still open
-
-
-async def keep_leases(runner: Runner, leases: LeaseTable, stop: asyncio.Event) -> None:
+async def keep_leases(
+    leases: LeaseTable,
+    policy: LeasePolicy,
+    open_work: Callable[[str], bool],
+    wake: Callable[[str], None],
+    stop: asyncio.Event,
+) -> None:
     """Every `renew_s`: renew the leases of sessions with open work (or used since the last
     round), release the others. On stop: hand them all over to the other runners."""
-    policy = runner.lease_policy
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(policy.renew_s):
@@ -76,14 +67,14 @@ async def keep_leases(runner: Runner, leases: LeaseTable, stop: asyncio.Event) -
         drop: list[str] = []
         for session_id, held in list(leases.held.items()):
             recent = now - held.used_at < policy.renew_s
-            (keep if recent or has_open_work(runner, session_id) else drop).append(session_id)
+            (keep if recent or open_work(session_id) else drop).append(session_id)
         renewed = await asyncio.gather(*(leases.renew(s) for s in keep), return_exceptions=True)
         for session_id, ok in zip(keep, renewed, strict=True):
             if isinstance(ok, BaseException):
                 log.warning("lease of %s not renewed: %s", session_id, ok)
             elif not ok:
                 log.warning("lost the lease of %s; letting it go", session_id)
-                runner.wake(session_id)  # the actor finds out and stops acting
+                wake(session_id)  # the actor finds out and stops acting
         await _release(leases, drop, hand_over=False)
     # the actors are being cancelled now, so which sessions were open cannot be told: hand
     # every one over (an idle one costs its next holder one reload)

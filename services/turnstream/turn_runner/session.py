@@ -1,7 +1,12 @@
-"""One session's actor: folds its facts, asks the pure core what's next, appends, acks.
+"""One session's actor: a small interpreter over the session's decider.
 
-The provider call runs on a side task and its outcome comes back through the inbox, so
-an input that arrives meanwhile is handled (queued or steered) while the model streams.
+Each mailbox item is an input for `turnstream.core.session.decider.decide`. The actor
+appends the decision's events (as one batch, conditional on `last_seq`; on a conflict it
+reloads the session and decides the same input again), performs the effects the new
+state asks for (model calls, hooks, timers), and feeds a hook's answer back as the next
+input, until the session is quiet. A model call runs on a side task; its outcome (and
+each tool call it streams) comes back through the inbox, so an input that arrives
+meanwhile is handled (queued or steered) while the model streams.
 
 Bookkeeping: `last_seq` is the session's last log sequence we know (the condition of our
 next append); `input_mark` is the highest sequence of a delivered fact folded, so a
@@ -14,91 +19,54 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from turnstream.bus import AppendConflict
 from turnstream.bus.leases import Ownership
-from turnstream.core.events import Event
-from turnstream.core.session import decide, evolve
-from turnstream.core.session.run import (
-    awaiting_workflow_hooks,
-    lane_step,
-    next_wakeup,
-    on_assert,
-    on_gate,
-    turn_views,
+from turnstream.core.session.decider import (
+    AssertSaid,
+    Effect,
+    Fact,
+    GateSaid,
+    Input,
+    ProviderDone,
+    Providers,
+    RunStageHooks,
+    RunToolHooks,
+    RunWorkflowHook,
+    StageHooksSaid,
+    Tick,
+    TimeTurns,
+    ToolCallReady,
+    ToolHooksSaid,
+    WakeAt,
+    decide,
 )
 from turnstream.core.turn import (
     Context,
     Decision,
-    HookVerdict,
     ProviderFailure,
-    ProviderOutcome,
+    ProviderRequest,
     SessionState,
-    StageHookVerdict,
     ToolCall,
     TurnConfig,
-    awaiting_hooks,
-    awaiting_stage_hooks,
-    compose_request,
-    needs_provider_call,
-    on_hook_verdicts,
-    on_provider_result,
-    on_stage_hooks,
-    on_tool_call_ready,
-    stage_hook_text,
 )
 from turnstream.core.workflow.definition import GATE
 from turnstream.turn_runner import snapshots
+from turnstream.turn_runner.context import ActorContext, Delivered, Item
 from turnstream.turn_runner.leasing import LeaseLost
-
-if TYPE_CHECKING:
-    from turnstream.turn_runner.app import Runner
 
 log = logging.getLogger("turnstream.turn_runner")
 MAX_CONFLICT_RETRIES = 20
-
-
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    msg: Any
-    seq: int
-    event: Event
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderDone:
-    turn_id: str
-    outcome: ProviderOutcome
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallReady:
-    """The model finished one tool call's block while it streams on."""
-
-    turn_id: str
-    call: ToolCall
-    first_byte_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """Wake up and decide again: a turn's wall-time bound or a workflow's deferred gate or
-    backoff may have passed, or the session's lease came free (`Runner.wake`)."""
-
-
-Item = Delivered | ProviderDone | ToolCallReady | Tick
+MAX_HOOK_ROUNDS = 20
+"""Hook answers in a row for one item (hooks may let the turn reach more hooks)."""
 
 
 class SessionActor:
-    def __init__(self, runner: Runner, session_id: str) -> None:
-        self.runner = runner
+    def __init__(self, ctx: ActorContext, session_id: str) -> None:
+        self.ctx = ctx
         self.session_id = session_id
         self.state = SessionState(session_id)
         self.last_seq = 0
@@ -106,7 +74,7 @@ class SessionActor:
         self.loaded = False
         self.provider_tasks: dict[str, asyncio.Task[None]] = {}
         """Provider calls in flight by turn id (a workflow's parallel stages call at once)."""
-        self.timed_turns: set[str] = set()
+        self.timed_turns: frozenset[str] = frozenset()
         self.wakeup: datetime | None = None
 
     def busy(self) -> bool:
@@ -125,7 +93,7 @@ class SessionActor:
 
     async def handle(self, item: Item) -> None:
         """Handle `item` if this runner holds the session's lease (taking it if it is free)."""
-        match await self.runner.leases.ensure(self.session_id):
+        match await self.ctx.leases.ensure(self.session_id):
             case Ownership.ELSEWHERE:
                 await self.let_go(item)
                 return
@@ -145,126 +113,50 @@ class SessionActor:
         for task in self.provider_tasks.values():
             task.cancel()
         self.provider_tasks.clear()
-        self.timed_turns = set()
+        self.timed_turns = frozenset()
         self.wakeup = None
         if isinstance(item, Delivered):
-            await item.msg.nak(delay=self.runner.lease_policy.retry_s)
+            await item.msg.nak(delay=self.ctx.lease_retry_s)
 
     async def step(self, item: Item) -> None:
+        """Run `item` through the decider, and every hook answer after it, until quiet."""
         if not self.loaded:
             await self.reload()
-        config = self.config
-        match item:
-            case Delivered(msg=msg, seq=seq, event=event):
-                if seq > self.input_mark:
-                    self.state = evolve(self.state, event)
-                    self.input_mark = seq
-                    self.last_seq = max(self.last_seq, seq)
-                elif msg.metadata.num_delivered > 1:
-                    # a redelivery (e.g. nak'ed by a runner that did not hold the lease) can
-                    # come after later facts were folded: it may never have been folded here
-                    await self.reload()
-                await self.advance()
-                await msg.ack()
-            case ProviderDone(turn_id=turn_id, outcome=outcome):
-                self.provider_tasks.pop(turn_id, None)
-                ctx = self.context()  # a late result of an ended turn changes nothing
-                await self.commit(
-                    lambda s: lane_step(
-                        s,
-                        turn_id,
-                        config,
-                        ctx,
-                        lambda lane, cfg: on_provider_result(lane, outcome, cfg, ctx),
-                    )
-                )
-                await self.advance()
-            case ToolCallReady(turn_id=turn_id, call=call, first_byte_at=first_byte_at):
-                ctx = self.context()
-                at = first_byte_at
-                await self.commit(
-                    lambda s: lane_step(
-                        s,
-                        turn_id,
-                        config,
-                        ctx,
-                        lambda lane, cfg: on_tool_call_ready(lane, call, at, cfg, ctx),
-                    )
-                )
-                await self.advance()
-            case Tick():
-                await self.advance()
-        await self.after()
+        if isinstance(item, Delivered):
+            await self.run(await self.fact(item))
+            await item.msg.ack()
+            return
+        if isinstance(item, ProviderDone):
+            self.provider_tasks.pop(item.turn_id, None)  # the call is over (a late one too)
+        await self.run(item)
 
-    @property
-    def config(self) -> TurnConfig:
-        return self.runner.for_session(self.session_id)[1]
+    async def fact(self, item: Delivered) -> Input:
+        """The input a delivered fact is: the fact, unless it is folded already."""
+        if item.seq > self.input_mark:
+            self.input_mark = item.seq
+            self.last_seq = max(self.last_seq, item.seq)
+            return Fact(item.event)
+        if item.msg.metadata.num_delivered > 1:
+            # a redelivery (e.g. nak'ed by a runner that did not hold the lease) can come
+            # after later facts were folded: it may never have been folded here
+            await self.reload()
+        return Tick()
 
-    async def advance(self) -> None:
-        config = self.config
-        await self.commit(lambda s: decide(s, config, self.context()))
-        for _ in range(MAX_CONFLICT_RETRIES):  # hooks may let the turn reach more hooks
-            step = await self.hook_step(config)
-            if step is None:
+    async def run(self, item: Input | None) -> None:
+        """Decide `item`, append, perform; a hook's answer is decided next, and so on."""
+        for _ in range(MAX_HOOK_ROUNDS):
+            if item is None:
                 return
-            await self.commit(step)
+            decision = await self.commit(item)
+            item = await self.perform(decision.effects)
 
-    async def hook_step(self, config: TurnConfig) -> Callable[[SessionState], Decision] | None:
-        """Run the hooks one of the session's turns waits for; the step that records them."""
-        hooks = self.runner.hooks
-        ctx = self.context()
-        for view, view_config in turn_views(self.state, config):
-            assert view.active is not None
-            turn_id = view.active.turn_id
-            turn_step: Callable[[SessionState, TurnConfig], Decision] | None = None
-            if calls := awaiting_hooks(view, view_config):
-                verdicts = await hooks.run_tool_hooks(self.session_id, turn_id, calls)
-                turn_step = partial(_with_verdicts, verdicts=verdicts, ctx=ctx)
-            elif stage := awaiting_stage_hooks(view, view_config):
-                text = stage_hook_text(view)
-                said = await hooks.run_stage_hooks(self.session_id, turn_id, stage, text)
-                turn_step = partial(_with_stage_verdict, verdict=said, ctx=ctx)
-            if turn_step is not None:
-                return partial(lane_step, turn_id=turn_id, config=config, ctx=ctx, step=turn_step)
-        for point, ex in awaiting_workflow_hooks(self.state, config, ctx.now):
-            answer = await hooks.run_workflow_hook(self.session_id, point, ex.stage_id, ex)
-            execution = ex.execution_id
-            if point == GATE:
-                gate = answer.gate_outcome()
-                return lambda s: on_gate(
-                    s, execution, gate, config, ctx, gate=answer.hook, reason=answer.reason
-                )
-            judged = answer.assert_verdict()
-            return lambda s: on_assert(
-                s, execution, judged, config, ctx, asserter=answer.hook, reason=answer.reason
-            )
-        return None
-
-    async def after(self) -> None:
-        """Start, stop or time what the new state needs."""
-        views = turn_views(self.state, self.config)
-        live = {view.active.turn_id for view, _ in views if view.active is not None}
-        for turn_id in [t for t in self.provider_tasks if t not in live]:
-            self.provider_tasks.pop(turn_id).cancel()  # the turn it was for is over
-        self.start_provider_calls(views)  # e.g. recovered mid-call
-        if live - self.timed_turns:
-            bound = self.config.max_turn_seconds
-            self.runner.mailboxes.deliver_later(self.session_id, Tick(), bound + 0.05)
-        self.timed_turns = live
-        wakeup = next_wakeup(self.state, self.runner.now())
-        if wakeup is not None and wakeup != self.wakeup:
-            self.wakeup = wakeup
-            delay = max((wakeup - self.runner.now()).total_seconds(), 0.0)
-            self.runner.mailboxes.deliver_later(self.session_id, Tick(), delay + 0.05)
-
-    async def commit(self, step: Callable[[SessionState], Decision]) -> None:
-        """Append what `step` decides, conditional on `last_seq`; on conflict reload, redo.
+    async def commit(self, item: Input) -> Decision:
+        """Append what `item` decides, conditional on `last_seq`; on conflict reload, redo.
 
         The events go out as one batch whose first carries the condition: refused, none
-        is appended. Once the batch is in, this runner owns the decision and starts the
-        provider call if the decision asks for one.
+        is appended. Once the batch is in, this runner owns the decision.
         """
-        store, leases = self.runner.bus.store, self.runner.leases
+        store, leases = self.ctx.store, self.ctx.leases
         for _ in range(MAX_CONFLICT_RETRIES):
             if not leases.holds(self.session_id):  # e.g. this process was paused past the TTL
                 match await leases.ensure(self.session_id):
@@ -272,72 +164,115 @@ class SessionActor:
                         raise LeaseLost(self.session_id)
                     case Ownership.NEW:
                         await self.reload()
-            events = step(self.state)
-            if not events:
-                return
-            decided = events.state
+                        item = _refold(item)
+            decision = decide(self.state, item, self.config, self.context())
+            if not decision:
+                self.state = decision.state
+                return decision
             try:
                 last = await store.append_decision(
-                    self.session_id, events, expected_last_seq=self.last_seq
+                    self.session_id, decision, expected_last_seq=self.last_seq
                 )
             except AppendConflict:
                 if not await leases.confirm(self.session_id):
                     raise LeaseLost(self.session_id) from None  # another runner appended
                 await self.reload()
+                item = _refold(item)
                 continue
-            self.state, self.last_seq = decided, last
-            self.runner.observe(events)
+            self.state, self.last_seq = decision.state, last
+            self.ctx.observe(decision)
             if not leases.holds(self.session_id):
                 # paused past the TTL while appending: the next holder goes on from the log
                 self.loaded = False
                 raise LeaseLost(self.session_id)
-            self.start_provider_calls(turn_views(decided, self.config))
-            return
+            return decision
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
+
+    async def perform(self, effects: list[Effect]) -> Input | None:
+        """Do what the state asks; a hook's answer is the next input."""
+        answer: Input | None = None
+        for effect in effects:
+            match effect:
+                case Providers(live=live, calls=calls):
+                    for turn_id in [t for t in self.provider_tasks if t not in live]:
+                        self.provider_tasks.pop(turn_id).cancel()  # the turn it was for is over
+                    for request in calls:
+                        if request.turn_id not in self.provider_tasks:
+                            self.start_provider_call(request)
+                case RunToolHooks(turn_id=turn_id, calls=calls):
+                    hooks = self.ctx.hooks
+                    verdicts = await hooks.run_tool_hooks(self.session_id, turn_id, list(calls))
+                    answer = ToolHooksSaid(turn_id, tuple(verdicts))
+                case RunStageHooks(turn_id=turn_id, stage=stage, text=text):
+                    hooks = self.ctx.hooks
+                    said = await hooks.run_stage_hooks(self.session_id, turn_id, stage, text)
+                    answer = StageHooksSaid(turn_id, said)
+                case RunWorkflowHook(point=point, execution=ex):
+                    hooks = self.ctx.hooks
+                    said = await hooks.run_workflow_hook(self.session_id, point, ex.stage_id, ex)
+                    if point == GATE:
+                        answer = GateSaid(
+                            ex.execution_id, said.gate_outcome(), said.hook, said.reason
+                        )
+                    else:
+                        answer = AssertSaid(
+                            ex.execution_id, said.assert_verdict(), said.hook, said.reason
+                        )
+                case TimeTurns(live=live):
+                    if live - self.timed_turns:
+                        bound = self.config.max_turn_seconds
+                        self.ctx.deliver_later(self.session_id, Tick(), bound + 0.05)
+                    self.timed_turns = live
+                case WakeAt(at=at):
+                    if at != self.wakeup:
+                        self.wakeup = at
+                        delay = max((at - self.ctx.now()).total_seconds(), 0.0)
+                        self.ctx.deliver_later(self.session_id, Tick(), delay + 0.05)
+        if not any(isinstance(e, TimeTurns) for e in effects):
+            self.timed_turns = frozenset()
+        return answer
+
+    @property
+    def config(self) -> TurnConfig:
+        return self.ctx.session(self.session_id)[1]
 
     async def reload(self) -> None:
         """Rebuild the state from the log (the truth): the latest snapshot, then the tail."""
-        kv = await self.runner.snapshots()
-        store = self.runner.bus.store
-        self.state, self.last_seq, read = await snapshots.rebuild(kv, store, self.session_id)
+        kv = await self.ctx.snapshots()
+        self.state, self.last_seq, read = await snapshots.rebuild(
+            kv, self.ctx.store, self.session_id
+        )
         self.input_mark = self.last_seq
         self.loaded = True
-        self.runner.reloaded_events += read
+        self.ctx.reloaded(read)
         if read > snapshots.EVERY:
             await snapshots.save(kv, self.state, self.last_seq)
 
     def context(self) -> Context:
-        return Context(now=self.runner.now(), new_id=self.runner.new_id, source=self.runner.source)
+        return Context(now=self.ctx.now(), new_id=self.ctx.new_id, source=self.ctx.source)
 
-    def start_provider_calls(self, views: list[tuple[SessionState, TurnConfig]]) -> None:
-        """Start the model call of each turn that waits for one and has none in flight."""
-        for view, view_config in views:
-            turn = view.active
-            if needs_provider_call(view) and turn and turn.turn_id not in self.provider_tasks:
-                self.start_provider_call(view, view_config)
-
-    def start_provider_call(self, state: SessionState, config: TurnConfig) -> None:
-        provider = self.runner.for_session(self.session_id)[0]
-        request = compose_request(state, config)
-        live = self.runner.bus.subjects.live(self.session_id, request.turn_id)
-        nc = self.runner.bus.nc
+    def start_provider_call(self, request: ProviderRequest) -> None:
+        """Call the model for `request`'s turn on a side task; its outcome comes back as an
+        input, and so does each tool call it streams complete."""
+        ctx, session_id = self.ctx, self.session_id
+        provider = ctx.session(session_id)[0]
         index = 0
         first_byte_at: datetime | None = None
 
         async def on_delta(text: str) -> None:
             nonlocal index, first_byte_at
-            first_byte_at = first_byte_at or self.runner.now()
+            first_byte_at = first_byte_at or ctx.now()
             payload = {"turnId": request.turn_id, "iteration": request.iteration}
-            await nc.publish(live, orjson.dumps({**payload, "index": index, "delta": text}))
+            delta = orjson.dumps({**payload, "index": index, "delta": text})
+            await ctx.publish_live(session_id, request.turn_id, delta)
             index += 1
             # let the flusher write it now: an SDK parsing a burst of buffered chunks never
             # yields on its own, and the token would wait for the whole burst
             await asyncio.sleep(0)
 
         async def on_tool_call(call: ToolCall) -> None:
-            at = first_byte_at or self.runner.now()
-            ready = ToolCallReady(request.turn_id, call, at)
-            self.runner.mailboxes.deliver(self.session_id, ready)
+            at = first_byte_at or ctx.now()
+            ctx.deliver(session_id, ToolCallReady(request.turn_id, call, at))
 
         async def call() -> None:
             try:
@@ -350,21 +285,13 @@ class SessionActor:
                     error_class="internal",
                     message=f"{type(exc).__name__}: {exc}",
                     retryable=False,
-                    failed_at=self.runner.now(),
+                    failed_at=ctx.now(),
                 )
-            self.runner.mailboxes.deliver(self.session_id, ProviderDone(request.turn_id, outcome))
+            ctx.deliver(session_id, ProviderDone(request.turn_id, outcome))
 
-        task = self.runner.spawn(call(), f"provider:{self.session_id}")
-        self.provider_tasks[request.turn_id] = task
-
-
-def _with_verdicts(
-    state: SessionState, config: TurnConfig, *, verdicts: list[HookVerdict], ctx: Context
-) -> Decision:
-    return on_hook_verdicts(state, verdicts, config, ctx)
+        self.provider_tasks[request.turn_id] = ctx.spawn(call(), f"provider:{session_id}")
 
 
-def _with_stage_verdict(
-    state: SessionState, config: TurnConfig, *, verdict: StageHookVerdict, ctx: Context
-) -> Decision:
-    return on_stage_hooks(state, verdict, config, ctx)
+def _refold(item: Input) -> Input:
+    """After a reload the log holds every fact: a delivered one is decided as a Tick."""
+    return Tick() if isinstance(item, Fact) else item

@@ -168,11 +168,13 @@ class Decision(list[Event]):
     list, so code that only wants the events reads it as one.
     """
 
-    __slots__ = ("state",)
+    __slots__ = ("effects", "state")
 
     def __init__(self, events: Iterable[Event], state: SessionState) -> None:
         super().__init__(events)
         self.state = state
+        self.effects: list[Any] = []
+        """What the state asks the shell to do (`turnstream.core.session.decider`)."""
 
     def after(self, events: list[Event]) -> Decision:
         """`events` first, then these (what follows from them): the same final state."""

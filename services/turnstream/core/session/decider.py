@@ -1,0 +1,256 @@
+"""The session's one decider: one input in, a `Decision` out (events, state, effects).
+
+    input                        what it decides
+    Fact(event)                  the fact folded in (a result, an approval, an input, …),
+                                 then everything that follows from it
+    Tick()                       whatever follows now (a bound, a deferred gate, a lease)
+    ProviderDone(turn, outcome)  the turn's model call ended: its events, then what follows
+    ToolCallReady(turn, call)    a tool call streamed complete: proposed at once
+    ToolHooksSaid(turn, …)       the guard/transform hooks' verdicts on approved calls
+    StageHooksSaid(turn, …)      the RECEIVE_INPUT / RENDER hooks' verdict
+    GateSaid / AssertSaid        a workflow gate's or asserter's answer
+
+and what the new state asks the shell to do (`effects_of`), every time:
+
+    Providers(live, calls)       the model calls that should be in flight: start the ones
+                                 missing, cancel those of turns no longer live
+    RunToolHooks / RunStageHooks / RunWorkflowHook
+                                 the first hook a turn or stage waits for; its answer
+                                 comes back as the next input
+    TimeTurns(live)              each live turn's wall-time bound (a Tick when it passes)
+    WakeAt(at)                   when a deferred gate or a retry's backoff ends
+
+The shell (`turnstream.turn_runner.session`) appends the events, performs the effects and
+feeds their answers back: it knows this module and nothing else of the core's steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from turnstream.core.events import Event, Stage
+from turnstream.core.session.fold import evolve
+from turnstream.core.session.run import (
+    awaiting_workflow_hooks,
+    lane_step,
+    next_wakeup,
+    on_assert,
+    on_gate,
+    turn_views,
+)
+from turnstream.core.session.run import decide as decide_session
+from turnstream.core.turn import (
+    Context,
+    Decision,
+    HookVerdict,
+    ProviderOutcome,
+    ProviderRequest,
+    SessionState,
+    StageHookVerdict,
+    ToolCall,
+    ToolCallState,
+    TurnConfig,
+    awaiting_hooks,
+    awaiting_stage_hooks,
+    compose_request,
+    needs_provider_call,
+    on_hook_verdicts,
+    on_provider_result,
+    on_stage_hooks,
+    on_tool_call_ready,
+    stage_hook_text,
+)
+from turnstream.core.workflow.state import StageRun
+
+# -- inputs ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """A fact from the log the session has not folded yet."""
+
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Decide again: a turn's wall-time bound, a deferred gate or a backoff may have passed,
+    or the session's lease came free."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderDone:
+    turn_id: str
+    outcome: ProviderOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallReady:
+    """The model finished one tool call's block while it streams on."""
+
+    turn_id: str
+    call: ToolCall
+    first_byte_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ToolHooksSaid:
+    turn_id: str
+    verdicts: tuple[HookVerdict, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StageHooksSaid:
+    turn_id: str
+    verdict: StageHookVerdict
+
+
+@dataclass(frozen=True, slots=True)
+class GateSaid:
+    execution_id: str
+    outcome: Literal["pass", "defer", "block"]
+    hook: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AssertSaid:
+    execution_id: str
+    verdict: Literal["ok", "retry", "fail"]
+    hook: str | None = None
+    reason: str | None = None
+
+
+Input = (
+    Fact
+    | Tick
+    | ProviderDone
+    | ToolCallReady
+    | ToolHooksSaid
+    | StageHooksSaid
+    | GateSaid
+    | AssertSaid
+)
+
+# -- effects --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Providers:
+    """The turns still live, and the model calls they wait for."""
+
+    live: frozenset[str]
+    calls: tuple[ProviderRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunToolHooks:
+    turn_id: str
+    calls: tuple[ToolCallState, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStageHooks:
+    turn_id: str
+    stage: Stage
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunWorkflowHook:
+    point: str
+    """`CheckGate` or `Assert`."""
+    execution: StageRun
+
+
+@dataclass(frozen=True, slots=True)
+class TimeTurns:
+    live: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt:
+    at: datetime
+
+
+Effect = Providers | RunToolHooks | RunStageHooks | RunWorkflowHook | TimeTurns | WakeAt
+HookEffect = RunToolHooks | RunStageHooks | RunWorkflowHook
+
+
+def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -> Decision:
+    """The events that follow from `input` in `state`, the state they fold to, and the
+    effects that state asks for."""
+    match input:
+        case Fact(event=event):
+            decision = decide_session(evolve(state, event), config, ctx)
+        case Tick():
+            decision = decide_session(state, config, ctx)
+        case _:
+            step = _step(state, input, config, ctx)
+            decision = decide_session(step.state, config, ctx).after(step)
+    decision.effects = effects_of(decision.state, config, ctx.now)
+    return decision
+
+
+def _step(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -> Decision:
+    match input:
+        case ProviderDone(turn_id=turn_id, outcome=result):
+            return lane_step(
+                state, turn_id, config, ctx, lambda s, c: on_provider_result(s, result, c, ctx)
+            )
+        case ToolCallReady(turn_id=turn_id, call=call, first_byte_at=at):
+            return lane_step(
+                state, turn_id, config, ctx, lambda s, c: on_tool_call_ready(s, call, at, c, ctx)
+            )
+        case ToolHooksSaid(turn_id=turn_id, verdicts=verdicts):
+            said = list(verdicts)
+            return lane_step(
+                state, turn_id, config, ctx, lambda s, c: on_hook_verdicts(s, said, c, ctx)
+            )
+        case StageHooksSaid(turn_id=turn_id, verdict=stage_verdict):
+            return lane_step(
+                state, turn_id, config, ctx, lambda s, c: on_stage_hooks(s, stage_verdict, c, ctx)
+            )
+        case GateSaid(execution_id=execution, outcome=outcome, hook=hook, reason=reason):
+            return on_gate(state, execution, outcome, config, ctx, gate=hook, reason=reason)
+        case AssertSaid(execution_id=execution, verdict=verdict, hook=hook, reason=reason):
+            return on_assert(state, execution, verdict, config, ctx, asserter=hook, reason=reason)
+    return Decision([], state)
+
+
+def effects_of(state: SessionState, config: TurnConfig, now: datetime) -> list[Effect]:
+    """What `state` asks the shell to do (the same state always asks the same)."""
+    views = turn_views(state, config)
+    live = frozenset(view.active.turn_id for view, _ in views if view.active is not None)
+    calls = tuple(compose_request(v, c) for v, c in views if needs_provider_call(v))
+    effects: list[Effect] = [Providers(live, calls)]
+    hook = _awaiting_hook(state, views, config, now)
+    if hook is not None:
+        effects.append(hook)
+    if live:
+        effects.append(TimeTurns(live))
+    wake = next_wakeup(state, now)
+    if wake is not None:
+        effects.append(WakeAt(wake))
+    return effects
+
+
+def _awaiting_hook(
+    state: SessionState,
+    views: list[tuple[SessionState, TurnConfig]],
+    config: TurnConfig,
+    now: datetime,
+) -> HookEffect | None:
+    """The first hook one of the session's turns (or its workflow) waits for."""
+    for view, view_config in views:
+        assert view.active is not None
+        turn_id = view.active.turn_id
+        if calls := awaiting_hooks(view, view_config):
+            return RunToolHooks(turn_id, tuple(calls))
+        if stage := awaiting_stage_hooks(view, view_config):
+            return RunStageHooks(turn_id, stage, stage_hook_text(view))
+    for point, execution in awaiting_workflow_hooks(state, config, now):
+        return RunWorkflowHook(point, execution)
+    return None

@@ -1,0 +1,58 @@
+"""What a session actor may use of its runner: narrow on purpose (the actor never sees the
+`Runner`), and the mailbox items it is handed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from turnstream.bus.leases import LeaseTable
+from turnstream.bus.store import EventStore
+from turnstream.core.events import Event
+from turnstream.core.ids import IdFactory
+from turnstream.core.session.decider import Input
+from turnstream.core.turn import TurnConfig
+from turnstream.hooks import HookRegistry
+from turnstream.providers import Provider
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A fact the runner's consumer delivered: acked once what it caused is in the log."""
+
+    msg: Any
+    seq: int
+    event: Event
+
+
+Item = Delivered | Input
+"""What a session's mailbox holds: delivered facts, and the inputs the actor posts itself
+(a model call's result, a streamed tool call, a timer's tick)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActorContext:
+    store: EventStore
+    leases: LeaseTable
+    lease_retry_s: float
+    """How long a fact for a session leased elsewhere waits before it is redelivered."""
+    snapshots: Callable[[], Awaitable[Any]]
+    """The snapshots bucket."""
+    now: Callable[[], datetime]
+    new_id: IdFactory
+    source: str
+    session: Callable[[str], tuple[Provider, TurnConfig]]
+    """A session's provider and turn configuration."""
+    hooks: HookRegistry
+    deliver: Callable[[str, Item], None]
+    deliver_later: Callable[[str, Item, float], object]
+    spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
+    observe: Callable[[list[Event]], None]
+    """Hand appended stage events to observer hooks."""
+    publish_live: Callable[[str, str, bytes], Awaitable[None]]
+    """Publish a token delta of (session, turn)."""
+    reloaded: Callable[[int], None]
+    """Count events read back by a reload."""
