@@ -18,9 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from tests.unit.factories import Ids, accepted, ctx, success
+from turnstream.core.immutable import with_changes
 from turnstream.core.session import decide, fold
 from turnstream.core.turn import SessionState, TurnConfig, on_provider_result
-from turnstream.core.turn.state import ActiveTurn, with_changes
+from turnstream.core.turn.state import ActiveTurn
 
 N = 20_000
 

@@ -53,7 +53,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import projector, until_quiet
 from turnstream.core.ids import derived_id
-from turnstream.core.turn.state import with_changes
+from turnstream.core.immutable import with_changes
 
 Status = Literal["new", "queued", "asking", "decided"]
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 
 from turnstream.core.workflow.definition import (
     RESOLUTION_POLICIES,
+    ResolutionPolicy,
     RetryPolicy,
     StageDef,
     Step,
@@ -262,8 +263,8 @@ def _stage(path: Path, live: set[str], problems: list[Problem]) -> StageDef | No
         completion_tool=str(completion),
         completion_schema=raw["completionSchema"],
         retry_policy=retry,
-        turn_cap=int(cap),
-        resolution_policy=policy,
+        turn_cap=cast(int, cap),  # checked above: an int >= 1
+        resolution_policy=cast(ResolutionPolicy, policy),  # checked above
         body=body,
         description=raw.get("description"),
         inputs_schema=raw.get("inputsSchema"),

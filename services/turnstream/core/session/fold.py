@@ -22,11 +22,9 @@ from turnstream.core.events import (
     WorkflowExit,
 )
 from turnstream.core.fold import projector
+from turnstream.core.immutable import with_changes
 from turnstream.core.turn.evolve import evolve as evolve_turn
-from turnstream.core.turn.state import (
-    SessionState,
-    with_changes,
-)
+from turnstream.core.turn.state import SessionState
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 

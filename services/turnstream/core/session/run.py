@@ -33,17 +33,11 @@ from turnstream.core.events import (
     StageResult,
 )
 from turnstream.core.fold import until_quiet
+from turnstream.core.immutable import with_changes
 from turnstream.core.session.fold import fold
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import decide as decide_turn
-from turnstream.core.turn.state import (
-    Context,
-    Decision,
-    SessionState,
-    StageSpec,
-    TurnConfig,
-    with_changes,
-)
+from turnstream.core.turn.state import Context, Decision, SessionState, StageSpec, TurnConfig
 from turnstream.core.workflow.build import (
     assert_events,
     cancel,

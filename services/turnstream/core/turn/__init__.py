@@ -16,6 +16,13 @@ from turnstream.core.turn.decide import (
     on_tool_call_ready,
     stage_hook_text,
 )
+from turnstream.core.turn.provider import (
+    ProviderFailure,
+    ProviderOutcome,
+    ProviderRequest,
+    ProviderSuccess,
+    Retry,
+)
 from turnstream.core.turn.state import (
     STAGE_HOOK_POINTS,
     ActiveTurn,
@@ -24,11 +31,6 @@ from turnstream.core.turn.state import (
     HookVerdict,
     Message,
     PendingInput,
-    ProviderFailure,
-    ProviderOutcome,
-    ProviderRequest,
-    ProviderSuccess,
-    Retry,
     SessionState,
     StageHookVerdict,
     ToolCall,

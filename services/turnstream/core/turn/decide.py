@@ -63,6 +63,12 @@ from turnstream.core.fold import until_quiet
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response, completion_tool
 from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
+from turnstream.core.turn.provider import (
+    ProviderFailure,
+    ProviderOutcome,
+    ProviderRequest,
+    ProviderSuccess,
+)
 from turnstream.core.turn.state import (
     ActiveTurn,
     Context,
@@ -70,10 +76,6 @@ from turnstream.core.turn.state import (
     HookVerdict,
     Message,
     PendingInput,
-    ProviderFailure,
-    ProviderOutcome,
-    ProviderRequest,
-    ProviderSuccess,
     SessionState,
     StageHookVerdict,
     ToolCall,

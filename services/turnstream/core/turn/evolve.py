@@ -51,6 +51,7 @@ from turnstream.core.events import (
     WorkflowExit,
 )
 from turnstream.core.fold import projector
+from turnstream.core.immutable import with_changes
 from turnstream.core.turn.state import (
     ActiveTurn,
     CallStatus,
@@ -59,7 +60,6 @@ from turnstream.core.turn.state import (
     SessionState,
     ToolCall,
     ToolCallState,
-    with_changes,
 )
 
 

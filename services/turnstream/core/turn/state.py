@@ -1,29 +1,14 @@
-"""What the decider knows: session and turn state, its configuration, provider I/O shapes."""
+"""What the decider knows: session and turn state, and its configuration."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from turnstream.core.events import Event, Sender, Stage, StopReason, TurnStatus, Usage
+from turnstream.core.events import Event, Sender, Stage, StopReason, TurnStatus
 from turnstream.core.ids import IdFactory
-
-S = TypeVar("S")
-
-
-def with_changes(obj: S, **changes: Any) -> S:
-    """A copy of a frozen dataclass with some fields changed.
-
-    `dataclasses.replace` re-runs `__init__` over every field and a turn makes dozens of
-    copies; copying the instance dict is several times cheaper (bench/pure_core.py).
-    """
-    new = object.__new__(type(obj))
-    fields = dict(obj.__dict__)
-    fields.update(changes)
-    object.__setattr__(new, "__dict__", fields)
-    return new
 
 
 @dataclass(frozen=True)
@@ -226,60 +211,6 @@ class Context:
     now: datetime
     new_id: IdFactory
     source: str
-
-
-@dataclass(frozen=True)
-class ProviderRequest:
-    """What the shell hands to a provider."""
-
-    session_id: str
-    turn_id: str
-    iteration: int
-    call_index: int
-    system: str | None
-    messages: tuple[Message, ...]
-    tools: tuple[ToolInfo, ...] = ()
-    stage: str | None = None
-    """The workflow stage this request is for (scripts may reply per stage)."""
-
-
-@dataclass(frozen=True)
-class Retry:
-    """One failed attempt that the provider retried after `delay_ms`."""
-
-    attempt: int
-    delay_ms: int
-    error_class: str
-    message: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class ProviderSuccess:
-    text: str
-    stop_reason: StopReason
-    usage: Usage
-    first_byte_at: datetime
-    finished_at: datetime
-    tool_calls: tuple[ToolCall, ...] = ()
-    retries: tuple[Retry, ...] = ()
-
-
-@dataclass(frozen=True)
-class ProviderFailure:
-    error_class: str
-    """`rate_limit`, `overloaded`, `server_error`, `connection`, `timeout`,
-    `prompt_too_long`, `bad_request`, `auth`, `internal`."""
-    message: str
-    retryable: bool
-    failed_at: datetime
-    status_code: int | None = None
-    retry_after_s: float | None = None
-    """The server's `retry-after`, when it sent one."""
-    retries: tuple[Retry, ...] = ()
-
-
-ProviderOutcome = ProviderSuccess | ProviderFailure
 
 
 STAGE_HOOK_POINTS: frozenset[Stage] = frozenset({Stage.RECEIVE_INPUT, Stage.RENDER})

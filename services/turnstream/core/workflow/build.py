@@ -30,14 +30,10 @@ from turnstream.core.events import (
     WorkflowExit,
     WorkflowExitData,
 )
+from turnstream.core.immutable import with_changes
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import schema_errors
-from turnstream.core.turn.state import (
-    ActiveTurn,
-    Context,
-    SessionState,
-    with_changes,
-)
+from turnstream.core.turn.state import ActiveTurn, Context, SessionState
 from turnstream.core.workflow.definition import StageDef
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 from turnstream.core.workflow.template import TemplateError, render

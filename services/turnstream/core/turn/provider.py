@@ -1,0 +1,63 @@
+"""The provider port of a turn: the request the shell hands a model, and what comes back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from turnstream.core.events import StopReason, Usage
+from turnstream.core.turn.state import Message, ToolCall, ToolInfo
+
+
+@dataclass(frozen=True)
+class ProviderRequest:
+    """What the shell hands to a provider."""
+
+    session_id: str
+    turn_id: str
+    iteration: int
+    call_index: int
+    system: str | None
+    messages: tuple[Message, ...]
+    tools: tuple[ToolInfo, ...] = ()
+    stage: str | None = None
+    """The workflow stage this request is for (scripts may reply per stage)."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One failed attempt that the provider retried after `delay_ms`."""
+
+    attempt: int
+    delay_ms: int
+    error_class: str
+    message: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ProviderSuccess:
+    text: str
+    stop_reason: StopReason
+    usage: Usage
+    first_byte_at: datetime
+    finished_at: datetime
+    tool_calls: tuple[ToolCall, ...] = ()
+    retries: tuple[Retry, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProviderFailure:
+    error_class: str
+    """`rate_limit`, `overloaded`, `server_error`, `connection`, `timeout`,
+    `prompt_too_long`, `bad_request`, `auth`, `internal`."""
+    message: str
+    retryable: bool
+    failed_at: datetime
+    status_code: int | None = None
+    retry_after_s: float | None = None
+    """The server's `retry-after`, when it sent one."""
+    retries: tuple[Retry, ...] = ()
+
+
+ProviderOutcome = ProviderSuccess | ProviderFailure
