@@ -248,3 +248,44 @@ async def test_a_restart_resumes_open_turns_however_long_the_runners_were_down(
     later.wake = woken.append  # type: ignore[method-assign]
     await later._resume_open_turns()
     assert session in woken
+
+
+async def test_a_model_calls_end_that_fails_to_be_handled_is_retried_not_dropped(
+    bus: Bus,
+) -> None:
+    """The runner's own inputs (a model call's end, a wake-up) have no consumer to redeliver
+    them: when handling one fails (here the lease check, as a slow KV under load does), the
+    actor must retry it, or the turn waits for a result that never comes (issue 18 item 9,
+    issue 19 item 1: two runners under load, resumes after a restart)."""
+    session = "retried"
+    gate = asyncio.Event()
+    a = Runner(bus, GatedProvider(gate), TurnConfig(), settings=Settings())
+    command = orjson.dumps(message_command(session, "hello"))
+    inbound = Inbound(session, command, 1, datetime.now(UTC), "TEST")
+    await bus.store.append_facts(
+        intake(inbound, max_bytes=10_000, now=datetime.now(UTC), source="t")
+    )
+    ensure = a.leases.ensure
+    failures = 0
+
+    async def flaky_ensure(session_id: str) -> Ownership:
+        nonlocal failures
+        if gate.is_set() and failures == 0:
+            failures += 1
+            raise TimeoutError("the lease bucket did not answer in time")
+        return await ensure(session_id)
+
+    a.leases.ensure = flaky_ensure  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(a.mailboxes.run(stop))
+        await asyncio.sleep(0)
+        a.wake(session)
+        await wait_kind(bus, session, "ProviderRequestStarted")
+        gate.set()  # the call ends now; handling its end fails once
+        await wait_kind(bus, session, "TurnEnded", timeout=15)
+        stop.set()
+    await a.close()
+    assert failures == 1
+    events = [s.event for s in await bus.store.read_session(session)]
+    assert [e.type for e in events].count("TurnEnded") == 1

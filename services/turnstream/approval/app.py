@@ -53,6 +53,8 @@ class ApprovalActor:
         self.loaded = False
         if isinstance(item, Delivered):
             await item.msg.nak(delay=1)
+        else:  # a deadline's wake-up: nobody else would bring it back
+            self.service.mailboxes.deliver_later(self.session_id, item, 1.0)
 
     async def handle(self, item: Item) -> None:
         if not self.loaded and isinstance(item, Delivered) and isinstance(item.event, TurnEnded):

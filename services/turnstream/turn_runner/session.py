@@ -60,6 +60,9 @@ from turnstream.turn_runner.leasing import LeaseLost
 
 log = logging.getLogger("turnstream.turn_runner")
 MAX_CONFLICT_RETRIES = 20
+RETRY_S = 1.0
+"""After handling an item failed (e.g. the lease bucket or the log did not answer in
+time), it is tried again this much later, until it succeeds."""
 MAX_HOOK_ROUNDS = 20
 """Hook answers in a row for one item (hooks may let the turn reach more hooks)."""
 
@@ -89,7 +92,9 @@ class SessionActor:
     async def failed(self, item: Item) -> None:
         self.loaded = False  # reload from the log before the next item
         if isinstance(item, Delivered):
-            await item.msg.nak(delay=1)
+            await item.msg.nak(delay=RETRY_S)
+        else:  # our own input (a model call's end, a wake-up): nobody else would bring it back
+            self.ctx.deliver_later(self.session_id, item, RETRY_S)
 
     async def handle(self, item: Item) -> None:
         """Handle `item` if this runner holds the session's lease (taking it if it is free)."""
