@@ -15,8 +15,9 @@ from turnstream.core.events import (
     Sender,
     Usage,
 )
+from turnstream.core.inputs import Tick
 from turnstream.core.session import fold
-from turnstream.core.session.decider import Input, ProviderDone, Tick
+from turnstream.core.session.decider import Input, ProviderDone
 from turnstream.core.session.decider import decide as session_decide
 from turnstream.core.turn import (
     Context,

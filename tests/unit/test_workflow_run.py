@@ -27,14 +27,9 @@ from turnstream.core.events import (
     WorkflowAttachedData,
     WorkflowExit,
 )
+from turnstream.core.inputs import Tick
 from turnstream.core.session import evolve, fold, state_from_json, state_to_json
-from turnstream.core.session.decider import (
-    Input,
-    ProviderDone,
-    Providers,
-    Tick,
-    effects_of,
-)
+from turnstream.core.session.decider import Input, ProviderDone, Providers, effects_of
 from turnstream.core.session.decider import decide as session_decide
 from turnstream.core.session.run import lane_step, next_wakeup, on_assert, turn_views
 from turnstream.core.turn import (

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,25 +13,15 @@ import orjson
 from turnstream.bus import Bus
 from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalState
-from turnstream.core.events import Event, TurnEnded
+from turnstream.core.events import TurnEnded
+from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.runtime import now, run_service, service_bus, source_name
-from turnstream.runtime.mailbox import Mailboxes, serve_sessions
+from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.approval")
 DURABLE = "approval"
 CONSUMES = ("ToolInvocationProposed", "InteractionAnswered", "TurnEnded")
-
-
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    msg: Any
-    event: Event
-
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """Wake up: a prompt's deadline may have passed (or a restart wants the state loaded)."""
 
 
 Item = Delivered | Tick
@@ -66,24 +55,23 @@ class ApprovalActor:
             stored = await self.service.bus.store.read_session(self.session_id)
             self.state = approval.fold(ApprovalState(self.session_id), [s.event for s in stored])
             self.loaded = True
-        if isinstance(item, Delivered):
-            self.state = approval.evolve(self.state, item.event)  # folding twice is harmless
         svc = self.service
-        events = approval.decide(self.state, svc.config, svc.clock(), svc.source)
-        if events:
-            await svc.bus.store.append_facts(events)
-            self.state = approval.fold(self.state, events)
+        fact = Fact(item.event) if isinstance(item, Delivered) else Tick()
+        decision = approval.decide_input(self.state, fact, svc.config, svc.clock(), svc.source)
+        if decision.events:
+            await svc.bus.store.append_facts(decision.events)
+        self.state = decision.state
         if isinstance(item, Delivered):
             await item.msg.ack()
-        self.schedule()
+        self.perform(decision.effects)
 
-    def schedule(self) -> None:
+    def perform(self, effects: list[WakeAt]) -> None:
+        """Time the open prompt's deadline (the only effect an approval decision has)."""
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        deadline = approval.next_deadline(self.state)
-        if deadline is not None:
-            delay = (deadline - self.service.clock()).total_seconds() + 0.01
+        for wake in effects:
+            delay = (wake.at - self.service.clock()).total_seconds() + 0.01
             self.timer = self.service.mailboxes.deliver_later(self.session_id, Tick(), delay)
 
 
@@ -107,7 +95,7 @@ class ApprovalService:
                 self.mailboxes,
                 DURABLE,
                 CONSUMES,
-                Delivered,
+                Delivered.of,
                 stop,
                 self._resume_open_prompts,
             )

@@ -54,6 +54,7 @@ from turnstream.core.events import (
 from turnstream.core.fold import projector, until_quiet
 from turnstream.core.ids import derived_id
 from turnstream.core.immutable import with_changes
+from turnstream.core.inputs import Fact, Tick, WakeAt
 
 Status = Literal["new", "queued", "asking", "decided"]
 
@@ -171,6 +172,29 @@ fold = projector(evolve)
 def decide(state: ApprovalState, config: ApprovalConfig, now: datetime, source: str) -> list[Event]:
     """Every approval event that follows from `state` at time `now`."""
     return until_quiet(state, partial(_next_step, config=config, now=now, source=source), fold)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    """What one input decides, in the session decider's shape: the events, the state they
+    fold to, and what the shell must do (wake the session at its open prompt's deadline)."""
+
+    events: list[Event]
+    state: ApprovalState
+    effects: list[WakeAt]
+
+
+def decide_input(
+    state: ApprovalState, input: Fact | Tick, config: ApprovalConfig, now: datetime, source: str
+) -> ApprovalDecision:
+    """The approval service's one entry point: a fact folded in (or a wake-up), then every
+    decision that follows, and the deadline to wake up at."""
+    if isinstance(input, Fact):
+        state = evolve(state, input.event)  # folding a redelivered fact twice is harmless
+    step = partial(_next_step, config=config, now=now, source=source)
+    events, state = until_quiet(state, step, fold)
+    deadline = next_deadline(state)
+    return ApprovalDecision(events, state, [WakeAt(deadline)] if deadline is not None else [])
 
 
 def next_deadline(state: ApprovalState) -> datetime | None:

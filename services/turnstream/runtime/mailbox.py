@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from turnstream.bus import Bus
@@ -19,6 +20,21 @@ from turnstream.core.events import Event, decode
 log = logging.getLogger("turnstream")
 Item = TypeVar("Item")
 Item_contra = TypeVar("Item_contra", contravariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A message a service's durable consumer delivered: acked (or nak'ed) by its actor once
+    what it caused is in the log."""
+
+    msg: Any
+    seq: int
+    """Its stream sequence."""
+    event: Event
+
+    @classmethod
+    def of(cls, msg: Any, event: Event) -> Delivered:
+        return cls(msg, msg.metadata.sequence.stream, event)
 
 
 class Actor(Protocol[Item_contra]):

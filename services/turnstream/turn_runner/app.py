@@ -21,8 +21,8 @@ from turnstream.core.events import (
     StagePreFired,
 )
 from turnstream.core.ids import IdFactory
+from turnstream.core.inputs import Tick
 from turnstream.core.session import state_to_json
-from turnstream.core.session.decider import Tick
 from turnstream.core.turn import SessionState, TurnConfig
 from turnstream.hooks import HookCall, HookRegistry
 from turnstream.providers import Provider, build_provider
@@ -35,11 +35,11 @@ from turnstream.runtime import (
     tool_infos,
     watch_hooks,
 )
-from turnstream.runtime.mailbox import Mailboxes, serve_sessions
+from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import snapshots
-from turnstream.turn_runner.context import ActorContext, Delivered, Item
+from turnstream.turn_runner.context import ActorContext, Item
 from turnstream.turn_runner.leasing import LeasePolicy, keep_leases
 from turnstream.turn_runner.session import SessionActor
 
@@ -223,9 +223,6 @@ class Runner:
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
 
-        def to_item(msg: Any, event: Event) -> Item:
-            return Delivered(msg, msg.metadata.sequence.stream, event)
-
         api_sub = await self.bus.nc.subscribe(
             subjects.api("turn-runner", "session"), cb=self._answer_session
         )
@@ -246,7 +243,7 @@ class Runner:
                         self.mailboxes,
                         DURABLE,
                         REACTS_TO,
-                        to_item,
+                        Delivered.of,
                         stop,
                         partial(self._on_start, stop),
                     )

@@ -17,16 +17,7 @@ from turnstream.core.session.decider import Input
 from turnstream.core.turn import TurnConfig
 from turnstream.hooks import HookRegistry
 from turnstream.providers import Provider
-
-
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """A fact the runner's consumer delivered: acked once what it caused is in the log."""
-
-    msg: Any
-    seq: int
-    event: Event
-
+from turnstream.runtime.mailbox import Delivered
 
 Item = Delivered | Input
 """What a session's mailbox holds: delivered facts, and the inputs the actor posts itself

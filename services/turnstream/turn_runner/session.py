@@ -25,10 +25,10 @@ import orjson
 
 from turnstream.bus import AppendConflict
 from turnstream.bus.leases import Ownership
+from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.core.session.decider import (
     AssertSaid,
     Effect,
-    Fact,
     GateSaid,
     Input,
     ProviderDone,
@@ -37,11 +37,9 @@ from turnstream.core.session.decider import (
     RunToolHooks,
     RunWorkflowHook,
     StageHooksSaid,
-    Tick,
     TimeTurns,
     ToolCallReady,
     ToolHooksSaid,
-    WakeAt,
     decide,
 )
 from turnstream.core.turn import (
@@ -54,8 +52,9 @@ from turnstream.core.turn import (
     TurnConfig,
 )
 from turnstream.core.workflow.definition import GATE
+from turnstream.runtime.mailbox import Delivered
 from turnstream.turn_runner import snapshots
-from turnstream.turn_runner.context import ActorContext, Delivered, Item
+from turnstream.turn_runner.context import ActorContext, Item
 from turnstream.turn_runner.leasing import LeaseLost
 
 log = logging.getLogger("turnstream.turn_runner")

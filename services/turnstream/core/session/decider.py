@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from turnstream.core.events import Event, Stage
+from turnstream.core.events import Stage
+from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.core.session.fold import evolve
 from turnstream.core.session.run import (
     awaiting_workflow_hooks,
@@ -65,19 +66,6 @@ from turnstream.core.turn import (
 from turnstream.core.workflow.state import StageRun
 
 # -- inputs ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Fact:
-    """A fact from the log the session has not folded yet."""
-
-    event: Event
-
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """Decide again: a turn's wall-time bound, a deferred gate or a backoff may have passed,
-    or the session's lease came free."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,11 +156,6 @@ class RunWorkflowHook:
 @dataclass(frozen=True, slots=True)
 class TimeTurns:
     live: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True)
-class WakeAt:
-    at: datetime
 
 
 Effect = Providers | RunToolHooks | RunStageHooks | RunWorkflowHook | TimeTurns | WakeAt
