@@ -11,7 +11,10 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.types import ToolAnnotations
 
 server = FastMCP(
-    "turnstream-test", host="127.0.0.1", port=int(sys.argv[2]) if len(sys.argv) > 2 else 8000
+    "turnstream-test",
+    host="127.0.0.1",
+    port=int(sys.argv[2]) if len(sys.argv) > 2 else 8000,
+    log_level="WARNING",
 )
 
 
