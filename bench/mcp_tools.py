@@ -5,8 +5,10 @@ An MCP read-only tool over stdio vs a built-in read-only tool, per call, in one 
     python bench/mcp_tools.py [--calls 300]
 
 Both are called as the tool-executor calls them (`tool.run(args, ctx)`), interleaved so
-machine load falls on both alike: `read_file` on a small file, and `t__echo` of the SDK
-test server (`tests/mcp/server.py`) over stdio. Prints p50/p90 per call, the ratio and the
+machine load falls on all alike: `read_file` on a small file; `t__echo` of the SDK test
+server (`tests/mcp/server.py`, FastMCP) over stdio; and `raw__echo` of a minimal stdio
+server without the SDK (`bench/mcp_raw_server.py`), which shows what the client and the
+pipe cost apart from a server's own time. Prints p50/p90 per call, the ratio and the
 difference of the p50s in ms (issue 16: at most 1.5 ms over the built-in).
 """
 
@@ -26,6 +28,7 @@ from turnstream.tools import ToolContext, builtin_tools
 from turnstream.tools.mcp import McpTools
 
 SERVER = Path(__file__).resolve().parent.parent / "tests" / "mcp" / "server.py"
+RAW = Path(__file__).resolve().parent / "mcp_raw_server.py"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -39,26 +42,32 @@ async def main(calls: int) -> None:
         (workspace / "notes.txt").write_text("the secret word is turnip\n")
         ctx = ToolContext(workspace, "bench", "inv")
         read_file = next(t for t in builtin_tools() if t.spec.name == "read_file")
-        config = McpStdioServer(command=sys.executable, args=[str(SERVER), "stdio"])
-        async with McpTools({"t": config}, lambda _: None) as mcp:
-            echo = next(t for t in mcp.tools() if t.spec.name == "t__echo")
-            for _ in range(20):  # warm up both
-                await echo.run({"text": "turnip"}, ctx)
-                await read_file.run({"path": "notes.txt"}, ctx)
-            builtin_ms: list[float] = []
-            mcp_ms: list[float] = []
-            for _ in range(calls):
-                start = time.perf_counter()
-                await read_file.run({"path": "notes.txt"}, ctx)
-                builtin_ms.append((time.perf_counter() - start) * 1000)
-                start = time.perf_counter()
-                await echo.run({"text": "turnip"}, ctx)
-                mcp_ms.append((time.perf_counter() - start) * 1000)
-    b50, m50 = statistics.median(builtin_ms), statistics.median(mcp_ms)
+        servers = {
+            "t": McpStdioServer(command=sys.executable, args=[str(SERVER), "stdio"]),
+            "raw": McpStdioServer(command=sys.executable, args=[str(RAW)]),
+        }
+        async with McpTools(servers, lambda _: None) as mcp:
+            tools = {t.spec.name: t for t in mcp.tools()}
+            runs = {
+                "built-in read_file": (read_file, {"path": "notes.txt"}),
+                "MCP t__echo (SDK FastMCP server, stdio)": (tools["t__echo"], {"text": "turnip"}),
+                "MCP raw__echo (minimal server, stdio)": (tools["raw__echo"], {"text": "turnip"}),
+            }
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            for i in range(calls + 20):  # the first 20 warm up
+                for name, (tool, args) in runs.items():
+                    start = time.perf_counter()
+                    await tool.run(args, ctx)
+                    if i >= 20:
+                        times[name].append((time.perf_counter() - start) * 1000)
     print(f"calls each: {calls}")
-    print(f"built-in read_file   p50 {b50:.3f} ms  p90 {pct(builtin_ms, 90):.3f} ms")
-    print(f"MCP t__echo (stdio)  p50 {m50:.3f} ms  p90 {pct(mcp_ms, 90):.3f} ms")
-    print(f"ratio MCP/built-in p50: {m50 / b50:.1f}x; MCP adds {m50 - b50:.3f} ms p50 per call")
+    base = statistics.median(times["built-in read_file"])
+    for name, values in times.items():
+        p50 = statistics.median(values)
+        print(
+            f"{name:42} p50 {p50:7.3f} ms  p90 {pct(values, 90):7.3f} ms  "
+            f"ratio {p50 / base:5.1f}x  adds {p50 - base:6.3f} ms"
+        )
 
 
 if __name__ == "__main__":
