@@ -12,6 +12,7 @@ are resolved at connect time and never logged.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -114,8 +115,6 @@ def result_text(result: types.CallToolResult) -> str:
         else:
             parts.append(f"[{block.type}]")
     if not parts and result.structuredContent is not None:
-        import json
-
         parts.append(json.dumps(result.structuredContent))
     return "\n".join(parts)
 
@@ -193,8 +192,9 @@ class McpServer:
 
     # connection ---------------------------------------------------------------------------
 
-    async def connect(self) -> None:
-        """Open the connection and list the tools; raises on failure (the caller logs)."""
+    async def connect(self) -> bool:
+        """Open the connection and list the tools (whether they changed); raises on failure
+        (the caller logs)."""
         ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         self._close = asyncio.Event()
         self._holder = asyncio.create_task(self._hold(ready), name=f"mcp:{self.name}")
@@ -204,7 +204,7 @@ class McpServer:
         except BaseException:
             await self.disconnect()
             raise
-        await self._list()
+        return await self._list()
 
     async def _hold(self, ready: asyncio.Future[ClientSession]) -> None:
         try:
@@ -261,7 +261,8 @@ class McpServer:
 
     # tools --------------------------------------------------------------------------------
 
-    async def _list(self) -> None:
+    async def _list(self) -> bool:
+        """Re-read the server's tools; whether their specs changed."""
         session = self.session
         if session is None:
             raise ToolError("mcp_disconnected", f"MCP server {self.name!r} is not connected")
@@ -278,8 +279,10 @@ class McpServer:
             spec = tool_spec(self.name, tool, self.timeout_s)
             if spec is not None:
                 tools[spec.name] = McpTool(self, tool.name, spec)
+        changed = [t.spec for t in self.tools.values()] != [t.spec for t in tools.values()]
         self.tools = tools
         log.info("MCP server %r: tools %s", self.name, sorted(tools))
+        return changed
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ServerNotification) and isinstance(
@@ -292,11 +295,11 @@ class McpServer:
     async def refresh(self) -> None:
         """Re-list the tools (after `tools/list_changed`) and tell `on_change`."""
         try:
-            await self._list()
+            changed = await self._list()
         except Exception as exc:
             log.error("MCP server %r: re-listing its tools failed: %s", self.name, _plain(exc))
             return
-        if self.on_change is not None:
+        if changed and self.on_change is not None:
             await self.on_change()
 
     # calls --------------------------------------------------------------------------------
@@ -307,7 +310,8 @@ class McpServer:
             if self.session is None or self._holder is None or self._holder.done():
                 await self.disconnect()
                 try:
-                    await self.connect()
+                    if await self.connect() and self.on_change is not None:
+                        await self.on_change()  # reconnected to a server with other tools
                 except Exception as exc:
                     raise ToolError(
                         "mcp_unavailable", f"{where}: cannot connect: {_plain(exc)}"
