@@ -22,10 +22,10 @@ from turnstream.core.events import ToolInvocationFailed, ToolInvocationSucceeded
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import ToolInfo
 from turnstream.gateway import app as gateway
+from turnstream.runtime.manifest import watch_tools
 from turnstream.settings import McpSettings, Settings
 from turnstream.tool_executor import app as tool_executor
 from turnstream.tools import ToolContext, ToolRegistry, ToolSpec
-from turnstream.tools.manifest import watch_tools
 from turnstream.turn_runner import app as turn_runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

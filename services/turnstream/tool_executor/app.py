@@ -28,10 +28,10 @@ from turnstream.core.events import (
     decode,
 )
 from turnstream.runtime import now, run_service, service_bus, source_name
+from turnstream.runtime.manifest import keep_published
 from turnstream.settings import Settings
 from turnstream.tool_executor.outcome import Facts, needs_blob
 from turnstream.tools import ToolContext, ToolError, ToolRegistry
-from turnstream.tools.manifest import keep_published
 from turnstream.tools.mcp import McpTools
 
 log = logging.getLogger("turnstream.tool_executor")
