@@ -40,6 +40,33 @@ class SessionOverride(BaseModel):
     followup_policy: Literal["collect", "steer"] | None = None
 
 
+class McpStdioServer(BaseModel):
+    """An MCP server run as a subprocess, spoken to over its stdin/stdout."""
+
+    model_config = {"extra": "forbid"}
+    command: str
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    """Added to a minimal environment; values may be `${secret:NAME}` or `${env:NAME}`."""
+    timeout_s: float = Field(default=30, gt=0)
+    """Connecting, and each call, give up after this long (the call fails, then reconnects)."""
+
+
+class McpHttpServer(BaseModel):
+    """An MCP server over streamable HTTP."""
+
+    model_config = {"extra": "forbid"}
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Values may be `${secret:NAME}` or `${env:NAME}` (e.g. `Bearer ${secret:API_TOKEN}`)."""
+    timeout_s: float = Field(default=30, gt=0)
+
+
+class McpSettings(BaseModel):
+    servers: dict[str, McpStdioServer | McpHttpServer] = Field(default_factory=dict)
+    """`{<name>: {command, args, env} | {url, headers}}`; tools appear as `<name>__<tool>`."""
+
+
 class Settings(BaseSettings):
     """Deployment settings. Env var = `TURNSTREAM_` + the field name in upper case."""
 
@@ -106,6 +133,8 @@ class Settings(BaseSettings):
     duplicate_window_s: float = Field(default=120, gt=0)
     """JetStream dedup window for `Nats-Msg-Id` (retried publishes and appends)."""
     system_prompt: str | None = None
+    mcp: McpSettings = Field(default_factory=McpSettings)
+    """MCP servers whose tools the tool-executor offers (issue 16)."""
     replicas: int = Field(default=1, ge=1, le=5)
     """Stream replicas (3 on a cluster: an append is acked once a quorum has it)."""
     lease_ttl_s: float = Field(default=10, ge=1)

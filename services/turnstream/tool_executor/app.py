@@ -28,9 +28,11 @@ from turnstream.core.events import (
     decode,
 )
 from turnstream.runtime import now, run_service, service_bus, source_name
+from turnstream.runtime.manifest import keep_published
 from turnstream.settings import Settings
 from turnstream.tool_executor.outcome import Facts, needs_blob
 from turnstream.tools import ToolContext, ToolError, ToolRegistry
+from turnstream.tools.mcp import McpTools
 
 log = logging.getLogger("turnstream.tool_executor")
 DURABLE = "tool-executor"
@@ -257,14 +259,19 @@ async def serve(
     *,
     tools: ToolRegistry | None = None,
 ) -> None:
-    async with service_bus(settings, "tool-executor", bus) as bus:
+    async with (
+        service_bus(settings, "tool-executor", bus) as bus,
+        McpTools(settings.mcp.servers, settings.secret) as mcp,
+    ):
+        base = tools or ToolRegistry.load()
         executor = Executor(
             bus,
-            tools or ToolRegistry.load(),
+            mcp.registry(base),
             settings.workspace,
             budget=settings.tool_result_budget,
             concurrency=settings.tool_concurrency,
         )
+        await keep_published(bus, mcp, base, executor)  # the manifest the runners watch
         await executor.serve(stop)
 
 

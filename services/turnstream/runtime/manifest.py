@@ -1,0 +1,96 @@
+"""Publishing the tool manifest to KV (the executor) and following it (a runner).
+
+The executor puts `{"digest", "tools"}` (`turnstream.tools.manifest.manifest`) under the key
+`manifest` of the bucket `<prefix>_tools` whenever its tool list changes; `watch_tools`
+hands a runner each new one. All executors of one deployment are expected to offer the
+same tools (one key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from nats.js.errors import BadRequestError, KeyNotFoundError
+
+from turnstream.bus import Bus
+from turnstream.bus.kv import watch
+from turnstream.core.turn import ToolInfo
+from turnstream.tools.manifest import infos, manifest
+from turnstream.tools.registry import ToolRegistry
+
+log = logging.getLogger("turnstream.runtime.manifest")
+KEY = "manifest"
+
+
+def bucket_name(bus: Bus) -> str:
+    return f"{bus.subjects.prefix}_tools"
+
+
+async def tools_kv(bus: Bus) -> Any:
+    """The manifest bucket, created if missing (idempotent, like `ensure_streams`)."""
+    from nats.js import api
+
+    name = bucket_name(bus)
+    try:
+        return await bus.js.key_value(name)
+    except Exception:
+        pass
+    config = api.KeyValueConfig(bucket=name, history=1, storage=api.StorageType.FILE)
+    try:
+        return await bus.js.create_key_value(config=config)
+    except BadRequestError:  # created meanwhile by another executor
+        return await bus.js.key_value(name)
+
+
+async def publish(bus: Bus, registry: ToolRegistry) -> str:
+    """Put the registry's manifest unless the bucket holds it already; its digest."""
+    value = manifest(registry)
+    kv = await tools_kv(bus)
+    try:
+        current = await kv.get(KEY)
+        if current.value and json.loads(current.value).get("digest") == value["digest"]:
+            return str(value["digest"])
+    except KeyNotFoundError:
+        pass
+    await kv.put(KEY, json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
+    log.info("tool manifest %s: %d tools", value["digest"], len(value["tools"]))
+    return str(value["digest"])
+
+
+async def watch_tools(
+    bus: Bus, on_manifest: Callable[[tuple[ToolInfo, ...], str], None], stop: asyncio.Event
+) -> None:
+    """Hand `on_manifest(tool_infos, digest)` the current manifest, then each new one."""
+
+    def apply(entry: Any) -> None:
+        if entry.key != KEY or entry.operation in ("DEL", "PURGE") or not entry.value:
+            return
+        try:
+            value = json.loads(entry.value)
+            tools = infos(value)
+        except Exception as exc:  # a bad manifest must not stop the runner
+            log.error("tool manifest unreadable (%s); keeping the previous one", exc)
+            return
+        on_manifest(tools, str(value["digest"]))
+
+    kv = await tools_kv(bus)
+    await watch(kv, stop, apply, "tools")
+
+
+async def keep_published(bus: Bus, mcp: Any, base: ToolRegistry, holder: Any) -> None:
+    """Publish `holder.registry`'s manifest now, and again (with `holder.registry` rebuilt
+    from `base` and `mcp`'s tools) whenever an MCP server's tools change."""
+
+    async def changed() -> None:
+        holder.registry = mcp.registry(base)
+        try:
+            await publish(bus, holder.registry)
+        except Exception as exc:
+            log.error("publishing the tool manifest failed: %s", exc)
+
+    mcp.listeners.append(changed)
+    await publish(bus, holder.registry)

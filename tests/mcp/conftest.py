@@ -1,0 +1,58 @@
+"""Real MCP servers (tests/mcp/server.py) as subprocesses: stdio, and streamable HTTP."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from turnstream.settings import McpHttpServer, McpStdioServer
+
+SERVER = Path(__file__).with_name("server.py")
+
+
+def stdio_config(**env: str) -> McpStdioServer:
+    return McpStdioServer(command=sys.executable, args=[str(SERVER), "stdio"], env=env, timeout_s=5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_http(port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the MCP HTTP test server did not start")
+
+
+@pytest.fixture
+def http_server() -> Iterator[tuple[McpHttpServer, int, list[subprocess.Popen[bytes]]]]:
+    port = free_port()
+    procs = [start_http(port)]
+    config = McpHttpServer(
+        url=f"http://127.0.0.1:{port}/mcp",
+        headers={"Authorization": "Bearer ${secret:TEST_HTTP_TOKEN}"},
+        timeout_s=5,
+    )
+    yield config, port, procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
