@@ -120,3 +120,50 @@ async def test_an_mcp_tool_turn_through_the_executor(
     error = failures[0].data.error
     assert (error.error_class, error.kind) == ("tool_runtime_error", "mcp_tool_error")
     assert "failing on purpose: bad" in error.detail
+
+
+async def test_the_runner_offers_what_the_executor_publishes(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path
+) -> None:
+    """Started as `up` starts it (no tools given), the runner learns the MCP tools from the
+    executor's manifest: a turn calling one runs it instead of failing as an unknown tool."""
+    script = tmp_path / "script.yaml"
+    script.write_text(
+        "replies:\n"
+        "  - {tool_calls: [{name: t__echo, arguments: {text: parsnip}}]}\n"
+        '  - {text: "the tool said: {last_tool_result:40}"}\n'
+    )
+    settings = Settings(
+        nats_url=nats_server.url,
+        data_dir=tmp_path,
+        workspace=tmp_path / "workspace",
+        security_mode="auto",
+        script=script,
+        mcp=McpSettings(servers={"t": stdio_config()}),
+    )
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(tool_executor.serve(settings, stop))
+        tasks.create_task(gateway.serve(settings, stop))
+        tasks.create_task(turn_runner.serve(settings, stop))
+        tasks.create_task(approval.serve(settings, stop))
+        try:
+            for _ in range(150):  # the executor connects and publishes (30 s at most)
+                if b"t__echo" in await published(bus):
+                    break
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(0.5)  # the runner's watch hands it over
+            done = await send_and_wait(bus, message_command("mcp2", "echo it"), timeout=30)
+            assert done.status == "completed", done
+            assert "echo: parsnip" in (done.reply or "")
+        finally:
+            stop.set()
+
+
+async def published(bus: Bus) -> bytes:
+    """The manifest the executors published, or nothing yet."""
+    try:
+        entry = await (await bus.js.key_value("ts_tools")).get("manifest")
+    except Exception:  # no bucket or no key yet
+        return b""
+    return entry.value or b""

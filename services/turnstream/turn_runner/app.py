@@ -23,7 +23,7 @@ from turnstream.core.events import (
 from turnstream.core.ids import IdFactory
 from turnstream.core.inputs import Tick
 from turnstream.core.session import state_to_json
-from turnstream.core.turn import SessionState, TurnConfig
+from turnstream.core.turn import SessionState, ToolInfo, TurnConfig
 from turnstream.hooks import HookCall, HookRegistry
 from turnstream.providers import Provider, build_provider
 from turnstream.runtime import (
@@ -36,6 +36,7 @@ from turnstream.runtime import (
     watch_hooks,
 )
 from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
+from turnstream.runtime.manifest import watch_tools
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import snapshots
@@ -96,6 +97,8 @@ class Runner:
         self._snapshots: Any = None
         self.reloaded_events = 0
         """Events read back by reloads (how much snapshots save)."""
+        self.tools_digest: str | None = None
+        """The digest of the executors' tool manifest in use (None: the local registry's)."""
 
     @property
     def turn_config(self) -> TurnConfig:
@@ -167,6 +170,14 @@ class Runner:
             publish_live=self._publish_live,
             reloaded=self._count_reloaded,
         )
+
+    def use_tools(self, tools: tuple[ToolInfo, ...], digest: str) -> None:
+        """Offer `tools` from the next model call on: the executors' published manifest
+        (built-in, entry-point and MCP tools), which changes when an MCP server's does."""
+        if digest != self.tools_digest:
+            log.info("tool manifest %s: %d tool(s)", digest[:19], len(tools))
+        self.base_config = replace(self.base_config, tools=tools)
+        self.tools_digest = digest
 
     async def _publish_live(self, session_id: str, turn_id: str, delta: bytes) -> None:
         await self.bus.nc.publish(self.bus.subjects.live(session_id, turn_id), delta)
@@ -320,6 +331,8 @@ async def serve(
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(watch_hooks(bus, hooks, stop))
+                if tools is None:  # given tools are a fixed manifest (tests, embedding)
+                    tasks.create_task(watch_tools(bus, runner.use_tools, stop))
                 tasks.create_task(runner.serve(stop))
         finally:
             await runner.close()
