@@ -48,6 +48,8 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/resume.py
 	$(BIN)/python bench/nats_client.py
+	$(BIN)/python bench/http.py
+	$(BIN)/python bench/mcp_tools.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export
