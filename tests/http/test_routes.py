@@ -228,4 +228,9 @@ async def test_sessions_list_and_one_session(client: httpx.AsyncClient) -> None:
 async def test_workflows_and_agents(client: httpx.AsyncClient) -> None:
     flows = (await client.get("/v1/workflows")).json()["items"]
     assert [(f["name"], f["valid"]) for f in flows] == [("review-and-implement", True)]
-    assert (await client.get("/v1/agents")).json() == {"items": []}
+    agents = (await client.get("/v1/agents")).json()["items"]
+    assert [(a["name"], a["valid"]) for a in agents] == [
+        ("coordinator", True),
+        ("researcher", True),
+    ]
+    assert agents[1]["tools"] == ["read_file", "list_dir"]

@@ -144,13 +144,37 @@ async def list_workflows(ctx: Ctx, who: Caller) -> Response:
 
 @router.get(
     "/agents",
-    summary="Agent profiles",
-    description="Agent profiles (DESIGN §11) do not exist in this build yet: the list is "
-    "empty until they do; every session talks to the default agent.",
+    summary="Agent profiles in TURNSTREAM_AGENTS",
+    description="Each profile (DESIGN §11) with what its sessions may use; a file that does "
+    "not load is listed with `valid: false` and its problems.",
 )
-async def list_agents(who: Caller) -> Response:
+async def list_agents(ctx: Ctx, who: Caller) -> Response:
     who.require("read")
-    return json({"items": []})
+    return json({"items": await asyncio.to_thread(_agents, ctx.settings.agents)})
+
+
+def _agents(folder: Path) -> list[dict[str, Any]]:
+    from turnstream.agents import load_all
+
+    profiles, invalid = load_all(folder)
+    out: list[dict[str, Any]] = [
+        {
+            "name": p.name,
+            "valid": True,
+            "description": p.description,
+            "provider": p.provider,
+            "model": p.model,
+            "tools": list(p.tools) if p.tools is not None else None,
+            "securityMode": p.security_mode,
+            "maxIterations": p.max_iterations,
+        }
+        for p in profiles.values()
+    ]
+    out += [
+        {"name": e.path.stem, "valid": False, "problems": [str(x) for x in e.problems]}
+        for e in invalid
+    ]
+    return sorted(out, key=lambda row: str(row["name"]))
 
 
 def _workflows(folder: Path) -> list[dict[str, Any]]:
