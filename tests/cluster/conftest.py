@@ -112,12 +112,12 @@ class Cluster:
                 process.kill()
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, {u: "pw" + secrets.token_hex(16) for u in USERS})
+def start_cluster(root: Path) -> Cluster:
+    """The three nodes under `root`, running, with a JetStream meta leader."""
+    cluster = Cluster(root, {u: "pw" + secrets.token_hex(16) for u in USERS})
     cluster.ports = {n: (free_port(), free_port(), free_port()) for n in (1, 2, 3)}
     for n in (1, 2, 3):
-        folder = tmp_path / f"nats{n}"
+        folder = root / f"nats{n}"
         folder.mkdir()
         (folder / "accounts.conf").symlink_to(ROOT / "ops" / "accounts.conf")  # the shipped one
         (folder / f"nats-cluster-{n}.conf").write_text(
@@ -127,7 +127,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     try:
         deadline = time.monotonic() + 20
         for n in (1, 2, 3):
-            log = tmp_path / f"nats{n}" / "server.log"
+            log = root / f"nats{n}" / "server.log"
             while "Server is ready" not in log.read_text():
                 assert cluster.nodes[n].poll() is None, log.read_text()
                 assert time.monotonic() < deadline, log.read_text()
@@ -135,6 +135,16 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         while not cluster.meta_leader():  # JetStream answers once the nodes elected one
             assert time.monotonic() < deadline, "no JetStream meta leader"
             time.sleep(0.2)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    cluster = start_cluster(tmp_path)
+    try:
         yield cluster
     finally:
         cluster.stop()
