@@ -18,11 +18,13 @@ from turnstream.client import TurnOutcome, message_command, send_and_wait
 from turnstream.core.subjects import Subjects
 
 pytestmark = pytest.mark.integration
+TURNSTREAM = str(Path(sys.executable).parent / "turnstream")
+"""The installed command (the console script next to this Python)."""
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "turnstream.cli", *args],
+        [TURNSTREAM, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -55,7 +57,7 @@ def test_up_secure_runs_every_service_under_its_own_identity(tmp_path: Path) -> 
         COLUMNS="200",
     )
     up = subprocess.Popen(
-        [sys.executable, "-m", "turnstream.cli", "up", "--secure"],
+        [TURNSTREAM, "up", "--secure"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
