@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -138,5 +142,75 @@ async def test_killing_the_log_leader_loses_no_turn(cluster: Cluster, tmp_path: 
             unended[session] = kinds
     assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
     print(f"\n{TURNS} turns, leader nats{killed} killed: {TURNS / elapsed:.0f} turns/s")
+    await client.close()
+    await operator.close()
+
+
+def runner_process(cluster: Cluster, tmp: Path, runner_id: str) -> subprocess.Popen[bytes]:
+    """A turn-runner of its own (python -m tests.recovery.procs) as the turn-runner user."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
+    env.update(
+        TURNSTREAM_NATS_URL=cluster.url("turn-runner"),
+        TURNSTREAM_REPLICAS="3",
+        TURNSTREAM_DATA_DIR=str(tmp),
+        TURNSTREAM_WORKSPACE=str(tmp),
+        TURNSTREAM_SCRIPT=str(tmp / "script.yaml"),
+        TURNSTREAM_PROVIDER="scripted",
+        TURNSTREAM_RUNNER_ID=runner_id,
+        TURNSTREAM_LEASE_TTL_S="3",
+        TURNSTREAM_LEASE_RENEW_S="1",
+        TURNSTREAM_CONFIG=str(tmp / "absent.yaml"),
+    )
+    with open(tmp / f"{runner_id}.log", "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.recovery.procs", "turn_runner"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).parents[2],
+        )
+
+
+async def test_two_runners_one_killed_every_turn_ends_once(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    ensure = settings(cluster, "turn-runner", tmp_path)  # writes the script too
+    first = await connect(cluster.url("turn-runner"), SUBJECTS, ensure=stream_limits(ensure))
+    await first.close()
+    operator = await connect(cluster.url("operator"), SUBJECTS)
+    client = await connect(cluster.url("client"), SUBJECTS)
+    ended: set[str] = set()
+
+    async def on_end(msg: object) -> None:
+        ended.add(SUBJECTS.session_of_log(msg.subject))  # type: ignore[attr-defined]
+
+    await operator.nc.subscribe(SUBJECTS.log_kind("TurnEnded"), cb=on_end)
+    runners = [runner_process(cluster, tmp_path, f"r{n}") for n in (1, 2)]
+    stop = asyncio.Event()
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(gateway.serve(settings(cluster, "gateway", tmp_path), stop))
+            tasks.create_task(approval.serve(settings(cluster, "approval", tmp_path), stop))
+            await asyncio.sleep(2.0)  # the runners connect
+            sessions = [f"r{i}" for i in range(TURNS)]
+            for i, session in enumerate(sessions):
+                await send_retrying(client, message_command(session, "hi"))
+                if i == TURNS // 4:
+                    runners[0].send_signal(signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while len(ended) < TURNS and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
+            stop.set()
+    finally:
+        for runner in runners:
+            if runner.poll() is None:
+                runner.terminate()
+            runner.wait(timeout=10)
+    unended: dict[str, list[str]] = {}
+    for session in sessions:
+        kinds = [s.event.type for s in await operator.store.read_session(session)]
+        if kinds.count("TurnEnded") != 1:
+            unended[session] = kinds
+    assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
     await client.close()
     await operator.close()
