@@ -191,7 +191,12 @@ async def test_two_runners_one_killed_every_turn_ends_once(
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(gateway.serve(settings(cluster, "gateway", tmp_path), stop))
             tasks.create_task(approval.serve(settings(cluster, "approval", tmp_path), stop))
-            await asyncio.sleep(2.0)  # the runners connect
+            deadline = time.monotonic() + 30
+            for n in (1, 2):  # both runners consume before the first command
+                log = tmp_path / f"r{n}.log"
+                while " consuming " not in log.read_text():
+                    assert time.monotonic() < deadline, log.read_text()
+                    await asyncio.sleep(0.1)
             sessions = [f"r{i}" for i in range(TURNS)]
             for i, session in enumerate(sessions):
                 await send_retrying(client, message_command(session, "hi"))
@@ -212,5 +217,11 @@ async def test_two_runners_one_killed_every_turn_ends_once(
         if kinds.count("TurnEnded") != 1:
             unended[session] = kinds
     assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
+    runners_of = {
+        s.event.source
+        for session in sessions[:20]
+        for s in await operator.store.read_session(session)
+    }
+    print(f"\nsources of the first 20 sessions' events: {sorted(runners_of)}")
     await client.close()
     await operator.close()
