@@ -66,9 +66,9 @@ async def connect(
 
     async def on_error(exc: Exception) -> None:
         text = str(exc)
-        if "authorization violation" in text.lower() or "authentication" in text.lower():
-            if not refused.done():
-                refused.set_result(text)
+        auth = "authorization violation" in text.lower() or "authentication" in text.lower()
+        if auth and not refused.done() and not connecting.done():
+            refused.set_result(text)  # refused at start: connect() says so and gives up
             return
         log.error("NATS: %s", text)  # a permissions violation names the subject here
 
