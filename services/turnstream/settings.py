@@ -76,6 +76,9 @@ class Settings(BaseSettings):
 
     nats_url: str | None = None
     """Connect to this server instead of the embedded one (`up`) or the one `up` started."""
+    nats_user: str | None = None
+    """The NATS user this process connects as (ops/accounts.conf: one per service); its
+    password is the secret `TURNSTREAM_NATS_PASSWORD` (environment, else the secrets file)."""
     nats_port: int | None = None
     """Port for the embedded server; a free one when unset."""
     data_dir: Path = Path(".turnstream")
@@ -236,17 +239,42 @@ class Settings(BaseSettings):
             answer_timeout_s=self.answer_timeout_s,
         )
 
+    def _with_credentials(self, url: str) -> str:
+        if not self.nats_user:
+            return url
+        password = self.secret("TURNSTREAM_NATS_PASSWORD")
+        if password is None:
+            raise ValueError(
+                f"TURNSTREAM_NATS_USER is {self.nats_user!r} but no TURNSTREAM_NATS_PASSWORD: "
+                "set it in the environment or the secrets file (TURNSTREAM_SECRETS_FILE)"
+            )
+        if any(c in password + self.nats_user for c in "/,#?@ "):
+            # nats-py reads credentials from the URL as they are (no %-decoding)
+            raise ValueError(
+                f"the NATS password of {self.nats_user!r} (or the user name) has one of "
+                "/ , # ? @ or a space: use letters and digits (`turnstream up --secure` does)"
+            )
+        userinfo = f"{self.nats_user}:{password}@"
+        servers = []
+        for server in url.split(","):
+            scheme, sep, rest = server.strip().rpartition("://")
+            if "@" not in rest:
+                rest = userinfo + rest
+            servers.append(f"{scheme}{sep}{rest}")
+        return ",".join(servers)
+
     @property
     def url_file(self) -> Path:
         """Where `turnstream up` writes the URL of its embedded server for other commands."""
         return self.data_dir / "nats.url"
 
     def resolved_nats_url(self) -> str:
-        """The server to talk to: explicit, else the one a running `turnstream up` started."""
+        """The server to talk to: explicit, else the one a running `turnstream up` started;
+        with `nats_user`, its credentials are put in each server URL that has none."""
         if self.nats_url:
-            return self.nats_url
+            return self._with_credentials(self.nats_url)
         if self.url_file.exists():
-            return self.url_file.read_text().strip()
+            return self._with_credentials(self.url_file.read_text().strip())
         raise RuntimeError(
             f"no NATS server: set TURNSTREAM_NATS_URL, pass --nats-url, or start "
             f"`turnstream up` first (it writes {self.url_file})"

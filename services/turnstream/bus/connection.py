@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import nats
 from nats.aio.client import Client
@@ -11,6 +14,23 @@ from nats.aio.client import Client
 from turnstream.bus.store import JetStreamEventStore
 from turnstream.bus.streams import StreamLimits, ensure_streams
 from turnstream.core.subjects import Subjects
+
+log = logging.getLogger(__name__)
+
+
+def without_password(url: str) -> str:
+    """`url` (comma-separated servers) with any password replaced by `***`."""
+    shown = []
+    for server in url.split(","):
+        parts = urlsplit(server.strip())
+        if parts.password is not None:
+            server = server.replace(f":{parts.password}@", ":***@", 1)
+        shown.append(server.strip())
+    return ",".join(shown)
+
+
+def user_of(url: str) -> str | None:
+    return urlsplit(url.split(",")[0].strip()).username
 
 
 @dataclass
@@ -38,9 +58,22 @@ async def connect(
     ensure: StreamLimits | None = None,
     connect_timeout: float = 5.0,
 ) -> Bus:
-    """Connect; with `ensure`, create or update the streams and buckets first."""
-    try:
-        nc = await nats.connect(
+    """Connect; with `ensure`, create or update the streams and buckets first.
+
+    A server that refuses the credentials ends the attempt at once with an error naming
+    the user (nats-py would otherwise retry forever)."""
+    refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def on_error(exc: Exception) -> None:
+        text = str(exc)
+        auth = "authorization violation" in text.lower() or "authentication" in text.lower()
+        if auth and not refused.done() and not connecting.done():
+            refused.set_result(text)  # refused at start: connect() says so and gives up
+            return
+        log.error("NATS: %s", text)  # a permissions violation names the subject here
+
+    connecting = asyncio.ensure_future(
+        nats.connect(
             [server.strip() for server in url.split(",")],  # a cluster: comma-separated
             name=name,
             connect_timeout=connect_timeout,
@@ -48,11 +81,28 @@ async def connect(
             reconnect_time_wait=0.5,
             pending_size=64 * 1024 * 1024,
             allow_reconnect=True,
+            error_cb=on_error,
         )
+    )
+    try:
+        waiting: set[asyncio.Future[Any]] = {connecting, refused}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if refused.done() and not connecting.done():
+            connecting.cancel()
+            user = user_of(url)
+            raise ConnectionError(
+                f"NATS at {without_password(url)} refused user {user or '(none)'!r}: "
+                f"{refused.result()} (wrong password for this user, or no such user: check "
+                "TURNSTREAM_NATS_USER / TURNSTREAM_NATS_PASSWORD, the secrets file, or the "
+                "credentials in TURNSTREAM_NATS_URL)"
+            )
+        nc = connecting.result()
+    except ConnectionError:
+        raise
     except Exception as exc:  # nats-py raises several unrelated types here
         raise ConnectionError(
-            f"cannot reach NATS at {url} ({exc}); start `turnstream up` or fix "
-            "TURNSTREAM_NATS_URL / --nats-url"
+            f"cannot reach NATS at {without_password(url)} ({exc}); start `turnstream up` "
+            "or fix TURNSTREAM_NATS_URL / --nats-url"
         ) from exc
     js = nc.jetstream(publish_async_max_pending=8192)
     if ensure is not None:

@@ -65,6 +65,14 @@ def up(
         str | None, typer.Option(help="scripted | anthropic | openai (TURNSTREAM_PROVIDER)")
     ] = None,
     script: Annotated[Path | None, typer.Option(help="Script for the scripted provider.")] = None,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="Load ops/accounts.conf and run each service as its own NATS user "
+            "(passwords generated into DATA_DIR/dev-secrets.env).",
+        ),
+    ] = False,
 ) -> None:
     """Run an embedded nats-server and all services until Ctrl-C."""
     from turnstream.cli.up import run_up
@@ -73,7 +81,7 @@ def up(
         nats_url, data_dir, nats_port=nats_port, provider=provider, script=script
     )
     try:
-        run_up(settings, console)
+        run_up(settings, console, secure=secure)
     except (RuntimeError, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from turnstream.bus.embedded import EmbeddedServer, free_port, port_is_free
 from turnstream.cli.common import command_name
+from turnstream.cli.secure import USERS, SecureServer, dev_secrets
 from turnstream.providers import api_key
 from turnstream.settings import Settings
 
@@ -30,20 +31,32 @@ PORT_FILE = "nats.port"
 class Supervisor:
     """Starts the services, restarts one that dies (a few times), stops all on exit."""
 
-    def __init__(self, url: str, settings: Settings, console: Console) -> None:
+    def __init__(
+        self,
+        url: str,
+        settings: Settings,
+        console: Console,
+        passwords: dict[str, str] | None = None,
+    ) -> None:
         self.url = url
         self.settings = settings
         self.console = console
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts: dict[str, int] = dict.fromkeys(SERVICES, 0)
+        self.passwords = passwords
+        """Under --secure: each user's password (each service runs as its own user)."""
+        self.services = [s for s in SERVICES if passwords is None or s in USERS]
 
-    def env(self) -> dict[str, str]:
+    def env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
         env["TURNSTREAM_NATS_URL"] = self.url
         env["TURNSTREAM_DATA_DIR"] = str(self.settings.data_dir)
         env["TURNSTREAM_PROVIDER"] = self.settings.provider
         if self.settings.script:
             env["TURNSTREAM_SCRIPT"] = str(self.settings.script)
+        if self.passwords is not None:  # --secure: the service's own identity
+            env["TURNSTREAM_NATS_USER"] = USERS[name]
+            env["TURNSTREAM_NATS_PASSWORD"] = self.passwords[USERS[name]]
         return env
 
     def start(self, name: str) -> None:
@@ -51,13 +64,13 @@ class Supervisor:
         with open(log, "ab") as out:
             self.children[name] = subprocess.Popen(
                 [sys.executable, "-m", f"turnstream.{name}"],
-                env=self.env(),
+                env=self.env(name),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
 
     def start_all(self) -> None:
-        for name in SERVICES:
+        for name in self.services:
             self.start(name)
 
     def check(self) -> None:
@@ -126,7 +139,7 @@ def stable_port(settings: Settings) -> int:
     return port if port_is_free(port) else free_port()
 
 
-def run_up(settings: Settings, console: Console) -> None:
+def run_up(settings: Settings, console: Console, *, secure: bool = False) -> None:
     """Run until Ctrl-C (or SIGTERM); then stop the services, then the server."""
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
@@ -134,15 +147,26 @@ def run_up(settings: Settings, console: Console) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     lock = lock_data_dir(settings)
     try:
-        _run_locked(settings, console)
+        _run_locked(settings, console, secure)
     finally:
         lock.close()
 
 
-def _run_locked(settings: Settings, console: Console) -> None:
+def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
     server: EmbeddedServer | None = None
     url = settings.nats_url
-    if url is None:
+    passwords: dict[str, str] | None = None
+    secrets_file = settings.data_dir / "dev-secrets.env"
+    if secure:
+        if url is not None:
+            raise ValueError("--secure runs the embedded server: drop --nats-url")
+        passwords = dev_secrets(secrets_file)
+        server = SecureServer(settings.data_dir / "nats", stable_port(settings), passwords)
+        server.start()
+        url = server.url
+        settings.url_file.write_text(url + "\n")
+        (settings.data_dir / PORT_FILE).write_text(f"{server.port}\n")
+    elif url is None:
         server = EmbeddedServer(
             settings.data_dir / "nats",
             stable_port(settings),
@@ -151,14 +175,25 @@ def _run_locked(settings: Settings, console: Console) -> None:
         url = server.url
         settings.url_file.write_text(url + "\n")
         (settings.data_dir / PORT_FILE).write_text(f"{server.port}\n")
-    supervisor = Supervisor(url, settings, console)
+    supervisor = Supervisor(url, settings, console, passwords)
     try:
         supervisor.start_all()
         where = "embedded" if server else "external"
         console.print(f"[bold green]turnstream is up[/] on {url} ({where})")
+        if secure:
+            console.print(
+                f"  access:    ops/accounts.conf, one user per service; passwords in "
+                f"{secrets_file.resolve()} (commands: TURNSTREAM_NATS_USER=operator or client, "
+                "TURNSTREAM_NATS_PASSWORD from that file); the HTTP face is not started"
+            )
+        elif server is not None:
+            console.print(
+                "  access:    [yellow]open[/]: no authentication, loopback only "
+                "(`turnstream up --secure` for per-service identities)"
+            )
         console.print(f"  data:      {_abs(settings)}")
         console.print(f"  workspace: {settings.workspace.resolve()}")
-        console.print(f"  services:  {', '.join(SERVICES)}")
+        console.print(f"  services:  {', '.join(supervisor.services)}")
         console.print(f"  provider:  {settings.provider} (TURNSTREAM_PROVIDER)")
         console.print(f"  approvals: {settings.security_mode} (TURNSTREAM_SECURITY_MODE)")
         console.print(f"  http:      http://{settings.http_addr}/docs (TURNSTREAM_HTTP_ADDR)")

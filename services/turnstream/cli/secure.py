@@ -1,0 +1,89 @@
+"""`turnstream up --secure`: the embedded server with ops/accounts.conf, one NATS identity per
+service, passwords in a development secrets file (DESIGN §3; ops/README.md)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from turnstream.bus.embedded import EmbeddedServer, server_binary
+
+USERS = {
+    "gateway": "gateway",
+    "turn_runner": "turn-runner",
+    "approval": "approval",
+    "tool_executor": "tool-executor",
+    "audit": "audit",
+}
+"""The NATS user each service runs as under `up --secure` (ops/accounts.conf)."""
+OTHER_USERS = ("client", "client-acme", "operator")
+ACCOUNTS = Path(__file__).resolve().parents[3] / "ops" / "accounts.conf"
+
+
+def password_variable(user: str) -> str:
+    """The environment variable ops/accounts.conf reads the user's password from."""
+    return "TS_" + user.upper().replace("-", "_") + "_PASSWORD"
+
+
+def dev_secrets(path: Path) -> dict[str, str]:
+    """Every user's password from `path` (`TS_<USER>_PASSWORD=...` lines), generated on
+    first use: a development secrets file, readable by its owner only."""
+    wanted = [*USERS.values(), *OTHER_USERS]
+    known: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                known[key.strip()] = value.strip()
+    missing = [u for u in wanted if password_variable(u) not in known]
+    if missing:
+        for user in missing:  # letters and digits: nats-server parses env values as config
+            known[password_variable(user)] = "pw" + secrets.token_hex(16)
+        path.write_text("".join(f"{k}={v}\n" for k, v in sorted(known.items())))
+        path.chmod(0o600)
+    return {u: known[password_variable(u)] for u in wanted}
+
+
+class SecureServer(EmbeddedServer):
+    """The embedded server with ops/accounts.conf (included, not copied) and its users'
+    passwords from the development secrets file."""
+
+    def __init__(self, store_dir: Path, port: int | None, passwords: dict[str, str]) -> None:
+        super().__init__(store_dir, port, log_file=store_dir.parent / "nats-server.log")
+        self.passwords = passwords
+
+    def start(self, timeout: float = 10.0) -> EmbeddedServer:
+        if not ACCOUNTS.exists():
+            raise RuntimeError(f"--secure needs {ACCOUNTS} (run from a source checkout)")
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        config = self.store_dir / "nats-server-secure.conf"
+        config.write_text(
+            f'listen: "127.0.0.1:{self.port}"\n'
+            f'jetstream {{ store_dir: "{self.store_dir.resolve()}" }}\n'
+            "max_payload: 8MB\n"
+            f'include "{os.path.relpath(ACCOUNTS, self.store_dir)}"\n'
+        )
+        env = dict(os.environ)
+        env.update({password_variable(u): p for u, p in self.passwords.items()})
+        assert self.log_file is not None
+        with open(self.log_file, "ab") as out:
+            self.process = subprocess.Popen(
+                [server_binary(), "-c", str(config)], stdout=out, stderr=out, env=env
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"nats-server exited with code {self.process.returncode}; see {self.log_file}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"nats-server did not listen on {self.port} within {timeout}s")

@@ -1,0 +1,149 @@
+"""Least-privilege identities (issue 17 part 1) against a real nats-server loaded with
+`ops/accounts.conf`: forged appends are refused, every service still runs a tool turn
+under its own user, and wrong credentials say which user was refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_tools_path import ROUND_TRIP, registry, script
+from tests.security.conftest import SecureServer
+from turnstream.approval import app as approval
+from turnstream.audit import app as audit
+from turnstream.bus import Bus, connect
+from turnstream.bus.streams import StreamLimits
+from turnstream.client import message_command, send_and_wait
+from turnstream.core.subjects import Subjects
+from turnstream.gateway import app as gateway
+from turnstream.settings import Settings
+from turnstream.tool_executor import app as tool_executor
+from turnstream.turn_runner import app as turn_runner
+
+SUBJECTS = Subjects("ts")
+
+
+def settings(server: SecureServer, user: str, tmp: Path, **overrides: object) -> Settings:
+    values: dict[str, object] = {"workspace": tmp / "workspace", "security_mode": "auto"}
+    values.update(overrides)
+    return Settings(nats_url=server.url(user), data_dir=tmp, **values)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def services_as_themselves(server: SecureServer, tmp: Path) -> AsyncIterator[None]:
+    """The five services in-process, each on its own connection as its own user."""
+    tools = registry()
+    scripted = {"script": script(tmp, *ROUND_TRIP)}
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(gateway.serve(settings(server, "gateway", tmp), stop, tools=tools))
+        tasks.create_task(
+            turn_runner.serve(settings(server, "turn-runner", tmp, **scripted), stop, tools=tools)
+        )
+        tasks.create_task(approval.serve(settings(server, "approval", tmp), stop))
+        tasks.create_task(
+            tool_executor.serve(settings(server, "tool-executor", tmp), stop, tools=tools)
+        )
+        tasks.create_task(audit.serve(settings(server, "audit", tmp), stop))
+        await asyncio.sleep(0.6)
+        try:
+            yield
+        finally:
+            stop.set()
+
+
+@pytest.fixture
+def tmp(tmp_path: Path) -> Path:
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "workspace" / "notes.txt").write_text("the secret word is turnip\n")
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+async def streams(secure_server: SecureServer) -> None:
+    """The streams, created as a service creates them (under its own identity)."""
+    bus = await connect(secure_server.url("turn-runner"), SUBJECTS, ensure=StreamLimits())
+    await bus.close()
+
+
+async def as_user(server: SecureServer, user: str, password: str | None = None) -> Bus:
+    return await connect(server.url(user, password), SUBJECTS, name=f"test-{user}")
+
+
+async def test_each_service_runs_the_tool_turn_under_its_own_identity(
+    secure_server: SecureServer, tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with services_as_themselves(secure_server, tmp):
+        tenant = await as_user(secure_server, "client-acme")
+        try:
+            outcome = await send_and_wait(
+                tenant, message_command("acme", "read my notes"), timeout=20
+            )
+        finally:
+            await tenant.close()
+    refused = [r.getMessage() for r in caplog.records if "violation" in r.getMessage().lower()]
+    assert outcome.status == "completed", (outcome, refused)
+    assert "turnip" in (outcome.reply or "")
+    assert refused == []
+
+
+@pytest.mark.parametrize(
+    ("user", "event_type"),
+    [
+        ("client", "ToolCallApproved"),
+        ("client-acme", "ToolCallApproved"),
+        ("client", "TurnEnded"),
+        ("tool-executor", "ToolCallApproved"),
+        ("turn-runner", "ToolCallApproved"),
+        ("gateway", "ToolCallApproved"),
+        ("audit", "ToolCallApproved"),
+        ("tool-executor", "TurnEnded"),
+        ("approval", "TurnEnded"),
+        ("approval", "ToolInvocationRequested"),
+        ("client-acme", "TurnEnded"),
+    ],
+)
+async def test_a_forged_append_is_refused_by_the_server(
+    secure_server: SecureServer, streams: None, user: str, event_type: str
+) -> None:
+    operator = await as_user(secure_server, "operator")
+    errors: list[Exception] = []
+    forger = await connect(secure_server.url(user), SUBJECTS, name=f"forger-{user}")
+    forger.nc._error_cb = _collect(errors)  # nats-py reports -ERR here
+    try:
+        before = await operator.js.stream_info("TS_LOG")
+        subject = SUBJECTS.log("acme", event_type)
+        with pytest.raises(Exception):  # noqa: B017 - refused: no ack (timeout) or an error
+            forged = b'{"type": "%s", "forged": true}' % event_type.encode()
+            await forger.js.publish(subject, forged, timeout=1.0)
+        await asyncio.sleep(0.2)
+        after = await operator.js.stream_info("TS_LOG")
+        assert after.state.last_seq == before.state.last_seq, "the forged event was stored"
+        assert any("permissions violation" in str(e).lower() for e in errors), errors
+        assert any(subject.lower() in str(e).lower() for e in errors), errors
+    finally:
+        await forger.close()
+        await operator.close()
+
+
+def _collect(errors: list[Exception]):  # type: ignore[no-untyped-def]
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    return on_error
+
+
+async def test_wrong_credentials_name_the_user(secure_server: SecureServer) -> None:
+    with pytest.raises(ConnectionError) as refused:
+        await connect(
+            secure_server.url("approval", "not-the-password"),
+            SUBJECTS,
+            connect_timeout=2,
+        )
+    message = str(refused.value)
+    assert "approval" in message and "authoriz" in message.lower(), message
+    assert "not-the-password" not in message
