@@ -97,6 +97,10 @@ class Tick:
 Item = Delivered | ProviderDone | ToolCallReady | Tick
 
 
+RETRY_OWN_ITEM_S = 1.0
+"""A Tick or provider result whose handling failed (a reload refused, say) comes again."""
+
+
 class SessionActor:
     def __init__(self, runner: Runner, session_id: str) -> None:
         self.runner = runner
@@ -123,6 +127,8 @@ class SessionActor:
         self.loaded = False  # reload from the log before the next item
         if isinstance(item, Delivered):
             await item.msg.nak(delay=1)
+        else:  # a wake-up or a result of this runner's own: retried, never dropped
+            self.runner.mailboxes.deliver_later(self.session_id, item, RETRY_OWN_ITEM_S)
 
     async def handle(self, item: Item) -> None:
         """Handle `item` if this runner holds the session's lease (taking it if it is free)."""
