@@ -35,6 +35,8 @@ from turnstream.tools import ToolContext, ToolError, ToolRegistry
 log = logging.getLogger("turnstream.tool_executor")
 DURABLE = "tool-executor"
 RUNNING, DONE = b"running", b"done"
+RETRY_MAX_S = 5.0
+"""Longest wait between retries of an append while the broker is away."""
 ACK_WAIT_S = 15.0
 """A request not acked this long is redelivered: how soon a call whose executor died is
 found (and failed `interrupted` or run again). A running call keeps its request with
@@ -99,6 +101,16 @@ class Executor:
             await aborts.unsubscribe()
 
     async def run_one(self, msg: Any, request: ToolInvocationRequested) -> None:
+        """One request; a failure here (the broker away while claiming, say) leaves the
+        request unacked to come again, and never ends the executor."""
+        try:
+            await self._run_one(msg, request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("invocation %s: left for redelivery", request.data.invocation_id)
+
+    async def _run_one(self, msg: Any, request: ToolInvocationRequested) -> None:
         invocation_id = request.data.invocation_id
         if invocation_id in self.running:
             await msg.ack()  # a redelivery of what this executor is running right now
@@ -119,14 +131,14 @@ class Executor:
                     raise  # shutting down: the claim stays `running` for the next executor
                 self.aborted.discard(invocation_id)
                 await self._append(facts.cancelled("the turn was hard-aborted", self.clock()))
-                await self.kv.put(invocation_id, DONE)
-                await msg.ack()
+                await self._done(invocation_id)
+                await _ack(msg)
                 return
             finally:
                 beat.cancel()
                 self.running.pop(invocation_id, None)
-            await self.kv.put(invocation_id, DONE)
-            await msg.ack()
+            await self._done(invocation_id)
+            await _ack(msg)
 
     async def _claim(self, request: ToolInvocationRequested) -> Facts | None:
         """Facts for this attempt, or None when there is nothing (more) to do."""
@@ -153,7 +165,7 @@ class Executor:
                 may_have_run=True,
             )
         )
-        await self.kv.put(invocation_id, DONE)
+        await self._done(invocation_id)
         return None
 
     async def _run(self, facts: Facts) -> None:
@@ -225,7 +237,34 @@ class Executor:
         await self._append(event)
 
     async def _append(self, event: Any) -> None:
-        await self.bus.store.append_facts([event])
+        """Append a fact, retried until the broker takes it: the tool has run, and losing
+        its result would turn a success into `interrupted, mayHaveRun` (the event id
+        dedups a retry that was stored after all)."""
+        delay = 0.5
+        while True:
+            try:
+                await self.bus.store.append_facts([event])
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("append of %s failed (%r); retrying in %.1f s", event.type, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _done(self, invocation_id: str) -> None:
+        """Mark the claim done, retried like an append."""
+        delay = 0.5
+        while True:
+            try:
+                await self.kv.put(invocation_id, DONE)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("claim %s: put done failed (%r); retrying", invocation_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
 
     async def _on_turn_end(self, msg: Any) -> None:
         """A hard abort ends its turn `failed, interrupted`: cancel what that turn runs."""
@@ -238,6 +277,14 @@ class Executor:
             if request.turn_id == event.turn_id:
                 self.aborted.add(request.data.invocation_id)
                 task.cancel()
+
+
+async def _ack(msg: Any) -> None:
+    """An ack lost to an outage only means a redelivery, which finds the claim done."""
+    try:
+        await msg.ack()
+    except Exception as exc:
+        log.warning("ack failed: %s", exc)
 
 
 async def _keep_in_progress(msg: Any) -> None:
