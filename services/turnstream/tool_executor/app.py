@@ -23,13 +23,14 @@ from turnstream.bus import Bus
 from turnstream.bus.consume import durable_push
 from turnstream.core.events import (
     FailureClass,
+    ToolInvocationFailedData,
     ToolInvocationRequested,
     TurnEnded,
     decode,
 )
 from turnstream.runtime import now, run_service, service_bus, source_name
 from turnstream.settings import Settings
-from turnstream.tool_executor.outcome import Facts, needs_blob
+from turnstream.tool_executor.outcome import Facts, Redactor, needs_blob
 from turnstream.tools import ToolContext, ToolError, ToolRegistry
 
 log = logging.getLogger("turnstream.tool_executor")
@@ -53,12 +54,14 @@ class Executor:
         budget: int = 16_000,
         concurrency: int = 32,
         clock: Callable[[], datetime] = now,
+        redact: Redactor | None = None,
     ) -> None:
         self.bus = bus
         self.registry = registry
         self.workspace = workspace.resolve()
         self.budget = budget
         self.clock = clock
+        self.redact = redact or Redactor()
         self.source = source_name("tool-executor")
         self.slots = asyncio.Semaphore(concurrency)
         self.running: dict[str, tuple[asyncio.Task[None], ToolInvocationRequested]] = {}
@@ -228,11 +231,19 @@ class Executor:
                 duration_ms=took(),
             )
         else:
+            output = self.redact(output)
             blob = None
             if needs_blob(output, self.budget):
                 blob = data.invocation_id
                 await self.blobs.put(blob, output.encode())
             event = facts.succeeded(output, self.budget, self.clock(), took(), blob)
+        if isinstance(event.data, ToolInvocationFailedData):  # a tool's error may quote a secret
+            error = event.data.error.model_copy(
+                update={"detail": self.redact(event.data.error.detail)}
+            )
+            event = event.model_copy(
+                update={"data": event.data.model_copy(update={"error": error})}
+            )
         await started
         await self._append(event)
 
@@ -311,6 +322,7 @@ async def serve(
             settings.workspace,
             budget=settings.tool_result_budget,
             concurrency=settings.tool_concurrency,
+            redact=Redactor(settings.secret_values()),
         )
         await executor.serve(stop)
 
