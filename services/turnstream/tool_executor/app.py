@@ -36,6 +36,7 @@ from turnstream.tools import ToolContext, ToolError, ToolRegistry
 log = logging.getLogger("turnstream.tool_executor")
 DURABLE = "tool-executor"
 RUNNING, DONE = b"running", b"done"
+BLOB_TIMEOUT_S = 30.0
 RETRY_MAX_S = 5.0
 """Longest wait between retries of an append while the broker is away."""
 ACK_WAIT_S = 15.0
@@ -74,7 +75,7 @@ class Executor:
         subjects = self.bus.subjects
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.kv = await self.bus.js.key_value(subjects.invocations_bucket)
-        self.blobs = await self.bus.js.object_store(subjects.blobs_bucket)
+        self.blobs = await self._object_store()
         aborts = await self.bus.nc.subscribe(subjects.log_kind("TurnEnded"), cb=self._on_turn_end)
         log.info("tool-executor running %s in %s", self.registry.names(), self.workspace)
         try:
@@ -233,10 +234,23 @@ class Executor:
         else:
             output = self.redact(output)
             blob = None
+            kept: str | None = None
             if needs_blob(output, self.budget):
                 blob = data.invocation_id
-                await self.blobs.put(blob, output.encode())
-            event = facts.succeeded(output, self.budget, self.clock(), took(), blob)
+                kept = await self._keep_blob(blob, output)
+            if kept is not None:
+                event = facts.failed(
+                    FailureClass.TOOL_RUNTIME_ERROR,
+                    "result_not_stored",
+                    f"the result ({len(output)} characters) is over the budget of "
+                    f"{self.budget} and could not be kept in the object store "
+                    f"{self.bus.subjects.blobs_bucket!r}: {kept}",
+                    self.clock(),
+                    may_have_run=not data.read_only,
+                    duration_ms=took(),
+                )
+            else:
+                event = facts.succeeded(output, self.budget, self.clock(), took(), blob)
         if isinstance(event.data, ToolInvocationFailedData):  # a tool's error may quote a secret
             error = event.data.error.model_copy(
                 update={"detail": self.redact(event.data.error.detail)}
@@ -246,6 +260,30 @@ class Executor:
             )
         await started
         await self._append(event)
+
+    async def _object_store(self) -> Any:
+        """The blobs bucket, or None when it is missing or not permitted (a result over the
+        budget then fails with a reason; everything else goes on)."""
+        try:
+            return await self.bus.js.object_store(self.bus.subjects.blobs_bucket)
+        except Exception as exc:
+            log.warning("object store %s unavailable: %s", self.bus.subjects.blobs_bucket, exc)
+            return None
+
+    async def _keep_blob(self, name: str, output: str) -> str | None:
+        """Put a full result in the object store; None when kept, else why not."""
+        if self.blobs is None:
+            self.blobs = await self._object_store()
+        if self.blobs is None:
+            return "the bucket is missing or not permitted"
+        try:
+            async with asyncio.timeout(BLOB_TIMEOUT_S):
+                await self.blobs.put(name, output.encode())
+        except Exception as exc:
+            log.warning("cannot keep result %s in the object store: %r", name, exc)
+            self.blobs = None  # looked up again next time (it may have been deleted)
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
     async def _append(self, event: Any) -> None:
         """Append a fact, retried until the broker takes it: the tool has run, and losing
