@@ -106,6 +106,10 @@ DIRECT_BATCH = 500
 """Messages per batched direct get (nats-server 2.11+, a stream with `allow_direct`)."""
 
 
+DIRECT_TIMEOUT_S = 5.0
+"""A direct get answered by nothing this long is given up (the caller may read otherwise)."""
+
+
 class DirectGetError(Exception):
     """A direct get was answered with an error status."""
 
@@ -135,7 +139,7 @@ async def direct_read(
             request = {"seq": last + 1, "next_by_subj": subject, "batch": batch}
             await nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), reply=inbox)
             while True:
-                msg = await sub.next_msg(timeout=IDLE_TIMEOUT_S)
+                msg = await sub.next_msg(timeout=DIRECT_TIMEOUT_S)
                 headers = msg.headers or {}
                 status = headers.get("Status")
                 if status is None:

@@ -8,10 +8,12 @@ append with `expected_last_seq` fails with `AppendConflict` when the session mov
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
@@ -19,6 +21,7 @@ from turnstream.bus.scan import direct_read, log_last_seq, scan_log, stream_seq
 from turnstream.core.events import Event, EventBase, decode, encode
 from turnstream.core.subjects import Subjects
 
+log = logging.getLogger("turnstream.bus")
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a failed expected-last-sequence condition."""
 BATCHES_NOT_ENABLED = 10205
@@ -178,7 +181,15 @@ class JetStreamEventStore:
             await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
             return out
         async with self._reads:
-            await direct_read(self.nc, self.subjects.log_stream, subject, keep, after_seq=after_seq)
+            try:
+                await direct_read(
+                    self.nc, self.subjects.log_stream, subject, keep, after_seq=after_seq
+                )
+                return out
+            except (TimeoutError, NatsTimeoutError):
+                log.warning("direct read of %s timed out; reading with a consumer", subject)
+            out.clear()
+            await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
         return out
 
     async def _consume(self, subject: str, config: api.ConsumerConfig) -> list[StoredEvent]:
