@@ -91,59 +91,61 @@ async def test_killing_the_log_leader_loses_no_turn(cluster: Cluster, tmp_path: 
     await first.close()
     operator = await connect(cluster.url("operator"), SUBJECTS)
     client = await connect(cluster.url("client"), SUBJECTS)
-    ended: dict[str, int] = {}
+    try:
+        ended: dict[str, int] = {}
 
-    async def on_end(msg: object) -> None:
-        session = SUBJECTS.session_of_log(msg.subject)  # type: ignore[attr-defined]
-        ended[session] = ended.get(session, 0) + 1
+        async def on_end(msg: object) -> None:
+            session = SUBJECTS.session_of_log(msg.subject)  # type: ignore[attr-defined]
+            ended[session] = ended.get(session, 0) + 1
 
-    await operator.nc.subscribe(SUBJECTS.log_kind("TurnEnded"), cb=on_end)
-    acked: dict[str, int] = {}
-    started = time.monotonic()
-    async with services(cluster, tmp_path):
-        for i in range(TURNS):  # all in flight: sent without waiting for any turn
-            session = f"c{i}"
-            acked[session] = await send_retrying(client, message_command(session, "hi"))
-            if i == TURNS // 4:
-                killed = await leader(operator)
-                cluster.kill9(killed)
-        deadline = time.monotonic() + 90
-        while len(ended) < TURNS and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.2)
-        elapsed = time.monotonic() - started
-        assert len(ended) == TURNS, f"{TURNS - len(ended)} turns never ended"
+        await operator.nc.subscribe(SUBJECTS.log_kind("TurnEnded"), cb=on_end)
+        acked: dict[str, int] = {}
+        started = time.monotonic()
+        async with services(cluster, tmp_path):
+            for i in range(TURNS):  # all in flight: sent without waiting for any turn
+                session = f"c{i}"
+                acked[session] = await send_retrying(client, message_command(session, "hi"))
+                if i == TURNS // 4:
+                    killed = await leader(operator)
+                    cluster.kill9(killed)
+            deadline = time.monotonic() + 90
+            while len(ended) < TURNS and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
+            elapsed = time.monotonic() - started
+            assert len(ended) == TURNS, f"{TURNS - len(ended)} turns never ended"
 
-        cluster.start(killed)
-        # the restarted node catches up: its replica is current, with no lag
-        deadline = time.monotonic() + 30
-        while True:
-            info = await operator.js.stream_info(SUBJECTS.log_stream)
-            peers = {r.name: r for r in info.cluster.replicas or []}
-            if info.cluster.leader == f"nats{killed}" or (
-                f"nats{killed}" in peers
-                and peers[f"nats{killed}"].current
-                and not peers[f"nats{killed}"].lag
-            ):
-                break
-            assert time.monotonic() < deadline, info.cluster
-            await asyncio.sleep(0.2)
+            cluster.start(killed)
+            # the restarted node catches up: its replica is current, with no lag
+            deadline = time.monotonic() + 30
+            while True:
+                info = await operator.js.stream_info(SUBJECTS.log_stream)
+                peers = {r.name: r for r in info.cluster.replicas or []}
+                if info.cluster.leader == f"nats{killed}" or (
+                    f"nats{killed}" in peers
+                    and peers[f"nats{killed}"].current
+                    and not peers[f"nats{killed}"].lag
+                ):
+                    break
+                assert time.monotonic() < deadline, info.cluster
+                await asyncio.sleep(0.2)
 
-    # every command the client saw acked is still in TS_INBOUND at its acked sequence
-    for session, seq in acked.items():
-        stored = await operator.js.get_msg(SUBJECTS.inbound_stream, seq)
-        assert stored.subject == SUBJECTS.inbound(session)
-        assert orjson.loads(stored.data)["sessionId"] == session
-    # every turn ended exactly once in the log itself: a TurnEnded a subscriber saw is
-    # not enough (a publish reaches core subscribers even when the stream refused it)
-    unended: dict[str, list[str]] = {}
-    for session in acked:
-        kinds = [s.event.type for s in await operator.store.read_session(session)]
-        if kinds.count("TurnEnded") != 1:
-            unended[session] = kinds
-    assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
-    print(f"\n{TURNS} turns, leader nats{killed} killed: {TURNS / elapsed:.0f} turns/s")
-    await client.close()
-    await operator.close()
+        # every command the client saw acked is still in TS_INBOUND at its acked sequence
+        for session, seq in acked.items():
+            stored = await operator.js.get_msg(SUBJECTS.inbound_stream, seq)
+            assert stored.subject == SUBJECTS.inbound(session)
+            assert orjson.loads(stored.data)["sessionId"] == session
+        # every turn ended exactly once in the log itself: a TurnEnded a subscriber saw is
+        # not enough (a publish reaches core subscribers even when the stream refused it)
+        unended: dict[str, list[str]] = {}
+        for session in acked:
+            kinds = [s.event.type for s in await operator.store.read_session(session)]
+            if kinds.count("TurnEnded") != 1:
+                unended[session] = kinds
+        assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
+        print(f"\n{TURNS} turns, leader nats{killed} killed: {TURNS / elapsed:.0f} turns/s")
+    finally:  # it fails by design (xfail): never leak its connections
+        await client.close()
+        await operator.close()
 
 
 def runner_process(cluster: Cluster, tmp: Path, runner_id: str) -> subprocess.Popen[bytes]:
