@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.e2e.processes import cli, running_up
-from tests.http.test_restart import free_port
+from turnstream.bus.embedded import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,15 +19,9 @@ import pytest
 from tests.http.sse_client import Sse, read_sse
 from tests.http.test_sse import marker
 from turnstream.bus import Bus
-from turnstream.bus.embedded import EmbeddedServer
+from turnstream.bus.embedded import EmbeddedServer, free_port
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def env_for(server: EmbeddedServer, addr: str, **more: str) -> dict[str, str]:

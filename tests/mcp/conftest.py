@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from turnstream.bus.embedded import free_port
 from turnstream.settings import McpHttpServer, McpStdioServer
 
 SERVER = Path(__file__).with_name("server.py")
@@ -18,12 +19,6 @@ SERVER = Path(__file__).with_name("server.py")
 
 def stdio_config(**env: str) -> McpStdioServer:
     return McpStdioServer(command=sys.executable, args=[str(SERVER), "stdio"], env=env, timeout_s=5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_http(port: int) -> subprocess.Popen[bytes]:
