@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnstream.bus import Bus
-from turnstream.http import commands, reads, sse
+from turnstream.http import a2a, commands, reads, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
 from turnstream.http.hub import Hub
@@ -72,6 +72,7 @@ def create_app(
     app.add_api_route("/v1/tickets", tickets, methods=["POST"], tags=["auth"])
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["ops"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["ops"])
+    a2a.mount(app)  # /a2a and /.well-known/agent-card.json
     app.add_middleware(BodyLimit, max_bytes=settings.max_input_bytes)
     app.add_middleware(AccessLog)
     return app

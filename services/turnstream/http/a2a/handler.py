@@ -1,0 +1,467 @@
+"""The A2A request handler: A2A methods as inbound commands and reads of the log.
+
+- `contextId` is the session (a new `a2a-<uuid>` when the client sends none), `taskId` the
+  turn (the `turnId` of the message's `InputAccepted`).
+- `SendMessage` / `SendStreamingMessage` without `taskId`: a `message` command; it waits
+  (or streams) until the turn ends or asks for approval (`input-required`).
+- … with the `taskId` of an `input-required` task: an `answer` to its prompt, `approve` /
+  `deny` as text or a data part `{"decision", "reason"}`; of a `working` task: a `steer`.
+- `GetTask` / `SubscribeToTask`: the task's entry in KV, folded forward from the log.
+- `CancelTask`: a hard `interrupt`.
+
+Every method checks the caller's key against the task's session (scopes `send`, `read`,
+`approve`, as the REST routes do). The message's `messageId` is the command's idempotency
+key, so a client's retry is one turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, Protocol
+
+import uuid_utils
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    Artifact,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.errors import (
+    ExtendedAgentCardNotConfiguredError,
+    InvalidParamsError,
+    InvalidRequestError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from google.protobuf.json_format import MessageToDict, ParseDict  # type: ignore[import-untyped]
+
+from turnstream.core.events import decode
+from turnstream.core.subjects import is_reserved_session, is_session_id
+from turnstream.http.a2a.store import TaskRecord, TaskStore
+from turnstream.http.a2a.view import ACTED_ON, PAUSED, TERMINAL, TurnView
+from turnstream.http.auth import Principal, Scope
+from turnstream.http.context import HttpContext
+from turnstream.http.direct import read_page
+from turnstream.http.hub import Closed, Feed, LogItem
+from turnstream.http.problems import Problem
+from turnstream.http.submit import publish
+
+STATES = {
+    "submitted": TaskState.TASK_STATE_SUBMITTED,
+    "working": TaskState.TASK_STATE_WORKING,
+    "input-required": TaskState.TASK_STATE_INPUT_REQUIRED,
+    "completed": TaskState.TASK_STATE_COMPLETED,
+    "failed": TaskState.TASK_STATE_FAILED,
+    "canceled": TaskState.TASK_STATE_CANCELED,
+    "rejected": TaskState.TASK_STATE_REJECTED,
+}
+PRINCIPAL = "turnstream.principal"
+"""Where the route puts the caller (`ServerCallContext.state`)."""
+
+
+class ContextSource(Protocol):
+    def __call__(self) -> HttpContext: ...
+
+
+def to_task(record: TaskRecord, history_length: int | None = None) -> Task:
+    """The A2A task of `record`: its status (with a message saying what is needed or what
+    came of it), the client's messages and the reply as history, the reply as an artifact."""
+    view = record.view
+    status = TaskStatus(state=STATES[view.state])
+    status.timestamp.GetCurrentTime()
+    text = view.status_text()
+    history = [ParseDict(m, Message(), ignore_unknown_fields=True) for m in record.messages]
+    agent_message = None
+    if text and view.state != "submitted" and view.state != "working":
+        agent_message = Message(
+            message_id=f"{view.turn_id}-{view.state}-{view.last_seq}",
+            context_id=view.session_id,
+            task_id=view.turn_id,
+            role=Role.ROLE_AGENT,
+            parts=[Part(text=text)],
+        )
+        if view.interaction is not None:
+            agent_message.parts.append(Part(data=_value({"interaction": view.interaction})))
+        status.message.CopyFrom(agent_message)
+        history.append(agent_message)
+    if history_length is not None and history_length >= 0:
+        history = history[len(history) - history_length :] if history_length else []
+    task = Task(id=view.turn_id, context_id=view.session_id, status=status, history=history)
+    if view.state == "completed" and view.reply is not None:
+        reply = Part(text=view.reply)
+        task.artifacts.append(
+            Artifact(artifact_id=f"{view.turn_id}-reply", name="reply", parts=[reply])
+        )
+    return task
+
+
+def _value(data: dict[str, Any]) -> Any:
+    from google.protobuf.struct_pb2 import Value  # type: ignore[import-untyped]
+
+    value = Value()
+    value.struct_value.update(data)
+    return value
+
+
+def _text(message: Message) -> str:
+    return "\n".join(p.text for p in message.parts if p.text)
+
+
+def _decision(message: Message) -> tuple[str, str | None]:
+    """`approve` or `deny` (and a reason) from a reply to a prompt: a data part
+    `{"decision", "reason"}`, else the text's first word."""
+    for part in message.parts:
+        if part.HasField("data"):
+            data = MessageToDict(part.data)
+            if isinstance(data, dict) and data.get("decision") in ("approve", "deny"):
+                reason = data.get("reason")
+                return data["decision"], reason if isinstance(reason, str) else None
+    words = _text(message).strip().split(maxsplit=1)
+    first = words[0].lower().strip(".,!") if words else ""
+    if first in ("approve", "approved", "yes", "y", "ok"):
+        return "approve", words[1] if len(words) > 1 else None
+    if first in ("deny", "denied", "no", "n", "reject"):
+        return "deny", words[1] if len(words) > 1 else None
+    raise InvalidParamsError(
+        message="the task waits for an approval: reply 'approve' or 'deny' "
+        '(or a data part {"decision": "approve"|"deny", "reason": "..."})'
+    )
+
+
+def _a2a_error(problem: Problem) -> Exception:
+    data = {"status": problem.status, "type": problem.slug, **problem.extra}
+    if problem.status == 504:
+        return UnsupportedOperationError(message=problem.detail, data=data)
+    return InvalidParamsError(message=problem.detail, data=data)
+
+
+class Handler(RequestHandler):
+    """One per app; reads the bus and hub from the app's context at each call."""
+
+    def __init__(self, context: ContextSource) -> None:
+        self._context = context
+        self._store: TaskStore | None = None
+
+    @property
+    def ctx(self) -> HttpContext:
+        return self._context()
+
+    @property
+    def store(self) -> TaskStore:
+        if self._store is None:
+            self._store = TaskStore(self.ctx.bus)
+        return self._store
+
+    # ---- reads
+    async def load(self, task_id: str, who: Principal, scope: Scope = "read") -> TaskRecord:
+        """The task's record, folded up to the end of the log now (and saved if it moved)."""
+        record = await self.store.get(task_id)
+        if record is None:
+            raise TaskNotFoundError(message=f"no task {task_id!r}")
+        _require(who, scope, record.view.session_id)
+        await self._catch_up(record)
+        return record
+
+    async def _catch_up(self, record: TaskRecord) -> None:
+        view = record.view
+        before = view.last_seq
+        while True:
+            page, more = await read_page(
+                self.ctx.bus, view.session_id, after=view.last_seq, limit=500
+            )
+            for seq, event_type, data in page:
+                if event_type in ACTED_ON:
+                    view.feed(seq, decode(data))
+                else:
+                    view.last_seq = max(view.last_seq, seq)
+            if not more or not page:
+                break
+        if view.last_seq != before:
+            await self.store.save(record)
+
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
+        record = await self.load(params.id, _who(context))
+        length = params.history_length if params.HasField("history_length") else None
+        return to_task(record, length)
+
+    async def on_list_tasks(
+        self, params: ListTasksRequest, context: ServerCallContext
+    ) -> ListTasksResponse:
+        raise UnsupportedOperationError(message="ListTasks: follow a context with GetTask")
+
+    # ---- commands
+    async def on_message_send(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> Task | Message:
+        who = _who(context)
+        blocking = not params.configuration.return_immediately
+        async with self._started(params.message, who) as (record, feed):
+            if blocking and record.view.state not in PAUSED:
+                deadline = time.monotonic() + self.ctx.options.wait_default_s
+                async for _ in self._follow(record, feed, deadline):
+                    pass
+        length = (
+            params.configuration.history_length
+            if params.configuration.HasField("history_length")
+            else None
+        )
+        return to_task(record, length)
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Any]:
+        who = _who(context)
+        async with self._started(params.message, who) as (record, feed):
+            yield to_task(record)
+            if record.view.state in PAUSED:
+                return
+            async for changed in self._follow(record, feed, None):
+                yield _update(changed)
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Any]:
+        who = _who(context)
+        record = await self.store.get(params.id)
+        if record is None:
+            raise TaskNotFoundError(message=f"no task {params.id!r}")
+        _require(who, "read", record.view.session_id)
+        async with self.ctx.hub.feed(record.view.session_id) as feed:
+            await self._catch_up(record)  # after the feed: nothing slips between the two
+            if record.view.terminal:
+                raise UnsupportedOperationError(
+                    message=f"task {params.id} is {record.view.state}: nothing to subscribe to"
+                )
+            yield to_task(record)
+            # a subscriber watches the task to its end, through any prompts on the way
+            async for changed in self._follow(record, feed, None, TERMINAL):
+                yield _update(changed)
+
+    async def on_cancel_task(
+        self, params: CancelTaskRequest, context: ServerCallContext
+    ) -> Task | None:
+        who = _who(context)
+        record = await self.load(params.id, who, "send")
+        view = record.view
+        if view.terminal:
+            raise TaskNotCancelableError(message=f"task {params.id} is {view.state} already")
+        command = {
+            "type": "interrupt",
+            "sessionId": view.session_id,
+            "chatId": view.session_id,
+            "sender": {"kind": "agent", "id": f"a2a:{who.name}"},
+            "idempotencyKey": f"a2a-cancel-{view.turn_id}",
+            "mode": "hard",
+        }
+        async with self.ctx.hub.feed(view.session_id) as feed:
+            await self._command(view.session_id, command, feed)
+            deadline = time.monotonic() + self.ctx.options.accept_timeout_s
+            async for _ in self._follow(record, feed, deadline, TERMINAL):
+                pass
+        return to_task(record)
+
+    # ---- the shared path
+    def _started(self, message: Message, who: Principal) -> Any:
+        return _Started(self, message, who)
+
+    async def _command(self, session_id: str, command: dict[str, Any], feed: Feed) -> Any:
+        try:
+            follow, _, _ = await publish(self.ctx, session_id, command, feed)
+        except Problem as problem:
+            raise _a2a_error(problem) from None
+        if follow.rejected is not None:
+            event = follow.rejected.event
+            raise InvalidParamsError(
+                message=f"rejected: {getattr(event.data, 'reason', '')}",
+                data={"turnId": event.turn_id, "seq": follow.rejected.seq},
+            )
+        return follow
+
+    async def _follow(
+        self,
+        record: TaskRecord,
+        feed: Feed,
+        deadline: float | None,
+        until: frozenset[str] = PAUSED,
+    ) -> AsyncIterator[TaskRecord]:
+        """The task's record each time its state changes, until its state is in `until`
+        (or `deadline` passes, or the feed closes); each change is saved."""
+        view = record.view
+        while view.state not in until:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            try:
+                item = await feed.get(left if left is not None else 15.0)
+            except Closed:
+                return
+            if not isinstance(item, LogItem) or item.seq <= view.last_seq:
+                continue
+            if item.event_type in ACTED_ON:
+                changed = view.feed(item.seq, decode(item.data))
+            else:
+                view.last_seq = item.seq
+                changed = False
+            if changed:
+                if not await self.store.save(record):
+                    fresh = await self.store.get(view.turn_id)
+                    if fresh is not None:  # another replica wrote: keep its revision
+                        record.revision = fresh.revision
+                        await self.store.save(record)
+                yield record
+
+    # ---- not offered
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        raise PushNotificationNotSupportedError
+
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError
+
+
+class _Started:
+    """`async with`: the message published as the right command, the task's record and
+    its session's feed (opened before publishing) for following it."""
+
+    def __init__(self, handler: Handler, message: Message, who: Principal) -> None:
+        self.handler = handler
+        self.message = message
+        self.who = who
+        self._feed_cm: Any = None
+
+    async def __aenter__(self) -> tuple[TaskRecord, Feed]:
+        handler, message, who = self.handler, self.message, self.who
+        if not _text(message) and not any(p.HasField("data") for p in message.parts):
+            raise InvalidParamsError(message="the message has no text part")
+        record: TaskRecord | None = None
+        if message.task_id:
+            record = await handler.load(message.task_id, who)
+            session = record.view.session_id
+            if message.context_id and message.context_id != session:
+                raise InvalidParamsError(
+                    message=f"task {message.task_id} belongs to context {session}"
+                )
+        else:
+            session = message.context_id or f"a2a-{uuid_utils.uuid7()}"
+            if not is_session_id(session) or is_reserved_session(session):
+                raise InvalidParamsError(
+                    message=f"contextId {session!r} must be 1-128 of [A-Za-z0-9_:-]"
+                )
+        key = message.message_id or str(uuid_utils.uuid7())
+        base = {
+            "sessionId": session,
+            "chatId": session,
+            "sender": {"kind": "agent", "id": f"a2a:{who.name}"},
+            "idempotencyKey": f"a2a-{key}",
+        }
+        sent = MessageToDict(message)
+        sent.update(contextId=session)
+        self._feed_cm = handler.ctx.hub.feed(session)
+        feed = await self._feed_cm.__aenter__()
+        try:
+            if record is None:
+                _require(who, "send", session)
+                command = {"type": "message", **base, "text": _text(message)}
+                follow = await handler._command(session, command, feed)
+                turn = follow.turn_id
+                sent.update(taskId=turn)
+                existing = await handler.store.get(turn)
+                if existing is not None:  # a retried message: the task exists already
+                    record = existing
+                    await handler._catch_up(record)
+                else:
+                    record = TaskRecord(TurnView(turn, session, last_seq=0), [sent], owner=who.name)
+                    await handler._catch_up(record)  # from the log: exact, whatever the feed saw
+                    if not await handler.store.save(record):
+                        record = await handler.store.get(turn) or record
+            else:
+                view = record.view
+                if view.terminal:
+                    raise InvalidParamsError(
+                        message=f"task {view.turn_id} is {view.state}; send a message without "
+                        "taskId (same contextId) to start the next turn"
+                    )
+                if view.state == "input-required" and view.interaction is not None:
+                    _require(who, "approve", session)
+                    decision, reason = _decision(message)
+                    command = {
+                        "type": "answer",
+                        **base,
+                        "interactionId": view.interaction["interactionId"],
+                        "decision": decision,
+                        **({"reason": reason} if reason else {}),
+                    }
+                else:
+                    _require(who, "send", session)
+                    command = {"type": "steer", **base, "text": _text(message)}
+                await handler._command(session, command, feed)
+                record.messages.append(sent)
+                await handler._catch_up(record)
+                await handler.store.save(record)
+        except BaseException:
+            await self._feed_cm.__aexit__(None, None, None)
+            raise
+        return record, feed
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._feed_cm.__aexit__(None, None, None)
+
+
+def _update(record: TaskRecord) -> TaskStatusUpdateEvent:
+    task = to_task(record)
+    return TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+
+
+def _who(context: ServerCallContext) -> Principal:
+    who = context.state.get(PRINCIPAL)
+    if not isinstance(who, Principal):  # the route always sets it
+        raise InvalidRequestError(message="unauthenticated")
+    return who
+
+
+def _require(who: Principal, scope: Scope, session: str) -> None:
+    if not who.allows(scope, session):
+        raise InvalidRequestError(
+            message=f"forbidden: key {who.name!r} may not {scope} in context {session!r}",
+            data={"status": 403},
+        )
