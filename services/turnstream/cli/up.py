@@ -184,7 +184,7 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
             console.print(
                 f"  access:    ops/accounts.conf, one user per service; passwords in "
                 f"{secrets_file.resolve()} (commands: TURNSTREAM_NATS_USER=operator or client, "
-                "TURNSTREAM_NATS_PASSWORD from that file); the HTTP face is not started"
+                "TURNSTREAM_NATS_PASSWORD from that file); the HTTP face runs as `http`"
             )
         elif server is not None:
             console.print(
