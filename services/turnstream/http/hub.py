@@ -28,6 +28,7 @@ from nats.js import api
 
 from turnstream.bus import Bus
 from turnstream.bus.scan import stream_seq
+from turnstream.http.direct import DirectGets
 
 log = logging.getLogger("turnstream.http")
 FEED_LIMIT = 10_000
@@ -102,6 +103,10 @@ class Hub:
         self._subs: list[Any] = []
         self._closing = False
         self._starting = asyncio.Lock()
+        self.direct = DirectGets(bus)
+        """Pages of a session's log (replays, `/events`, A2A) on one shared inbox."""
+        self.log_replicas = 0
+        """The log stream's replicas, read when the hub subscribes (0 before)."""
 
     async def start(self) -> None:
         """Subscribe (once); every event appended after this returns reaches the hub."""
@@ -111,6 +116,8 @@ class Hub:
 
     async def _subscribe(self) -> None:
         subjects = self.bus.subjects
+        info = await self.bus.js.stream_info(subjects.log_stream)
+        self.log_replicas = int(info.config.num_replicas or 1)
         prefix_len = len(subjects.prefix) + 5  # "<prefix>.log."
 
         async def on_log(msg: Any) -> None:
@@ -189,6 +196,7 @@ class Hub:
 
     async def stop(self) -> None:
         self.close_feeds()
+        await self.direct.stop()
         async with self._starting:
             for sub in self._subs:
                 with contextlib.suppress(Exception):

@@ -63,7 +63,6 @@ from turnstream.http.a2a.store import TaskRecord, TaskStore
 from turnstream.http.a2a.view import ACTED_ON, PAUSED, TERMINAL, TurnView
 from turnstream.http.auth import Principal, Scope
 from turnstream.http.context import HttpContext
-from turnstream.http.direct import read_page
 from turnstream.http.hub import Closed, Feed, LogItem
 from turnstream.http.problems import Problem
 from turnstream.http.submit import publish
@@ -188,8 +187,8 @@ class Handler(RequestHandler):
         view = record.view
         before = view.last_seq
         while True:
-            page, more = await read_page(
-                self.ctx.bus, view.session_id, after=view.last_seq, limit=500
+            page, more = await self.ctx.hub.direct.page(
+                view.session_id, after=view.last_seq, limit=500
             )
             for seq, event_type, data in page:
                 if event_type in ACTED_ON:
