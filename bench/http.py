@@ -10,6 +10,7 @@ does, the HTTP face included), then measures:
             p50 / p99 of each, their difference and ratio
   streams   N concurrent SSE streams on one HTTP process, each on a session with one event:
             open→first event (replay) when N open at once, and when opened one at a time;
+            next to N plain `GET /healthz` at once (the HTTP server's own floor);
             live fan-out: one event appended to every session, append→arrival per stream;
             the HTTP process's RSS per open stream; TS_LOG consumers and the app's NATS
             subscriptions before and with N streams open
@@ -210,6 +211,20 @@ class Stream:
             writer.close()
 
 
+async def plain_request(url: str) -> float:
+    """Open a connection, GET /healthz, read the status line: the HTTP server's own floor."""
+    host, port = url.removeprefix("http://").split(":")
+    start = time.perf_counter()
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        return (time.perf_counter() - start) * 1000
+    finally:
+        writer.close()
+
+
 async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
     sessions = [f"sse-{i}" for i in range(n)]
     await bus.store.append_facts([marker(s) for s in sessions])
@@ -233,6 +248,9 @@ async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         out["alone"] = alone
+        await asyncio.sleep(0.5)
+        # the floor: N plain requests at once, no NATS and no stream (uvicorn + FastAPI)
+        out["plain"] = list(await asyncio.gather(*(plain_request(url) for _ in range(n))))
         await asyncio.sleep(0.5)
         rss_before = rss_kb(pid)
         stop = asyncio.Event()
@@ -304,6 +322,7 @@ async def measure(server: EmbeddedServer, url: str, pid: int, args: argparse.Nam
         for label, key in [
             ("open→first event, one at a time", "alone"),
             (f"open→first event, {n} opened at once", "burst"),
+            (f"floor: open→response, {n} GET /healthz at once", "plain"),
             (f"open→first event, one at a time with {n} open", "joined"),
             (f"live fan-out to {n} streams (append→arrival)", "fanout"),
         ]:
