@@ -130,12 +130,30 @@ class RawHttp:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def turn(self, session: str) -> float:
+    async def healthz(self) -> float:
+        """One `GET /healthz` on the same connection: the HTTP round trip alone."""
+        await self._connect()
+        assert self.reader is not None and self.writer is not None
+        start = time.perf_counter()
+        self.writer.write(f"GET /healthz HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        await self.reader.readexactly(length)
+        return (time.perf_counter() - start) * 1000
+
+    async def _connect(self) -> None:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, int(self.port))
             sock = self.writer.get_extra_info("socket")
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        assert self.reader is not None
+
+    async def turn(self, session: str) -> float:
+        await self._connect()
+        assert self.reader is not None and self.writer is not None
         body = b'{"text": "hello"}'
         request = (
             f"POST /v1/sessions/{session}/messages?wait=true HTTP/1.1\r\nHost: {self.host}\r\n"
@@ -163,11 +181,17 @@ async def turns(bus: Bus, client: httpx.AsyncClient, url: str, n: int) -> dict[s
         await watcher.turn(f"warm-n{i}")
         await http_turn(client, f"warm-h{i}")
         await raw.turn(f"warm-r{i}")
-    out: dict[str, list[float]] = {"NATS": [], "HTTP (raw client)": [], "HTTP (httpx)": []}
+    out: dict[str, list[float]] = {
+        "NATS": [],
+        "HTTP (raw client)": [],
+        "HTTP (httpx)": [],
+        "floor: GET /healthz (raw client)": [],
+    }
     for i in range(n):  # interleaved, one at a time: the same load for each
         out["NATS"].append(await watcher.turn(f"nats-{i % 20}"))
         out["HTTP (raw client)"].append(await raw.turn(f"raw-{i % 20}"))
         out["HTTP (httpx)"].append(await http_turn(client, f"http-{i % 20}"))
+        out["floor: GET /healthz (raw client)"].append(await raw.healthz())
     return out
 
 
@@ -309,6 +333,11 @@ async def measure(server: EmbeddedServer, url: str, pid: int, args: argparse.Nam
             )
         console.print(table)
         nats50 = pct(measured["NATS"], 0.5)
+        floor = pct(measured["floor: GET /healthz (raw client)"], 0.5)
+        console.print(
+            f"the HTTP round trip alone (GET /healthz, keep-alive) p50 {floor:.2f} ms: the "
+            "part of any HTTP turn's extra that is the HTTP server's, not the face's work"
+        )
         for name in ("HTTP (raw client)", "HTTP (httpx)"):
             http50 = pct(measured[name], 0.5)
             console.print(
