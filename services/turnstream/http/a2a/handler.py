@@ -409,8 +409,12 @@ class _Started:
                     record = existing
                     await handler._catch_up(record)
                 else:
-                    record = TaskRecord(TurnView(turn, session, last_seq=0), [sent], owner=who.name)
-                    await handler._catch_up(record)  # from the log: exact, whatever the feed saw
+                    # the turn's events start at its InputAccepted: read from there (exact,
+                    # whatever the feed saw), not from the session's first event
+                    start = follow.accepted.seq - 1 if follow.accepted else 0
+                    view = TurnView(turn, session, last_seq=start)
+                    record = TaskRecord(view, [sent], owner=who.name)
+                    await handler._catch_up(record)
                     if not await handler.store.save(record):
                         record = await handler.store.get(turn) or record
             else:
