@@ -216,4 +216,6 @@ async def test_many_streams_share_the_hub_not_one_consumer_each(
     assert ready["feeds"] >= n
     # the hub's log consumer and live subscription, and the shared direct-get inbox
     assert ready["natsSubscriptions"] <= ready_before["natsSubscriptions"] + 3
-    assert during == before  # replays read by direct get: no consumer per stream
+    # replays read by direct get: no consumer per stream (other clients' ephemeral
+    # consumers, from earlier tests, may expire meanwhile: not more, rather than equal)
+    assert during <= before
