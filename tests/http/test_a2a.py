@@ -173,13 +173,18 @@ async def test_a_data_part_can_deny_the_prompt(url: str) -> None:
     assert done.status.state in (S.TASK_STATE_COMPLETED, S.TASK_STATE_FAILED), done
 
 
-async def test_streaming_message_yields_the_task_then_its_updates(url: str) -> None:
+async def test_streaming_message_yields_the_task_tokens_and_updates(url: str) -> None:
     async with a2a(url, streaming=True) as client:
-        request = SendMessageRequest(message=message("streamed", context="a2a-stream"))
+        request = SendMessageRequest(message=message("streamed words", context="a2a-stream"))
         events: list[StreamResponse] = [r async for r in client.send_message(request)]
     assert events[0].HasField("task")
-    states = [e.status_update.status.state for e in events[1:] if e.HasField("status_update")]
+    states = [e.status_update.status.state for e in events if e.HasField("status_update")]
     assert states[-1] == S.TASK_STATE_COMPLETED, events
+    artifacts = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    live = "".join(p.text for a in artifacts if a.artifact.name == "live" for p in a.artifact.parts)
+    assert live == "echo: streamed words"  # the model's tokens, as they came
+    [reply] = [a for a in artifacts if a.artifact.name == "reply"]
+    assert reply.last_chunk and reply.artifact.parts[0].text == "echo: streamed words"
 
 
 async def test_two_replicas_answer_for_the_same_task(url: str, replica: str, bus: Bus) -> None:
@@ -199,7 +204,9 @@ async def test_two_replicas_answer_for_the_same_task(url: str, replica: str, bus
         assert first.task.status.state == S.TASK_STATE_INPUT_REQUIRED
         done = await send(b, message("yes", context="a2a-two", task=started.id))
         assert done.status.state == S.TASK_STATE_COMPLETED
-        updates = [u.status_update.status.state async for u in stream]
+        updates = [
+            u.status_update.status.state async for u in stream if u.HasField("status_update")
+        ]
         assert updates[-1] == S.TASK_STATE_COMPLETED, updates
         ended = (await a.get_task(GetTaskRequest(id=started.id))).status.state
         assert ended == S.TASK_STATE_COMPLETED
@@ -221,7 +228,9 @@ async def test_subscribe_follows_a_task_answered_over_rest(url: str, replica: st
                 json={"decision": "approve"},
             )
             assert r.status_code == 202, r.text
-        updates = [u.status_update.status.state async for u in stream]
+        updates = [
+            u.status_update.status.state async for u in stream if u.HasField("status_update")
+        ]
         assert updates == [S.TASK_STATE_WORKING, S.TASK_STATE_COMPLETED]
         with pytest.raises(ERRORS, match="nothing to subscribe to"):
             await anext(a.subscribe(SubscribeToTaskRequest(id=waiting.id)))

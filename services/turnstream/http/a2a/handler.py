@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
+import orjson
 import uuid_utils
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
@@ -41,6 +42,7 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
+    TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
     TaskState,
     TaskStatus,
@@ -63,7 +65,7 @@ from turnstream.http.a2a.store import TaskRecord, TaskStore
 from turnstream.http.a2a.view import ACTED_ON, PAUSED, TERMINAL, TurnView
 from turnstream.http.auth import Principal, Scope
 from turnstream.http.context import HttpContext
-from turnstream.http.hub import Closed, Feed, LogItem
+from turnstream.http.hub import Closed, Feed, TokenItem
 from turnstream.http.problems import Problem
 from turnstream.http.submit import publish
 
@@ -220,7 +222,7 @@ class Handler(RequestHandler):
             if blocking and record.view.state not in PAUSED:
                 deadline = time.monotonic() + self.ctx.options.wait_default_s
                 async for _ in self._follow(record, feed, deadline):
-                    pass
+                    pass  # the end (or a prompt) is what counts
         length = (
             params.configuration.history_length
             if params.configuration.HasField("history_length")
@@ -232,12 +234,12 @@ class Handler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any]:
         who = _who(context)
-        async with self._started(params.message, who) as (record, feed):
+        async with self._started(params.message, who, tokens=True) as (record, feed):
             yield to_task(record)
             if record.view.state in PAUSED:
                 return
-            async for changed in self._follow(record, feed, None):
-                yield _update(changed)
+            async for event in self._stream(record, feed, PAUSED):
+                yield event
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
@@ -247,7 +249,7 @@ class Handler(RequestHandler):
         if record is None:
             raise TaskNotFoundError(message=f"no task {params.id!r}")
         _require(who, "read", record.view.session_id)
-        async with self.ctx.hub.feed(record.view.session_id) as feed:
+        async with self.ctx.hub.feed(record.view.session_id, tokens=True) as feed:
             await self._catch_up(record)  # after the feed: nothing slips between the two
             if record.view.terminal:
                 raise UnsupportedOperationError(
@@ -255,8 +257,8 @@ class Handler(RequestHandler):
                 )
             yield to_task(record)
             # a subscriber watches the task to its end, through any prompts on the way
-            async for changed in self._follow(record, feed, None, TERMINAL):
-                yield _update(changed)
+            async for event in self._stream(record, feed, TERMINAL):
+                yield event
 
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
@@ -282,8 +284,8 @@ class Handler(RequestHandler):
         return to_task(record)
 
     # ---- the shared path
-    def _started(self, message: Message, who: Principal) -> Any:
-        return _Started(self, message, who)
+    def _started(self, message: Message, who: Principal, *, tokens: bool = False) -> Any:
+        return _Started(self, message, who, tokens)
 
     async def _command(self, session_id: str, command: dict[str, Any], feed: Feed) -> Any:
         try:
@@ -304,9 +306,10 @@ class Handler(RequestHandler):
         feed: Feed,
         deadline: float | None,
         until: frozenset[str] = PAUSED,
-    ) -> AsyncIterator[TaskRecord]:
+    ) -> AsyncIterator[TaskRecord | TokenItem]:
         """The task's record each time its state changes, until its state is in `until`
-        (or `deadline` passes, or the feed closes); each change is saved."""
+        (or `deadline` passes, or the feed closes); each change is saved. Token deltas of
+        the turn too, when the feed carries them."""
         view = record.view
         while view.state not in until:
             left = None if deadline is None else deadline - time.monotonic()
@@ -316,7 +319,10 @@ class Handler(RequestHandler):
                 item = await feed.get(left if left is not None else 15.0)
             except Closed:
                 return
-            if not isinstance(item, LogItem) or item.seq <= view.last_seq:
+            if isinstance(item, TokenItem):
+                yield item
+                continue
+            if item is None or item.seq <= view.last_seq:
                 continue
             if item.event_type in ACTED_ON:
                 changed = view.feed(item.seq, decode(item.data))
@@ -330,6 +336,36 @@ class Handler(RequestHandler):
                         record.revision = fresh.revision
                         await self.store.save(record)
                 yield record
+
+    async def _stream(
+        self, record: TaskRecord, feed: Feed, until: frozenset[str]
+    ) -> AsyncIterator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
+        """A stream's events: the model's tokens as they come, appended to the `live`
+        artifact; each state change as a status update; at the end, the `reply` artifact
+        (the whole reply) before the final status."""
+        view = record.view
+        live = f"{view.turn_id}-live"
+        started = False
+        async for item in self._follow(record, feed, None, until):
+            if isinstance(item, TokenItem):
+                delta = _delta(item.data, view.turn_id)
+                if delta:
+                    yield TaskArtifactUpdateEvent(
+                        task_id=view.turn_id,
+                        context_id=view.session_id,
+                        artifact=Artifact(artifact_id=live, name="live", parts=[Part(text=delta)]),
+                        append=started,
+                    )
+                    started = True
+                continue
+            task = to_task(item)
+            for artifact in task.artifacts:
+                yield TaskArtifactUpdateEvent(
+                    task_id=task.id, context_id=task.context_id, artifact=artifact, last_chunk=True
+                )
+            yield TaskStatusUpdateEvent(
+                task_id=task.id, context_id=task.context_id, status=task.status
+            )
 
     # ---- not offered
     async def on_create_task_push_notification_config(
@@ -362,10 +398,11 @@ class _Started:
     """`async with`: the message published as the right command, the task's record and
     its session's feed (opened before publishing) for following it."""
 
-    def __init__(self, handler: Handler, message: Message, who: Principal) -> None:
+    def __init__(self, handler: Handler, message: Message, who: Principal, tokens: bool) -> None:
         self.handler = handler
         self.message = message
         self.who = who
+        self.tokens = tokens
         self._feed_cm: Any = None
 
     async def __aenter__(self) -> tuple[TaskRecord, Feed]:
@@ -395,7 +432,7 @@ class _Started:
         }
         sent = MessageToDict(message)
         sent.update(contextId=session)
-        self._feed_cm = handler.ctx.hub.feed(session)
+        self._feed_cm = handler.ctx.hub.feed(session, tokens=self.tokens)
         feed = await self._feed_cm.__aenter__()
         try:
             if record is None:
@@ -450,9 +487,17 @@ class _Started:
         await self._feed_cm.__aexit__(None, None, None)
 
 
-def _update(record: TaskRecord) -> TaskStatusUpdateEvent:
-    task = to_task(record)
-    return TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+def _delta(data: bytes, turn_id: str) -> str:
+    """A live token's text (`ts.live` payload `{turnId, iteration, index, delta}`), if it
+    is this turn's."""
+    try:
+        token = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return ""
+    if not isinstance(token, dict) or token.get("turnId") != turn_id:
+        return ""
+    delta = token.get("delta")
+    return delta if isinstance(delta, str) else ""
 
 
 def _who(context: ServerCallContext) -> Principal:
