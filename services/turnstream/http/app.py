@@ -275,8 +275,8 @@ def run(settings: Settings) -> None:
 
 
 def _loop_factory() -> Any:
-    """uvloop's event loop where it is installed (the `http` extra): it halves the
-    face's own cost per request (docs/performance.md); else asyncio's."""
+    """uvloop's event loop (a dependency, but not on Windows): the HTTP face's sockets
+    cost less on it (docs/performance.md); else asyncio's."""
     try:
         import uvloop
     except ImportError:
