@@ -234,3 +234,31 @@ async def test_workflows_and_agents(client: httpx.AsyncClient) -> None:
         ("researcher", True),
     ]
     assert agents[1]["tools"] == ["read_file", "list_dir"]
+
+
+async def test_the_fast_paths_and_the_routes_answer_alike(client: httpx.AsyncClient) -> None:
+    """`http/fast.py` serves ordinary POSTs and streams; an unusual request (a query
+    parameter it does not take) goes to the FastAPI route: the same answers either way."""
+    fast = await client.post("/v1/sessions/alike-1/messages?wait=true", json={"text": "a"})
+    routed = await client.post(
+        "/v1/sessions/alike-2/messages?wait=true&unused=1", json={"text": "a"}
+    )
+    assert fast.status_code == routed.status_code == 200
+    assert fast.json()["data"] == routed.json()["data"]
+    assert fast.headers["content-type"] == routed.headers["content-type"]
+    for query in ("", "&unused=1"):
+        r = await client.post(f"/v1/sessions/alike-1/messages?wait=maybe{query}", json={})
+        assert r.status_code == 422 and r.headers["content-type"] == PROBLEM
+        headers = {"Last-Event-ID": "x"}
+        r = await client.get(f"/v1/sessions/alike-1/stream?tokens=false{query}", headers=headers)
+        assert r.status_code == 422 and r.headers["content-type"] == PROBLEM, r.text
+    for query in ("", "&unused=1"):
+        async with client.stream(
+            "GET",
+            f"/v1/sessions/alike-1/stream?after=0{query}",
+            headers={"Accept": "text/event-stream"},
+        ) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines = stream.aiter_lines()
+            assert (await anext(lines)).startswith("event: ")

@@ -28,7 +28,7 @@ from turnstream.bus import Bus, connect
 from turnstream.http import a2a, commands, reads, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
-from turnstream.http.fast import FastMessages
+from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
 from turnstream.runtime import source_name, tune_gc
@@ -78,7 +78,7 @@ def create_app(
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["ops"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["ops"])
     a2a.mount(app)  # /a2a and /.well-known/agent-card.json
-    app.add_middleware(FastMessages)  # the hot POST without FastAPI's per-request cost
+    app.add_middleware(FastPaths)  # the hot POST and stream without FastAPI's per-request cost
     app.add_middleware(BodyLimit, max_bytes=settings.max_input_bytes)
     app.add_middleware(AccessLog)
     return app

@@ -150,11 +150,17 @@ async def stream(
     start: Annotated[int, Depends(resume_after)],
     tokens: Annotated[bool, Query(description="Also send token deltas (`event: token`)")] = True,
 ) -> SSEResponse:
-    ctx = await context(request)
+    return open_stream(await context(request), request, session, start, tokens)
+
+
+def open_stream(
+    ctx: HttpContext, request: Request, session: str, after: int, tokens: bool
+) -> SSEResponse:
+    """The stream of a checked caller (the route's, and `fast.FastPaths`')."""
 
     async def body() -> AsyncIterator[bytes]:
         async with ctx.hub.feed(session, tokens=tokens) as feed:
-            async for item in events(ctx, request, feed, session, start):
+            async for item in events(ctx, request, feed, session, after):
                 yield item
 
     return SSEResponse(body())
