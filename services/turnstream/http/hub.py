@@ -82,11 +82,14 @@ class Feed:
         try:
             item = self.queue.get_nowait()  # the common case under load: no timer at all
         except asyncio.QueueEmpty:
-            try:
-                async with asyncio.timeout(timeout):
-                    item = await self.queue.get()
-            except TimeoutError:
-                return None
+            if timeout is None:
+                item = await self.queue.get()
+            else:
+                try:
+                    async with asyncio.timeout(timeout):
+                        item = await self.queue.get()
+                except TimeoutError:
+                    return None
         if isinstance(item, Closed):
             raise item
         return item

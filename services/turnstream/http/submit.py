@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -64,13 +65,19 @@ class Reader:
                     self.ended_bytes = data
 
     async def until(self, done: Any, deadline: float) -> bool:
-        while not done():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            item = await self.feed.get(left)
-            if isinstance(item, LogItem):
-                self.take(item.seq, item.event_type, item.data)
+        """Take the feed's items until `done()` (True) or `deadline` (monotonic; False).
+        One timer for the whole wait, not one per item (a turn brings a dozen)."""
+        if done():
+            return True
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
+                while not done():
+                    item = await self.feed.get()
+                    if isinstance(item, LogItem):
+                        self.take(item.seq, item.event_type, item.data)
+        except TimeoutError:
+            return bool(done())
         return True
 
 
