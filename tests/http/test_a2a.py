@@ -275,9 +275,12 @@ async def test_a_v0_3_client_is_answered_on_the_same_url(url: str) -> None:
     }
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         r = await http.post("/a2a", json=body)
-    result = r.json()["result"]
-    assert result["kind"] == "task" and result["status"]["state"] == "completed", result
-    assert result["contextId"] == "a2a-v03"
+        result = r.json()["result"]
+        assert result["kind"] == "task" and result["status"]["state"] == "completed", result
+        assert result["contextId"] == "a2a-v03"
+        get = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": result["id"]}}
+        again = (await http.post("/a2a", json=get)).json()["result"]
+    assert again["id"] == result["id"] and again["status"]["state"] == "completed", again
 
 
 @pytest.fixture(scope="module")
