@@ -316,3 +316,23 @@ class TestKeys:
                 await send(reader, message("hello", context="partner-2"))
             seen = await reader.get_task(GetTaskRequest(id=task.id))
             assert seen.status.state == S.TASK_STATE_COMPLETED
+
+
+async def test_two_replicas_writing_one_task_merge(services: Settings, bus: Bus) -> None:
+    """Replicas write a task's entry with compare-and-set; a writer that lost the race
+    keeps the view folded furthest and the union of the client's messages."""
+    from turnstream.http.a2a.store import TaskRecord, TaskStore
+    from turnstream.http.a2a.view import TurnView
+
+    one, other = TaskStore(bus), TaskStore(bus)
+    await one.put(TaskRecord(TurnView("merge-t1", "s", last_seq=5), [{"messageId": "m1"}]))
+    a, b = await one.get("merge-t1"), await other.get("merge-t1")
+    assert a is not None and b is not None
+    a.view.last_seq, a.view.state = 9, "completed"
+    await one.put(a)
+    b.messages.append({"messageId": "m2"})
+    await other.put(b)  # stale revision: merged, not lost
+    merged = await one.get("merge-t1")
+    assert merged is not None
+    assert (merged.view.last_seq, merged.view.state) == (9, "completed")
+    assert [m["messageId"] for m in merged.messages] == ["m1", "m2"]

@@ -200,7 +200,7 @@ class Handler(RequestHandler):
             if not more or not page:
                 break
         if view.last_seq != before:
-            await self.store.save(record)
+            await self.store.put(record)
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
         record = await self.load(params.id, _who(context))
@@ -330,11 +330,7 @@ class Handler(RequestHandler):
                 view.last_seq = item.seq
                 changed = False
             if changed:
-                if not await self.store.save(record):
-                    fresh = await self.store.get(view.turn_id)
-                    if fresh is not None:  # another replica wrote: keep its revision
-                        record.revision = fresh.revision
-                        await self.store.save(record)
+                await self.store.put(record)
                 yield record
 
     async def _stream(
@@ -452,8 +448,7 @@ class _Started:
                     view = TurnView(turn, session, last_seq=start)
                     record = TaskRecord(view, [sent], owner=who.name)
                     await handler._catch_up(record)
-                    if not await handler.store.save(record):
-                        record = await handler.store.get(turn) or record
+                    await handler.store.put(record)
             else:
                 view = record.view
                 if view.terminal:
@@ -477,7 +472,7 @@ class _Started:
                 await handler._command(session, command, feed)
                 record.messages.append(sent)
                 await handler._catch_up(record)
-                await handler.store.save(record)
+                await handler.store.put(record)
         except BaseException:
             await self._feed_cm.__aexit__(None, None, None)
             raise

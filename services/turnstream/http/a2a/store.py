@@ -97,6 +97,26 @@ class TaskStore:
             return None
         return TaskRecord.from_json(entry.value, entry.revision)
 
+    async def put(self, record: TaskRecord) -> None:
+        """Write `record`; if another replica wrote the entry meanwhile, merge: the view
+        folded furthest wins (both fold the same log), the client's messages are the union
+        (by messageId). A few tries, then the next writer carries on."""
+        for _ in range(3):
+            if await self.save(record):
+                return
+            stored = await self.get(record.view.turn_id)
+            if stored is None:
+                record.revision = 0
+                continue
+            if stored.view.last_seq > record.view.last_seq:
+                # in place: a caller folding into `record.view` goes on from there
+                vars(record.view).update(vars(stored.view))
+            seen = {m.get("messageId") for m in stored.messages}
+            record.messages = stored.messages + [
+                m for m in record.messages if m.get("messageId") not in seen
+            ]
+            record.revision = stored.revision
+
     async def save(self, record: TaskRecord) -> bool:
         """Write `record` if the entry is still at `record.revision`; False if another
         replica wrote first (the record is then re-read by whoever needs it)."""
