@@ -62,6 +62,9 @@ class Feed:
 
     session_id: str
     tokens: bool = False
+    kinds: frozenset[str] | None = None
+    """Only these event types (None: all): a waiting POST wakes for its verdict and its
+    turn's end, not for each of the turn's dozen other events."""
     queue: asyncio.Queue[LogItem | TokenItem | Closed] = field(
         default_factory=lambda: asyncio.Queue(FEED_LIMIT + 1)
     )
@@ -130,9 +133,11 @@ class Hub:
             self.last_seq = seq
             feeds = self.feeds.get(subject[prefix_len:dot])
             if feeds:
-                item = LogItem(seq, subject[dot + 1 :], msg.data)
+                kind = subject[dot + 1 :]
+                item = LogItem(seq, kind, msg.data)
                 for feed in list(feeds):
-                    feed.put(item)
+                    if feed.kinds is None or kind in feed.kinds:
+                        feed.put(item)
 
         live_len = len(subjects.prefix) + 6  # "<prefix>.live."
 
@@ -169,11 +174,14 @@ class Hub:
         log.info("hub following %s and %s.live.>", subjects.log_all, subjects.prefix)
 
     @contextlib.asynccontextmanager
-    async def feed(self, session_id: str, *, tokens: bool = False) -> AsyncIterator[Feed]:
-        """A feed of `session_id`, registered for as long as the block runs."""
+    async def feed(
+        self, session_id: str, *, tokens: bool = False, kinds: frozenset[str] | None = None
+    ) -> AsyncIterator[Feed]:
+        """A feed of `session_id` (of the event types `kinds` only, if given), registered
+        for as long as the block runs."""
         if not self._subs:
             await self.start()
-        feed = Feed(session_id, tokens)
+        feed = Feed(session_id, tokens, kinds)
         if self._closing:
             feed.put(Closed("the server is shutting down"))
         self.feeds.setdefault(session_id, set()).add(feed)

@@ -119,7 +119,8 @@ async def submit(
     """Publish `command`; answer 202 with its verdict (or 200 with `TurnEnded` when
     `wait_s` is given), 422 with a rejection, 504 when the wait runs out."""
     key: str = command["idempotencyKey"]
-    async with ctx.hub.feed(session_id) as feed:  # before publishing: nothing can slip past
+    # the feed before publishing (nothing can slip past), of the kinds `Follow` reads
+    async with ctx.hub.feed(session_id, kinds=FOLLOWED_TYPES) as feed:
         start = time.monotonic()
         follow, reader, duplicate = await publish(ctx, session_id, command, feed)
         if follow.rejected is not None:
