@@ -262,3 +262,27 @@ async def test_the_fast_paths_and_the_routes_answer_alike(client: httpx.AsyncCli
             assert stream.headers["content-type"].startswith("text/event-stream")
             lines = stream.aiter_lines()
             assert (await anext(lines)).startswith("event: ")
+
+
+async def test_before_the_services_created_the_log_the_face_says_503(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The face creates no stream (its NATS user may not): on a server where no service
+    has run yet, a command or a stream is a 503 that says so, not a 500."""
+    from tests.http.conftest import http_app
+    from tests.integration.conftest import settings_for
+    from turnstream.bus.embedded import EmbeddedServer
+
+    tmp = tmp_path_factory.mktemp("bare")
+    with EmbeddedServer(tmp / "nats") as server:
+        async with (
+            http_app(settings_for(server, tmp)) as url,
+            httpx.AsyncClient(base_url=url, timeout=10) as bare,
+        ):
+            assert (await bare.get("/readyz")).status_code == 503
+            for r in (
+                await bare.post("/v1/sessions/s1/messages", json={"text": "hi"}),
+                await bare.get("/v1/sessions/s1/stream"),
+            ):
+                assert r.status_code == 503 and r.headers["content-type"] == PROBLEM, r.text
+                assert "does not exist yet" in r.json()["detail"]

@@ -71,6 +71,8 @@ class FastPaths:
                 if not last_event_id.strip().isdigit():
                     raise invalid_input("Last-Event-ID must be a TS_LOG sequence (digits)")
                 after = int(last_event_id)
+            if not ctx.hub.started:
+                await ctx.hub.start()  # a 503 now, while a status code can still say it
             request = Request(scope, receive)
             response: Any = open_stream(ctx, request, session, after, query["tokens"])
         except Problem as problem:

@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nats.js import api
+from nats.js.errors import NotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.scan import stream_seq
 from turnstream.http.direct import DirectGets
+from turnstream.http.problems import Problem
 
 log = logging.getLogger("turnstream.http")
 FEED_LIMIT = 10_000
@@ -115,10 +117,20 @@ class Hub:
         """The log stream's replicas, read when the hub subscribes (0 before)."""
 
     async def start(self) -> None:
-        """Subscribe (once); every event appended after this returns reaches the hub."""
+        """Subscribe (once); every event appended after this returns reaches the hub.
+        A 503 problem while the log stream does not exist (the services create it)."""
         async with self._starting:
             if not self._subs:
-                await self._subscribe()
+                try:
+                    await self._subscribe()
+                except NotFoundError:
+                    raise Problem(
+                        503,
+                        "not_ready",
+                        "Not ready",
+                        f"stream {self.bus.subjects.log_stream} does not exist yet: the "
+                        "services create it when they start (turnstream up)",
+                    ) from None
 
     async def _subscribe(self) -> None:
         subjects = self.bus.subjects
@@ -193,6 +205,10 @@ class Hub:
                 feeds.discard(feed)
                 if not feeds:
                     del self.feeds[session_id]
+
+    @property
+    def started(self) -> bool:
+        return bool(self._subs)
 
     @property
     def open_feeds(self) -> int:

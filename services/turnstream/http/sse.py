@@ -150,7 +150,10 @@ async def stream(
     start: Annotated[int, Depends(resume_after)],
     tokens: Annotated[bool, Query(description="Also send token deltas (`event: token`)")] = True,
 ) -> SSEResponse:
-    return open_stream(await context(request), request, session, start, tokens)
+    ctx = await context(request)
+    if not ctx.hub.started:
+        await ctx.hub.start()  # a 503 now, while a status code can still say it
+    return open_stream(ctx, request, session, start, tokens)
 
 
 def open_stream(
