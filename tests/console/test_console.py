@@ -21,14 +21,16 @@ from turnstream.bus.embedded import EmbeddedServer
 from turnstream.settings import Settings
 
 pytestmark = pytest.mark.integration
-expect = playwright.expect
+expect = playwright.expect if playwright else None
 REPLY = "Streaming this reply word by word so that the console can show every token as it comes"
 SCRIPT = script(
     [
         {"text": REPLY + ": {input}", "delay_ms": 120},
         {
             "text": "writing a note",
-            "tool_calls": [{"name": "write_file", "arguments": {"path": "note.txt", "content": "x" * 900}}],
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "note.txt", "content": "x" * 900}}
+            ],
         },
         {"text": "done: {last_tool_result:60}"},
     ]
@@ -42,7 +44,11 @@ def settings(nats_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFacto
     (tmp / "script.yaml").write_text(SCRIPT)
     (tmp / "workspace").mkdir()
     return settings_for(
-        nats_server, tmp, script=tmp / "script.yaml", security_mode="ask", workflows=REPO / "workflows"
+        nats_server,
+        tmp,
+        script=tmp / "script.yaml",
+        security_mode="ask",
+        workflows=REPO / "workflows",
     )
 
 
@@ -184,7 +190,9 @@ async def test_the_workflow_graph_follows_a_running_workflow(
     # the demo's stages ask to grant `grep` outside their envelope: the run waits on it
     approve = page.locator("button[data-action=approve]")
     await expect(approve).to_be_visible(timeout=20_000)
-    running = page.locator('#wf-graph .wf-node[data-status="act"], #wf-graph .wf-node[data-status="running"]')
+    running = page.locator(
+        '#wf-graph .wf-node[data-status="act"], #wf-graph .wf-node[data-status="running"]'
+    )
     await expect(running).not_to_have_count(0)
     await page.screenshot(path=artifacts / "workflow-running.png", full_page=True)
     await approve.click()

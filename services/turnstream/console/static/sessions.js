@@ -108,7 +108,7 @@ export function sessionsView(root, { toast }) {
       for (const p of prompts.items) if (!p.answered) pending.set(p.sessionId, (pending.get(p.sessionId) || 0) + 1);
       if (!stopped) render(summaries);
     } catch (error) {
-      if (error.name !== "AbortError" && error.status !== 503) toast(error.message);
+      if (error.name !== "AbortError" && error.status !== 503 && error.status !== 401) toast(error.message);
     }
     if (!stopped) timer = setTimeout(poll, POLL_MS);
   }

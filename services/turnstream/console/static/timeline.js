@@ -283,10 +283,15 @@ export function laneHtml(t, { canApprove }) {
   </header>
   ${stagesHtml(t)}
   <div class="lane-body">${t.items.map((item) => itemHtml(t, item, canApprove))}
-  ${t.reply && !t.items.some((i) => i.kind === "text" && t.iterations.get(i.iteration)?.text === t.reply) ? html`<div class="msg reply"><span class="who">reply</span>${t.reply}</div>` : ""}
+  ${t.reply && t.reply.trim() !== said(t) ? html`<div class="msg reply"><span class="who">reply</span>${t.reply}</div>` : ""}
   ${t.status !== "running" && t.reason ? html`<div class="end ${t.status === "completed" ? "" : "bad"}">${t.reason}${t.nextAction ? html`<br><span class="muted">next: ${t.nextAction}</span>` : ""}</div>` : ""}
   </div>
 </section>`;
+}
+
+/** What the model said over the turn's rounds (the reply, unless a hook changed it). */
+function said(t) {
+  return [...t.iterations.values()].map((it) => it.text).filter(Boolean).join("\n\n").trim();
 }
 
 function stagesHtml(t) {
