@@ -27,14 +27,17 @@ export function graphHtml(wf) {
 function nodeHtml(name, rows, onFail, role) {
   const row = rows.get(name);
   const status = row?.status || "pending";
+  // an exited stage shows how it ended: ok, or the verdict that failed it
+  const shown = status === "exited" && row.verdict ? row.verdict : status;
+  const tone = { ok: "ok", exited: "ok", fail: "failed", init_failed: "failed", cancelled: "failed" }[shown] || shown;
   const recover = onFail?.[name];
   const detail = row && row.status !== "pending"
     ? [row.verdict, row.attempts ? `attempt ${row.attempts}` : null, row.durationS != null ? ms(row.durationS * 1000) : null].filter(Boolean).join(" · ")
     : "";
   return html`<div class="wf-cell">
-    <div class="wf-node st-${status}" data-stage="${name}" data-status="${status}" title="${row?.reason || ""}">
+    <div class="wf-node st-${tone}" data-stage="${name}" data-status="${status}" title="${row?.reason || ""}">
       <div class="wf-name">${name}</div>
-      <div class="wf-status"><span class="badge st-${status}">${status}</span> <small class="muted">${role === "stage" ? "" : role}</small></div>
+      <div class="wf-status"><span class="badge st-${tone}">${shown}</span> <small class="muted">${role === "stage" ? "" : role}</small></div>
       ${detail ? html`<div class="wf-detail">${detail}</div>` : ""}
       ${row?.reason ? html`<div class="wf-reason">${row.reason}</div>` : ""}
     </div>

@@ -3,8 +3,10 @@
 
 import { allEvents, api, follow, post } from "./api.js";
 import { graphHtml } from "./graph.js";
-import { Timeline, laneHtml, notesHtml } from "./timeline.js";
-import { $, debounce, folded, html, short } from "./util.js";
+import { Timeline, laneHtml, notesHtml, tick } from "./timeline.js";
+import { $, debounce, folded, html, raw, short } from "./util.js";
+
+const LIVE_HINT = '<p class="muted hint">Drag the slider (or use the arrow keys on it) to see the session rebuilt by the server at any event: its history, pending approvals and workflow stage.</p>';
 
 export function sessionView(root, { session, params, toast }) {
   const enc = encodeURIComponent(session);
@@ -41,7 +43,7 @@ export function sessionView(root, { session, params, toast }) {
           <button id="verify" class="small" title="turnstream replay --verify">Verify replay</button>
           <span id="verify-result" class="muted"></span>
         </div>
-        <div id="replay-state" class="replay-state"></div>
+        <div id="replay-state" class="replay-state">${raw(LIVE_HINT)}</div>
       </section>
     </aside>
   </div>
@@ -55,11 +57,18 @@ export function sessionView(root, { session, params, toast }) {
   let scheduled = false;
   let closed = false;
   let wfTimer = null;
+  const clock = setInterval(() => {
+    const active = tl.active;
+    const lane = active && document.getElementById(`turn-${active.id}`);
+    if (lane) tick(active, lane);
+  }, 1000);
   const openDetails = new Set();
 
   const render = () => {
     scheduled = false;
     if (closed) return;
+    // a reader at the bottom keeps following the newest events; one who scrolled up stays
+    const following = window.innerHeight + window.scrollY >= document.body.scrollHeight - 160;
     for (const id of tl.dirty) {
       const turn = tl.turns.get(id);
       const existing = document.getElementById(`turn-${id}`);
@@ -87,7 +96,9 @@ export function sessionView(root, { session, params, toast }) {
     $("#steer", root).disabled = !active;
     updateSlider();
     if (tl.workflow) scheduleWorkflow();
+    if (following && loaded && atSeq == null) window.scrollTo(0, document.body.scrollHeight);
   };
+  let loaded = false;
   let notesShown = 0;
   const schedule = () => {
     if (!scheduled) {
@@ -136,7 +147,7 @@ export function sessionView(root, { session, params, toast }) {
     if (atSeq != null && ev[3]) document.getElementById(`turn-${ev[3]}`)?.classList.add("at");
     label();
     if (atSeq == null) {
-      $("#replay-state", root).innerHTML = "";
+      $("#replay-state", root).innerHTML = LIVE_HINT;
       if (tl.workflow) scheduleWorkflow();
       return;
     }
@@ -251,10 +262,12 @@ export function sessionView(root, { session, params, toast }) {
     if (closed) return;
     for (const { seq, event } of events) tl.apply(seq, event.type, event);
     render();
+    loaded = true;
     const after = events.length ? events[events.length - 1].seq : 0;
     root.querySelector(".session-page").dataset.loaded = "true";
     window.__turnstream = { ...(window.__turnstream || {}), timelineMs: performance.now() - started, lanes: tl.order.length };
     if (params.get("at")) goTo(Number(params.get("at")));
+    else if (!tl.workflow) window.scrollTo(0, document.body.scrollHeight); // newest turn, as a chat
     stream = follow(session, {
       event(seq, type, data) {
         tl.apply(seq, type, data);
@@ -274,6 +287,7 @@ export function sessionView(root, { session, params, toast }) {
 
   return () => {
     closed = true;
+    clearInterval(clock);
     stream?.close();
     clearTimeout(wfTimer);
   };

@@ -19,6 +19,11 @@ const IN_A_TURN = new Set([
   "RenderEmitted", "TurnEnded", "StageEntered", "StageAssertOutcome", "StageExited",
 ]);
 
+const STAGE_NOTE = {
+  StageCheckGateResult: "gate", StageCompletionChecked: "completion", StageGranted: "granted",
+  StageCancelled: "stage cancelled", StageInitFailed: "stage init failed",
+};
+
 export class Timeline {
   constructor() {
     this.turns = new Map();
@@ -237,7 +242,9 @@ export class Timeline {
         break;
       default:
         if (type.startsWith("Stage") && t) {
-          t.items.push({ kind: "note", text: `${type}${d.outcome ? `: ${d.outcome}` : ""}${d.reason ? ` — ${d.reason}` : ""}` });
+          const what = STAGE_NOTE[type] || type;
+          const how = d.outcome || d.tool || d.stage || "";
+          t.items.push({ kind: "note", cls: ["block", "invalid", "batch_rejected"].includes(d.outcome) ? "warn" : "", text: `${what}${how ? `: ${how}` : ""}${d.reason ? ` — ${d.reason}` : ""}${d.detail ? ` — ${d.detail}` : ""}` });
         }
     }
   }
@@ -276,7 +283,7 @@ export function laneHtml(t, { canApprove }) {
     <span class="badge s-${t.status}">${t.status}</span>
     ${t.stageName ? html`<span class="chip">stage ${t.stageName}</span>` : ""}
     <span class="turn-id" title="${t.id}">turn ${short(t.id, 10)}</span>
-    <span class="muted">${duration != null ? ms(duration) : elapsed != null ? `${ms(elapsed)}…` : ""}</span>
+    <span class="muted elapsed">${duration != null ? ms(duration) : elapsed != null ? `${ms(elapsed)}…` : ""}</span>
     <span class="muted">${t.tokensIn || t.tokensOut ? `${t.tokensIn} in · ${t.tokensOut} out` : ""}</span>
     ${t.calls ? html`<span class="muted">${t.calls} tool call${t.calls > 1 ? "s" : ""}</span>` : ""}
     ${t.failureClass ? html`<span class="badge bad">${t.failureClass}</span>` : ""}
@@ -294,7 +301,16 @@ function said(t) {
   return [...t.iterations.values()].map((it) => it.text).filter(Boolean).join("\n\n").trim();
 }
 
-function stagesHtml(t) {
+/** A running lane's clock and stage bar, redrawn in place (its buttons stay as they are). */
+export function tick(t, lane) {
+  if (t.status !== "running" || !t.startedAt) return;
+  const elapsed = lane.querySelector(".elapsed");
+  if (elapsed) elapsed.textContent = `${ms(Date.now() - Date.parse(t.startedAt))}…`;
+  const bar = lane.querySelector(".stages");
+  if (bar && t.stages.length) bar.outerHTML = String(stagesHtml(t, false));
+}
+
+function stagesHtml(t, table = true) {
   if (!t.stages.length) return "";
   const now = Date.now();
   const spans = t.stages.map((s) => {
@@ -308,7 +324,9 @@ function stagesHtml(t) {
     return html`<span class="seg g-${s.stage}${s.end ? "" : " open"}${s.outcome === "failed" ? " failed" : ""}" style="flex-grow:${grow.toFixed(4)}" title="${label}">${grow > 0.12 ? STAGE_LABEL[s.stage] : ""}</span>`;
   });
   const rows = spans.map((s) => html`<tr><td>${s.iteration}</td><td><i class="dot g-${s.stage}"></i>${STAGE_LABEL[s.stage] || s.stage}</td><td>${s.end ? ms(s.ms) : "running"}</td><td>${s.outcome || ""}</td></tr>`);
-  return html`<div class="stages" role="img" aria-label="stages">${segs}</div>
+  const bar = html`<div class="stages" role="img" aria-label="stages">${segs}</div>`;
+  if (!table) return bar;
+  return html`${bar}
   <details class="stage-table" data-key="stages-${t.id}"><summary>${spans.length} stages</summary><table><tr><th>round</th><th>stage</th><th>took</th><th>outcome</th></tr>${rows}</table></details>`;
 }
 

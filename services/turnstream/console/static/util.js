@@ -65,10 +65,11 @@ export function pretty(value) {
 
 /** A value shown whole when short, folded in a <details> when long. */
 export function folded(label, value, limit = 240, key = "") {
-  const text = pretty(value);
-  if (text.length <= limit && !text.includes("\n")) {
-    return html`<code class="inline">${text}</code>`;
+  const compact = typeof value === "string" ? value : JSON.stringify(value);
+  if (compact.length <= limit && !compact.includes("\n")) {
+    return html`<code class="inline">${compact}</code>`;
   }
+  const text = pretty(value);
   const head = text.slice(0, 80).replace(/\s+/g, " ");
   return html`<details class="fold" data-key="${key}"><summary>${label} · ${text.length.toLocaleString()} chars · <span class="muted">${head}…</span></summary><pre>${text}</pre></details>`;
 }
