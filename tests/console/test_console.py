@@ -246,3 +246,17 @@ async def test_the_stream_resumes_after_the_server_restarts(
     await expect(page.locator(".lane-head .badge.s-completed")).to_be_visible(timeout=20_000)
     # while the server was down the browser logged its refused connections: not page errors
     page.errors[:] = [e for e in page.errors if "ERR_CONNECTION_REFUSED" not in e]
+
+
+async def test_the_replay_routes_answer_as_the_slider_reads_them(http: httpx.AsyncClient) -> None:
+    events = (await http.get("/v1/sessions/chat-1/events?limit=1000")).json()["items"]
+    asked = next(i["seq"] for i in events if i["event"]["type"] == "InteractionRequested")
+    at = (await http.get(f"/v1/sessions/chat-1/replay?at={asked}")).json()
+    assert at["at"] == asked and at["event"]["type"] == "InteractionRequested"
+    assert [p["tool"] for p in at["pendingApprovals"]] == ["write_file"]
+    assert at["active"]["stage"] == "TOOL_CALL"
+    now = (await http.get("/v1/sessions/chat-1/replay")).json()
+    assert now["pendingApprovals"] == [] and now["active"] is None
+    assert len(now["history"]) > len(at["history"])
+    assert (await http.get("/v1/sessions/chat-1/verify")).json()["equal"] is True
+    assert (await http.get("/v1/sessions/nobody/replay")).status_code == 404
