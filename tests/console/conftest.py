@@ -39,6 +39,11 @@ except ImportError:  # pragma: no cover - a dev install has it (pyproject's dev 
     playwright = None  # type: ignore[assignment]
 
 
+if playwright is not None:
+    # two shared cores and other suites running: wait longer than playwright's 5 s default
+    playwright.expect.set_options(timeout=15_000)
+
+
 def need_browser() -> None:
     """Skip, saying why, when the browser tests cannot run here."""
     if not CHROMIUM.exists():

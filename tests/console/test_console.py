@@ -25,7 +25,7 @@ expect = playwright.expect if playwright else None
 REPLY = "Streaming this reply word by word so that the console can show every token as it comes"
 SCRIPT = script(
     [
-        {"text": REPLY + ": {input}", "delay_ms": 120},
+        {"text": REPLY + ": {input}", "delay_ms": 250},
         {
             "text": "writing a note",
             "tool_calls": [
@@ -35,7 +35,8 @@ SCRIPT = script(
         {"text": "done: {last_tool_result:60}"},
     ]
 )
-"""Per session: the 1st turn streams slowly, the 2nd asks to write a file (a prompt)."""
+"""Per session: the 1st turn streams slowly (about 4 s: the sessions view, which polls every
+2 s, sees it running), the 2nd asks to write a file (a prompt)."""
 
 
 @pytest.fixture(scope="module")

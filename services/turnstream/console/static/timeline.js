@@ -34,6 +34,7 @@ export class Timeline {
     this.seqs = []; // every event: [seq, type, time, turnId]
     this.workflow = false;
     this.dirty = new Set();
+    this.early = new Map(); // tokens that came before their model call's event: turn|round -> text
   }
 
   turn(id, seq, time) {
@@ -113,7 +114,9 @@ export class Timeline {
         break;
       }
       case "ProviderRequestStarted": {
-        const it = { iteration: d.iteration, text: "", streaming: "", model: `${d.provider}/${d.model}`, done: false };
+        const key = `${t.id}|${d.iteration}`;
+        const it = { iteration: d.iteration, text: "", streaming: this.early.get(key) || "", model: `${d.provider}/${d.model}`, done: false };
+        this.early.delete(key);
         t.iterations.set(d.iteration, it);
         t.items.push({ kind: "text", iteration: d.iteration });
         break;
@@ -259,9 +262,13 @@ export class Timeline {
   /** A token delta: true when it was drawn in place (no re-render needed). */
   token(d, root) {
     const t = this.turns.get(d.turnId);
-    if (!t) return false;
-    const it = t.iterations.get(d.iteration);
-    if (!it || it.done) return false;
+    const it = t?.iterations.get(d.iteration);
+    if (!it) {
+      const key = `${d.turnId}|${d.iteration}`;
+      this.early.set(key, (this.early.get(key) || "") + d.delta);
+      return true;
+    }
+    if (it.done) return true;
     it.streaming += d.delta;
     const node = root.querySelector(`[data-stream="${CSS.escape(`${d.turnId}|${d.iteration}`)}"]`);
     if (!node) {
