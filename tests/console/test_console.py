@@ -261,3 +261,19 @@ async def test_the_replay_routes_answer_as_the_slider_reads_them(http: httpx.Asy
     assert len(now["history"]) > len(at["history"])
     assert (await http.get("/v1/sessions/chat-1/verify")).json()["equal"] is True
     assert (await http.get("/v1/sessions/nobody/replay")).status_code == 404
+
+
+async def test_a_follow_up_queues_and_the_hard_stop_ends_the_turn(page: Any) -> None:
+    await page.goto("/#/s/stop-1")
+    await expect(page.locator("#conn")).to_have_text("● live")
+    await page.fill("#composer textarea", "start streaming")
+    await page.click("#composer button[value=message]")
+    await expect(page.locator(".msg.assistant .text.streaming")).not_to_have_text("")
+    await expect(page.locator("#steer")).to_be_enabled()
+    await page.fill("#composer textarea", "and then this")
+    await page.click("#composer button[value=message]")  # a turn runs: this one waits
+    await expect(page.locator(".lane").nth(1)).to_contain_text("queued behind turn")
+    await page.click("#int-hard")
+    first = page.locator(".lane").first
+    await expect(first.locator(".lane-head")).to_contain_text("interrupted")
+    await expect(first).to_contain_text("hard interrupt from http:loopback")
