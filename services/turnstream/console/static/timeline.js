@@ -181,6 +181,13 @@ export class Timeline {
         });
         break;
       case "ToolInvocationRequested":
+        if (!this.calls.has(d.invocationId) && t) {
+          // a log with no proposal for it (one an audit flags): drawn from the request
+          const call = { id: d.invocationId, turn: t.id, tool: d.tool, args: d.args, status: "requested", output: null, error: null, prompt: null, seq };
+          this.calls.set(d.invocationId, call);
+          t.items.push({ kind: "call", call });
+          t.calls++;
+        }
         this.call(d.invocationId, (c) => (c.status = "requested"));
         break;
       case "ToolInvocationStarted":
