@@ -198,6 +198,7 @@ export class Timeline {
           c.status = "succeeded";
           c.output = d.output;
           c.duration = d.durationMs;
+          if (d.truncated) c.cut = `cut to the result budget: ${d.size.toLocaleString()} bytes in all${d.blob ? `, kept as ${d.blob}` : ""}`;
         });
         break;
       case "ToolInvocationFailed":
@@ -369,6 +370,7 @@ function callHtml(c, canApprove) {
   <div class="call-head"><span class="tool">⚙ ${c.tool}</span><span class="badge c-${c.status.split(" ")[0]}">${c.status}</span>${c.duration != null ? html`<span class="muted">${ms(c.duration)}</span>` : ""}${c.by ? html`<span class="muted">by ${c.by}</span>` : ""}${c.mode ? html`<span class="muted">mode ${c.mode}</span>` : ""}</div>
   <div class="kv"><span class="k">args</span>${folded("arguments", c.args, 160, `args-${c.id}`)}</div>
   ${c.output != null ? html`<div class="kv"><span class="k">result</span>${folded("result", c.output, 160, `out-${c.id}`)}</div>` : ""}
+  ${c.cut ? html`<div class="kv"><span class="k"></span><span class="muted">${c.cut}</span></div>` : ""}
   ${c.error ? html`<div class="kv bad"><span class="k">error</span>${c.error}</div>` : ""}
   ${c.skip ? html`<div class="kv"><span class="k">skipped</span>${c.skip}</div>` : ""}
   ${c.prompt ? html`<div class="prompt${open ? " open" : ""}"><div>${folded("prompt", c.prompt.text, 200, `prompt-${c.id}`)}</div>${
