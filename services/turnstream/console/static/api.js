@@ -33,7 +33,12 @@ export async function api(path, { method = "GET", body, signal } = {}) {
     signal,
   });
   const text = await response.text();
-  const data = text ? JSON.parse(text) : null;
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = { detail: `${response.status} ${response.statusText}: not JSON (a proxy in the way?)` };
+  }
   if (!response.ok) {
     if (response.status === 401) auth.onUnauthenticated();
     throw new ApiError(response.status, data || {});
