@@ -19,6 +19,10 @@ const IN_A_TURN = new Set([
   "RenderEmitted", "TurnEnded", "StageEntered", "StageAssertOutcome", "StageExited",
 ]);
 
+const NO_LANE = new Set([
+  "WorkflowAttached", "WorkflowExit", "InterruptReceived", "AuditViolation", "InputRejected",
+]);
+
 const STAGE_NOTE = {
   StageCheckGateResult: "gate", StageCompletionChecked: "completion", StageGranted: "granted",
   StageCancelled: "stage cancelled", StageInitFailed: "stage init failed",
@@ -62,7 +66,9 @@ export class Timeline {
     const d = e.data || {};
     this.seqs.push([seq, type, e.time, e.turnId]);
     const turnId = e.turnId || d.stageExecutionId;
-    const t = turnId ? this.turn(turnId, seq, e.time) : null;
+    // session-level facts may carry a turn id: they join a lane that exists, never open one
+    const t = !turnId ? null : NO_LANE.has(type) ? this.turns.get(turnId) || null : this.turn(turnId, seq, e.time);
+    if (t && NO_LANE.has(type)) this.dirty.add(t.id);
     if (!t && IN_A_TURN.has(type)) {
       this.notes.push({ seq, text: type });
       return;
@@ -255,7 +261,7 @@ export class Timeline {
         if (type.startsWith("Stage") && t) {
           const what = STAGE_NOTE[type] || type;
           const how = d.outcome || d.tool || d.stage || "";
-          t.items.push({ kind: "note", cls: ["block", "invalid", "batch_rejected"].includes(d.outcome) ? "warn" : "", text: `${what}${how ? `: ${how}` : ""}${d.reason ? ` — ${d.reason}` : ""}${d.detail ? ` — ${d.detail}` : ""}` });
+          t.items.push({ kind: "note", cls: ["block", "invalid", "batch_rejected"].includes(d.outcome) ? "warn" : "", text: `${what}${how ? `: ${how}` : ""}${d.reason ? ` — ${d.reason}` : ""}${d.detail && d.detail !== how ? ` — ${d.detail}` : ""}` });
         }
     }
   }
