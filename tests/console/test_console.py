@@ -194,6 +194,7 @@ async def test_the_workflow_graph_follows_a_running_workflow(
         '#wf-graph .wf-node[data-status="act"], #wf-graph .wf-node[data-status="running"]'
     )
     await expect(running).not_to_have_count(0)
+    await expect(page.locator("#waiting")).to_have_text("1 approval waiting ↓")
     await page.screenshot(path=artifacts / "workflow-running.png", full_page=True)
     await approve.click()
     await expect(page.locator("#wf-name")).to_contain_text("completed", timeout=30_000)

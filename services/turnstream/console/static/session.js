@@ -16,6 +16,7 @@ export function sessionView(root, { session, params, toast }) {
     <h1 title="${session}">${session}</h1>
     <span class="badge" id="state">loading</span>
     <span class="conn" id="conn" title="the event stream">…</span>
+    <a href="#" id="waiting" class="badge needs" hidden></a>
     <span class="spacer"></span>
     <button id="int-graceful" class="warn" disabled title="finish with a summary">Interrupt</button>
     <button id="int-hard" class="danger" disabled title="cancel at once">Hard stop</button>
@@ -68,7 +69,8 @@ export function sessionView(root, { session, params, toast }) {
     scheduled = false;
     if (closed) return;
     // a reader at the bottom keeps following the newest events; one who scrolled up stays
-    const following = window.innerHeight + window.scrollY >= document.body.scrollHeight - 160;
+    // (a workflow's graph, at the top, is the overview: its page stays where it is)
+    const following = !tl.workflow && window.innerHeight + window.scrollY >= document.body.scrollHeight - 160;
     for (const id of tl.dirty) {
       const turn = tl.turns.get(id);
       const existing = document.getElementById(`turn-${id}`);
@@ -94,6 +96,10 @@ export function sessionView(root, { session, params, toast }) {
     $("#int-graceful", root).disabled = !active;
     $("#int-hard", root).disabled = !active;
     $("#steer", root).disabled = !active;
+    const open = [...tl.prompts.values()].filter((c) => c.status === "awaiting approval" && !c.prompt.answer);
+    const waiting = $("#waiting", root);
+    waiting.hidden = open.length === 0;
+    waiting.textContent = `${open.length} approval${open.length === 1 ? "" : "s"} waiting ↓`;
     updateSlider();
     if (tl.workflow) scheduleWorkflow();
     if (following && loaded && atSeq == null) window.scrollTo(0, document.body.scrollHeight);
@@ -208,6 +214,10 @@ export function sessionView(root, { session, params, toast }) {
       for (const b of box.querySelectorAll("button")) b.disabled = false;
       box.querySelector(".sending")?.remove();
     }
+  });
+  $("#waiting", root).addEventListener("click", (e) => {
+    e.preventDefault();
+    lanes.querySelector(".prompt.open")?.scrollIntoView({ block: "center", behavior: "smooth" });
   });
   $("#notes", root).addEventListener("click", (e) => {
     const a = e.target.closest("a[data-goto]");
