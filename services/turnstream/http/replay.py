@@ -16,10 +16,10 @@ import orjson
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from turnstream.client import live_state
+from turnstream.bus.scan import log_last_seq
+from turnstream.client import live_state, replay_session
 from turnstream.core import approval
-from turnstream.core.session import fold, state_from_json
-from turnstream.core.turn import SessionState
+from turnstream.core.session import state_from_json
 from turnstream.core.workflow.state import WorkflowRun
 from turnstream.core.workflow.view import stage_rows
 from turnstream.http.context import Caller, Ctx, SessionId
@@ -41,12 +41,12 @@ async def get_replay(
     at: Annotated[int | None, Query(ge=0, description="Fold the events up to this seq")] = None,
 ) -> Response:
     who.require("read", session)
-    stored = await ctx.bus.store.read_session(session)
-    if not stored:
+    # the same rebuild as `turnstream replay --at` (it reads an archived part first)
+    state, events, last = await replay_session(ctx.bus, session, at_seq=at)
+    bus = ctx.bus
+    head = await log_last_seq(bus.js, bus.subjects, bus.subjects.log_session(session))
+    if not events and not head:
         raise Problem(404, "not_found", "Not found", f"session {session} has no events")
-    kept = [s for s in stored if at is None or s.seq <= at]
-    events = [s.event for s in kept]
-    state = fold(SessionState(session), events)
     prompts = approval.fold(approval.ApprovalState(session), events)
     pending = []
     found = approval.open_interaction(prompts)
@@ -66,11 +66,10 @@ async def get_replay(
     return json(
         {
             "sessionId": session,
-            "at": kept[-1].seq if kept else 0,
-            "event": _head(kept[-1].event) if kept else None,
-            "events": len(kept),
-            "lastSeq": stored[-1].seq,
-            "totalEvents": len(stored),
+            "at": last,
+            "event": _head(events[-1]) if events else None,
+            "events": len(events),
+            "lastSeq": max(head, last),
             "turnsEnded": state.turns_ended,
             "lastStatus": state.last_status,
             "active": None
@@ -96,8 +95,7 @@ async def get_replay(
 )
 async def get_verify(ctx: Ctx, who: Caller, session: SessionId) -> Response:
     who.require("read", session)
-    stored = await ctx.bus.store.read_session(session)
-    rebuilt = fold(SessionState(session), [s.event for s in stored])
+    rebuilt, events, last = await replay_session(ctx.bus, session)
     try:
         live = await live_state(ctx.bus, session)
         if b'"error"' in live[:20]:
@@ -110,7 +108,7 @@ async def get_verify(ctx: Ctx, who: Caller, session: SessionId) -> Response:
             "Turn-runner unavailable",
             f"the turn-runner did not answer ({type(exc).__name__}); is it running?",
         ) from None
-    return json({"equal": equal, "events": len(stored), "lastSeq": stored[-1].seq if stored else 0})
+    return json({"equal": equal, "events": len(events), "lastSeq": last})
 
 
 def workflow_view(run: WorkflowRun) -> dict[str, Any]:
