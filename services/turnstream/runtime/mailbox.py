@@ -138,6 +138,7 @@ class Mailboxes(Generic[Item]):
                 except Exception:
                     log.exception("session %s: handling failed", key)
                     await box.actor.failed(item)
+                del item  # a waiting worker holds no message (its payload, its event)
                 if box.inbox.empty() and not box.actor.busy():
                     self._rest(key)
         finally:
