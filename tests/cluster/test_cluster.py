@@ -34,6 +34,10 @@ from turnstream.turn_runner import app as turn_runner
 SUBJECTS = Subjects("ts")
 TURNS = 200
 
+# nats-py drops its socket to a node killed under it without closing it (it reconnects to
+# another node); the garbage collector then warns at some later point of the test
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
 
 def settings(cluster: Cluster, user: str, tmp: Path) -> Settings:
     script = tmp / "script.yaml"
@@ -97,12 +101,6 @@ async def leader(operator: Bus) -> int:
     return int(info.cluster.leader.removeprefix("nats"))
 
 
-@pytest.mark.xfail(
-    reason="issue 17: an append refused during the leader election (503 'no stream for this "
-    "subject') is not retried: the runner leaves the turn without its TurnEnded in the log "
-    "(subscribers saw one), and the tool-executor's TaskGroup dies on it; see the report",
-    strict=False,
-)
 async def test_killing_the_log_leader_loses_no_turn(cluster: Cluster, tmp_path: Path) -> None:
     ensure = settings(cluster, "turn-runner", tmp_path)
     first = await connect(cluster.url("turn-runner"), SUBJECTS, ensure=stream_limits(ensure))
@@ -152,7 +150,7 @@ async def test_killing_the_log_leader_loses_no_turn(cluster: Cluster, tmp_path: 
                 unended[session] = kinds
         assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
         print(f"\n{TURNS} turns, leader nats{killed} killed: {TURNS / elapsed:.0f} turns/s")
-    finally:  # it fails by design (xfail): never leak its connections
+    finally:
         await client.close()
         await operator.close()
 
