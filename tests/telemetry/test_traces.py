@@ -1,0 +1,183 @@
+"""Traces across real service processes: gateway, turn-runner, approval and tool-executor
+each run as their own process with their own tracer provider, exporting OTLP/HTTP to a
+receiver in this test (a real HTTP server decoding the protobuf requests)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.recovery.harness import deployment, wait_for
+from tests.telemetry.receiver import Point, Span, otlp_receiver
+from turnstream.client import message_command, publish_command
+from turnstream.core.events import TurnEnded
+
+pytestmark = pytest.mark.e2e
+
+SECRET_INPUT = "please read notes.txt SECRET-INPUT-7f3a"
+SECRET_FILE = "SECRET-FILE-CONTENT-91c2"
+SCRIPT = """
+replies:
+  - tool_calls: [{name: read_file, arguments: {path: notes.txt}}]
+  - text: "The notes say {last_tool_result:40}"
+  - text: "second turn: {input:20}"
+"""
+CONTENT_KEYS = {
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result",
+}
+OTEL_ENV = {
+    "OTEL_BSP_SCHEDULE_DELAY": "100",
+    "OTEL_METRIC_EXPORT_INTERVAL": "500",
+}
+SPANS_PER_TOOL_TURN = 6
+"""invoke_agent, accept_input, chat ×2, await_approval, execute_tool."""
+
+
+HEADERS_OF = ("ToolInvocationProposed", "ToolInvocationRequested", "ToolInvocationSucceeded")
+
+
+async def run_two_turns(
+    tmp_path: Path, session: str, **env: str
+) -> tuple[list[TurnEnded], list[Span], list[Point], dict[str, str]]:
+    """A tool turn and a text turn in one session, every service a process exporting to
+    an in-test receiver; the turns' ends, every span and metric point received, and the
+    `traceparent` header each of `HEADERS_OF` was stored with."""
+    with otlp_receiver() as (endpoint, received):
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, **OTEL_ENV, **env}
+        async with deployment(tmp_path, SCRIPT, **env) as (d, bus):
+            (d.root / "workspace" / "notes.txt").write_text(SECRET_FILE)
+            await publish_command(bus, session, message_command(session, SECRET_INPUT))
+            await wait_for(bus, session, "TurnEnded")
+            await publish_command(bus, session, message_command(session, "again"))
+            ended = await wait_for(bus, session, "TurnEnded", count=2)
+            stored = [
+                await bus.js.get_last_msg(bus.subjects.log_stream, bus.subjects.log(session, kind))
+                for kind in HEADERS_OF
+            ]
+            headers = {
+                k: (m.headers or {}).get("traceparent", "")
+                for k, m in zip(HEADERS_OF, stored, strict=True)
+            }
+            received.wait(lambda spans: len(spans) >= SPANS_PER_TOOL_TURN + 3)
+        # the services stopped: each flushed its spans and metrics on the way out
+        spans = received.wait(lambda spans: len(spans) >= SPANS_PER_TOOL_TURN + 3, timeout=10)
+        _, points = received.snapshot()
+    return [e for e in ended if isinstance(e, TurnEnded)], spans, points, headers
+
+
+def by_name(spans: list[Span], prefix: str) -> list[Span]:
+    return [s for s in spans if s.name.startswith(prefix)]
+
+
+async def test_one_trace_per_turn_with_the_genai_tree_and_no_content(tmp_path: Path) -> None:
+    session = "otel-tree"
+    ended, spans, points, headers = await run_two_turns(tmp_path, session)
+    assert [e.data.status for e in ended] == ["completed", "completed"]
+
+    # one trace per turn, whose id is the envelope's traceId (a UUIDv7: its 32 hex digits)
+    traces = {uuid.UUID(e.trace_id).hex: e for e in ended}
+    assert len(traces) == 2
+    assert {s.trace_id for s in spans} == set(traces)
+    tool_trace = uuid.UUID(ended[0].trace_id).hex
+    text_trace = uuid.UUID(ended[1].trace_id).hex
+    tool_turn = [s for s in spans if s.trace_id == tool_trace]
+    text_turn = [s for s in spans if s.trace_id == text_trace]
+    assert Counter(s.name for s in tool_turn) == {
+        "invoke_agent turnstream": 1,
+        "accept_input": 1,
+        "chat demo": 2,
+        "await_approval read_file": 1,
+        "execute_tool read_file": 1,
+    }
+    assert Counter(s.name for s in text_turn) == {
+        "invoke_agent turnstream": 1,
+        "accept_input": 1,
+        "chat demo": 1,
+    }
+
+    # the tree: one root per trace, every other span its child, each from its own process
+    [root] = [s for s in tool_turn if not s.parent_id]
+    assert root.name == "invoke_agent turnstream"
+    assert all(s.parent_id == root.span_id for s in tool_turn if s is not root)
+    services = {s.name.split(" ")[0]: s.service for s in tool_turn}
+    assert services == {
+        "invoke_agent": "turnstream-turn-runner",
+        "accept_input": "turnstream-gateway",
+        "chat": "turnstream-turn-runner",
+        "await_approval": "turnstream-approval",
+        "execute_tool": "turnstream-tool-executor",
+    }
+    for child in tool_turn:
+        assert root.start_ns <= child.start_ns and child.end_ns <= root.end_ns, child.name
+    [tool] = by_name(tool_turn, "execute_tool")
+    [approval] = by_name(tool_turn, "await_approval")
+    assert approval.end_ns <= tool.start_ns
+
+    # W3C traceparent on the messages that set another service to work: the runner's
+    # proposal and request name the turn's span; the executor's result, its own span
+    assert headers["ToolInvocationProposed"] == f"00-{tool_trace}-{root.span_id}-01"
+    assert headers["ToolInvocationRequested"] == f"00-{tool_trace}-{root.span_id}-01"
+    assert headers["ToolInvocationSucceeded"] == f"00-{tool_trace}-{tool.span_id}-01"
+
+    # the attributes of the conventions
+    assert root.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert root.attributes["gen_ai.agent.name"] == "turnstream"
+    assert root.attributes["gen_ai.conversation.id"] == session
+    assert root.attributes["turnstream.turn.id"] == ended[0].turn_id
+    assert root.attributes["gen_ai.usage.output_tokens"] >= 1
+    first_chat, second_chat = sorted(by_name(tool_turn, "chat"), key=lambda s: s.start_ns)
+    for chat in (first_chat, second_chat):
+        assert chat.kind == 3  # CLIENT
+        assert chat.attributes["gen_ai.operation.name"] == "chat"
+        assert chat.attributes["gen_ai.provider.name"] == "scripted"
+        assert chat.attributes["gen_ai.request.model"] == "demo"
+        assert chat.attributes["gen_ai.conversation.id"] == session
+        assert chat.attributes["gen_ai.usage.input_tokens"] >= 1
+        assert chat.attributes["gen_ai.usage.output_tokens"] >= 0
+    assert first_chat.attributes["gen_ai.response.finish_reasons"] == ["tool_use"]
+    assert second_chat.attributes["gen_ai.response.finish_reasons"] == ["end_turn"]
+    assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert tool.attributes["gen_ai.tool.name"] == "read_file"
+    assert tool.attributes["gen_ai.tool.call.id"].startswith("call_")
+    assert tool.attributes["gen_ai.conversation.id"] == session
+    assert approval.attributes["gen_ai.tool.call.id"] == tool.attributes["gen_ai.tool.call.id"]
+    assert approval.attributes["turnstream.approval.decision"] == "approved"
+    assert approval.attributes["turnstream.approval.authority"] == "mode"
+    assert approval.attributes["turnstream.approval.mode"] == "auto"
+
+    # no message content by default
+    for span in spans:
+        assert not CONTENT_KEYS & span.attributes.keys(), span.name
+        values = repr(span.attributes)
+        assert "SECRET" not in values, span.name
+
+    # metrics: the two GenAI client histograms, from the runner
+    usage = [p for p in points if p.metric == "gen_ai.client.token.usage"]
+    assert {p.attributes["gen_ai.token.type"] for p in usage} == {"input", "output"}
+    assert all(p.attributes["gen_ai.request.model"] == "demo" for p in usage)
+    duration = [p for p in points if p.metric == "gen_ai.client.operation.duration"]
+    assert duration and all(p.service == "turnstream-turn-runner" for p in duration)
+    assert max(p.count for p in duration) == 3  # three model calls, cumulative
+
+
+async def test_message_content_only_when_capture_is_on(tmp_path: Path) -> None:
+    _, spans, _, _ = await run_two_turns(
+        tmp_path, "otel-content", OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="true"
+    )
+    first_chat, second_chat = sorted(by_name(spans, "chat"), key=lambda s: s.start_ns)[:2]
+    assert SECRET_INPUT in first_chat.attributes["gen_ai.input.messages"]
+    assert "read_file" in first_chat.attributes["gen_ai.output.messages"]
+    assert SECRET_FILE in second_chat.attributes["gen_ai.input.messages"]
+    assert SECRET_FILE in second_chat.attributes["gen_ai.output.messages"]
+    [tool] = by_name(spans, "execute_tool")
+    assert "notes.txt" in tool.attributes["gen_ai.tool.call.arguments"]
+    assert SECRET_FILE in tool.attributes["gen_ai.tool.call.result"]
+    roots = by_name(spans, "invoke_agent")
+    assert any(SECRET_INPUT in s.attributes.get("gen_ai.input.messages", "") for s in roots)
