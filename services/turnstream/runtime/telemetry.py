@@ -106,8 +106,16 @@ def setup(service: str, environ: Mapping[str, str] = os.environ) -> bool:
         return True
     if not environ.get(ENDPOINT_ENV):
         return False
-    from turnstream.runtime.otel import Telemetry
-
+    try:
+        from turnstream.runtime.otel import Telemetry
+    except ImportError as exc:  # the `otel` extra is not installed: say so, run untraced
+        log.error(
+            "%s is set but OpenTelemetry is not installed (%s): pip install 'turnstream[otel]'"
+            "; running without telemetry",
+            ENDPOINT_ENV,
+            exc,
+        )
+        return False
     capture = environ.get(CAPTURE_ENV, "").strip().lower() == "true"
     _active = Telemetry(service, capture, environ)
     set_header_hook(_active.headers)
