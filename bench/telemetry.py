@@ -1,14 +1,14 @@
 """What telemetry costs a text turn: the code before it, telemetry off, telemetry on, in one run.
 
-    python bench/telemetry.py [--base main] [--rounds 3] [--turns 1000]
+    python bench/telemetry.py [--base REV] [--rounds 3] [--turns 1000]
 
 Three sides, alternated `--rounds` times (the machines are shared and drift, so only
 neighbouring runs compare), each `bench/turns.py`'s text turn with every service a
 process (as `turnstream up` runs them), measured as `bench/compare.py` does (K = 1 p50,
 turns/s and each process's CPU per turn at K = 50):
 
-  base  the services of `--base` (`git archive` of it into a temporary directory: no
-        telemetry code at all)
+  base  the services of `--base` (default: where this branch left `main`), extracted with
+        `git archive` into a temporary directory: no telemetry code at all
   off   this checkout, `OTEL_EXPORTER_OTLP_ENDPOINT` unset (the default)
   on    this checkout exporting spans and metrics over OTLP/HTTP to a sink in this
         process (which reads each request and answers 200, as a collector would)
@@ -211,7 +211,7 @@ def _tool_span_off() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", default="main", help="the revision before telemetry")
+    parser.add_argument("--base", help="the revision before telemetry (default: fork point)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--turns", type=int, default=1000, help="turns of each K = 50 run")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
@@ -219,6 +219,13 @@ def main() -> None:
     if args.one:
         one_run(args.turns)
         return
+    if args.base is None:
+        args.base = (
+            subprocess.run(
+                ["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True
+            ).stdout.strip()
+            or "HEAD~1"
+        )
     rev = subprocess.run(
         ["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()

@@ -36,8 +36,10 @@ OTEL_ENV = {
     "OTEL_BSP_SCHEDULE_DELAY": "100",
     "OTEL_METRIC_EXPORT_INTERVAL": "500",
 }
-SPANS_PER_TOOL_TURN = 6
-"""invoke_agent, accept_input, chat ×2, await_approval, execute_tool."""
+ALL_SPANS = 6 + 3 + 1
+"""The tool turn's invoke_agent, accept_input, chat ×2, await_approval, execute_tool; the
+text turn's invoke_agent, accept_input, chat; the rejected input's invoke_agent."""
+REJECTED = "otel-rejected"
 
 
 HEADERS_OF = ("ToolInvocationProposed", "ToolInvocationRequested", "ToolInvocationSucceeded")
@@ -46,9 +48,10 @@ HEADERS_OF = ("ToolInvocationProposed", "ToolInvocationRequested", "ToolInvocati
 async def run_two_turns(
     tmp_path: Path, session: str, **env: str
 ) -> tuple[list[TurnEnded], list[Span], list[Point], dict[str, str]]:
-    """A tool turn and a text turn in one session, every service a process exporting to
-    an in-test receiver; the turns' ends, every span and metric point received, and the
-    `traceparent` header each of `HEADERS_OF` was stored with."""
+    """A tool turn and a text turn in one session (and an input the gateway rejects, in
+    another), every service a process exporting to an in-test receiver; the turns' ends,
+    every span and metric point received, and the `traceparent` header each of
+    `HEADERS_OF` was stored with."""
     with otlp_receiver() as (endpoint, received):
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, **OTEL_ENV, **env}
         async with deployment(tmp_path, SCRIPT, **env) as (d, bus):
@@ -61,15 +64,19 @@ async def run_two_turns(
                 await bus.js.get_last_msg(bus.subjects.log_stream, bus.subjects.log(session, kind))
                 for kind in HEADERS_OF
             ]
+            await publish_command(bus, REJECTED, b"{not json", idempotency_key="bad-1")
+            [rejected] = await wait_for(bus, REJECTED, "TurnEnded")
+            assert isinstance(rejected, TurnEnded)
             headers = {
                 k: (m.headers or {}).get("traceparent", "")
                 for k, m in zip(HEADERS_OF, stored, strict=True)
             }
-            received.wait(lambda spans: len(spans) >= SPANS_PER_TOOL_TURN + 3)
+            received.wait(lambda spans: len(spans) >= ALL_SPANS)
         # the services stopped: each flushed its spans and metrics on the way out
-        spans = received.wait(lambda spans: len(spans) >= SPANS_PER_TOOL_TURN + 3, timeout=10)
+        spans = received.wait(lambda spans: len(spans) >= ALL_SPANS, timeout=10)
         _, points = received.snapshot()
-    return [e for e in ended if isinstance(e, TurnEnded)], spans, points, headers
+    turns = [e for e in ended if isinstance(e, TurnEnded)] + [rejected]
+    return turns, spans, points, headers
 
 
 def by_name(spans: list[Span], prefix: str) -> list[Span]:
@@ -78,13 +85,14 @@ def by_name(spans: list[Span], prefix: str) -> list[Span]:
 
 async def test_one_trace_per_turn_with_the_genai_tree_and_no_content(tmp_path: Path) -> None:
     session = "otel-tree"
-    ended, spans, points, headers = await run_two_turns(tmp_path, session)
+    (*ended, rejected), spans, points, headers = await run_two_turns(tmp_path, session)
     assert [e.data.status for e in ended] == ["completed", "completed"]
 
     # one trace per turn, whose id is the envelope's traceId (a UUIDv7: its 32 hex digits)
     traces = {uuid.UUID(e.trace_id).hex: e for e in ended}
     assert len(traces) == 2
-    assert {s.trace_id for s in spans} == set(traces)
+    rejected_trace = uuid.UUID(rejected.trace_id).hex
+    assert {s.trace_id for s in spans} == {*traces, rejected_trace}
     tool_trace = uuid.UUID(ended[0].trace_id).hex
     text_trace = uuid.UUID(ended[1].trace_id).hex
     tool_turn = [s for s in spans if s.trace_id == tool_trace]
@@ -119,6 +127,12 @@ async def test_one_trace_per_turn_with_the_genai_tree_and_no_content(tmp_path: P
     [tool] = by_name(tool_turn, "execute_tool")
     [approval] = by_name(tool_turn, "await_approval")
     assert approval.end_ns <= tool.start_ns
+
+    # an input the gateway rejects: its turn ends there, as one root span saying why
+    [bad] = [s for s in spans if s.trace_id == rejected_trace]
+    assert (bad.name, bad.service, bad.parent_id) == (root.name, "turnstream-gateway", "")
+    assert bad.attributes["error.type"] == "invalid_input"
+    assert bad.status_code == 2  # ERROR
 
     # W3C traceparent on the messages that set another service to work: the runner's
     # proposal and request name the turn's span; the executor's result, its own span

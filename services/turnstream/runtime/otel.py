@@ -103,6 +103,8 @@ def _ns(at: datetime) -> int:
 
 
 class Telemetry:
+    """A process's providers, instruments and the spans each service hook makes."""
+
     def __init__(self, service: str, capture: bool, environ: Mapping[str, str]) -> None:
         attributes: dict[str, Any] = {
             "service.namespace": "turnstream",
@@ -143,7 +145,6 @@ class Telemetry:
 
     def turn_context(self, trace_id: str, turn_id: str | None) -> Context | None:
         """The turn's `invoke_agent` span as a (remote) parent."""
-
         if turn_id is None:
             return None
         span = NonRecordingSpan(
@@ -159,7 +160,6 @@ class Telemetry:
     def parent_of(self, event: EventBase, headers: Mapping[str, str] | None) -> Context | None:
         """The context an event's `traceparent` header names (if it is of the event's
         trace), else the event's turn span."""
-
         if headers and "traceparent" in headers:
             ctx = _propagator.extract(dict(headers))
             found = trace.get_current_span(ctx).get_span_context()
@@ -171,7 +171,6 @@ class Telemetry:
         """The `traceparent` an appended event carries: the span appending it (when it is
         of the event's trace), else the event's turn span. Also notes a tool's outcome on
         the `execute_tool` span that appends it."""
-
         trace_id = trace_id_of(event.trace_id)
         span = trace.get_current_span()
         found = span.get_span_context()
@@ -235,7 +234,7 @@ class Telemetry:
             )
         finally:
             _fixed_ids.reset(token)
-        if event.data.status != "completed":
+        if event.data.status == "failed":
             span.set_status(Status(StatusCode.ERROR, event.data.reason))
         span.end(end_time=end)
 
@@ -246,6 +245,7 @@ class Telemetry:
         on_delta: DeltaSink,
         on_tool_call: ToolCallSink | None,
     ) -> ProviderOutcome:
+        """`provider.complete(...)` in a `chat` span, recording the two client metrics."""
         model = provider.model
         common: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
@@ -310,6 +310,8 @@ class Telemetry:
 
     def accepted(self, events: Sequence[EventBase]) -> None:
         for event in events:
+            if isinstance(event, TurnEnded) and event.turn_id is not None:
+                self.end_turn(event, event.turn_id, None)  # rejected: its turn ends here
             if not isinstance(event, InputAccepted) or event.turn_id is None:
                 continue
             end = _ns(event.time)  # decided; the runner may take it from there at once

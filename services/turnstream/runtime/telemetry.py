@@ -152,7 +152,8 @@ def turn_events(events: Sequence[EventBase]) -> None:
 
 
 def accepted(events: Sequence[EventBase]) -> None:
-    """gateway: the events it just appended; an accepted input gets an `accept_input`."""
+    """gateway: the events it just appended; an accepted input gets an `accept_input`, a
+    rejected one (its turn ends at the gateway) its `invoke_agent`."""
     if _active is not None:
         _active.accepted(events)
 
