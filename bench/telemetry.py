@@ -65,7 +65,22 @@ def one_run(turns: int) -> None:
             stack.running(server, root, root / "script.yaml", console) as supervisor,
         ):
             pids = stack.pids(supervisor, server)
-            print(json.dumps(asyncio.run(measure(server.url, pids, turns))))
+            result = asyncio.run(measure(server.url, pids, turns))
+            result["events_per_turn"] = asyncio.run(events_per_turn(server.url, turns))
+            print(json.dumps(result))
+
+
+async def events_per_turn(url: str, turns: int) -> float:
+    """Log events per turn over `measure`'s turns (200 warm-up, 100 at K = 1, `turns`)."""
+    from turnstream.bus import connect
+    from turnstream.core.subjects import Subjects
+
+    bus = await connect(url, Subjects("ts"))
+    try:
+        info = await bus.js.stream_info(bus.subjects.log_stream)
+    finally:
+        await bus.close()
+    return float(info.state.messages) / (300 + turns // 50 * 50)
 
 
 @contextmanager
@@ -161,8 +176,10 @@ def report(runs: dict[str, list[dict[str, Any]]], rev: str) -> None:
     console.print(table)
 
 
-def hooks_off() -> None:
-    """Each hook's time per call with telemetry off, against the code it replaced."""
+def hooks_off(events: float, base_cpu_ms: float) -> None:
+    """Each hook's time per call with telemetry off, against the code it replaced, and
+    what that bounds a text turn's extra work at (`events` appended per turn, at most one
+    decision handed to `turn_events` per event)."""
     from datetime import UTC, datetime
 
     from turnstream.bus.tracing import msg_headers
@@ -181,25 +198,34 @@ def hooks_off() -> None:
         source="bench",
         data=TurnEndedData(status="completed"),
     )
-    events = [event] * 4
+    decision = [event] * 4
     cases = {
         'msg_headers(e) vs {"Nats-Msg-Id": e.id}': (
             lambda: msg_headers(event),
             lambda: {"Nats-Msg-Id": event.id},
         ),
         "telemetry.turn_events(decision) vs nothing": (
-            lambda: telemetry.turn_events(events),
+            lambda: telemetry.turn_events(decision),
             lambda: None,
         ),
         "with telemetry.tool_span(...) vs nothing": (_tool_span_off, lambda: None),
     }
     table = Table("hook, telemetry off", "ns per call", "replaced code ns", "extra ns")
     n = 200_000
+    extra: dict[str, float] = {}
     for label, (hook, before) in cases.items():
         took = min(timeit.repeat(hook, number=n, repeat=5)) / n * 1e9
         was = min(timeit.repeat(before, number=n, repeat=5)) / n * 1e9
+        extra[label] = max(took - was, 0.0)
         table.add_row(label, f"{took:.0f}", f"{was:.0f}", f"{took - was:.0f}")
     console.print(table)
+    headers, decisions = list(extra.values())[:2]
+    bound_us = events * (headers + decisions) / 1000
+    console.print(
+        f"a text turn appends {events:.1f} events: telemetry off adds at most "
+        f"{bound_us:.1f} µs of work per turn, {bound_us / 10 / base_cpu_ms:.3f}% of the "
+        f"{base_cpu_ms:.2f} CPU ms a turn costs the base"
+    )
 
 
 def _tool_span_off() -> None:
@@ -243,7 +269,8 @@ def main() -> None:
         f"{taken['bytes'] / 1e6:.1f} MB"
     )
     report(runs, rev)
-    hooks_off()
+    events = statistics.median(r["events_per_turn"] for r in runs["off"])
+    hooks_off(events, statistics.median(sum(r["cpu"].values()) for r in runs["base"]))
 
 
 if __name__ == "__main__":
