@@ -1,17 +1,24 @@
-"""Traces across real service processes: gateway, turn-runner, approval and tool-executor
-each run as their own process with their own tracer provider, exporting OTLP/HTTP to a
-receiver in this test (a real HTTP server decoding the protobuf requests)."""
+"""Traces across real service processes: gateway, turn-runner, approval, tool-executor and
+audit each run as their own process with their own tracer provider, exporting OTLP/HTTP to
+a receiver in this test (a real HTTP server decoding the protobuf requests)."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import subprocess
+import sys
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.recovery.harness import deployment, wait_for
+from tests.recovery.harness import ROOT, Deployment, deployment, wait_for
 from tests.telemetry.receiver import Point, Span, otlp_receiver
+from turnstream.bus import Bus
 from turnstream.client import message_command, publish_command
 from turnstream.core.events import TurnEnded
 
@@ -36,13 +43,45 @@ OTEL_ENV = {
     "OTEL_BSP_SCHEDULE_DELAY": "100",
     "OTEL_METRIC_EXPORT_INTERVAL": "500",
 }
-ALL_SPANS = 6 + 3 + 1
-"""The tool turn's invoke_agent, accept_input, chat ×2, await_approval, execute_tool; the
-text turn's invoke_agent, accept_input, chat; the rejected input's invoke_agent."""
+ALL_SPANS = 7 + 4 + 2
+"""The tool turn's invoke_agent, accept_input, chat ×2, await_approval, execute_tool,
+audit_turn; the text turn's invoke_agent, accept_input, chat, audit_turn; the rejected
+input's invoke_agent and audit_turn."""
 REJECTED = "otel-rejected"
 
 
 HEADERS_OF = ("ToolInvocationProposed", "ToolInvocationRequested", "ToolInvocationSucceeded")
+
+
+def start_audit(d: Deployment) -> subprocess.Popen[bytes]:
+    with open(d.root / "audit.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "turnstream.audit"], env=d.env, stdout=log, stderr=log, cwd=ROOT
+        )
+
+
+@asynccontextmanager
+async def audit_process(d: Deployment, bus: Bus) -> AsyncIterator[None]:
+    """The audit service as one more process of the deployment, consuming; stopped (and so
+    flushed) on exit."""
+    audit = start_audit(d)
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                try:
+                    if (await bus.js.consumer_info(bus.subjects.log_stream, "audit")).push_bound:
+                        break
+                except Exception:
+                    pass
+                await asyncio.sleep(0.1)
+        yield
+    finally:
+        audit.send_signal(signal.SIGTERM)
+        try:
+            audit.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            audit.kill()
+            audit.wait()
 
 
 async def run_two_turns(
@@ -54,7 +93,7 @@ async def run_two_turns(
     `HEADERS_OF` was stored with."""
     with otlp_receiver() as (endpoint, received):
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, **OTEL_ENV, **env}
-        async with deployment(tmp_path, SCRIPT, **env) as (d, bus):
+        async with deployment(tmp_path, SCRIPT, **env) as (d, bus), audit_process(d, bus):
             (d.root / "workspace" / "notes.txt").write_text(SECRET_FILE)
             await publish_command(bus, session, message_command(session, SECRET_INPUT))
             await wait_for(bus, session, "TurnEnded")
@@ -103,11 +142,13 @@ async def test_one_trace_per_turn_with_the_genai_tree_and_no_content(tmp_path: P
         "chat demo": 2,
         "await_approval read_file": 1,
         "execute_tool read_file": 1,
+        "audit_turn": 1,
     }
     assert Counter(s.name for s in text_turn) == {
         "invoke_agent turnstream": 1,
         "accept_input": 1,
         "chat demo": 1,
+        "audit_turn": 1,
     }
 
     # the tree: one root per trace, every other span its child, each from its own process
@@ -121,15 +162,19 @@ async def test_one_trace_per_turn_with_the_genai_tree_and_no_content(tmp_path: P
         "chat": "turnstream-turn-runner",
         "await_approval": "turnstream-approval",
         "execute_tool": "turnstream-tool-executor",
+        "audit_turn": "turnstream-audit",
     }
+    [audit] = by_name(tool_turn, "audit_turn")
+    assert audit.start_ns == root.end_ns  # the audit records the turn's end, after it
     for child in tool_turn:
-        assert root.start_ns <= child.start_ns and child.end_ns <= root.end_ns, child.name
+        if child is not audit:
+            assert root.start_ns <= child.start_ns and child.end_ns <= root.end_ns, child.name
     [tool] = by_name(tool_turn, "execute_tool")
     [approval] = by_name(tool_turn, "await_approval")
     assert approval.end_ns <= tool.start_ns
 
     # an input the gateway rejects: its turn ends there, as one root span saying why
-    [bad] = [s for s in spans if s.trace_id == rejected_trace]
+    [bad] = [s for s in spans if s.trace_id == rejected_trace and not s.parent_id]
     assert (bad.name, bad.service, bad.parent_id) == (root.name, "turnstream-gateway", "")
     assert bad.attributes["error.type"] == "invalid_input"
     assert bad.status_code == 2  # ERROR

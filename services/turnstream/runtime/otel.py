@@ -54,6 +54,7 @@ from turnstream.core.events import (
     ToolInvocationRequested,
     ToolInvocationSucceeded,
     TurnEnded,
+    decode,
 )
 from turnstream.core.turn import (
     Message,
@@ -325,6 +326,32 @@ class Telemetry:
                     "turnstream.sender.kind": event.data.sender.kind,
                 },
                 start_time=min(uuid7_time_ns(event.turn_id) or end, end),
+            )
+            span.end(end_time=end)
+
+    # audit
+
+    def audited(self, msgs: Sequence[Any]) -> None:
+        end = time.time_ns()
+        for msg in msgs:
+            if not msg.subject.endswith(".TurnEnded"):
+                continue
+            try:
+                event = decode(msg.data)
+            except ValueError:
+                continue
+            if not isinstance(event, TurnEnded) or event.turn_id is None:
+                continue
+            span = self.tracer.start_span(
+                "audit_turn",
+                context=self.parent_of(event, msg.headers),
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    "gen_ai.conversation.id": event.session_id,
+                    "turnstream.turn.id": event.turn_id,
+                    "turnstream.turn.status": event.data.status,
+                },
+                start_time=min(_ns(event.time), end),
             )
             span.end(end_time=end)
 

@@ -9,7 +9,8 @@ turn is one trace across the processes:
     ├── accept_input                gateway       inbound stored → InputAccepted
     ├── chat <model>                turn-runner   each provider call
     ├── await_approval <tool>       approval      ToolInvocationProposed → verdict
-    └── execute_tool <tool>         tool-executor each tool run
+    ├── execute_tool <tool>         tool-executor each tool run
+    └── audit_turn                  audit         TurnEnded → its summary written
 
 The trace id is the envelope's `traceId`: the gateway makes it a UUIDv7, whose 128 bits
 are the W3C trace id (32 hex digits, the UUID without dashes); any other string is hashed
@@ -167,6 +168,13 @@ def approval_waits(state: ApprovalState, item: object, events: Sequence[EventBas
     proposal gets an `await_approval` span from the proposal to the verdict."""
     if _active is not None:
         _active.approval_waits(state, item, events)
+
+
+def audited(msgs: Sequence[Any]) -> None:
+    """audit: log messages whose summaries and checks are written; each `TurnEnded` gets
+    an `audit_turn` span (its turn's end → recorded)."""
+    if _active is not None:
+        _active.audited(msgs)
 
 
 _OFF: AbstractContextManager[None] = nullcontext()
