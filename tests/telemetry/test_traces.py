@@ -19,8 +19,8 @@ import pytest
 from tests.recovery.harness import ROOT, Deployment, deployment, wait_for
 from tests.telemetry.receiver import Point, Span, otlp_receiver
 from turnstream.bus import Bus
-from turnstream.client import message_command, publish_command
-from turnstream.core.events import TurnEnded
+from turnstream.client import answer_command, message_command, publish_command
+from turnstream.core.events import InteractionRequested, ToolInvocationFailed, TurnEnded
 
 pytestmark = pytest.mark.e2e
 
@@ -240,3 +240,41 @@ async def test_message_content_only_when_capture_is_on(tmp_path: Path) -> None:
     assert SECRET_FILE in tool.attributes["gen_ai.tool.call.result"]
     roots = by_name(spans, "invoke_agent")
     assert any(SECRET_INPUT in s.attributes.get("gen_ai.input.messages", "") for s in roots)
+
+
+async def test_a_human_approval_and_a_failed_tool_in_the_trace(tmp_path: Path) -> None:
+    session = "otel-ask"
+    script = """
+replies:
+  - tool_calls: [{name: read_file, arguments: {path: missing.txt}}]
+  - text: "there is no such file"
+"""
+    with otlp_receiver() as (endpoint, received):
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, **OTEL_ENV}
+        async with deployment(tmp_path, script, TURNSTREAM_SECURITY_MODE="ask", **env) as (
+            _,
+            bus,
+        ):
+            await publish_command(bus, session, message_command(session, "read it"))
+            [asked] = await wait_for(bus, session, "InteractionRequested")
+            assert isinstance(asked, InteractionRequested)
+            await asyncio.sleep(0.3)  # the human takes a moment
+            answer = answer_command(session, asked.data.interaction_id, "approve")
+            await publish_command(bus, session, answer)
+            [ended] = await wait_for(bus, session, "TurnEnded")
+            [failed] = await wait_for(bus, session, "ToolInvocationFailed")
+            assert isinstance(ended, TurnEnded) and isinstance(failed, ToolInvocationFailed)
+            wanted = {"invoke_agent", "await_approval", "execute_tool"}
+            spans = received.wait(lambda spans: wanted <= {s.name.split()[0] for s in spans})
+    trace = uuid.UUID(ended.trace_id).hex
+    [root] = [s for s in spans if s.trace_id == trace and not s.parent_id]
+    [approval] = by_name(spans, "await_approval")
+    [tool] = by_name(spans, "execute_tool")
+    assert approval.parent_id == tool.parent_id == root.span_id
+    assert approval.attributes["turnstream.approval.authority"] == "interaction"
+    assert approval.attributes["turnstream.approval.mode"] == "ask"
+    assert approval.attributes["turnstream.approval.decision"] == "approved"
+    assert approval.end_ns - approval.start_ns >= 300_000_000  # the wait for the human
+    assert tool.status_code == 2  # ERROR
+    assert tool.attributes["error.type"] == failed.data.error.kind
+    assert root.attributes["turnstream.turn.status"] == ended.data.status == "completed"
