@@ -8,6 +8,8 @@ import sys
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
 from tests.telemetry.receiver import otlp_receiver
 from turnstream.bus.tracing import msg_headers, set_header_hook
 from turnstream.core.events import TurnEnded, TurnEndedData
@@ -50,7 +52,7 @@ assert not loaded, loaded
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     done = subprocess.run(
-        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=180
     )
     assert done.returncode == 0, done.stderr
 
@@ -93,3 +95,18 @@ def test_on_an_appended_event_carries_its_turns_traceparent() -> None:
             telemetry.shutdown()
     assert not telemetry.enabled()
     assert msg_headers(ended()) == {"Nats-Msg-Id": ended().id}
+
+
+def test_a_trace_id_ratio_sampler_decides_a_turn_alike_in_every_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # each process derives the trace id from the event, and the ratio sampler decides by
+    # trace id alone: the header says what every process decides for the turn's root
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    with otlp_receiver() as (endpoint, _):
+        assert telemetry.setup("test", {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+        try:
+            assert msg_headers(ended())["traceparent"].endswith("-00")  # not sampled
+        finally:
+            telemetry.shutdown()

@@ -28,6 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import (
     NonRecordingSpan,
     Span,
@@ -118,6 +119,9 @@ class Telemetry:
         self.tracer_provider = TracerProvider(resource=resource, id_generator=_Ids())
         self.tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self.tracer = self.tracer_provider.get_tracer(SCOPE)
+        self.sampler = self.tracer_provider.sampler
+        """`OTEL_TRACES_SAMPLER`'s (always on by default): with a trace id ratio, every
+        process decides the same for a turn, whose trace id it derives alike."""
         reader = PeriodicExportingMetricReader(OTLPMetricExporter())
         self.meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
         meter = self.meter_provider.get_meter(SCOPE)
@@ -153,7 +157,9 @@ class Telemetry:
                 trace_id=trace_id_of(trace_id),
                 span_id=turn_span_id(turn_id),
                 is_remote=True,
-                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+                trace_flags=TraceFlags(
+                    TraceFlags.SAMPLED if self.sampled(trace_id_of(trace_id)) else 0
+                ),
             )
         )
         return set_span_in_context(span)
@@ -178,10 +184,17 @@ class Telemetry:
         if found.is_valid and found.trace_id == trace_id:
             if isinstance(event, ToolInvocationSucceeded | ToolInvocationFailed):
                 self.tool_outcome(span, event)
-            return {"traceparent": traceparent(trace_id, found.span_id)}
+            return {"traceparent": traceparent(trace_id, found.span_id, found.trace_flags.sampled)}
         if event.turn_id is None:
             return {}
-        return {"traceparent": traceparent(trace_id, turn_span_id(event.turn_id))}
+        span_id = turn_span_id(event.turn_id)
+        return {"traceparent": traceparent(trace_id, span_id, self.sampled(trace_id))}
+
+    def sampled(self, trace_id: int) -> bool:
+        """Whether the sampler keeps the turn's `invoke_agent` span (a root): its children,
+        in every process, follow that decision rather than making their own."""
+        decision = self.sampler.should_sample(None, trace_id, f"invoke_agent {AGENT_NAME}")
+        return decision.decision is Decision.RECORD_AND_SAMPLE
 
     # turn-runner
 

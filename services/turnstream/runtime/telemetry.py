@@ -86,9 +86,9 @@ def turn_span_id(turn_id: str) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def traceparent(trace_id: int, span_id: int) -> str:
-    """A W3C `traceparent` header value (version 00, sampled)."""
-    return f"00-{trace_id:032x}-{span_id:016x}-01"
+def traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
+    """A W3C `traceparent` header value (version 00)."""
+    return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
 
 
 def uuid7_time_ns(value: str) -> int | None:
