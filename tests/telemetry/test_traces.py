@@ -19,8 +19,13 @@ import pytest
 from tests.recovery.harness import ROOT, Deployment, deployment, wait_for
 from tests.telemetry.receiver import Point, Span, otlp_receiver
 from turnstream.bus import Bus
-from turnstream.client import answer_command, message_command, publish_command
-from turnstream.core.events import InteractionRequested, ToolInvocationFailed, TurnEnded
+from turnstream.client import answer_command, attach_command, message_command, publish_command
+from turnstream.core.events import (
+    InteractionRequested,
+    ToolInvocationFailed,
+    TurnEnded,
+    WorkflowExit,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -278,3 +283,41 @@ replies:
     assert tool.status_code == 2  # ERROR
     assert tool.attributes["error.type"] == failed.data.error.kind
     assert root.attributes["turnstream.turn.status"] == ended.data.status == "completed"
+
+
+async def test_a_workflow_run_is_one_trace_with_its_stage_turns_under_it(tmp_path: Path) -> None:
+    session = "otel-workflow"
+    demo = (ROOT / "services" / "turnstream" / "providers" / "demo.yaml").read_text()
+    with otlp_receiver() as (endpoint, received):
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "TURNSTREAM_WORKFLOWS": str(ROOT / "workflows"),
+            "TURNSTREAM_SECURITY_MODE": "ask",
+            **OTEL_ENV,
+        }
+        async with deployment(tmp_path, demo, **env) as (_, bus):
+            command = attach_command(session, "review-and-implement", {"task": "document it"})
+            await publish_command(bus, session, command)
+            [asked] = await wait_for(bus, session, "InteractionRequested")
+            assert isinstance(asked, InteractionRequested)
+            answer = answer_command(session, asked.data.interaction_id, "approve")
+            await publish_command(bus, session, answer)
+            [exit_] = await wait_for(bus, session, "WorkflowExit", timeout=90)
+            stages = await wait_for(bus, session, "TurnEnded")
+        # the services stopped: each flushed its spans on the way out
+        spans = received.wait(lambda spans: any(s.name.startswith("run_") for s in spans))
+    assert isinstance(exit_, WorkflowExit) and exit_.data.status == "completed"
+    trace = uuid.UUID(exit_.trace_id).hex
+    ours = [s for s in spans if s.trace_id == trace]
+    [run] = [s for s in ours if not s.parent_id]  # one root: the run
+    assert run.name == "run_workflow review-and-implement"
+    assert run.attributes["turnstream.workflow.status"] == "completed"
+    turns = by_name(ours, "invoke_agent")
+    assert {s.attributes["turnstream.turn.id"] for s in turns} == {e.turn_id for e in stages}
+    assert all(t.parent_id == run.span_id for t in turns)
+    [accepted] = by_name(ours, "accept_input")
+    assert accepted.parent_id == run.span_id
+    by_id = {t.span_id: t for t in turns}
+    for chat in by_name(ours, "chat"):
+        assert chat.parent_id in by_id  # each model call under its stage's turn
+    assert by_name(ours, "await_approval grep")[0].parent_id in by_id

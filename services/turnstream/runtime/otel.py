@@ -47,6 +47,7 @@ from turnstream.core.events import (
     InputAccepted,
     ProviderRequestCompleted,
     SessionTurnStart,
+    StageEntered,
     ToolCallApproved,
     ToolCallDenied,
     ToolCallModeInvoked,
@@ -55,6 +56,8 @@ from turnstream.core.events import (
     ToolInvocationRequested,
     ToolInvocationSucceeded,
     TurnEnded,
+    WorkflowAttached,
+    WorkflowExit,
     decode,
 )
 from turnstream.core.turn import (
@@ -71,6 +74,7 @@ from turnstream.runtime.telemetry import (
     MAX_OPEN_TURNS,
     SCOPE,
     TOKEN_BUCKETS,
+    run_span_id,
     trace_id_of,
     traceparent,
     turn_span_id,
@@ -139,6 +143,8 @@ class Telemetry:
         )
         self.turns: dict[str, list[Any]] = {}
         """Open turns: [input tokens, output tokens, input text or None]."""
+        self.stage_runs: dict[str, str] = {}
+        """Stage turns (executions) this runner entered → their workflow run."""
         self.tool_ends: dict[int, int] = {}
         """Running `execute_tool` spans with an outcome appended: span id → its time."""
 
@@ -152,10 +158,17 @@ class Telemetry:
         """The turn's `invoke_agent` span as a (remote) parent."""
         if turn_id is None:
             return None
+        return self.remote(trace_id, turn_span_id(turn_id))
+
+    def run_context(self, trace_id: str, run_id: str) -> Context:
+        """A workflow run's span as a (remote) parent."""
+        return self.remote(trace_id, run_span_id(run_id))
+
+    def remote(self, trace_id: str, span_id: int) -> Context:
         span = NonRecordingSpan(
             SpanContext(
                 trace_id=trace_id_of(trace_id),
-                span_id=turn_span_id(turn_id),
+                span_id=span_id,
                 is_remote=True,
                 trace_flags=TraceFlags(
                     TraceFlags.SAMPLED if self.sampled(trace_id_of(trace_id)) else 0
@@ -209,6 +222,13 @@ class Telemetry:
                     counts[1] += event.data.usage.output_tokens
                 case TurnEnded(turn_id=str(turn_id)):
                     self.end_turn(event, turn_id, self.turns.pop(turn_id, None))
+                case StageEntered():
+                    # its stage turn (the execution) is a child of the run's span
+                    if len(self.stage_runs) >= MAX_OPEN_TURNS:
+                        del self.stage_runs[next(iter(self.stage_runs))]
+                    self.stage_runs[event.data.stage_execution_id] = event.data.run_id
+                case WorkflowExit():
+                    self.end_workflow(event)
 
     def open_turn(self, turn_id: str) -> list[Any]:
         counts = self.turns.get(turn_id)
@@ -237,20 +257,66 @@ class Telemetry:
                 )
         if event.data.failure_class is not None:
             attributes["error.type"] = event.data.failure_class.value
-        token = _fixed_ids.set((trace_id_of(event.trace_id), turn_span_id(turn_id)))
+        run_id = self.stage_runs.pop(turn_id, None)
+        parent = None if run_id is None else self.run_context(event.trace_id, run_id)
+        span = self.derived_span(
+            f"invoke_agent {AGENT_NAME}",
+            event.trace_id,
+            turn_span_id(turn_id),
+            parent,
+            attributes,
+            start,
+        )
+        if event.data.status == "failed":
+            span.set_status(Status(StatusCode.ERROR, event.data.reason))
+        span.end(end_time=end)
+
+    def end_workflow(self, event: WorkflowExit) -> None:
+        """A workflow run's span, parent of its stage turns (ids derived from the run id)."""
+        end = _ns(event.time)
+        run_id = event.data.run_id
+        attributes: dict[str, Any] = {
+            "gen_ai.conversation.id": event.session_id,
+            "turnstream.workflow.name": event.data.workflow,
+            "turnstream.workflow.run_id": run_id,
+            "turnstream.workflow.status": event.data.status,
+        }
+        if event.data.failure is not None:
+            attributes["error.type"] = event.data.failure
+        span = self.derived_span(
+            f"run_workflow {event.data.workflow}",
+            event.trace_id,
+            run_span_id(run_id),
+            None,
+            attributes,
+            min(uuid7_time_ns(run_id) or end, end),
+        )
+        if event.data.status == "failed":
+            span.set_status(Status(StatusCode.ERROR, event.data.reason))
+        span.end(end_time=end)
+
+    def derived_span(
+        self,
+        name: str,
+        trace_id: str,
+        span_id: int,
+        parent: Context | None,
+        attributes: dict[str, Any],
+        start: int,
+    ) -> Span:
+        """A span started at `start` whose id is `span_id` (children elsewhere derive it),
+        a root of the trace `trace_id` unless it has a `parent`."""
+        token = _fixed_ids.set((trace_id_of(trace_id), span_id))
         try:
-            span = self.tracer.start_span(
-                f"invoke_agent {AGENT_NAME}",
-                context=Context(),  # a root: its ids are the derived ones
+            return self.tracer.start_span(
+                name,
+                context=parent or Context(),
                 kind=SpanKind.INTERNAL,
                 attributes=attributes,
                 start_time=start,
             )
         finally:
             _fixed_ids.reset(token)
-        if event.data.status == "failed":
-            span.set_status(Status(StatusCode.ERROR, event.data.reason))
-        span.end(end_time=end)
 
     async def chat(
         self,
@@ -326,19 +392,27 @@ class Telemetry:
         for event in events:
             if isinstance(event, TurnEnded) and event.turn_id is not None:
                 self.end_turn(event, event.turn_id, None)  # rejected: its turn ends here
-            if not isinstance(event, InputAccepted) or event.turn_id is None:
-                continue
+            match event:
+                case InputAccepted(turn_id=str(turn_id)):
+                    parent, origin = self.turn_context(event.trace_id, turn_id), turn_id
+                    attributes = {"turnstream.turn.id": turn_id}
+                case WorkflowAttached():
+                    origin = event.data.run_id
+                    parent = self.run_context(event.trace_id, origin)
+                    attributes = {"turnstream.workflow.run_id": origin}
+                case _:
+                    continue
             end = _ns(event.time)  # decided; the runner may take it from there at once
             span = self.tracer.start_span(
                 "accept_input",
-                context=self.turn_context(event.trace_id, event.turn_id),
+                context=parent,
                 kind=SpanKind.CONSUMER,
                 attributes={
                     "gen_ai.conversation.id": event.session_id,
-                    "turnstream.turn.id": event.turn_id,
                     "turnstream.sender.kind": event.data.sender.kind,
+                    **attributes,
                 },
-                start_time=min(uuid7_time_ns(event.turn_id) or end, end),
+                start_time=min(uuid7_time_ns(origin) or end, end),
             )
             span.end(end_time=end)
 

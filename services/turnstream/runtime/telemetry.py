@@ -85,6 +85,12 @@ def turn_span_id(turn_id: str) -> int:
     return int.from_bytes(digest) or 1
 
 
+def run_span_id(run_id: str) -> int:
+    """The span id of a workflow run's span (the parent of its stage turns' spans)."""
+    digest = hashlib.blake2b(f"run_workflow:{run_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest) or 1
+
+
 @functools.lru_cache(maxsize=4096)
 def traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
     """A W3C `traceparent` header value (version 00)."""
