@@ -110,3 +110,23 @@ def test_a_trace_id_ratio_sampler_decides_a_turn_alike_in_every_process(
             assert msg_headers(ended())["traceparent"].endswith("-00")  # not sampled
         finally:
             telemetry.shutdown()
+
+
+def test_a_failing_hook_is_logged_and_never_breaks_the_service(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def boom(*_: object) -> None:
+        raise RuntimeError("boom")
+
+    with otlp_receiver() as (endpoint, _):
+        assert telemetry.setup("test", {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+        try:
+            active = telemetry._active
+            monkeypatch.setattr(active, "turn_events", boom)
+            monkeypatch.setattr(active, "_headers", boom)
+            telemetry.turn_events([ended()])
+            assert msg_headers(ended()) == {"Nats-Msg-Id": ended().id}  # appended untraced
+        finally:
+            telemetry.shutdown()
+    assert "telemetry hook turn_events failed" in caplog.text
+    assert "no traceparent for TurnEnded" in caplog.text

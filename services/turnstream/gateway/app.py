@@ -80,10 +80,10 @@ async def _consume(
         try:
             events = [event for msg in msgs for event in await decide(msg)]
             await bus.store.append_facts(events)
-            telemetry.accepted(events)
         except Exception:
             log.exception("intake or append failed; the commands will be redelivered")
             return
+        telemetry.accepted(events)
         for msg in msgs:
             await msg.ack()
 

@@ -10,6 +10,7 @@ exporting the GenAI client histograms, both OTLP/HTTP (the exporters read the st
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -90,6 +91,7 @@ _fixed_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.Context
 )
 """(trace id, span id) of the span being started, when its ids are derived."""
 _propagator = TraceContextTextMapPropagator()
+log = logging.getLogger("turnstream.telemetry")
 
 
 class _Ids(RandomIdGenerator):
@@ -190,7 +192,15 @@ class Telemetry:
     def headers(self, event: EventBase) -> dict[str, str]:
         """The `traceparent` an appended event carries: the span appending it (when it is
         of the event's trace), else the event's turn span. Also notes a tool's outcome on
-        the `execute_tool` span that appends it."""
+        the `execute_tool` span that appends it. Never raises: an append must not fail for
+        its telemetry."""
+        try:
+            return self._headers(event)
+        except Exception:
+            log.exception("telemetry: no traceparent for %s", event.type)
+            return {}
+
+    def _headers(self, event: EventBase) -> dict[str, str]:
         trace_id = trace_id_of(event.trace_id)
         span = trace.get_current_span()
         found = span.get_span_context()

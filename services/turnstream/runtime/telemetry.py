@@ -33,8 +33,8 @@ import hashlib
 import logging
 import os
 import uuid
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from turnstream.bus.tracing import set_header_hook
@@ -159,28 +159,41 @@ def traced(provider: Provider) -> Provider:
 def turn_events(events: Sequence[EventBase]) -> None:
     """turn-runner: the events it just appended; a turn's end emits its `invoke_agent`."""
     if _active is not None:
-        _active.turn_events(events)
+        with _guard("turn_events"):
+            _active.turn_events(events)
 
 
 def accepted(events: Sequence[EventBase]) -> None:
     """gateway: the events it just appended; an accepted input gets an `accept_input`, a
     rejected one (its turn ends at the gateway) its `invoke_agent`."""
     if _active is not None:
-        _active.accepted(events)
+        with _guard("accepted"):
+            _active.accepted(events)
 
 
 def approval_waits(state: ApprovalState, item: object, events: Sequence[EventBase]) -> None:
     """approval: `events` decided from `state` (before them) and `item`; each verdict on a
     proposal gets an `await_approval` span from the proposal to the verdict."""
     if _active is not None:
-        _active.approval_waits(state, item, events)
+        with _guard("approval_waits"):
+            _active.approval_waits(state, item, events)
 
 
 def audited(msgs: Sequence[Any]) -> None:
     """audit: log messages whose summaries and checks are written; each `TurnEnded` gets
     an `audit_turn` span (its turn's end → recorded)."""
     if _active is not None:
-        _active.audited(msgs)
+        with _guard("audited"):
+            _active.audited(msgs)
+
+
+@contextmanager
+def _guard(hook: str) -> Iterator[None]:
+    """Telemetry never breaks a turn: a hook that fails is logged, and the service goes on."""
+    try:
+        yield
+    except Exception:
+        log.exception("telemetry hook %s failed", hook)
 
 
 _OFF: AbstractContextManager[None] = nullcontext()

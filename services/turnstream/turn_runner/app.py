@@ -132,10 +132,8 @@ class Runner:
             pattern, settings = self.settings.session_override(session_id)
             self.session_patterns[session_id] = pattern
             if pattern and pattern not in self.session_providers:
-                self.session_providers[pattern] = (
-                    telemetry.traced(build_provider(settings)),
-                    settings,
-                )
+                traced = telemetry.traced(build_provider(settings))
+                self.session_providers[pattern] = (traced, settings)
         if not pattern:
             return self.provider, config
         provider, settings = self.session_providers[pattern]
@@ -202,7 +200,8 @@ class Runner:
         return self.mailboxes.spawn(work, name)
 
     def observe(self, events: list[Event]) -> None:
-        """Hand stage events to observer hooks; they cannot change the turn."""
+        """Hand appended events to telemetry and stage events to observer hooks; they cannot
+        change the turn."""
         telemetry.turn_events(events)
         if not self.hooks.has_observers:
             return
