@@ -19,7 +19,7 @@ from turnstream.core.events import (
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.gateway.dedup import first_time, open_bucket
 from turnstream.gateway.intake import Inbound, intake, reject_unknown_answer
-from turnstream.runtime import now, run_service, service_bus, source_name
+from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.settings import Settings
 from turnstream.tools.registry import ToolRegistry
 from turnstream.workflows.loader import attachable
@@ -88,6 +88,7 @@ async def _consume(
         except Exception:
             log.exception("intake or append failed; the commands will be redelivered")
             return
+        telemetry.accepted(events)
         for msg in msgs:
             await msg.ack()
 
