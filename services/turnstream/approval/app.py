@@ -15,7 +15,7 @@ from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalState
 from turnstream.core.events import TurnEnded
 from turnstream.core.inputs import Fact, Tick, WakeAt
-from turnstream.runtime import now, run_service, service_bus, source_name
+from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
 from turnstream.settings import Settings
 
@@ -60,6 +60,7 @@ class ApprovalActor:
         decision = approval.decide_input(self.state, fact, svc.config, svc.clock(), svc.source)
         if decision.events:
             await svc.bus.store.append_facts(decision.events)
+            telemetry.approval_waits(self.state, item, decision.events)
         self.state = decision.state
         if isinstance(item, Delivered):
             await item.msg.ack()

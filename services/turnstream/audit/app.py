@@ -30,7 +30,7 @@ from turnstream.audit.projections import put_all
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_push
 from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
-from turnstream.runtime import now, run_service, service_bus, source_name
+from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.audit")
@@ -144,6 +144,7 @@ class AuditService:
                 return  # stopping before the batch was written: it comes again
             if batch:
                 await batch[-1].ack()  # the consumer acks all: one covers the batch
+                telemetry.audited(batch)
 
     async def _fill_gap(self) -> None:
         """Push deliveries lost on a reconnect count as delivered for the server, and the

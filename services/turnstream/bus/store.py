@@ -16,6 +16,7 @@ from nats.js import api
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
 from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
+from turnstream.bus.tracing import msg_headers
 from turnstream.core.events import Event, EventBase, decode, encode
 from turnstream.core.subjects import Subjects
 
@@ -102,13 +103,13 @@ class JetStreamEventStore:
             raise ValueError("a decision appends at least one event")
         first = events[0]
         condition = {
-            "Nats-Msg-Id": first.id,
+            **msg_headers(first),
             "Nats-Expected-Last-Subject-Sequence": str(expected_last_seq),
             "Nats-Expected-Last-Subject-Sequence-Subject": self.subjects.log_session(session_id),
         }
         log = self.subjects.log
         items = [(log(session_id, first.type), encode(first), condition)]
-        items += [(log(session_id, e.type), encode(e), {"Nats-Msg-Id": e.id}) for e in events[1:]]
+        items += [(log(session_id, e.type), encode(e), msg_headers(e)) for e in events[1:]]
         batched = self.batched if self.batched is not None else await self._batched()
         try:
             if len(items) > 1 and batched:
@@ -141,7 +142,7 @@ class JetStreamEventStore:
 
     async def append_facts(self, events: Sequence[EventBase]) -> list[int]:
         log = self.subjects.log
-        items = [(log(e.session_id, e.type), encode(e), {"Nats-Msg-Id": e.id}) for e in events]
+        items = [(log(e.session_id, e.type), encode(e), msg_headers(e)) for e in events]
         return await self.appender.publish(items, APPEND_TIMEOUT_S)
 
     async def last_seq(self, session_id: str) -> int:

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.bus.consume import durable_pull, fetch_loop, kept_in_progress
 from turnstream.bus.scan import scan_log
 from turnstream.core.events import (
     EventBase,
@@ -19,13 +19,17 @@ from turnstream.core.events import (
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.gateway.dedup import first_time, open_bucket
 from turnstream.gateway.intake import Inbound, intake, reject_unknown_answer
-from turnstream.runtime import now, run_service, service_bus, source_name
+from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.settings import Settings
 from turnstream.tools.registry import ToolRegistry
 from turnstream.workflows.loader import attachable
 
 log = logging.getLogger("turnstream.gateway")
 DURABLE = "gateway"
+ACK_WAIT_S = 5.0
+"""A command not acked this long is redelivered: how long a sender waits for its
+`InputAccepted` when the gateway holding the command died (a live gateway keeps its batch
+with in-progress acks however long the append takes)."""
 
 
 async def serve(
@@ -78,11 +82,13 @@ async def _consume(
 
     async def on_batch(msgs: list[Any]) -> None:
         try:
-            events = [event for msg in msgs for event in await decide(msg)]
-            await bus.store.append_facts(events)
+            async with kept_in_progress(msgs, ACK_WAIT_S):
+                events = [event for msg in msgs for event in await decide(msg)]
+                await bus.store.append_facts(events)
         except Exception:
             log.exception("intake or append failed; the commands will be redelivered")
             return
+        telemetry.accepted(events)
         for msg in msgs:
             await msg.ack()
 
@@ -90,7 +96,7 @@ async def _consume(
         bus.js, subjects.idempotency_bucket, settings.inbound_max_age_days, settings.replicas
     )
     sub = await durable_pull(
-        bus.js, subjects.inbound_stream, DURABLE, [subjects.inbound_all], ack_wait_s=30
+        bus.js, subjects.inbound_stream, DURABLE, [subjects.inbound_all], ack_wait_s=ACK_WAIT_S
     )
     log.info("gateway consuming %s", subjects.inbound_all)
     await fetch_loop(sub, stop, on_batch)

@@ -24,8 +24,9 @@ from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from turnstream import console
 from turnstream.bus import Bus, connect
-from turnstream.http import a2a, commands, reads, sse
+from turnstream.http import a2a, commands, reads, replay, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
 from turnstream.http.fast import FastPaths
@@ -74,10 +75,12 @@ def create_app(
     app.include_router(commands.router)
     app.include_router(reads.router)
     app.include_router(sse.router)
+    app.include_router(replay.router)
     app.add_api_route("/v1/tickets", tickets, methods=["POST"], tags=["auth"])
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["ops"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["ops"])
     a2a.mount(app)  # /a2a and /.well-known/agent-card.json
+    console.mount(app)  # the web console at / (static files, a client of the routes above)
     app.add_middleware(FastPaths)  # the hot POST and stream without FastAPI's per-request cost
     app.add_middleware(BodyLimit, max_bytes=settings.max_input_bytes)
     app.add_middleware(AccessLog)

@@ -9,6 +9,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 
+from turnstream.runtime import telemetry
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream")
@@ -35,6 +36,7 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
         format=f"%(asctime)s {service} %(levelname)s %(message)s",
     )
     settings = Settings()
+    telemetry.setup(service)
     tune_gc()
 
     async def main() -> None:
@@ -57,3 +59,5 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
     except (ConnectionError, ValueError) as exc:  # bad settings or no server: say which
         log.error("%s", exc)
         raise SystemExit(2) from exc
+    finally:
+        telemetry.shutdown()

@@ -27,7 +27,7 @@ from turnstream.core.events import (
     TurnEnded,
     decode,
 )
-from turnstream.runtime import now, run_service, service_bus, source_name
+from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.runtime.manifest import keep_published
 from turnstream.settings import Settings
 from turnstream.tool_executor.outcome import Facts, needs_blob
@@ -115,7 +115,8 @@ class Executor:
             self.running[invocation_id] = (task, request)
             beat = asyncio.create_task(_keep_in_progress(msg), name=f"beat:{invocation_id}")
             try:
-                await self._run(facts)
+                with telemetry.tool_span(request, msg):
+                    await self._run(facts)
             except asyncio.CancelledError:
                 if invocation_id not in self.aborted:
                     raise  # shutting down: the claim stays `running` for the next executor

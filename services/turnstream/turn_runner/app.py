@@ -32,6 +32,7 @@ from turnstream.runtime import (
     run_service,
     service_bus,
     source_name,
+    telemetry,
     tool_infos,
     watch_hooks,
 )
@@ -131,7 +132,8 @@ class Runner:
             pattern, settings = self.settings.session_override(session_id)
             self.session_patterns[session_id] = pattern
             if pattern and pattern not in self.session_providers:
-                self.session_providers[pattern] = (build_provider(settings), settings)
+                traced = telemetry.traced(build_provider(settings))
+                self.session_providers[pattern] = (traced, settings)
         if not pattern:
             return self.provider, config
         provider, settings = self.session_providers[pattern]
@@ -198,7 +200,9 @@ class Runner:
         return self.mailboxes.spawn(work, name)
 
     def observe(self, events: list[Event]) -> None:
-        """Hand stage events to observer hooks; they cannot change the turn."""
+        """Hand appended events to telemetry and stage events to observer hooks; they cannot
+        change the turn."""
+        telemetry.turn_events(events)
         if not self.hooks.has_observers:
             return
         for event in events:
@@ -322,7 +326,7 @@ async def serve(
     tools: ToolRegistry | None = None,
     hooks: HookRegistry | None = None,
 ) -> None:
-    provider = build_provider(settings)
+    provider = telemetry.traced(build_provider(settings))
     async with service_bus(settings, "turn-runner", bus) as bus:
         registry = tools or ToolRegistry.load()
         hooks = hooks or HookRegistry.load(bus.nc)

@@ -167,6 +167,7 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
         messages=state.history,
         tools=tools,
         stage=spec.stage_id if spec else None,
+        trace_id=turn.trace_id,
     )
 
 

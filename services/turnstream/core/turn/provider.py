@@ -22,6 +22,8 @@ class ProviderRequest:
     tools: tuple[ToolInfo, ...] = ()
     stage: str | None = None
     """The workflow stage this request is for (scripts may reply per stage)."""
+    trace_id: str = ""
+    """The turn's `traceId` (the envelope's), so the call is traced in the turn's trace."""
 
 
 @dataclass(frozen=True)

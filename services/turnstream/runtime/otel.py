@@ -1,0 +1,571 @@
+"""The OpenTelemetry side of `turnstream.runtime.telemetry`: imported only when telemetry
+is on (`telemetry.setup` with `OTEL_EXPORTER_OTLP_ENDPOINT` set).
+
+One `Telemetry` per process: a tracer provider exporting spans and a meter provider
+exporting the GenAI client histograms, both OTLP/HTTP (the exporters read the standard
+`OTEL_EXPORTER_OTLP_*` variables, the processors `OTEL_BSP_*` and
+`OTEL_METRIC_EXPORT_INTERVAL`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from turnstream.core.approval import ApprovalState
+from turnstream.core.events import (
+    EventBase,
+    InputAccepted,
+    ProviderRequestCompleted,
+    SessionTurnStart,
+    StageEntered,
+    ToolCallApproved,
+    ToolCallDenied,
+    ToolCallModeInvoked,
+    ToolInvocationFailed,
+    ToolInvocationProposed,
+    ToolInvocationRequested,
+    ToolInvocationSucceeded,
+    TurnEnded,
+    WorkflowAttached,
+    WorkflowExit,
+    decode,
+)
+from turnstream.core.turn import (
+    Message,
+    ProviderFailure,
+    ProviderOutcome,
+    ProviderRequest,
+    ProviderSuccess,
+)
+from turnstream.runtime.mailbox import Delivered
+from turnstream.runtime.telemetry import (
+    AGENT_NAME,
+    DURATION_BUCKETS,
+    MAX_OPEN_TURNS,
+    SCOPE,
+    TOKEN_BUCKETS,
+    run_span_id,
+    trace_id_of,
+    traceparent,
+    turn_span_id,
+    uuid7_time_ns,
+)
+
+if TYPE_CHECKING:
+    from turnstream.providers import Provider
+    from turnstream.providers.base import DeltaSink, ToolCallSink
+
+_fixed_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "turnstream_fixed_ids", default=None
+)
+"""(trace id, span id) of the span being started, when its ids are derived."""
+_propagator = TraceContextTextMapPropagator()
+log = logging.getLogger("turnstream.telemetry")
+
+
+class _Ids(RandomIdGenerator):
+    """Random ids, except for a span whose ids are derived (`_fixed_ids`)."""
+
+    def generate_span_id(self) -> int:
+        fixed = _fixed_ids.get()
+        return fixed[1] if fixed else super().generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        fixed = _fixed_ids.get()
+        return fixed[0] if fixed else super().generate_trace_id()
+
+
+def _ns(at: datetime) -> int:
+    return int(at.timestamp() * 1e9)
+
+
+class Telemetry:
+    """A process's providers, instruments and the spans each service hook makes."""
+
+    def __init__(self, service: str, capture: bool, environ: Mapping[str, str]) -> None:
+        attributes: dict[str, Any] = {
+            "service.namespace": "turnstream",
+            "service.instance.id": f"{os.uname().nodename}-{os.getpid()}",
+        }
+        if not environ.get("OTEL_SERVICE_NAME"):
+            attributes["service.name"] = f"turnstream-{service}"
+        resource = Resource.create(attributes)
+        self.capture = capture
+        self.tracer_provider = TracerProvider(resource=resource, id_generator=_Ids())
+        self.tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.tracer = self.tracer_provider.get_tracer(SCOPE)
+        self.sampler = self.tracer_provider.sampler
+        """`OTEL_TRACES_SAMPLER`'s (always on by default): with a trace id ratio, every
+        process decides the same for a turn, whose trace id it derives alike."""
+        reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+        self.meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+        meter = self.meter_provider.get_meter(SCOPE)
+        self.token_usage = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Number of input and output tokens used",
+            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+        )
+        self.duration = meter.create_histogram(
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="GenAI operation duration",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.turns: dict[str, list[Any]] = {}
+        """Open turns: [input tokens, output tokens, input text or None]."""
+        self.stage_runs: dict[str, str] = {}
+        """Stage turns (executions) this runner entered → their workflow run."""
+        self.tool_ends: dict[int, int] = {}
+        """Running `execute_tool` spans with an outcome appended: span id → its time."""
+
+    def shutdown(self) -> None:
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+    # parents
+
+    def turn_context(self, trace_id: str, turn_id: str | None) -> Context | None:
+        """The turn's `invoke_agent` span as a (remote) parent."""
+        if turn_id is None:
+            return None
+        return self.remote(trace_id, turn_span_id(turn_id))
+
+    def run_context(self, trace_id: str, run_id: str) -> Context:
+        """A workflow run's span as a (remote) parent."""
+        return self.remote(trace_id, run_span_id(run_id))
+
+    def remote(self, trace_id: str, span_id: int) -> Context:
+        span = NonRecordingSpan(
+            SpanContext(
+                trace_id=trace_id_of(trace_id),
+                span_id=span_id,
+                is_remote=True,
+                trace_flags=TraceFlags(
+                    TraceFlags.SAMPLED if self.sampled(trace_id_of(trace_id)) else 0
+                ),
+            )
+        )
+        return set_span_in_context(span)
+
+    def parent_of(self, event: EventBase, headers: Mapping[str, str] | None) -> Context | None:
+        """The context an event's `traceparent` header names (if it is of the event's
+        trace), else the event's turn span."""
+        if headers and "traceparent" in headers:
+            ctx = _propagator.extract(dict(headers))
+            found = trace.get_current_span(ctx).get_span_context()
+            if found.is_valid and found.trace_id == trace_id_of(event.trace_id):
+                return ctx
+        return self.turn_context(event.trace_id, event.turn_id)
+
+    def headers(self, event: EventBase) -> dict[str, str]:
+        """The `traceparent` an appended event carries: the span appending it (when it is
+        of the event's trace), else the event's turn span. Also notes a tool's outcome on
+        the `execute_tool` span that appends it. Never raises: an append must not fail for
+        its telemetry."""
+        try:
+            return self._headers(event)
+        except Exception:
+            log.exception("telemetry: no traceparent for %s", event.type)
+            return {}
+
+    def _headers(self, event: EventBase) -> dict[str, str]:
+        trace_id = trace_id_of(event.trace_id)
+        span = trace.get_current_span()
+        found = span.get_span_context()
+        if found.is_valid and found.trace_id == trace_id:
+            if isinstance(event, ToolInvocationSucceeded | ToolInvocationFailed):
+                self.tool_outcome(span, event)
+            return {"traceparent": traceparent(trace_id, found.span_id, found.trace_flags.sampled)}
+        if event.turn_id is None:
+            return {}
+        span_id = turn_span_id(event.turn_id)
+        return {"traceparent": traceparent(trace_id, span_id, self.sampled(trace_id))}
+
+    def sampled(self, trace_id: int) -> bool:
+        """Whether the sampler keeps the turn's `invoke_agent` span (a root): its children,
+        in every process, follow that decision rather than making their own."""
+        decision = self.sampler.should_sample(None, trace_id, f"invoke_agent {AGENT_NAME}")
+        return decision.decision is Decision.RECORD_AND_SAMPLE
+
+    # turn-runner
+
+    def turn_events(self, events: Sequence[EventBase]) -> None:
+        for event in events:
+            match event:
+                case SessionTurnStart(turn_id=str(turn_id)):
+                    self.open_turn(turn_id)[2] = event.data.text if self.capture else None
+                case ProviderRequestCompleted(turn_id=str(turn_id)):
+                    counts = self.open_turn(turn_id)
+                    counts[0] += event.data.usage.input_tokens
+                    counts[1] += event.data.usage.output_tokens
+                case TurnEnded(turn_id=str(turn_id)):
+                    self.end_turn(event, turn_id, self.turns.pop(turn_id, None))
+                case StageEntered():
+                    # its stage turn (the execution) is a child of the run's span
+                    if len(self.stage_runs) >= MAX_OPEN_TURNS:
+                        del self.stage_runs[next(iter(self.stage_runs))]
+                    self.stage_runs[event.data.stage_execution_id] = event.data.run_id
+                case WorkflowExit():
+                    self.end_workflow(event)
+
+    def open_turn(self, turn_id: str) -> list[Any]:
+        counts = self.turns.get(turn_id)
+        if counts is None:
+            if len(self.turns) >= MAX_OPEN_TURNS:
+                del self.turns[next(iter(self.turns))]
+            counts = self.turns[turn_id] = [0, 0, None]
+        return counts
+
+    def end_turn(self, event: TurnEnded, turn_id: str, counts: list[Any] | None) -> None:
+        end = _ns(event.time)
+        start = min(uuid7_time_ns(turn_id) or end, end)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": AGENT_NAME,
+            "gen_ai.conversation.id": event.session_id,
+            "turnstream.turn.id": turn_id,
+            "turnstream.turn.status": event.data.status,
+        }
+        if counts is not None:
+            attributes["gen_ai.usage.input_tokens"] = counts[0]
+            attributes["gen_ai.usage.output_tokens"] = counts[1]
+            if counts[2] is not None:
+                attributes["gen_ai.input.messages"] = _json(
+                    [{"role": "user", "parts": [{"type": "text", "content": counts[2]}]}]
+                )
+        if event.data.failure_class is not None:
+            attributes["error.type"] = event.data.failure_class.value
+        run_id = self.stage_runs.pop(turn_id, None)
+        parent = None if run_id is None else self.run_context(event.trace_id, run_id)
+        span = self.derived_span(
+            f"invoke_agent {AGENT_NAME}",
+            event.trace_id,
+            turn_span_id(turn_id),
+            parent,
+            attributes,
+            start,
+        )
+        if event.data.status == "failed":
+            span.set_status(Status(StatusCode.ERROR, event.data.reason))
+        span.end(end_time=end)
+
+    def end_workflow(self, event: WorkflowExit) -> None:
+        """A workflow run's span, parent of its stage turns (ids derived from the run id)."""
+        end = _ns(event.time)
+        run_id = event.data.run_id
+        attributes: dict[str, Any] = {
+            "gen_ai.conversation.id": event.session_id,
+            "turnstream.workflow.name": event.data.workflow,
+            "turnstream.workflow.run_id": run_id,
+            "turnstream.workflow.status": event.data.status,
+        }
+        if event.data.failure is not None:
+            attributes["error.type"] = event.data.failure
+        span = self.derived_span(
+            f"run_workflow {event.data.workflow}",
+            event.trace_id,
+            run_span_id(run_id),
+            None,
+            attributes,
+            min(uuid7_time_ns(run_id) or end, end),
+        )
+        if event.data.status == "failed":
+            span.set_status(Status(StatusCode.ERROR, event.data.reason))
+        span.end(end_time=end)
+
+    def derived_span(
+        self,
+        name: str,
+        trace_id: str,
+        span_id: int,
+        parent: Context | None,
+        attributes: dict[str, Any],
+        start: int,
+    ) -> Span:
+        """A span started at `start` whose id is `span_id` (children elsewhere derive it),
+        a root of the trace `trace_id` unless it has a `parent`."""
+        token = _fixed_ids.set((trace_id_of(trace_id), span_id))
+        try:
+            return self.tracer.start_span(
+                name,
+                context=parent or Context(),
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+                start_time=start,
+            )
+        finally:
+            _fixed_ids.reset(token)
+
+    async def chat(
+        self,
+        provider: Provider,
+        request: ProviderRequest,
+        on_delta: DeltaSink,
+        on_tool_call: ToolCallSink | None,
+    ) -> ProviderOutcome:
+        """`provider.complete(...)` in a `chat` span, recording the two client metrics."""
+        model = provider.model
+        common: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider.name,
+            "gen_ai.request.model": model,
+        }
+        attributes = {
+            **common,
+            "gen_ai.conversation.id": request.session_id,
+            "turnstream.turn.id": request.turn_id,
+            "turnstream.iteration": request.iteration,
+        }
+        if self.capture:
+            attributes["gen_ai.input.messages"] = _json([_message(m) for m in request.messages])
+            if request.system:
+                attributes["gen_ai.system_instructions"] = _json(
+                    [{"type": "text", "content": request.system}]
+                )
+        parent = self.turn_context(request.trace_id or request.session_id, request.turn_id)
+        span = self.tracer.start_span(
+            f"chat {model}", context=parent, kind=SpanKind.CLIENT, attributes=attributes
+        )
+        began = time.perf_counter()
+        try:
+            with trace.use_span(span, end_on_exit=False, record_exception=False):
+                outcome = await provider.complete(request, on_delta, on_tool_call)
+        except BaseException as exc:  # cancelled (the turn ended) or a provider bug
+            error = type(exc).__name__
+            span.set_attribute("error.type", error)
+            span.set_status(Status(StatusCode.ERROR, str(exc) or error))
+            self.duration.record(time.perf_counter() - began, {**common, "error.type": error})
+            span.end()
+            raise
+        match outcome:
+            case ProviderSuccess(usage=usage):
+                span.set_attributes(
+                    {
+                        "gen_ai.usage.input_tokens": usage.input_tokens,
+                        "gen_ai.usage.output_tokens": usage.output_tokens,
+                        "gen_ai.response.finish_reasons": [outcome.stop_reason],
+                    }
+                )
+                if self.capture:
+                    span.set_attribute("gen_ai.output.messages", _json([_reply(outcome)]))
+                self.token_usage.record(
+                    usage.input_tokens, {**common, "gen_ai.token.type": "input"}
+                )
+                self.token_usage.record(
+                    usage.output_tokens, {**common, "gen_ai.token.type": "output"}
+                )
+                self.duration.record(time.perf_counter() - began, common)
+            case ProviderFailure(error_class=error_class):
+                span.set_attribute("error.type", error_class)
+                span.set_status(Status(StatusCode.ERROR, outcome.message))
+                self.duration.record(
+                    time.perf_counter() - began, {**common, "error.type": error_class}
+                )
+        span.end()
+        return outcome
+
+    # gateway
+
+    def accepted(self, events: Sequence[EventBase]) -> None:
+        for event in events:
+            if isinstance(event, TurnEnded) and event.turn_id is not None:
+                self.end_turn(event, event.turn_id, None)  # rejected: its turn ends here
+            match event:
+                case InputAccepted(turn_id=str(turn_id)):
+                    parent, origin = self.turn_context(event.trace_id, turn_id), turn_id
+                    attributes = {"turnstream.turn.id": turn_id}
+                case WorkflowAttached():
+                    origin = event.data.run_id
+                    parent = self.run_context(event.trace_id, origin)
+                    attributes = {"turnstream.workflow.run_id": origin}
+                case _:
+                    continue
+            end = _ns(event.time)  # decided; the runner may take it from there at once
+            span = self.tracer.start_span(
+                "accept_input",
+                context=parent,
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    "gen_ai.conversation.id": event.session_id,
+                    "turnstream.sender.kind": event.data.sender.kind,
+                    **attributes,
+                },
+                start_time=min(uuid7_time_ns(origin) or end, end),
+            )
+            span.end(end_time=end)
+
+    # audit
+
+    def audited(self, msgs: Sequence[Any]) -> None:
+        end = time.time_ns()
+        for msg in msgs:
+            if not msg.subject.endswith(".TurnEnded"):
+                continue
+            try:
+                event = decode(msg.data)
+            except ValueError:
+                continue
+            if not isinstance(event, TurnEnded) or event.turn_id is None:
+                continue
+            span = self.tracer.start_span(
+                "audit_turn",
+                context=self.parent_of(event, msg.headers),
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    "gen_ai.conversation.id": event.session_id,
+                    "turnstream.turn.id": event.turn_id,
+                    "turnstream.turn.status": event.data.status,
+                },
+                start_time=min(_ns(event.time), end),
+            )
+            span.end(end_time=end)
+
+    # approval
+
+    def approval_waits(
+        self, state: ApprovalState, item: object, events: Sequence[EventBase]
+    ) -> None:
+        verdicts = [e for e in events if isinstance(e, ToolCallApproved | ToolCallDenied)]
+        if not verdicts:
+            return
+        proposals = {p.invocation_id: p.event for p in state.proposals}
+        modes = {
+            e.data.invocation_id: e.data.mode for e in events if isinstance(e, ToolCallModeInvoked)
+        }
+        headers: Mapping[str, str] | None = None
+        if isinstance(item, Delivered) and isinstance(item.event, ToolInvocationProposed):
+            proposals[item.event.data.invocation_id] = item.event
+            headers = item.msg.headers
+        for verdict in verdicts:
+            proposal = proposals.get(verdict.data.invocation_id)
+            if proposal is None:
+                continue
+            tool = proposal.data.tool
+            approved = isinstance(verdict, ToolCallApproved)
+            span = self.tracer.start_span(
+                f"await_approval {tool}",
+                context=self.parent_of(proposal, headers),
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    "gen_ai.conversation.id": proposal.session_id,
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.id": proposal.data.call_id,
+                    "turnstream.invocation.id": proposal.data.invocation_id,
+                    "turnstream.approval.decision": "approved" if approved else "denied",
+                    "turnstream.approval.authority": verdict.data.authority,
+                    "turnstream.approval.mode": modes.get(proposal.data.invocation_id)
+                    or state.mode
+                    or "",
+                    "turnstream.approval.timed_out": isinstance(verdict, ToolCallDenied)
+                    and verdict.data.timed_out,
+                },
+                start_time=_ns(proposal.time),
+            )
+            span.end(end_time=max(_ns(verdict.time), _ns(proposal.time)))
+
+    # tool-executor
+
+    @contextmanager
+    def tool_span(self, request: ToolInvocationRequested, msg: Any) -> Iterator[None]:
+        data = request.data
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": data.tool,
+            "gen_ai.tool.call.id": data.call_id,
+            "gen_ai.tool.type": "function",
+            "gen_ai.conversation.id": request.session_id,
+            "turnstream.invocation.id": data.invocation_id,
+        }
+        if self.capture:
+            attributes["gen_ai.tool.call.arguments"] = _json(data.args)
+        span = self.tracer.start_span(
+            f"execute_tool {data.tool}",
+            context=self.parent_of(request, getattr(msg, "headers", None)),
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                yield
+        finally:
+            # at the outcome's time (stamped before it was appended), so the span ends
+            # before anything its outcome caused, whatever this process does next
+            span.end(end_time=self.tool_ends.pop(span.get_span_context().span_id, None))
+
+    def tool_outcome(
+        self, span: Span, event: ToolInvocationSucceeded | ToolInvocationFailed
+    ) -> None:
+        if not span.is_recording():
+            return
+        self.tool_ends[span.get_span_context().span_id] = _ns(event.time)
+        if isinstance(event, ToolInvocationFailed):
+            span.set_attribute("error.type", event.data.error.kind)
+            span.set_status(Status(StatusCode.ERROR, event.data.error.detail))
+        elif self.capture:
+            span.set_attribute("gen_ai.tool.call.result", event.data.output)
+
+
+# --- content, as the conventions' message JSON --------------------------------------------
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _message(message: Message) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    if message.role == "tool":
+        parts.append(
+            {"type": "tool_call_response", "id": message.tool_call_id, "response": message.text}
+        )
+        return {"role": "tool", "parts": parts}
+    if message.text:
+        parts.append({"type": "text", "content": message.text})
+    for call in message.tool_calls:
+        parts.append(
+            {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+        )
+    return {"role": message.role, "parts": parts}
+
+
+def _reply(outcome: ProviderSuccess) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    if outcome.text:
+        parts.append({"type": "text", "content": outcome.text})
+    for call in outcome.tool_calls:
+        parts.append(
+            {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+        )
+    return {"role": "assistant", "parts": parts, "finish_reason": outcome.stop_reason}
