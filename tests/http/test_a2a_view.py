@@ -1,5 +1,5 @@
 """The A2A task of a turn, folded from events (pure: `a2a.view.TurnView`) and shown as an
-A2A `Task` (`handler.to_task`)."""
+A2A `Task` (`mapping.to_task`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from turnstream.core.events import (
     TurnEnded,
     TurnEndedData,
 )
-from turnstream.http.a2a.handler import to_task
+from turnstream.http.a2a.mapping import to_task
 from turnstream.http.a2a.store import TaskRecord
 from turnstream.http.a2a.view import TurnView
 

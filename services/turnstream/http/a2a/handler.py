@@ -20,7 +20,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
-import orjson
 import uuid_utils
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
@@ -38,14 +37,11 @@ from a2a.types.a2a_pb2 import (
     ListTasksResponse,
     Message,
     Part,
-    Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
     TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
-    TaskState,
-    TaskStatus,
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
@@ -57,10 +53,11 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from google.protobuf.json_format import MessageToDict, ParseDict  # type: ignore[import-untyped]
+from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
 
 from turnstream.core.events import decode
 from turnstream.core.subjects import is_reserved_session, is_session_id
+from turnstream.http.a2a.mapping import decision, text_of, to_task, token_text
 from turnstream.http.a2a.store import TaskRecord, TaskStore
 from turnstream.http.a2a.view import ACTED_ON, PAUSED, TERMINAL, TurnView
 from turnstream.http.auth import Principal, Scope
@@ -69,86 +66,12 @@ from turnstream.http.hub import Closed, Feed, TokenItem
 from turnstream.http.problems import Problem
 from turnstream.http.submit import publish
 
-STATES = {
-    "submitted": TaskState.TASK_STATE_SUBMITTED,
-    "working": TaskState.TASK_STATE_WORKING,
-    "input-required": TaskState.TASK_STATE_INPUT_REQUIRED,
-    "completed": TaskState.TASK_STATE_COMPLETED,
-    "failed": TaskState.TASK_STATE_FAILED,
-    "canceled": TaskState.TASK_STATE_CANCELED,
-    "rejected": TaskState.TASK_STATE_REJECTED,
-}
 PRINCIPAL = "turnstream.principal"
 """Where the route puts the caller (`ServerCallContext.state`)."""
 
 
 class ContextSource(Protocol):
     def __call__(self) -> HttpContext: ...
-
-
-def to_task(record: TaskRecord, history_length: int | None = None) -> Task:
-    """The A2A task of `record`: its status (with a message saying what is needed or what
-    came of it), the client's messages and the reply as history, the reply as an artifact."""
-    view = record.view
-    status = TaskStatus(state=STATES[view.state])
-    status.timestamp.GetCurrentTime()
-    text = view.status_text()
-    history = [ParseDict(m, Message(), ignore_unknown_fields=True) for m in record.messages]
-    agent_message = None
-    if text and view.state != "submitted" and view.state != "working":
-        agent_message = Message(
-            message_id=f"{view.turn_id}-{view.state}-{view.last_seq}",
-            context_id=view.session_id,
-            task_id=view.turn_id,
-            role=Role.ROLE_AGENT,
-            parts=[Part(text=text)],
-        )
-        if view.interaction is not None:
-            agent_message.parts.append(Part(data=_value({"interaction": view.interaction})))
-        status.message.CopyFrom(agent_message)
-        history.append(agent_message)
-    if history_length is not None and history_length >= 0:
-        history = history[len(history) - history_length :] if history_length else []
-    task = Task(id=view.turn_id, context_id=view.session_id, status=status, history=history)
-    if view.state == "completed" and view.reply is not None:
-        reply = Part(text=view.reply)
-        task.artifacts.append(
-            Artifact(artifact_id=f"{view.turn_id}-reply", name="reply", parts=[reply])
-        )
-    return task
-
-
-def _value(data: dict[str, Any]) -> Any:
-    from google.protobuf.struct_pb2 import Value  # type: ignore[import-untyped]
-
-    value = Value()
-    value.struct_value.update(data)
-    return value
-
-
-def _text(message: Message) -> str:
-    return "\n".join(p.text for p in message.parts if p.text)
-
-
-def _decision(message: Message) -> tuple[str, str | None]:
-    """`approve` or `deny` (and a reason) from a reply to a prompt: a data part
-    `{"decision", "reason"}`, else the text's first word."""
-    for part in message.parts:
-        if part.HasField("data"):
-            data = MessageToDict(part.data)
-            if isinstance(data, dict) and data.get("decision") in ("approve", "deny"):
-                reason = data.get("reason")
-                return data["decision"], reason if isinstance(reason, str) else None
-    words = _text(message).strip().split(maxsplit=1)
-    first = words[0].lower().strip(".,!") if words else ""
-    if first in ("approve", "approved", "yes", "y", "ok"):
-        return "approve", words[1] if len(words) > 1 else None
-    if first in ("deny", "denied", "no", "n", "reject"):
-        return "deny", words[1] if len(words) > 1 else None
-    raise InvalidParamsError(
-        message="the task waits for an approval: reply 'approve' or 'deny' "
-        '(or a data part {"decision": "approve"|"deny", "reason": "..."})'
-    )
 
 
 def _a2a_error(problem: Problem) -> Exception:
@@ -344,7 +267,7 @@ class Handler(RequestHandler):
         started = False
         async for item in self._follow(record, feed, None, until):
             if isinstance(item, TokenItem):
-                delta = _delta(item.data, view.turn_id)
+                delta = token_text(item.data, view.turn_id)
                 if delta:
                     yield TaskArtifactUpdateEvent(
                         task_id=view.turn_id,
@@ -403,7 +326,7 @@ class _Started:
 
     async def __aenter__(self) -> tuple[TaskRecord, Feed]:
         handler, message, who = self.handler, self.message, self.who
-        if not _text(message) and not any(p.HasField("data") for p in message.parts):
+        if not text_of(message) and not any(p.HasField("data") for p in message.parts):
             raise InvalidParamsError(message="the message has no text part")
         record: TaskRecord | None = None
         if message.task_id:
@@ -433,7 +356,7 @@ class _Started:
         try:
             if record is None:
                 _require(who, "send", session)
-                command = {"type": "message", **base, "text": _text(message)}
+                command = {"type": "message", **base, "text": text_of(message)}
                 follow = await handler._command(session, command, feed)
                 turn = follow.turn_id
                 sent.update(taskId=turn)
@@ -458,17 +381,17 @@ class _Started:
                     )
                 if view.state == "input-required" and view.interaction is not None:
                     _require(who, "approve", session)
-                    decision, reason = _decision(message)
+                    answer, reason = decision(message)
                     command = {
                         "type": "answer",
                         **base,
                         "interactionId": view.interaction["interactionId"],
-                        "decision": decision,
+                        "decision": answer,
                         **({"reason": reason} if reason else {}),
                     }
                 else:
                     _require(who, "send", session)
-                    command = {"type": "steer", **base, "text": _text(message)}
+                    command = {"type": "steer", **base, "text": text_of(message)}
                 await handler._command(session, command, feed)
                 record.messages.append(sent)
                 await handler._catch_up(record)
@@ -480,19 +403,6 @@ class _Started:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._feed_cm.__aexit__(None, None, None)
-
-
-def _delta(data: bytes, turn_id: str) -> str:
-    """A live token's text (`ts.live` payload `{turnId, iteration, index, delta}`), if it
-    is this turn's."""
-    try:
-        token = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return ""
-    if not isinstance(token, dict) or token.get("turnId") != turn_id:
-        return ""
-    delta = token.get("delta")
-    return delta if isinstance(delta, str) else ""
 
 
 def _who(context: ServerCallContext) -> Principal:
