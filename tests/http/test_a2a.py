@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import uuid_utils
 import yaml
@@ -336,3 +337,31 @@ async def test_two_replicas_writing_one_task_merge(services: Settings, bus: Bus)
     assert merged is not None
     assert (merged.view.last_seq, merged.view.state) == (9, "completed")
     assert [m["messageId"] for m in merged.messages] == ["m1", "m2"]
+
+
+async def test_a_v0_3_client_streams_too(url: str) -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/stream",
+        "params": {
+            "message": {
+                "kind": "message",
+                "role": "user",
+                "messageId": str(uuid_utils.uuid7()),
+                "contextId": "a2a-v03-stream",
+                "parts": [{"kind": "text", "text": "old stream"}],
+            }
+        },
+    }
+    results = []
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+        http.stream("POST", "/a2a", json=body) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                results.append(orjson.loads(line[5:])["result"])
+    assert results[0]["kind"] == "task"
+    finals = [r for r in results if r.get("kind") == "status-update"]
+    assert finals[-1]["status"]["state"] == "completed" and finals[-1]["final"] is True
