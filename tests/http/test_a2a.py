@@ -19,6 +19,7 @@ from a2a.client.client import Client
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -249,6 +250,25 @@ async def test_cancel_task_is_a_hard_interrupt(url: str, bus: Bus) -> None:
     stored = await bus.store.read_session("a2a-cancel")
     ended = [s.event for s in stored if isinstance(s.event, TurnEnded)]
     assert ended[-1].turn_id == waiting.id and ended[-1].data.failure_class == "interrupted"
+
+
+async def test_list_tasks_of_a_context_newest_first(url: str, replica: str) -> None:
+    async with a2a(url) as a, a2a(replica) as b:
+        first = await send(a, message("one", context="a2a-list"))
+        second = await send(a, message("two", context="a2a-list"))
+        listed = await b.list_tasks(ListTasksRequest(context_id="a2a-list"))
+        assert [t.id for t in listed.tasks] == [second.id, first.id]
+        assert listed.total_size == 2 and not listed.next_page_token
+        page = await b.list_tasks(ListTasksRequest(context_id="a2a-list", page_size=1))
+        assert [t.id for t in page.tasks] == [second.id] and page.next_page_token == second.id
+        rest = await b.list_tasks(
+            ListTasksRequest(context_id="a2a-list", page_size=1, page_token=page.next_page_token)
+        )
+        assert [t.id for t in rest.tasks] == [first.id]
+        asking = await b.list_tasks(
+            ListTasksRequest(context_id="a2a-list", status=S.TASK_STATE_INPUT_REQUIRED)
+        )
+        assert [t.id for t in asking.tasks] == [second.id]  # the 2nd turn asks to write
 
 
 async def test_unknown_task_and_bad_context(url: str) -> None:

@@ -181,6 +181,9 @@ async def test_the_http_face_runs_under_its_own_identity(
             rpc = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"]}}
             r = await http.post("/a2a", json=rpc, headers={"A2A-Version": "1.0"})
             assert r.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+            rpc = {"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {}}
+            r = await http.post("/a2a", json=rpc, headers={"A2A-Version": "1.0"})
+            assert [t["id"] for t in r.json()["result"]["tasks"]] == [task["id"]], r.text
     refused = [r.getMessage() for r in caplog.records if "violation" in r.getMessage().lower()]
     assert refused == []
 

@@ -42,8 +42,10 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
+    TaskState,
     TaskStatusUpdateEvent,
 )
+from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE
 from a2a.utils.errors import (
     ExtendedAgentCardNotConfiguredError,
     InvalidParamsError,
@@ -57,7 +59,7 @@ from google.protobuf.json_format import MessageToDict  # type: ignore[import-unt
 
 from turnstream.core.events import decode
 from turnstream.core.subjects import is_reserved_session, is_session_id
-from turnstream.http.a2a.mapping import decision, text_of, to_task, token_text
+from turnstream.http.a2a.mapping import STATES, decision, text_of, to_task, token_text
 from turnstream.http.a2a.store import TaskRecord, TaskStore
 from turnstream.http.a2a.view import ACTED_ON, PAUSED, TERMINAL, TurnView
 from turnstream.http.auth import Principal, Scope
@@ -133,7 +135,42 @@ class Handler(RequestHandler):
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        raise UnsupportedOperationError(message="ListTasks: follow a context with GetTask")
+        """The caller's tasks (sessions its key may read), newest first (task ids are
+        UUIDv7), of one context or status if asked; each on the page folded to now."""
+        who = _who(context)
+        if params.context_id:
+            _require(who, "read", params.context_id)
+        elif not who.allows("read"):
+            _require(who, "read", "*")
+        records = [
+            r
+            for r in await self.store.all()
+            if who.allows("read", r.view.session_id)
+            and (not params.context_id or r.view.session_id == params.context_id)
+        ]
+        by_status = params.status != TaskState.TASK_STATE_UNSPECIFIED
+        for record in records if by_status else []:
+            await self._catch_up(record)  # a filter on status needs the status now
+        if by_status:
+            records = [r for r in records if STATES[r.view.state] == params.status]
+        records.sort(key=lambda r: r.view.turn_id, reverse=True)
+        if params.page_token:
+            records = [r for r in records if r.view.turn_id < params.page_token]
+        size = min(params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE)
+        page = records[:size]
+        for record in page if not by_status else []:
+            await self._catch_up(record)
+        length = params.history_length if params.HasField("history_length") else None
+        tasks = [to_task(r, length) for r in page]
+        if not params.include_artifacts:
+            for task in tasks:
+                del task.artifacts[:]
+        return ListTasksResponse(
+            tasks=tasks,
+            next_page_token=page[-1].view.turn_id if len(records) > size else "",
+            page_size=size,
+            total_size=len(records),
+        )
 
     # ---- commands
     async def on_message_send(

@@ -16,7 +16,12 @@ from typing import Any
 
 import orjson
 from nats.js import api
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    BadRequestError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoKeysError,
+)
 
 from turnstream.bus import Bus
 from turnstream.http.a2a.view import TurnView
@@ -96,6 +101,16 @@ class TaskStore:
         if not entry.value:  # nats-py: an expired key reads as a `None` value
             return None
         return TaskRecord.from_json(entry.value, entry.revision)
+
+    async def all(self) -> list[TaskRecord]:
+        """Every task in the bucket (ListTasks pages through them)."""
+        kv = await self.kv()
+        try:
+            keys = await kv.keys()
+        except NoKeysError:
+            return []
+        found = await asyncio.gather(*(self.get(key) for key in keys))
+        return [record for record in found if record is not None]
 
     async def put(self, record: TaskRecord) -> None:
         """Write `record`; if another replica wrote the entry meanwhile, merge: the view
