@@ -60,6 +60,7 @@ from turnstream.core.events import (
     ToolUseBlock,
 )
 from turnstream.core.fold import until_quiet
+from turnstream.core.turn import outbound, subturns
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response, completion_tool
 from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
@@ -82,7 +83,7 @@ from turnstream.core.turn.state import (
     TurnConfig,
 )
 from turnstream.core.turn.tool_call import (
-    dispatchable,
+    executable,
     propose_calls,
     requested,
     tool_step,
@@ -167,6 +168,7 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
         messages=state.history,
         tools=tools,
         stage=spec.stage_id if spec else None,
+        agent=config.agent,
     )
 
 
@@ -297,6 +299,9 @@ def _hook_decided(
 
 
 def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
+    children = subturns.step(state, ctx)
+    if children:
+        return children
     turn = state.active
     if turn is None:
         if state.workflow is not None and state.workflow.open:
@@ -307,6 +312,10 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         return [_park(state.session_id, turn, p, config, ctx) for p in waiting]
     b = Builder(state.session_id, turn, ctx)
     if turn.ended is not None:
+        if turn.reply_to is not None and not turn.reply_settled:
+            # the reply goes first (the shell delivers it, `outbound.record` says so), or is
+            # dropped past the hop limit; the turn closes after
+            return outbound.reply_dropped(b, turn, config)
         return [b.make(SessionTurnEnd, SessionTurnEndData(status=turn.ended))]
     if turn.abort is not None:
         action, reason = turn.abort
@@ -345,7 +354,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         return []  # the stage's Act is over: the workflow asserts and exits it
     if turn.awaiting_provider:
         # calls proposed while the model streams may run before the response ends
-        ready = dispatchable(turn.calls) if not config.tool_hooks else []
+        ready = executable(turn.calls) if not config.tool_hooks else []
         return [requested(b, call, config, call.args) for call in ready]
     stage, is_open = turn.stage, turn.stage_open
     if turn.provider_error and not is_open:
@@ -393,7 +402,8 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
                 return _compose_or_stop(b, turn, config)
             return [b.pre(Stage.RENDER)]
         case Stage.TOOL_CALL, True:
-            return tool_step(b, turn, config)
+            refused = outbound.refuse(b, state, turn, config)
+            return refused or tool_step(b, turn, config)
         case Stage.TOOL_CALL, False:
             if turn.interrupt is not None and turn.iteration > turn.interrupt[2]:
                 return [b.pre(Stage.RENDER)]  # the summary round is done: no more rounds

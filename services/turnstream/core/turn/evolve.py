@@ -17,11 +17,14 @@ from turnstream.core.events import (
     InteractionAnswered,
     InteractionRequested,
     InterruptReceived,
+    MessageDropped,
+    MessageSent,
     ProviderRequestCompleted,
     ProviderRequestFailed,
     ProviderRequestStarted,
     ProviderRetry,
     RenderEmitted,
+    SessionConfigured,
     SessionTurnEnd,
     SessionTurnStart,
     Stage,
@@ -37,6 +40,9 @@ from turnstream.core.events import (
     StagePostFired,
     StagePreFired,
     SteeringInjected,
+    SubTurnEnded,
+    SubTurnResultDelivered,
+    SubTurnSpawned,
     ToolCallApproved,
     ToolCallDenied,
     ToolCallModeInvoked,
@@ -52,9 +58,11 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
+from turnstream.core.turn import subturns
 from turnstream.core.turn.state import (
     ActiveTurn,
     CallStatus,
+    ChildResult,
     Message,
     PendingInput,
     SessionState,
@@ -77,8 +85,43 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 text=data.text,
                 sender=data.sender,
                 reply_to=data.reply_to,
+                key=data.idempotency_key,
+                hops=data.hops,
+                depth=data.parent.depth if data.parent is not None else 0,
             )
+            child = subturns.child_for_reply(state, data.in_reply_to)
+            if child is not None:  # a sub-turn's reply: its result, not a new turn
+                outcome = data.outcome
+                result = ChildResult(
+                    status=outcome.status if outcome is not None else "completed",
+                    failure=outcome.failure_class if outcome is not None else None,
+                    reply=data.text,
+                    child_turn_id=outcome.turn_id if outcome is not None else None,
+                    input=pending,
+                )
+                return subturns.replied(state, child, result)
             return with_changes(state, pending=(*state.pending, pending))
+        case SessionConfigured(data=data):
+            return state if state.agent is not None else with_changes(state, agent=data)
+        case SubTurnSpawned(data=data):
+            state = subturns.spawned(state, event)
+            return _call(state, event, data.invocation_id, {"approved"}, status="requested")
+        case SubTurnEnded():
+            return subturns.ended(state, event)
+        case SubTurnResultDelivered():
+            return subturns.delivered(state, event)
+        case MessageSent(data=data):
+            if data.kind == "interrupt":
+                return subturns.interrupt_sent(state, data.invocation_id)
+            if data.cause == "replyTo":
+                return _turn(state, event, reply_settled=True)
+            if data.cause == "send_message" and data.invocation_id:
+                return _call(state, event, data.invocation_id, {"approved"}, status="requested")
+            return _turn(state, event)
+        case MessageDropped(data=data):
+            if data.cause == "replyTo":
+                return _turn(state, event, reply_settled=True)
+            return _turn(state, event)
         case FollowUpQueued(data=data):
             return with_changes(
                 state,
@@ -104,6 +147,9 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 correlation_id=event.correlation_id,
                 reply_to=started.reply_to if started else None,
                 last_event_id=event.id,
+                input_key=started.key if started else "",
+                hops=started.hops if started else 0,
+                depth=started.depth if started else 0,
                 started_at=event.time,
                 stage_open=False,
                 history_start=len(state.history),
@@ -218,7 +264,9 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         case TurnEnded(data=data):
             if not _is_active(state, event):
                 return state  # e.g. the gateway's terminal event for rejected input
-            return _turn(state, event, ended=data.status)
+            return _turn(
+                state, event, ended=data.status, failure=data.failure_class, end_reason=data.reason
+            )
         case SessionTurnEnd(data=data):
             if not _is_active(state, event):
                 return state
@@ -247,6 +295,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 return state  # nothing to interrupt, or already interrupted
             sender = f"{data.sender.kind}:{data.sender.id}"
             interrupt = (data.mode, sender, current.iteration)
+            state = subturns.interrupted(state, current.turn_id, data.mode)
             return with_changes(state, active=with_changes(current, interrupt=interrupt))
         case StageCompletionChecked(data=data):
             return _completion_checked(state, event, data)

@@ -22,6 +22,8 @@ class ProviderRequest:
     tools: tuple[ToolInfo, ...] = ()
     stage: str | None = None
     """The workflow stage this request is for (scripts may reply per stage)."""
+    agent: str | None = None
+    """The session's agent (scripts may reply per agent)."""
 
 
 @dataclass(frozen=True)
