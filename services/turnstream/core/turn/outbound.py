@@ -104,8 +104,8 @@ def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
             and turn.hops + 1 <= config.max_hops
         ):
             out.append(_reply(state, turn))
-        for call in runtime_calls(turn):
-            if problem(state, turn, call, config) is None:
+        for call, error in judged(state, turn, config):
+            if error is None:
                 out.append(_for_call(state, turn, call, config))
     for child in state.children:
         if child.interrupt is not None and not child.interrupt_sent and child.status == "running":
@@ -122,10 +122,29 @@ def runtime_calls(turn: ActiveTurn) -> list[ToolCallState]:
     return [c for c in dispatchable(turn.calls) if is_runtime_tool(c.tool)]
 
 
+def judged(
+    state: SessionState, turn: ActiveTurn, config: TurnConfig
+) -> list[tuple[ToolCallState, ToolError | None]]:
+    """Each runtime call the turn may run now, and why it cannot (None: it can); spawns
+    that go out together count against the running-children limit in call order."""
+    out: list[tuple[ToolCallState, ToolError | None]] = []
+    spawning = 0
+    for call in runtime_calls(turn):
+        error = problem(state, turn, call, config, spawning)
+        spawning += call.tool == "spawn" and error is None
+        out.append((call, error))
+    return out
+
+
 def problem(
-    state: SessionState, turn: ActiveTurn, call: ToolCallState, config: TurnConfig
+    state: SessionState,
+    turn: ActiveTurn,
+    call: ToolCallState,
+    config: TurnConfig,
+    spawning: int = 0,
 ) -> ToolError | None:
-    """Why an approved runtime call cannot be run (a tool failure the model sees)."""
+    """Why an approved runtime call cannot be run (a tool failure the model sees);
+    `spawning`: sub-turns of this turn about to start before it."""
     args = call.args
 
     def invalid(detail: str) -> ToolError:
@@ -165,7 +184,7 @@ def problem(
                 f"a sub-turn here would be at depth {turn.depth + 1}; "
                 f"TURNSTREAM_MAX_SUBTURN_DEPTH={config.max_subturn_depth}: do the task yourself",
             )
-        running = sum(
+        running = spawning + sum(
             1 for c in state.children if c.turn_id == turn.turn_id and c.status == "running"
         )
         if running >= config.max_subturns:
@@ -187,8 +206,7 @@ def refuse(b: Builder, state: SessionState, turn: ActiveTurn, config: TurnConfig
     """The failures of approved runtime calls that cannot run (bad arguments, a limit);
     past the hop limit, the message is `MessageDropped` first."""
     events: list[Event] = []
-    for call in runtime_calls(turn):
-        error = problem(state, turn, call, config)
+    for call, error in judged(state, turn, config):
         if error is None:
             continue
         if error.kind == "hop_limit":
