@@ -181,6 +181,7 @@ class Child:
     """The idempotency key of the child's input: its reply comes `inReplyTo` it."""
     depth: int
     deadline: datetime
+    spawned_at: datetime | None = None
     status: ChildStatus = "running"
     result: ChildResult | None = None
     """The child's reply, once it arrived (`SubTurnEnded` follows)."""

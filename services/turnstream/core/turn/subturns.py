@@ -67,6 +67,7 @@ def spawned(state: SessionState, event: SubTurnSpawned) -> SessionState:
         key=data.idempotency_key,
         depth=data.depth,
         deadline=event.time + timedelta(seconds=data.deadline_s),
+        spawned_at=event.time,
         envelope=Envelope.of(event),
         last_event_id=event.id,
     )
@@ -243,7 +244,7 @@ def _tool_result(child: Child, ctx: Context) -> Event:
             invocation_id=child.invocation_id,
             output=r.reply,
             size=len(r.reply.encode()),
-            duration_ms=0.0,
+            duration_ms=_ms_since(child.spawned_at, ctx),
         )
         return child_event(child, ToolInvocationSucceeded, ok, ctx)
     error = ToolError(
@@ -251,8 +252,16 @@ def _tool_result(child: Child, ctx: Context) -> Event:
         kind="subturn_failed" if r.failure != FailureClass.TIMEOUT else "timeout",
         detail=result_text(child),
     )
-    failed = ToolInvocationFailedData(invocation_id=child.invocation_id, error=error)
+    failed = ToolInvocationFailedData(
+        invocation_id=child.invocation_id,
+        error=error,
+        duration_ms=_ms_since(child.spawned_at, ctx),
+    )
     return child_event(child, ToolInvocationFailed, failed, ctx)
+
+
+def _ms_since(at: datetime | None, ctx: Context) -> float:
+    return 0.0 if at is None else max((ctx.now - at).total_seconds() * 1000, 0.0)
 
 
 def child_event(child: Child, cls: type[EventBase], data: Any, ctx: Context) -> Event:
