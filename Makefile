@@ -51,6 +51,7 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/http.py
 	$(BIN)/python bench/mcp_tools.py
 	$(BIN)/python bench/cluster.py
+	$(BIN)/python bench/subturns.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export
