@@ -182,6 +182,18 @@ async def test_a_failed_turn_replies_with_its_failure(bus: Bus, services) -> Non
     assert of(a, InputAccepted)[0].data.outcome.status == "failed"
 
 
+async def test_a_rejected_message_replies_with_its_rejection(bus: Bus, services) -> None:
+    command = message_command("rb-5", "q", reply_to="ra-5", agent="nobody")
+    outcome = await send_and_wait(bus, command)
+    assert outcome.failure_class == "invalid_input"
+    a = await until(bus, "ra-5", lambda es: of(es, InputAccepted))
+    reply = of(a, InputAccepted)[0].data
+    assert reply.text.startswith("turn failed (invalid_input): no agent 'nobody'")
+    assert reply.in_reply_to == command["idempotencyKey"] and reply.hops == 1
+    b = await until(bus, "rb-5", lambda es: of(es, MessageSent))
+    assert len(of(b, MessageSent)) == 1
+
+
 async def test_past_the_hop_limit_a_reply_is_dropped(bus: Bus, services) -> None:
     command = {**message_command("rb-3", "q", reply_to="ra-3"), "hops": 8}
     await send_and_wait(bus, command)

@@ -28,6 +28,7 @@ from turnstream.core.events import (
     Event,
     EventBase,
     InputAccepted,
+    InputRejected,
     MessageDropped,
     MessageSent,
     SessionTurnStart,
@@ -133,7 +134,9 @@ class Checks:
                 if key in self.replies:
                     self.replies[key] = (event, self.replies[key][1])
                 return self._ended(seq, event)
-            case InputAccepted(data=data) if data.reply_to and event.turn_id:
+            case InputAccepted(data=data) | InputRejected(data=data) if (
+                data.reply_to and event.turn_id
+            ):
                 self.replies.setdefault((event.session_id, event.turn_id), (event, 0))
             case MessageSent(data=data) | MessageDropped(data=data) if (
                 data.cause == "replyTo" and event.turn_id

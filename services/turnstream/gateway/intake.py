@@ -237,6 +237,8 @@ def settle_agent(
                     "sessionId": accepted.session_id,
                     "chatId": accepted.chat_id,
                     "idempotencyKey": accepted.data.idempotency_key,
+                    "replyTo": accepted.data.reply_to,
+                    "hops": accepted.data.hops,
                 },
             )
             return _rejected(raw, why, _Ids(raw), now, source)
@@ -259,6 +261,8 @@ def _fields_of(parsed: InboundCommand) -> dict[str, Any]:
         "sessionId": parsed.session_id,
         "chatId": parsed.chat_id,
         "idempotencyKey": parsed.idempotency_key,
+        "replyTo": parsed.reply_to,
+        "hops": getattr(parsed, "hops", 0),
     }
 
 
@@ -280,7 +284,11 @@ def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
         return Rejection(
             "not_json", f"payload is JSON {type(body).__name__}, expected an object", [], {}
         )
-    fields = {k: body[k] for k in ("sessionId", "chatId", "idempotencyKey") if k in body}
+    fields = {
+        k: body[k]
+        for k in ("sessionId", "chatId", "idempotencyKey", "replyTo", "hops")
+        if k in body
+    }
     if is_reserved_session(raw.session_token) or is_reserved_session(body.get("sessionId", "")):
         return Rejection(
             "bad_session_id",
@@ -356,6 +364,13 @@ def _rejected(
         ids("trace"),
         key if isinstance(key, str) and key else ids("correlation"),
     )
+    reply_to, hops = why.fields.get("replyTo"), why.fields.get("hops", 0)
+    answerable = (
+        session != REJECTED_SESSION
+        and isinstance(reply_to, str)
+        and is_session_id(reply_to)
+        and not is_reserved_session(reply_to)
+    )
     rejected = stamp(
         InputRejected,
         InputRejectedData(
@@ -366,6 +381,8 @@ def _rejected(
             inbound_seq=raw.seq,
             size=len(raw.data),
             excerpt=raw.data[:EXCERPT_BYTES].decode("utf-8", "replace"),
+            reply_to=reply_to if answerable else None,
+            hops=hops if isinstance(hops, int) and not isinstance(hops, bool) and hops >= 0 else 0,
         ),
         envelope,
         event_id=ids("event"),

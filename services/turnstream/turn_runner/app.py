@@ -51,6 +51,7 @@ DURABLE = "turn-runner"
 REACTS_TO = (
     "SessionConfigured",
     "InputAccepted",
+    "InputRejected",
     "WorkflowAttached",
     "InterruptReceived",
     "ToolCallApproved",

@@ -92,6 +92,7 @@ class SessionActor:
             or bool(state.pending)
             or (run is not None and run.open)
             or waiting_on(state)
+            or bool(state.unanswered)
         )
         return bool(self.provider_tasks) or (self.loaded and open_work)
 

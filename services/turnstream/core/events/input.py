@@ -63,6 +63,10 @@ class InputRejectedData(WireModel):
     size: int
     excerpt: str
     """The first bytes of the payload, decoded leniently."""
+    reply_to: str | None = None
+    """The command's `replyTo`, when it is a valid session id: the sender hears back there
+    (the turn-runner delivers the rejection as a reply, DESIGN §11)."""
+    hops: int = 0
 
 
 class InputRejected(EventBase):

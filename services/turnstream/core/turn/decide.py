@@ -299,7 +299,7 @@ def _hook_decided(
 
 
 def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
-    children = subturns.step(state, ctx)
+    children = subturns.step(state, ctx) or outbound.rejections_dropped(state, config, ctx)
     if children:
         return children
     turn = state.active

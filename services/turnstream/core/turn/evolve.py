@@ -7,6 +7,7 @@ from typing import assert_never
 from turnstream.core.events import (
     AuditViolation,
     ContextCompacted,
+    Envelope,
     Event,
     EventBase,
     FollowUpQueued,
@@ -68,6 +69,7 @@ from turnstream.core.turn.state import (
     SessionState,
     ToolCall,
     ToolCallState,
+    Unanswered,
 )
 
 
@@ -110,6 +112,24 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             return subturns.ended(state, event)
         case SubTurnResultDelivered():
             return subturns.delivered(state, event)
+        case InputRejected(data=data) if data.reply_to is not None and event.turn_id:
+            if any(u.turn_id == event.turn_id for u in state.unanswered):
+                return state
+            unanswered = Unanswered(
+                turn_id=event.turn_id,
+                reply_to=data.reply_to,
+                key=data.idempotency_key or "",
+                hops=data.hops,
+                reason=data.reason,
+                envelope=Envelope.of(event),
+                event_id=event.id,
+            )
+            return with_changes(state, unanswered=(*state.unanswered, unanswered))
+        case MessageSent(data=data) | MessageDropped(data=data) if data.cause == "replyTo" and any(
+            u.turn_id == event.turn_id for u in state.unanswered
+        ):
+            left = tuple(u for u in state.unanswered if u.turn_id != event.turn_id)
+            return with_changes(state, unanswered=left)
         case MessageSent(data=data):
             if data.kind == "interrupt":
                 return subturns.interrupt_sent(state, data.invocation_id)

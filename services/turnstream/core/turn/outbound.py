@@ -53,8 +53,9 @@ from turnstream.core.turn.state import (
     SessionState,
     ToolCallState,
     TurnConfig,
+    Unanswered,
 )
-from turnstream.core.turn.subturns import child_event
+from turnstream.core.turn.subturns import child_event, filed
 from turnstream.core.turn.tool_call import dispatchable
 
 _AGENT = re.compile(AGENT_NAME_PATTERN)
@@ -76,6 +77,8 @@ class Outbound:
     in_reply_to: str | None = None
     spawned: SubTurnSpawnedData | None = None
     expect_reply: bool = False
+    rejected: Unanswered | None = None
+    """A rejected input's reply (filed under the rejection's turn)."""
 
     def payload(self) -> bytes:
         return orjson.dumps(self.command)
@@ -110,7 +113,25 @@ def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
     for child in state.children:
         if child.interrupt is not None and not child.interrupt_sent and child.status == "running":
             out.append(_interrupt(state, child))
+    for rejected in state.unanswered:
+        if rejected.hops + 1 <= config.max_hops:
+            out.append(_rejection(state, rejected))
     return out
+
+
+def rejections_dropped(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
+    """Rejections whose reply would pass the hop limit: not sent."""
+    return [
+        filed(
+            r.envelope,
+            r.event_id,
+            MessageDropped,
+            MessageDroppedData(to=r.reply_to, reason="hop_limit", hops=r.hops + 1, cause="replyTo"),
+            ctx,
+        )
+        for r in state.unanswered
+        if r.hops + 1 > config.max_hops
+    ]
 
 
 def runtime_calls(turn: ActiveTurn) -> list[ToolCallState]:
@@ -155,6 +176,12 @@ def problem(
     def limit(kind: str, detail: str) -> ToolError:
         return ToolError(error_class=FailureClass.LIMIT_EXCEEDED, kind=kind, detail=detail)
 
+    if config.stage is not None:  # a stage's lane has no outbox: its envelope is the workflow's
+        return ToolError(
+            error_class=FailureClass.POLICY_DENIED,
+            kind="unsupported",
+            detail=f"{call.tool} is not available inside a workflow stage",
+        )
     if call.tool == "send_message":
         to, text = args.get("to"), args.get("text")
         if not isinstance(to, str) or not is_session_id(to) or is_reserved_session(to):
@@ -258,6 +285,9 @@ def record(
             child = next(c for c in state.children if c.invocation_id == o.invocation_id)
             events.append(child_event(child, MessageSent, sent, ctx))
             continue
+        if o.rejected is not None:
+            events.append(filed(o.rejected.envelope, o.rejected.event_id, MessageSent, sent, ctx))
+            continue
         assert b is not None
         if o.spawned is not None:
             events.append(b.make(SubTurnSpawned, o.spawned))
@@ -310,6 +340,34 @@ def _reply(state: SessionState, turn: ActiveTurn) -> Outbound:
         "replyTo",
         hops=turn.hops + 1,
         in_reply_to=turn.input_key or None,
+    )
+
+
+def _rejection(state: SessionState, rejected: Unanswered) -> Outbound:
+    key = reply_key(rejected.turn_id)
+    command = {
+        "type": "message",
+        "sessionId": rejected.reply_to,
+        "chatId": rejected.reply_to,
+        "sender": _sender(state),
+        "text": f"turn failed (invalid_input): {rejected.reason}"[:MAX_TEXT_CHARS],
+        "idempotencyKey": key,
+        "inReplyTo": rejected.key or None,
+        "hops": rejected.hops + 1,
+        "outcome": {
+            "turnId": rejected.turn_id,
+            "status": "failed",
+            "failureClass": "invalid_input",
+        },
+    }
+    return Outbound(
+        key,
+        rejected.reply_to,
+        _compact(command),
+        "replyTo",
+        hops=rejected.hops + 1,
+        in_reply_to=rejected.key or None,
+        rejected=rejected,
     )
 
 
@@ -412,6 +470,7 @@ __all__ = [
     "problem",
     "record",
     "refuse",
+    "rejections_dropped",
     "reply_dropped",
     "reply_key",
     "runtime_calls",

@@ -153,6 +153,20 @@ class ActiveTurn:
     """The reply to `reply_to` is recorded (`MessageSent` or `MessageDropped`)."""
 
 
+@dataclass(frozen=True)
+class Unanswered:
+    """An input the gateway rejected whose sender wants a reply (`replyTo`): the runner
+    delivers the rejection there, once."""
+
+    turn_id: str
+    reply_to: str
+    key: str
+    hops: int
+    reason: str
+    envelope: Envelope
+    event_id: str
+
+
 ChildStatus = Literal["running", "ended", "delivered"]
 
 
@@ -210,7 +224,9 @@ class SessionState:
     agent: SessionConfiguredData | None = None
     """The session's agent (`SessionConfigured`); None: the deployment's default agent."""
     children: tuple[Child, ...] = ()
-    """Sub-turns spawned and not yet delivered (delivered ones are dropped)."""
+    """Sub-turns spawned (delivered ones stay, so a late duplicate reply is known)."""
+    unanswered: tuple[Unanswered, ...] = ()
+    """Rejected inputs whose rejection is still to be delivered to their `replyTo`."""
 
 
 class Decision(list[Event]):

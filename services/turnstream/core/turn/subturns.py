@@ -265,15 +265,23 @@ def _ms_since(at: datetime | None, ctx: Context) -> float:
 
 
 def child_event(child: Child, cls: type[EventBase], data: Any, ctx: Context) -> Event:
+    """An event about a child, filed under the parent turn that spawned it."""
     assert child.envelope is not None
+    return filed(child.envelope, child.last_event_id or None, cls, data, ctx)
+
+
+def filed(
+    envelope: Envelope, cause: str | None, cls: type[EventBase], data: Any, ctx: Context
+) -> Event:
+    """An event filed where `envelope` says (a turn other than the active one)."""
     event = stamp(
         cls,
         data,
-        child.envelope,
+        envelope,
         event_id=ctx.new_id(),
         time=ctx.now,
         source=ctx.source,
-        causation_id=child.last_event_id or None,
+        causation_id=cause,
     )
     return event  # type: ignore[return-value]
 
