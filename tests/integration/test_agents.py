@@ -11,7 +11,7 @@ import pytest
 from tests.integration.conftest import running_services, settings_for
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
-from turnstream.client import message_command, send_and_wait
+from turnstream.client import message_command, publish_command, send_and_wait
 from turnstream.core.events import (
     Event,
     InputAccepted,
@@ -59,6 +59,12 @@ agents:
   badspawn:
     - tool_calls: [{name: spawn, arguments: {agent: researcher}}]
     - text: "after: {last_tool_result}"
+  slowparent:
+    - tool_calls: [{name: spawn, arguments: {task: "take long", agent: slowchild}}]
+    - text: "never: {last_tool_result}"
+  slowchild:
+    - text: "slow answer"
+      delay_ms: 3000
   nester:
     - tool_calls: [{name: spawn, arguments: {task: "go deeper"}}]
     - text: "depth done: {last_tool_result:200}"
@@ -75,6 +81,8 @@ PROFILES = {
     "asyncer": "",
     "badspawn": "",
     "nester": "",
+    "slowparent": "",
+    "slowchild": "",
 }
 
 
@@ -272,3 +280,22 @@ async def test_spawn_without_task_and_past_the_depth_limit(bus: Bus, services) -
     outcome = await send_and_wait(bus, message_command("par-4", "go", agent="nester"), timeout=20)
     assert outcome.completed
     assert "limit_exceeded" in (outcome.reply or "")
+
+
+async def test_a_hard_interrupt_reaches_a_running_child(bus: Bus, services) -> None:
+    await publish_command(bus, "par-5", message_command("par-5", "go", agent="slowparent"))
+    parent = await until(bus, "par-5", lambda es: of(es, SubTurnSpawned))
+    child = of(parent, SubTurnSpawned)[0].data.child_session_id
+    await until(bus, child, lambda es: of(es, ProviderRequestStarted))
+    stop = {**message_command("par-5", "x"), "type": "interrupt", "mode": "hard"}
+    del stop["text"]
+    await publish_command(bus, "par-5", stop)
+    child_log = await until(bus, child, lambda es: of(es, TurnEnded))
+    assert of(child_log, TurnEnded)[0].data.failure_class == "interrupted"
+    parent = await until(bus, "par-5", lambda es: of(es, SubTurnResultDelivered))
+    assert of(parent, TurnEnded)[0].data.failure_class == "interrupted"
+    assert [s.data.kind for s in of(parent, MessageSent)] == ["message", "interrupt"]
+    [ended] = of(parent, SubTurnEnded)
+    assert ended.data.status == "failed" and ended.data.failure_class == "interrupted"
+    assert of(parent, SubTurnResultDelivered)[0].data.delivered_as == "dropped"
+    assert len(of(parent, TurnEnded)) == 1
