@@ -340,6 +340,28 @@ def test_a_hard_interrupt_cascades_to_running_children() -> None:
     assert shell.state.active is None and shell.state.pending == ()
 
 
+def test_a_child_published_just_before_an_interrupt_is_recorded_and_interrupted() -> None:
+    shell = started((spawn_call(mode="async"),))
+    [message] = shell.outbox
+    shell.fact(interrupt("hard"))  # folded (a reload) between the publish and its record
+    assert shell.state.active is None  # the turn ended at once
+    shell.state = fold(SessionState("s1"), shell.log[: _index_after_interrupt(shell)])
+    events = shell.feed(Published(frozenset({message.key})))
+    kinds = [e.type for e in events]
+    assert kinds[:3] == ["SubTurnSpawned", "MessageSent", "ToolInvocationSucceeded"]
+    assert kinds[-2:] == ["TurnEnded", "SessionTurnEnd"]  # then the interrupt ends the turn
+    _assert_at_most_once(shell)
+    [child] = shell.state.children
+    assert child.interrupt == "hard"
+    assert [m.kind for m in shell.outbox] == ["interrupt"]
+
+
+def _index_after_interrupt(shell: Shell) -> int:
+    """The log up to the interrupt: what a reload finds when the interrupt's append made the
+    runner's next append conflict (the turn's end is not decided yet)."""
+    return next(i for i, e in enumerate(shell.log) if e.type == "InterruptReceived") + 1
+
+
 def test_an_agent_profile_shapes_the_turn_config() -> None:
     agent = SessionConfiguredData(
         agent="r", tools=["read_file", "spawn"], max_iterations=3, idempotency_key="k"

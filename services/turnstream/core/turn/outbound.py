@@ -265,11 +265,14 @@ def reply_dropped(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Even
 def record(
     state: SessionState, keys: frozenset[str], config: TurnConfig, ctx: Context
 ) -> list[Event]:
-    """The events that record the wanted messages in `keys` as delivered."""
+    """The events that record the messages in `keys` as delivered: those `state` wants,
+    and a call's message that went out just before its turn stopped wanting it (e.g. an
+    interrupt folded in a reload between the publish and this record: the child exists, so
+    it is recorded, and only a call still open gets a result)."""
     events: list[Event] = []
     turn = state.active
     b = Builder(state.session_id, turn, ctx) if turn is not None else None
-    for o in wanted(state, config):
+    for o in [*wanted(state, config), *_went_out(state, config, keys)]:
         if o.key not in keys:
             continue
         sent = MessageSentData(
@@ -292,6 +295,10 @@ def record(
         if o.spawned is not None:
             events.append(b.make(SubTurnSpawned, o.spawned))
         events.append(b.make(MessageSent, sent))
+        assert turn is not None
+        call = next((c for c in turn.calls if c.invocation_id == o.invocation_id), None)
+        if call is None or call.status != "approved":
+            continue
         if o.cause == "send_message":
             reply = " (its reply will come as a new message)" if o.expect_reply else ""
             events.append(_succeeded(b, o, f"sent to {o.to} as {o.key}{reply}"))
@@ -299,6 +306,24 @@ def record(
             body = {"childSessionId": o.to, "status": "running"}
             events.append(_succeeded(b, o, orjson.dumps(body).decode()))
     return events
+
+
+def _went_out(state: SessionState, config: TurnConfig, keys: frozenset[str]) -> list[Outbound]:
+    """Messages of this turn's runtime calls in `keys` that `wanted` no longer lists."""
+    turn = state.active
+    if turn is None:
+        return []
+    listed = {o.key for o in wanted(state, config)}
+    out = []
+    for call in turn.calls:
+        if not is_runtime_tool(call.tool) or call.status not in ("approved", "cancelled"):
+            continue
+        if problem(state, turn, call, config) is not None:
+            continue
+        o = _for_call(state, turn, call, config)
+        if o.key in keys and o.key not in listed:
+            out.append(o)
+    return out
 
 
 def _succeeded(b: Builder, o: Outbound, output: str) -> Event:

@@ -71,6 +71,9 @@ def spawned(state: SessionState, event: SubTurnSpawned) -> SessionState:
         envelope=Envelope.of(event),
         last_event_id=event.id,
     )
+    turn = state.active
+    if turn is not None and turn.turn_id == child.turn_id and turn.interrupt is not None:
+        child = with_changes(child, interrupt=turn.interrupt[0])  # spawned as it was stopped
     return with_changes(state, children=(*state.children, child))
 
 
