@@ -24,6 +24,7 @@ from turnstream.core.events import (
     SubTurnEnded,
     SubTurnResultDelivered,
     SubTurnSpawned,
+    ToolCallDenied,
     ToolInvocationFailed,
     TurnEnded,
 )
@@ -65,6 +66,9 @@ agents:
   slowchild:
     - text: "slow answer"
       delay_ms: 3000
+  denier:
+    - tool_calls: [{name: read_file, arguments: {path: notes.txt}}]
+    - text: "after: {last_tool_result:60}"
   nester:
     - tool_calls: [{name: spawn, arguments: {task: "go deeper"}}]
     - text: "depth done: {last_tool_result:200}"
@@ -81,6 +85,7 @@ PROFILES = {
     "asyncer": "",
     "badspawn": "",
     "nester": "",
+    "denier": "securityMode: deny\nmodel: tiny-model",
     "slowparent": "",
     "slowchild": "",
 }
@@ -299,3 +304,11 @@ async def test_a_hard_interrupt_reaches_a_running_child(bus: Bus, services) -> N
     assert ended.data.status == "failed" and ended.data.failure_class == "interrupted"
     assert of(parent, SubTurnResultDelivered)[0].data.delivered_as == "dropped"
     assert len(of(parent, TurnEnded)) == 1
+
+
+async def test_a_profile_security_mode_and_model_apply(bus: Bus, services) -> None:
+    outcome = await send_and_wait(bus, message_command("ag-5", "go", agent="denier"))
+    assert outcome.completed and "policy_denied" in (outcome.reply or "")
+    events = await events_of(bus, "ag-5")
+    assert of(events, ToolCallDenied)[0].data.reason == "the session's security mode is deny"
+    assert of(events, ProviderRequestStarted)[0].data.model == "tiny-model"
