@@ -131,6 +131,8 @@ class Settings(BaseSettings):
     """How deep sub-turns may nest (a child of a root turn is depth 1)."""
     max_subturns: int = Field(default=5, ge=0)
     """Sub-turns one turn may have running at once; past it `spawn` fails `limit_exceeded`."""
+    max_subturns_per_root: int = Field(default=25, ge=0)
+    """Sub-turns a root turn's whole tree may start (each child gets a share of it)."""
     subturn_deadline_s: float = Field(default=300, gt=0)
     """A sub-turn that has not ended by then ends `failed/timeout` for its parent."""
     workflows: Path = Path("workflows")
@@ -242,6 +244,7 @@ class Settings(BaseSettings):
             max_hops=self.max_hops,
             max_subturn_depth=self.max_subturn_depth,
             max_subturns=self.max_subturns,
+            max_subturns_per_root=self.max_subturns_per_root,
             subturn_deadline_s=self.subturn_deadline_s,
         )
 

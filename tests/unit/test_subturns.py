@@ -309,6 +309,20 @@ def test_spawn_limits_fail_the_call_with_limit_exceeded() -> None:
     assert kinds == ["subturn_limit"] and len(many.of(SubTurnSpawned)) == 2
 
 
+def test_a_tree_of_sub_turns_stays_within_its_root_budget() -> None:
+    config = TurnConfig(max_subturns_per_root=7, max_subturns=3)
+    shell = started(tuple(spawn_call(i, mode="async") for i in range(4)), config)
+    budgets = [m.command["parent"]["budget"] for m in shell.outbox]
+    assert budgets == [2, 1, 0]  # each child costs itself and its share of what is left
+    assert [f.data.error.kind for f in shell.of(ToolInvocationFailed)] == ["subturn_limit"]
+    shell.publish()
+    assert [e.data.budget for e in shell.of(SubTurnSpawned)] == [2, 1, 0]
+    small = TurnConfig(max_subturns_per_root=4, max_subturns=5)
+    shell = started(tuple(spawn_call(i, mode="async") for i in range(5)), small)
+    assert len(shell.outbox) == 4
+    assert [f.data.error.kind for f in shell.of(ToolInvocationFailed)] == ["tree_limit"]
+
+
 def test_spawn_without_a_task_or_with_an_unknown_agent_fails() -> None:
     config = TurnConfig(agents=frozenset({"researcher"}))
     shell = started((ToolCall("c1", "spawn", {"agent": "researcher"}),), config)

@@ -22,6 +22,10 @@ class ParentRef(WireModel):
     invocation_id: str
     depth: Annotated[int, Field(ge=1)]
     """1 for a child of a root turn, 2 for a grandchild, …"""
+    budget: Annotated[int, Field(ge=0)] | None = None
+    """Sub-turns the child's turn may start in all, below it: its share of the root turn's
+    TURNSTREAM_MAX_SUBTURNS_PER_ROOT (a parent gives each child a share and never more
+    than it has, so a whole tree stays within the root's)."""
 
 
 class ReplyOutcome(WireModel):
@@ -100,6 +104,8 @@ class SubTurnSpawnedData(WireModel):
     """The key of the child's input (its reply comes back `inReplyTo` it)."""
     deadline_s: float
     """The child must end within this long, or it ends `failed/timeout` for its parent."""
+    budget: int = 0
+    """The sub-turns the child may start below it (`parent.budget` of its input)."""
 
 
 class SubTurnSpawned(EventBase):

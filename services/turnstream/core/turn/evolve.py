@@ -90,6 +90,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 key=data.idempotency_key,
                 hops=data.hops,
                 depth=data.parent.depth if data.parent is not None else 0,
+                budget=data.parent.budget if data.parent is not None else None,
             )
             child = subturns.child_for_reply(state, data.in_reply_to)
             if child is not None:  # a sub-turn's reply: its result, not a new turn
@@ -170,6 +171,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 input_key=started.key if started else "",
                 hops=started.hops if started else 0,
                 depth=started.depth if started else 0,
+                budget=started.budget if started else None,
                 started_at=event.time,
                 stage_open=False,
                 history_start=len(state.history),

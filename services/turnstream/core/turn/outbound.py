@@ -107,9 +107,9 @@ def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
             and turn.hops + 1 <= config.max_hops
         ):
             out.append(_reply(state, turn))
-        for call, error in judged(state, turn, config):
+        for call, error, share in _judged(state, turn, config):
             if error is None:
-                out.append(_for_call(state, turn, call, config))
+                out.append(_for_call(state, turn, call, config, share))
     for child in state.children:
         if child.interrupt is not None and not child.interrupt_sent and child.status == "running":
             out.append(_interrupt(state, child))
@@ -148,13 +148,37 @@ def judged(
 ) -> list[tuple[ToolCallState, ToolError | None]]:
     """Each runtime call the turn may run now, and why it cannot (None: it can); spawns
     that go out together count against the running-children limit in call order."""
-    out: list[tuple[ToolCallState, ToolError | None]] = []
-    spawning = 0
+    return [(call, error) for call, error, _ in _judged(state, turn, config)]
+
+
+def _judged(
+    state: SessionState, turn: ActiveTurn, config: TurnConfig
+) -> list[tuple[ToolCallState, ToolError | None, int]]:
+    """`judged`, with the budget share each spawn that can go would give its child."""
+    out: list[tuple[ToolCallState, ToolError | None, int]] = []
+    spawning = spent = 0
     for call in runtime_calls(turn):
-        error = problem(state, turn, call, config, spawning)
-        spawning += call.tool == "spawn" and error is None
-        out.append((call, error))
+        error = problem(state, turn, call, config, spawning, spent)
+        share = 0
+        if call.tool == "spawn" and error is None:
+            share = budget_share(state, turn, config, spent)
+            spawning, spent = spawning + 1, spent + 1 + share
+        out.append((call, error, share))
     return out
+
+
+def budget_left(state: SessionState, turn: ActiveTurn, config: TurnConfig, spent: int = 0) -> int:
+    """Sub-turns this turn may still start, below it included."""
+    total = turn.budget if turn.budget is not None else config.max_subturns_per_root
+    used = sum(1 + c.budget for c in state.children if c.turn_id == turn.turn_id)
+    return total - used - spent
+
+
+def budget_share(state: SessionState, turn: ActiveTurn, config: TurnConfig, spent: int) -> int:
+    """What a new child gets of what is left after itself: a fair part, so a tree never
+    starts more than its root's budget."""
+    left = budget_left(state, turn, config, spent) - 1
+    return max(left // max(config.max_subturns, 1), 0)
 
 
 def problem(
@@ -163,9 +187,10 @@ def problem(
     call: ToolCallState,
     config: TurnConfig,
     spawning: int = 0,
+    spent: int = 0,
 ) -> ToolError | None:
     """Why an approved runtime call cannot be run (a tool failure the model sees);
-    `spawning`: sub-turns of this turn about to start before it."""
+    `spawning`: sub-turns of this turn about to start before it, `spent`: their cost."""
     args = call.args
 
     def invalid(detail: str) -> ToolError:
@@ -219,6 +244,13 @@ def problem(
                 "subturn_limit",
                 f"{running} sub-turns of this turn are running; TURNSTREAM_MAX_SUBTURNS="
                 f"{config.max_subturns}: wait for one to end (spawn sync) or do it yourself",
+            )
+        if budget_left(state, turn, config, spent) < 1:
+            return limit(
+                "tree_limit",
+                "this turn's tree of sub-turns has started all it may "
+                f"(TURNSTREAM_MAX_SUBTURNS_PER_ROOT={config.max_subturns_per_root}): "
+                "do the task yourself",
             )
     if turn.hops + 1 > config.max_hops:
         return limit(
@@ -320,7 +352,7 @@ def _went_out(state: SessionState, config: TurnConfig, keys: frozenset[str]) -> 
             continue
         if problem(state, turn, call, config) is not None:
             continue
-        o = _for_call(state, turn, call, config)
+        o = _for_call(state, turn, call, config, budget_share(state, turn, config, 0))
         if o.key in keys and o.key not in listed:
             out.append(o)
     return out
@@ -397,7 +429,11 @@ def _rejection(state: SessionState, rejected: Unanswered) -> Outbound:
 
 
 def _for_call(
-    state: SessionState, turn: ActiveTurn, call: ToolCallState, config: TurnConfig
+    state: SessionState,
+    turn: ActiveTurn,
+    call: ToolCallState,
+    config: TurnConfig,
+    share: int = 0,
 ) -> Outbound:
     args, hops = call.args, turn.hops + 1
     if call.tool == "send_message":
@@ -435,12 +471,14 @@ def _for_call(
         task=args["task"],
         idempotency_key=key,
         deadline_s=config.subturn_deadline_s,
+        budget=share,
     )
     parent = ParentRef(
         session_id=state.session_id,
         turn_id=turn.turn_id,
         invocation_id=call.invocation_id,
         depth=depth,
+        budget=share,
     )
     command = {
         "type": "message",

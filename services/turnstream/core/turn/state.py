@@ -97,6 +97,8 @@ class PendingInput:
     hops: int = 0
     depth: int = 0
     """0 for a root turn; a sub-turn's input is one deeper than its parent's turn."""
+    budget: int | None = None
+    """Sub-turns its turn may start in all (None: a root turn, TURNSTREAM_MAX_SUBTURNS_PER_ROOT)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ class ActiveTurn:
     """The idempotency key of the turn's input (its reply is `inReplyTo` it)."""
     hops: int = 0
     depth: int = 0
+    budget: int | None = None
     failure: FailureClass | None = None
     """Set with `ended`: why the turn did not complete."""
     end_reason: str | None = None
@@ -195,6 +198,8 @@ class Child:
     """The idempotency key of the child's input: its reply comes `inReplyTo` it."""
     depth: int
     deadline: datetime
+    budget: int = 0
+    """The share of this turn's sub-turn budget it was given (it costs 1 more)."""
     spawned_at: datetime | None = None
     status: ChildStatus = "running"
     result: ChildResult | None = None
@@ -294,6 +299,8 @@ class TurnConfig:
     max_subturn_depth: int = 3
     max_subturns: int = 5
     """Sub-turns one turn may have running at once."""
+    max_subturns_per_root: int = 25
+    """Sub-turns a root turn's whole tree may start."""
     subturn_deadline_s: float = 300.0
     """A sub-turn not ended by then ends `failed/timeout` for its parent."""
 

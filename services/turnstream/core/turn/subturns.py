@@ -67,6 +67,7 @@ def spawned(state: SessionState, event: SubTurnSpawned) -> SessionState:
         key=data.idempotency_key,
         depth=data.depth,
         deadline=event.time + timedelta(seconds=data.deadline_s),
+        budget=data.budget,
         spawned_at=event.time,
         envelope=Envelope.of(event),
         last_event_id=event.id,
