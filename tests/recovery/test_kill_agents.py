@@ -113,8 +113,9 @@ async def test_a_sync_child_ends_once_across_a_kill(tmp_path: Path, kill: str) -
 
 
 @pytest.mark.timeout(240)
-async def test_an_async_result_in_flight_is_delivered_once(tmp_path: Path) -> None:
-    parent = "par-async"
+@pytest.mark.parametrize("kill", ["turn_runner", "gateway"])
+async def test_an_async_result_in_flight_is_delivered_once(tmp_path: Path, kill: str) -> None:
+    parent = f"par-async-{kill}"
     env = agents_dir(tmp_path)
     async with deployment(tmp_path, SCRIPT, **env) as (d, bus), Witness(bus, parent) as witness:
         spawned_q = await seen(bus, bus.subjects.log(parent, "SubTurnSpawned"))
@@ -123,9 +124,9 @@ async def test_an_async_result_in_flight_is_delivered_once(tmp_path: Path) -> No
         child = decode(spawned.data).data.child_session_id
         ended_q = await seen(bus, bus.subjects.log(child, "TurnEnded"))
         await asyncio.wait_for(ended_q.get(), 60)
-        d.kill9("turn_runner")  # the child's reply is going out, or just went
+        d.kill9(kill)  # the child's reply is going out, or just went
         await asyncio.sleep(0.5)
-        d.start("turn_runner")
+        d.start(kill)
         await wait_for(bus, parent, "SubTurnResultDelivered", timeout=REDELIVERED_S)
         log = await check_invariants(bus, parent, witness)
         [delivered] = of(log, SubTurnResultDelivered)

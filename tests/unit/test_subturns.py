@@ -34,6 +34,7 @@ from turnstream.core.events import (
     TurnEnded,
     Usage,
 )
+from turnstream.core.immutable import with_changes
 from turnstream.core.inputs import Fact, Tick
 from turnstream.core.session import fold
 from turnstream.core.session.decider import (
@@ -475,3 +476,16 @@ def _assert_at_most_once(shell: Shell) -> None:
         if isinstance(e, ToolInvocationSucceeded | ToolInvocationFailed)
     ]
     assert len(results) == len(set(results)), "a call answered twice"
+
+
+def test_a_state_with_agents_children_and_replies_round_trips_as_a_snapshot() -> None:
+    from turnstream.core.session import state_from_json, state_to_json
+
+    shell = started((spawn_call(mode="async"), spawn_call(1)))
+    agent = SessionConfiguredData(agent="r", tools=["spawn"], idempotency_key="k")
+    shell.state = with_changes(shell.state, agent=agent)
+    shell.publish()
+    [first, _] = [e.data for e in shell.of(SubTurnSpawned)]
+    shell.fact(reply_of(first.child_session_id, first.idempotency_key, 1))
+    assert shell.state.children and shell.state.agent is not None
+    assert state_from_json(state_to_json(shell.state)) == shell.state
