@@ -377,6 +377,27 @@ def _index_after_interrupt(shell: Shell) -> int:
     return next(i for i, e in enumerate(shell.log) if e.type == "InterruptReceived") + 1
 
 
+def test_tool_hooks_see_runtime_calls_before_they_run() -> None:
+    from turnstream.core.session.decider import RunToolHooks, ToolHooksSaid
+    from turnstream.core.turn import HookVerdict
+
+    for action, sent in (("continue", True), ("deny_tool", False)):
+        shell = started((spawn_call(),), TurnConfig(tool_hooks=True))
+        assert shell.outbox == []  # the hooks first
+        turn = shell.state.active
+        assert turn is not None
+        decision = decide(shell.state, Tick(), shell.config, Context(T0, shell.ids, "t/1"))
+        [hooks] = [e for e in decision.effects if isinstance(e, RunToolHooks)]
+        [call] = hooks.calls
+        assert call.tool == "spawn"
+        verdict = HookVerdict(call.invocation_id, action)  # type: ignore[arg-type]
+        shell.feed(ToolHooksSaid(turn.turn_id, (verdict,)))
+        assert bool(shell.outbox) is sent
+        assert not any(e.type == "ToolInvocationRequested" for e in shell.log)
+        if not sent:  # the model hears of the denial, like any tool's
+            assert shell.state.history[-1].text.startswith("policy_denied (hook")
+
+
 def test_an_agent_profile_shapes_the_turn_config() -> None:
     agent = SessionConfiguredData(
         agent="r", tools=["read_file", "spawn"], max_iterations=3, idempotency_key="k"

@@ -61,6 +61,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import until_quiet
 from turnstream.core.turn import outbound, subturns
+from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response, completion_tool
 from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
@@ -267,7 +268,9 @@ def on_hook_verdicts(
         call = calls.get(verdict.invocation_id)
         if call is None or call.status != "approved":
             continue
-        if verdict.action != "continue":
+        runtime = is_runtime_tool(call.tool)
+        if verdict.action != "continue" or runtime:
+            # a runtime call's pass is recorded too: the runner runs it, nobody requests it
             args = verdict.args if verdict.action == "modify" else None
             decided = _hook_decided(
                 b, Stage.TOOL_CALL, verdict, invocation_id=call.invocation_id, args=args
@@ -275,7 +278,7 @@ def on_hook_verdicts(
             events.append(decided)
         if verdict.action in ("abort_turn", "hard_abort"):
             break
-        if verdict.action in ("continue", "modify"):
+        if verdict.action in ("continue", "modify") and not runtime:
             args = verdict.args if verdict.action == "modify" and verdict.args else call.args
             events.append(requested(b, call, config, args))
     return decide(fold(state, events), config, ctx).after(events)

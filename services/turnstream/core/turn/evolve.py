@@ -415,10 +415,12 @@ def _hook(state: SessionState, event: EventBase, data: HookDecidedData) -> Sessi
     if data.action == "deny_tool" and data.invocation_id:
         denied = f"policy_denied (hook {data.hook}): {why}"
         return _call(state, event, data.invocation_id, {"approved"}, **_denied(denied))
+    if data.action == "continue" and data.invocation_id:
+        return _call(state, event, data.invocation_id, {"approved"}, hooked=True)
     if data.action != "modify":
         return _turn(state, event)
     if data.invocation_id and data.args is not None:
-        return _call(state, event, data.invocation_id, {"approved"}, args=data.args)
+        return _call(state, event, data.invocation_id, {"approved"}, args=data.args, hooked=True)
     if data.text is not None and _is_active(state, event):
         if data.stage == Stage.RENDER:
             return _turn(state, event, reply=data.text)

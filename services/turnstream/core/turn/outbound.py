@@ -134,13 +134,18 @@ def rejections_dropped(state: SessionState, config: TurnConfig, ctx: Context) ->
     ]
 
 
-def runtime_calls(turn: ActiveTurn) -> list[ToolCallState]:
-    """Approved `send_message`/`spawn` calls whose turn may run them now (in call order)."""
+def runtime_calls(turn: ActiveTurn, config: TurnConfig) -> list[ToolCallState]:
+    """Approved `send_message`/`spawn` calls whose turn may run them now (in call order),
+    once the tool hooks, if any, let them through."""
     if turn.ended is not None or turn.abort is not None or turn.interrupt is not None:
         return []
     if turn.stage is not Stage.TOOL_CALL or not turn.stage_open:
         return []
-    return [c for c in dispatchable(turn.calls) if is_runtime_tool(c.tool)]
+    return [
+        c
+        for c in dispatchable(turn.calls)
+        if is_runtime_tool(c.tool) and (c.hooked or not config.tool_hooks)
+    ]
 
 
 def judged(
@@ -157,7 +162,7 @@ def _judged(
     """`judged`, with the budget share each spawn that can go would give its child."""
     out: list[tuple[ToolCallState, ToolError | None, int]] = []
     spawning = spent = 0
-    for call in runtime_calls(turn):
+    for call in runtime_calls(turn, config):
         error = problem(state, turn, call, config, spawning, spent)
         share = 0
         if call.tool == "spawn" and error is None:

@@ -74,6 +74,8 @@ class ToolCallState:
     status: CallStatus = "proposed"
     result: str = ""
     is_error: bool = False
+    hooked: bool = False
+    """The tool hooks let this approved call through (a runtime call: `HookDecided`)."""
 
     @property
     def done(self) -> bool:

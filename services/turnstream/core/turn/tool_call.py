@@ -40,7 +40,12 @@ def awaiting_hooks(state: SessionState, config: TurnConfig) -> list[ToolCallStat
     streaming = turn.stage is Stage.STREAM_RESPONSE and turn.awaiting_provider
     if not (turn.stage is Stage.TOOL_CALL or streaming) or not turn.stage_open:
         return []
-    return executable(turn.calls)
+    runtime = [
+        c
+        for c in dispatchable(turn.calls)
+        if is_runtime_tool(c.tool) and not c.hooked and turn.stage is Stage.TOOL_CALL
+    ]
+    return executable(turn.calls) + runtime
 
 
 def executable(calls: tuple[ToolCallState, ...]) -> list[ToolCallState]:
