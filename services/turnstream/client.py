@@ -17,6 +17,7 @@ import orjson
 import uuid_utils
 
 from turnstream.bus import Bus
+from turnstream.bus.archive import read_archived
 from turnstream.core.events import (
     Event,
     FailureClass,
@@ -115,10 +116,12 @@ class Replayed(NamedTuple):
 async def replay_session(
     bus: Bus, session_id: str, *, at_seq: int | None = None, at_time: datetime | None = None
 ) -> Replayed:
-    """A session rebuilt from the log, as of now or of a sequence or time; nothing is called."""
+    """A session rebuilt from the log (its archived part first, if it has one), as of now or
+    of a sequence or time; nothing is called."""
+    stored = [*await read_archived(bus, session_id), *await bus.store.read_session(session_id)]
     kept = [
         s
-        for s in await bus.store.read_session(session_id)
+        for s in stored
         if (at_seq is None or s.seq <= at_seq) and (at_time is None or s.event.time <= at_time)
     ]
     events = [s.event for s in kept]

@@ -152,10 +152,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         cluster.stop()
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def collect_what_the_kills_left() -> Iterator[None]:
     """Killing a node mid-run leaves clients' sockets to it for the garbage collector: collect
-    them here, so their ResourceWarnings are not raised inside a later module's test."""
+    them after each test, so their ResourceWarnings are not raised inside a later test."""
     yield
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)

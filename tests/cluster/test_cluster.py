@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import nats.errors
@@ -22,6 +22,7 @@ from nats.js.errors import NoStreamResponseError
 from tests.cluster.conftest import Cluster
 from turnstream.approval import app as approval
 from turnstream.bus import Bus, connect
+from turnstream.bus.scan import subject_counts
 from turnstream.client import message_command, publish_command
 from turnstream.core.subjects import Subjects
 from turnstream.gateway import app as gateway
@@ -74,6 +75,23 @@ async def send_retrying(client: Bus, command: dict[str, object]) -> int:
     raise AssertionError("the cluster never took the command")
 
 
+async def ended_in_log(operator: Bus, sessions: Iterable[str], timeout: float) -> set[str]:
+    """Wait until every session's TurnEnded is stored in the log (or `timeout` passes); the
+    sessions it is stored for. A TurnEnded that core subscribers saw is not enough: a publish
+    reaches them even when the stream did not store it (the runner then appends it again)."""
+    wanted, deadline = set(sessions), time.monotonic() + timeout
+    ended: set[str] = set()
+    while True:
+        with contextlib.suppress(nats.errors.TimeoutError):  # no leader for a moment
+            counts = await subject_counts(
+                operator.nc, SUBJECTS.log_stream, SUBJECTS.log_kind("TurnEnded")
+            )
+            ended = {SUBJECTS.session_of_log(subject) for subject in counts} & wanted
+        if ended == wanted or time.monotonic() > deadline:
+            return ended
+        await asyncio.sleep(0.5)
+
+
 async def leader(operator: Bus) -> int:
     info = await operator.js.stream_info(SUBJECTS.log_stream)
     return int(info.cluster.leader.removeprefix("nats"))
@@ -92,13 +110,6 @@ async def test_killing_the_log_leader_loses_no_turn(cluster: Cluster, tmp_path: 
     operator = await connect(cluster.url("operator"), SUBJECTS)
     client = await connect(cluster.url("client"), SUBJECTS)
     try:
-        ended: dict[str, int] = {}
-
-        async def on_end(msg: object) -> None:
-            session = SUBJECTS.session_of_log(msg.subject)  # type: ignore[attr-defined]
-            ended[session] = ended.get(session, 0) + 1
-
-        await operator.nc.subscribe(SUBJECTS.log_kind("TurnEnded"), cb=on_end)
         acked: dict[str, int] = {}
         started = time.monotonic()
         async with services(cluster, tmp_path):
@@ -108,9 +119,7 @@ async def test_killing_the_log_leader_loses_no_turn(cluster: Cluster, tmp_path: 
                 if i == TURNS // 4:
                     killed = await leader(operator)
                     cluster.kill9(killed)
-            deadline = time.monotonic() + 90
-            while len(ended) < TURNS and time.monotonic() < deadline:  # noqa: ASYNC110
-                await asyncio.sleep(0.2)
+            ended = await ended_in_log(operator, acked, timeout=90)
             elapsed = time.monotonic() - started
             assert len(ended) == TURNS, f"{TURNS - len(ended)} turns never ended"
 
@@ -181,49 +190,43 @@ async def test_two_runners_one_killed_every_turn_ends_once(
     await first.close()
     operator = await connect(cluster.url("operator"), SUBJECTS)
     client = await connect(cluster.url("client"), SUBJECTS)
-    ended: set[str] = set()
-
-    async def on_end(msg: object) -> None:
-        ended.add(SUBJECTS.session_of_log(msg.subject))  # type: ignore[attr-defined]
-
-    await operator.nc.subscribe(SUBJECTS.log_kind("TurnEnded"), cb=on_end)
-    runners = [runner_process(cluster, tmp_path, f"r{n}") for n in (1, 2)]
-    stop = asyncio.Event()
     try:
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(gateway.serve(settings(cluster, "gateway", tmp_path), stop))
-            tasks.create_task(approval.serve(settings(cluster, "approval", tmp_path), stop))
-            deadline = time.monotonic() + 30
-            for n in (1, 2):  # both runners consume before the first command
-                log = tmp_path / f"r{n}.log"
-                while " consuming " not in log.read_text():
-                    assert time.monotonic() < deadline, log.read_text()
-                    await asyncio.sleep(0.1)
-            sessions = [f"r{i}" for i in range(TURNS)]
-            for i, session in enumerate(sessions):
-                await send_retrying(client, message_command(session, "hi"))
-                if i == TURNS // 4:
-                    runners[0].send_signal(signal.SIGKILL)
-            deadline = time.monotonic() + 60
-            while len(ended) < TURNS and time.monotonic() < deadline:  # noqa: ASYNC110
-                await asyncio.sleep(0.2)
-            stop.set()
-    finally:
-        for runner in runners:
-            if runner.poll() is None:
-                runner.terminate()
-            runner.wait(timeout=10)
-    unended: dict[str, list[str]] = {}
-    for session in sessions:
-        kinds = [s.event.type for s in await operator.store.read_session(session)]
-        if kinds.count("TurnEnded") != 1:
-            unended[session] = kinds
-    assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
-    runners_of = {
-        s.event.source
-        for session in sessions[:20]
-        for s in await operator.store.read_session(session)
-    }
-    print(f"\nsources of the first 20 sessions' events: {sorted(runners_of)}")
-    await client.close()
-    await operator.close()
+        runners = [runner_process(cluster, tmp_path, f"r{n}") for n in (1, 2)]
+        stop = asyncio.Event()
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(gateway.serve(settings(cluster, "gateway", tmp_path), stop))
+                tasks.create_task(approval.serve(settings(cluster, "approval", tmp_path), stop))
+                deadline = time.monotonic() + 30
+                for n in (1, 2):  # both runners consume before the first command
+                    log = tmp_path / f"r{n}.log"
+                    while " consuming " not in log.read_text():
+                        assert time.monotonic() < deadline, log.read_text()
+                        await asyncio.sleep(0.1)
+                sessions = [f"r{i}" for i in range(TURNS)]
+                for i, session in enumerate(sessions):
+                    await send_retrying(client, message_command(session, "hi"))
+                    if i == TURNS // 4:
+                        runners[0].send_signal(signal.SIGKILL)
+                await ended_in_log(operator, sessions, timeout=60)
+                stop.set()
+        finally:
+            for runner in runners:
+                if runner.poll() is None:
+                    runner.terminate()
+                runner.wait(timeout=10)
+        unended: dict[str, list[str]] = {}
+        for session in sessions:
+            kinds = [s.event.type for s in await operator.store.read_session(session)]
+            if kinds.count("TurnEnded") != 1:
+                unended[session] = kinds
+        assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
+        runners_of = {
+            s.event.source
+            for session in sessions[:20]
+            for s in await operator.store.read_session(session)
+        }
+        print(f"\nsources of the first 20 sessions' events: {sorted(runners_of)}")
+    finally:  # a failed assertion must not leak its connections into later tests
+        await client.close()
+        await operator.close()

@@ -84,6 +84,23 @@ async def test_an_expiry_is_announced_and_a_release_is_not(bus: Bus) -> None:
     assert await b.ensure("lease-expiring") is Ownership.NEW  # the marker reads as free
 
 
+async def test_a_session_id_with_a_colon_has_a_valid_kv_key_and_its_expiry_names_it(
+    bus: Bus,
+) -> None:
+    """Session ids may hold `:`, KV keys may not: the lease's key maps it, and back."""
+    a, b = table(bus, "runner-a", ttl_s=1.0), table(bus, "runner-b")
+    expired: asyncio.Queue[str] = asyncio.Queue()
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(b.watch_expiries(expired.put_nowait, stop))
+        assert await a.ensure("slack:T01:C02") is Ownership.NEW
+        kv = await bus.js.key_value(bus.subjects.leases_bucket)
+        assert (await kv.get("session.slack=T01=C02")).value == b"runner-a"  # nats-py's key check
+        assert await next_of(expired, "slack:") == "slack:T01:C02"
+        stop.set()
+    assert await b.ensure("slack:T01:C02") is Ownership.NEW
+
+
 async def test_the_same_runner_id_takes_its_lease_back_at_once(bus: Bus) -> None:
     before = table(bus, "runner-0", ttl_s=60)
     assert await before.ensure("hold-3") is Ownership.NEW

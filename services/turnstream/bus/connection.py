@@ -16,6 +16,9 @@ from turnstream.bus.streams import StreamLimits, ensure_streams
 from turnstream.core.subjects import Subjects
 
 log = logging.getLogger(__name__)
+ENSURE_WITHIN_S = 30.0
+"""How long a starting service keeps asking for its streams: a cluster that is coming up
+(no JetStream meta leader yet) does not answer at first."""
 
 
 def without_password(url: str) -> str:
@@ -106,5 +109,22 @@ async def connect(
         ) from exc
     js = nc.jetstream(publish_async_max_pending=8192)
     if ensure is not None:
-        await ensure_streams(js, subjects, ensure)
+        try:
+            await _ensure_within(js, subjects, ensure, ENSURE_WITHIN_S)
+        except BaseException:
+            await nc.close()
+            raise
     return Bus(nc, js, subjects)
+
+
+async def _ensure_within(js: Any, subjects: Subjects, limits: StreamLimits, within: float) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            await ensure_streams(js, subjects, limits)
+            return
+        except nats.errors.TimeoutError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("JetStream did not answer (a cluster electing its leader?); asking again")
+            await asyncio.sleep(0.5)

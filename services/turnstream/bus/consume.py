@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from nats.errors import Error as NatsError
@@ -127,3 +128,26 @@ async def durable_push(
         pending_msgs_limit=max_ack_pending + 1000,
         pending_bytes_limit=1024 * 1024 * 1024,
     )
+
+
+@contextlib.asynccontextmanager
+async def kept_in_progress(msgs: Sequence[Any], ack_wait_s: float) -> AsyncIterator[None]:
+    """While the block runs, tell JetStream `msgs` are still being worked on (three times per
+    ack wait), so a consumer can have a short ack wait: a holder that dies has its messages
+    redelivered soon, while one that is merely slow keeps them."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(ack_wait_s / 3)
+            for msg in msgs:
+                try:
+                    await msg.in_progress()
+                except Exception as exc:  # disconnected: the next beat (or a redelivery) will do
+                    log.warning("in-progress ack failed: %s", exc)
+                    break
+
+    task = asyncio.create_task(beat(), name="in-progress")
+    try:
+        yield
+    finally:
+        task.cancel()

@@ -1,6 +1,6 @@
 """Session leases in the `<prefix>_leases` KV bucket: which runner instance acts for a session.
 
-A lease is the key `session.<id>` holding its owner's name, written with a per-key TTL
+A lease is the key `session.<session_key(id)>` holding its owner's name, written with a per-key TTL
 (`Nats-TTL`) and renewed by an update conditional on the revision we wrote last, so a
 renewal cannot overwrite someone else's lease. The holder counts its lease valid until
 `TTL` after it *sent* the write (the server's clock starts later, so this errs early):
@@ -28,7 +28,7 @@ from nats.js.errors import APIError, NotFoundError
 from turnstream.bus.kv import watch
 from turnstream.bus.store import WRONG_LAST_SEQUENCE
 from turnstream.bus.streams import LEASE_MARKER_TTL_S
-from turnstream.core.subjects import Subjects
+from turnstream.core.subjects import Subjects, session_key, session_of_key
 
 log = logging.getLogger("turnstream.bus")
 KEY_PREFIX = "session."
@@ -72,7 +72,7 @@ class LeaseTable:
         self.held: dict[str, _Held] = {}
 
     def subject(self, session_id: str) -> str:
-        return f"$KV.{self.bucket}.{KEY_PREFIX}{session_id}"
+        return f"$KV.{self.bucket}.{KEY_PREFIX}{session_key(session_id)}"
 
     def holds(self, session_id: str) -> bool:
         """True while our lease on the session is valid (no round trip)."""
@@ -177,7 +177,7 @@ class LeaseTable:
         def expired(entry: Any) -> None:
             if entry.operation != "PURGE" or not entry.key.startswith(KEY_PREFIX):
                 return
-            session_id = entry.key[len(KEY_PREFIX) :]
+            session_id = session_of_key(entry.key[len(KEY_PREFIX) :])
             if not self.holds(session_id):
                 on_expired(session_id)
 

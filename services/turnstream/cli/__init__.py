@@ -15,6 +15,7 @@ import uuid_utils
 
 from turnstream.bus import Bus
 from turnstream.cli.agents import register as register_agents
+from turnstream.cli.archive import register as register_archive
 from turnstream.cli.audit import register as register_audit
 from turnstream.cli.common import (
     DataDir,
@@ -416,6 +417,7 @@ def status(
 app.add_typer(workflow_app, name="workflow")
 register_audit(app)
 register_agents(app)
+register_archive(app)
 
 
 def main() -> None:

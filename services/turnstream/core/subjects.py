@@ -28,6 +28,11 @@ def session_key(session_id: str) -> str:
     return session_id.replace(":", "=")
 
 
+def session_of_key(key: str) -> str:
+    """The session id a `session_key` was made from."""
+    return key.replace("=", ":")
+
+
 @dataclass(frozen=True, slots=True)
 class Subjects:
     """Names for one deployment; `prefix` lets several deployments share an account."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from turnstream import agents
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.bus.consume import durable_pull, fetch_loop, kept_in_progress
 from turnstream.bus.scan import scan_log
 from turnstream.core.events import (
     EventBase,
@@ -28,6 +28,10 @@ from turnstream.workflows.loader import attachable
 
 log = logging.getLogger("turnstream.gateway")
 DURABLE = "gateway"
+ACK_WAIT_S = 5.0
+"""A command not acked this long is redelivered: how long a sender waits for its
+`InputAccepted` when the gateway holding the command died (a live gateway keeps its batch
+with in-progress acks however long the append takes)."""
 
 
 async def serve(
@@ -100,8 +104,9 @@ async def _consume(
 
     async def on_batch(msgs: list[Any]) -> None:
         try:
-            events = [event for msg in msgs for event in await decide(msg)]
-            await bus.store.append_facts(events)
+            async with kept_in_progress(msgs, ACK_WAIT_S):
+                events = [event for msg in msgs for event in await decide(msg)]
+                await bus.store.append_facts(events)
         except Exception:
             log.exception("intake or append failed; the commands will be redelivered")
             return
@@ -112,7 +117,7 @@ async def _consume(
         bus.js, subjects.idempotency_bucket, settings.inbound_max_age_days, settings.replicas
     )
     sub = await durable_pull(
-        bus.js, subjects.inbound_stream, DURABLE, [subjects.inbound_all], ack_wait_s=30
+        bus.js, subjects.inbound_stream, DURABLE, [subjects.inbound_all], ack_wait_s=ACK_WAIT_S
     )
     log.info("gateway consuming %s", subjects.inbound_all)
     await fetch_loop(sub, stop, on_batch)

@@ -24,8 +24,9 @@ from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from turnstream import console
 from turnstream.bus import Bus
-from turnstream.http import commands, reads, sse
+from turnstream.http import commands, reads, replay, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
 from turnstream.http.hub import Hub
@@ -69,9 +70,11 @@ def create_app(
     app.include_router(commands.router)
     app.include_router(reads.router)
     app.include_router(sse.router)
+    app.include_router(replay.router)
     app.add_api_route("/v1/tickets", tickets, methods=["POST"], tags=["auth"])
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["ops"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["ops"])
+    console.mount(app)  # the web console at / (static files, a client of the routes above)
     app.add_middleware(BodyLimit, max_bytes=settings.max_input_bytes)
     app.add_middleware(AccessLog)
     return app

@@ -3,12 +3,15 @@
 A session's facts are handled in order on its own task, so a session never does two
 things at once while different sessions proceed in parallel. An idle worker exits (its
 state is a rebuildable copy of the log); the next item for its session starts a new one.
+Idle workers are also let go beyond a number kept (`max_rested`, least recently used
+first), so memory follows the sessions at work, not every session seen in `idle_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -56,13 +59,24 @@ class _Mailbox(Generic[Item]):
         self.actor = actor
         self.inbox: asyncio.Queue[Item] = asyncio.Queue()
         self.closed = False
+        self.worker: asyncio.Task[None] | None = None
 
 
 class Mailboxes(Generic[Item]):
-    def __init__(self, make_actor: Callable[[str], Actor[Item]], *, idle_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        make_actor: Callable[[str], Actor[Item]],
+        *,
+        idle_s: float = 300.0,
+        max_rested: int = 500,
+    ) -> None:
         self.make_actor = make_actor
         self.idle_s = idle_s
+        self.max_rested = max_rested
         self.boxes: dict[str, _Mailbox[Item]] = {}
+        self.rested: OrderedDict[str, None] = OrderedDict()
+        """Sessions whose worker waits with an empty inbox and nothing in flight, least
+        recently used first."""
         self.tasks: asyncio.TaskGroup | None = None
         self.workers: set[asyncio.Task[None]] = set()
         self.closing = False
@@ -79,10 +93,11 @@ class Mailboxes(Generic[Item]):
     def deliver(self, key: str, item: Item) -> None:
         if self.closing:
             return  # shutting down: an unacked message comes again, a timer is moot
+        self.rested.pop(key, None)
         box = self.boxes.get(key)
         if box is None or box.closed:
             box = self.boxes[key] = _Mailbox(self.make_actor(key))
-            self.spawn(self._work(key, box), f"session:{key}")
+            box.worker = self.spawn(self._work(key, box), f"session:{key}")
         box.inbox.put_nowait(item)
 
     def deliver_later(self, key: str, item: Item, delay_s: float) -> asyncio.TimerHandle:
@@ -123,10 +138,29 @@ class Mailboxes(Generic[Item]):
                 except Exception:
                     log.exception("session %s: handling failed", key)
                     await box.actor.failed(item)
+                if box.inbox.empty() and not box.actor.busy():
+                    self._rest(key)
         finally:
             box.closed = True
             if self.boxes.get(key) is box:
                 del self.boxes[key]
+                self.rested.pop(key, None)
+
+    def _rest(self, key: str) -> None:
+        """`key`'s worker waits with nothing to do: let the least recently used such workers
+        go beyond `max_rested` (an item for one of them later starts a new worker)."""
+        self.rested[key] = None
+        self.rested.move_to_end(key)
+        while len(self.rested) > self.max_rested:
+            oldest, _ = self.rested.popitem(last=False)
+            box = self.boxes.get(oldest)
+            # no await between this check and closing: no item can slip in between
+            if box is None or box.closed or not box.inbox.empty() or box.actor.busy():
+                continue
+            box.closed = True
+            del self.boxes[oldest]
+            if box.worker is not None:
+                box.worker.cancel()
 
 
 async def serve_sessions(

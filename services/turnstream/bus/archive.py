@@ -1,0 +1,114 @@
+"""Retention by archiving: ended sessions move from `TS_LOG` to the object store.
+
+`TS_LOG` keeps every event forever by default (or `TURNSTREAM_LOG_MAX_AGE_DAYS`, which
+drops old events for good). Archiving keeps them and frees the stream: a session whose
+last event is older than a cutoff, with no turn or workflow open, is written to the
+`ts_blobs` object store as `archive/<session key>.jsonl` (one `{"seq", "event"}` per line,
+the event exactly as the log held it), read back and compared, and only then purged from
+the stream. `replay` and the other readers of a whole session fall back to the archive
+read the archived part first, then what the log has (`read_archived`). A session that gets
+a new message after being archived goes on in the log; archiving it again adds to its file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import orjson
+from nats.js.errors import NotFoundError
+
+from turnstream.bus.connection import Bus
+from turnstream.bus.scan import subject_counts
+from turnstream.bus.store import StoredEvent
+from turnstream.core.events import decode
+from turnstream.core.subjects import session_key
+
+ARCHIVE_PREFIX = "archive/"
+OPENS_CLOSES = (("SessionTurnStart", "SessionTurnEnd"), ("WorkflowAttached", "WorkflowExit"))
+"""Each opening event gets exactly one closing one: more openings than closings is open work."""
+
+
+@dataclass(frozen=True, slots=True)
+class Archived:
+    session_id: str
+    events: int
+    last_time: datetime
+
+
+def archive_name(session_id: str) -> str:
+    return f"{ARCHIVE_PREFIX}{session_key(session_id)}.jsonl"
+
+
+async def sessions_in_log(bus: Bus) -> set[str]:
+    subjects = bus.subjects
+    counts = await subject_counts(bus.nc, subjects.log_stream, subjects.log_all)
+    return {subjects.session_of_log(subject) for subject in counts}
+
+
+async def open_sessions(bus: Bus) -> set[str]:
+    """Sessions with a turn or a workflow run open (counted by the server, nothing read)."""
+    subjects, found = bus.subjects, set()
+    for opened, closed in OPENS_CLOSES:
+        starts = await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind(opened))
+        ends = await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind(closed))
+        ended = {subjects.session_of_log(s): n for s, n in ends.items()}
+        found |= {
+            session
+            for session, n in ((subjects.session_of_log(s), n) for s, n in starts.items())
+            if n > ended.get(session, 0)
+        }
+    return found
+
+
+async def archive_sessions(
+    bus: Bus, older_than: datetime, *, dry_run: bool = False
+) -> list[Archived]:
+    """Archive every ended session whose last event is older than `older_than`."""
+    busy = await open_sessions(bus)
+    done = []
+    for session_id in sorted(await sessions_in_log(bus) - busy):
+        stored = await bus.store.read_session(session_id)
+        if not stored or stored[-1].event.time >= older_than:
+            continue
+        if not dry_run:
+            await _archive(bus, session_id, stored)
+        done.append(Archived(session_id, len(stored), stored[-1].event.time))
+    return done
+
+
+async def _archive(bus: Bus, session_id: str, stored: list[StoredEvent]) -> None:
+    earlier = await _read(bus, session_id)  # archived before, then talked to again
+    everything = [*earlier, *stored]
+    store = await bus.js.object_store(bus.subjects.blobs_bucket)
+    await store.put(archive_name(session_id), _lines(everything))
+    back = await _read(bus, session_id)
+    if [(s.seq, s.event.id) for s in back] != [(s.seq, s.event.id) for s in everything]:
+        raise RuntimeError(f"the archive of {session_id} does not read back; nothing purged")
+    await bus.js.purge_stream(bus.subjects.log_stream, subject=bus.subjects.log_session(session_id))
+
+
+async def read_archived(bus: Bus, session_id: str) -> list[StoredEvent]:
+    """The session's archived events, in log order ([] when it was never archived)."""
+    return await _read(bus, session_id)
+
+
+async def _read(bus: Bus, session_id: str) -> list[StoredEvent]:
+    store = await bus.js.object_store(bus.subjects.blobs_bucket)
+    try:
+        result = await store.get(archive_name(session_id))
+    except NotFoundError:
+        return []
+    data = result.data or b""
+    return [
+        StoredEvent(int(row["seq"]), decode(orjson.dumps(row["event"])))
+        for row in map(orjson.loads, data.splitlines())
+    ]
+
+
+def _lines(stored: list[StoredEvent]) -> bytes:
+    return b"".join(
+        orjson.dumps({"seq": s.seq, "event": s.event.model_dump(mode="json", by_alias=True)})
+        + b"\n"
+        for s in stored
+    )

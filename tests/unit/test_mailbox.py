@@ -1,0 +1,71 @@
+"""Per-session mailboxes: items in order per session, idle workers let go beyond a number."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from turnstream.runtime.mailbox import Mailboxes
+
+
+@dataclass
+class Recorder:
+    key: str
+    made: list[str]
+    handled: list[tuple[str, int]]
+    in_flight: bool = False
+    items: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.made.append(self.key)
+
+    async def handle(self, item: int) -> None:
+        await asyncio.sleep(0)
+        self.items.append(item)
+        self.handled.append((self.key, item))
+
+    async def failed(self, item: int) -> None:
+        raise AssertionError("nothing fails here")
+
+    def busy(self) -> bool:
+        return self.in_flight
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_idle_workers_beyond_the_number_kept_are_let_go_least_recently_used_first() -> None:
+    made: list[str] = []
+    handled: list[tuple[str, int]] = []
+    actors: dict[str, Recorder] = {}
+
+    def make(key: str) -> Recorder:
+        actors[key] = Recorder(key, made, handled)
+        return actors[key]
+
+    boxes: Mailboxes[int] = Mailboxes(make, max_rested=2)
+    stop = asyncio.Event()
+    running = asyncio.create_task(boxes.run(stop))
+    await asyncio.sleep(0)
+    try:
+        boxes.deliver("a", 1)
+        await settle()
+        actors["a"].in_flight = True  # a call in flight: never let go while it runs
+        for n, key in enumerate("bcde", 2):
+            boxes.deliver(key, n)
+            await settle()
+        assert set(boxes.boxes) == {"a", "d", "e"}  # b and c went; a is busy
+        assert boxes.actor("b") is None
+        boxes.deliver("b", 6)  # a let-go session gets a new actor, the item is not lost
+        await settle()
+        assert made.count("b") == 2 and ("b", 6) in handled
+        assert len([k for k in boxes.boxes if k != "a"]) == 2
+        actors["a"].in_flight = False
+        boxes.deliver("a", 7)
+        await settle()
+        assert made.count("a") == 1 and actors["a"].items == [1, 7]
+    finally:
+        stop.set()
+        await running
