@@ -510,3 +510,40 @@ def test_a_state_with_agents_children_and_replies_round_trips_as_a_snapshot() ->
     shell.fact(reply_of(first.child_session_id, first.idempotency_key, 1))
     assert shell.state.children and shell.state.agent is not None
     assert state_from_json(state_to_json(shell.state)) == shell.state
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    hops=st.integers(0, 9),
+    script=st.lists(
+        st.sampled_from(["model", "publish", "publish_stale", "tick", "hard", "graceful"]),
+        max_size=12,
+    ),
+)
+def test_a_reply_is_recorded_once_whatever_comes_in_between(hops: int, script: list[str]) -> None:
+    shell = Shell(fold(SessionState("s1"), [with_reply_to(hops=hops)]))
+    shell.feed(Tick())
+    stale: frozenset[str] = frozenset()
+    for n, step in enumerate(script):
+        turn = shell.state.active
+        if step == "model" and turn is not None and turn.awaiting_provider:
+            shell.model(ok("an answer"))
+        elif step == "publish":
+            stale = frozenset(m.key for m in shell.outbox) or stale
+            shell.publish()
+        elif step == "publish_stale" and stale:
+            shell.feed(Published(stale))  # a retry of a publish already recorded
+        elif step == "tick":
+            shell.feed(Tick())
+        elif step in ("hard", "graceful"):
+            shell.fact(interrupt(step, n))
+    for _ in range(5):  # drain: answer the model, deliver what is wanted
+        turn = shell.state.active
+        if turn is not None and turn.awaiting_provider:
+            shell.model(ok("an answer"))
+        shell.publish()
+    replies = [e for e in shell.log if isinstance(e, MessageSent | MessageDropped)]
+    assert len(replies) == 1
+    assert isinstance(replies[0], MessageDropped) is (hops + 1 > 8)
+    assert shell.state.active is None and len(shell.of(SessionTurnEnd)) == 1
+    assert shell.outbox == []
