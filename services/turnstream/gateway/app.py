@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any
 
 from turnstream import agents
@@ -56,7 +57,12 @@ async def _consume(
         return attachable(settings.workflows, name, live_tools, tool_calling)
 
     def load_agent(name: str) -> agents.AgentProfile:
-        return agents.load(agents.find(settings.agents, name))
+        profile = agents.load(agents.find(settings.agents, name))
+        if profile.provider is not None and profile.model is None:
+            # its provider's default model, recorded: a replay needs no settings either
+            other = settings.model_copy(update={"provider": profile.provider, "model": None})
+            profile = replace(profile, model=other.model_name)
+        return profile
 
     session_agents: dict[str, str] = {}
     """Sessions' agents seen by this gateway (a session's agent never changes)."""
