@@ -198,6 +198,16 @@ def test_a_failed_turn_replies_with_its_failure_class() -> None:
     assert message.command["outcome"]["failureClass"] == "interrupted"
 
 
+def test_a_message_wanting_a_reply_is_queued_not_steered() -> None:
+    from turnstream.core.events import FollowUpQueued
+
+    shell = Shell(fold(SessionState("s1"), [accepted(1)]), TurnConfig(followup_policy="steer"))
+    shell.feed(Tick())
+    second = with_reply_to().model_copy(update={"id": "in2", "turn_id": "turn2"})
+    events = shell.fact(second)
+    assert [type(e) for e in events] == [FollowUpQueued]
+
+
 def test_past_the_hop_limit_the_reply_is_dropped() -> None:
     shell = Shell(fold(SessionState("s1"), [with_reply_to(hops=8)]))
     shell.feed(Tick())

@@ -507,7 +507,8 @@ def _park(
         ),
         ctx,
     )
-    if pending.kind == "steer" or config.followup_policy == "steer":
+    # a message that wants a reply gets a turn of its own (its reply is that turn's)
+    if pending.kind == "steer" or (config.followup_policy == "steer" and pending.reply_to is None):
         steer = SteeringInjectedData(input_id=pending.input_id, text=pending.text)
         return b.make(SteeringInjected, steer, turn_id=turn.turn_id)
     queued = FollowUpQueuedData(input_id=pending.input_id, behind_turn_id=turn.turn_id)
