@@ -69,6 +69,15 @@ agents:
   denier:
     - tool_calls: [{name: read_file, arguments: {path: notes.txt}}]
     - text: "after: {last_tool_result:60}"
+  ring-a:
+    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
+    - text: "passed"
+  ring-b:
+    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
+    - text: "passed"
+  ring-c:
+    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
+    - text: "passed"
   nester:
     - tool_calls: [{name: spawn, arguments: {task: "go deeper"}}]
     - text: "depth done: {last_tool_result:200}"
@@ -85,6 +94,9 @@ PROFILES = {
     "asyncer": "",
     "badspawn": "",
     "nester": "",
+    "ring-a": "",
+    "ring-b": "",
+    "ring-c": "",
     "denier": "securityMode: deny\nmodel: tiny-model",
     "slowparent": "",
     "slowchild": "",
@@ -312,3 +324,25 @@ async def test_a_profile_security_mode_and_model_apply(bus: Bus, services) -> No
     events = await events_of(bus, "ag-5")
     assert of(events, ToolCallDenied)[0].data.reason == "the session's security mode is deny"
     assert of(events, ProviderRequestStarted)[0].data.model == "tiny-model"
+
+
+async def test_a_three_agent_cycle_stops_at_the_hop_limit(bus: Bus, services) -> None:
+    # A→B→C→A…: hops count every delivery, so the chain stops after TURNSTREAM_MAX_HOPS (8)
+    for name in ("b", "c"):  # each session's agent is fixed first; these start chains too
+        await send_and_wait(bus, message_command(f"cyc-{name}", "start", agent=f"ring-{name}"))
+    await send_and_wait(bus, message_command("cyc-a", "start", agent="ring-a"))
+
+    async def chains_done() -> list[Event]:
+        while True:
+            logs = [e for n in "abc" for e in await events_of(bus, f"cyc-{n}")]
+            if len(of(logs, MessageDropped)) == 3:
+                return logs
+            await asyncio.sleep(0.1)
+
+    logs = await asyncio.wait_for(chains_done(), 30)
+    await asyncio.sleep(1.0)  # nothing goes on after the drops
+    logs = [e for n in "abc" for e in await events_of(bus, f"cyc-{n}")]
+    sent, dropped = of(logs, MessageSent), of(logs, MessageDropped)
+    assert len(dropped) == 3 and {d.data.hops for d in dropped} == {9}
+    assert len(sent) == 3 * 8 and max(s.data.hops for s in sent) == 8
+    assert all(f.data.error.kind == "hop_limit" for f in of(logs, ToolInvocationFailed))
