@@ -63,6 +63,23 @@ agents:
 AGENTS = ("child", "toolparent", "syncparent", "asyncparent")
 
 
+WAIT_S = float(os.environ.get("BENCH_WAIT_S", "300"))
+
+
+async def _stuck(bus: Bus, parents: int, arrived: set[str]) -> None:
+    """Say which parents wait for what (a bench that hangs must say why)."""
+    for i in range(parents):
+        log = [s.event for s in await bus.store.read_session(f"fan-{i}")]
+        spawned = [e for e in log if isinstance(e, SubTurnSpawned)]
+        if all(e.data.invocation_id in arrived for e in spawned) and len(spawned) == 3:
+            continue
+        console.print(f"[red]fan-{i} waits[/]: " + " ".join(e.type for e in log[-12:]))
+        for e in spawned:
+            child = [c.event.type for c in await bus.store.read_session(e.data.child_session_id)]
+            console.print(f"  child {e.data.child_session_id}: {' '.join(child[-8:])}")
+        return
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -108,7 +125,11 @@ async def fan_out(bus: Bus, parents: int) -> dict[str, Any]:
             for i in range(parents)
         )
     )
-    await asyncio.wait_for(all_in.wait(), 300)
+    try:
+        await asyncio.wait_for(all_in.wait(), WAIT_S)
+    except TimeoutError:
+        await _stuck(bus, parents, arrived)
+        raise
     drained = time.perf_counter() - start
     await asyncio.sleep(2.0)
     await sub.unsubscribe()
