@@ -22,6 +22,7 @@ from turnstream.core.events import (
     SessionConfigured,
     SessionConfiguredData,
     SessionTurnEnd,
+    SessionTurnStart,
     SteeringInjected,
     SubTurnEnded,
     SubTurnResultDelivered,
@@ -273,6 +274,22 @@ def test_a_sync_sub_turn_answers_its_call_once() -> None:
     assert len(shell.of(TurnEnded)) == 1 and shell.state.pending == ()
 
 
+def test_a_child_answering_before_its_spawn_is_recorded_still_answers_the_call() -> None:
+    for mode in ("sync", "async"):
+        shell = started((spawn_call(mode=mode),))
+        [message] = shell.outbox
+        # the child ran and replied between the publish and the parent's record of it
+        assert shell.fact(reply_of(message.to, message.key, 1, text="quick")) == []
+        assert shell.state.pending == () and shell.state.early
+        events = shell.publish()
+        kinds = [e.type for e in events]
+        assert kinds[:2] == ["SubTurnSpawned", "MessageSent"] and "SubTurnEnded" in kinds
+        assert len(shell.of(SubTurnResultDelivered)) == 1 and shell.state.early == ()
+        if mode == "sync":
+            assert shell.of(ToolInvocationSucceeded)[0].data.output == "quick"
+        _assert_at_most_once(shell)
+
+
 def test_an_async_sub_turn_steers_a_running_turn_or_follows_up() -> None:
     shell = started((spawn_call(mode="async"), spawn_call(1, mode="async")))
     keys = [m.key for m in shell.outbox]
@@ -441,6 +458,7 @@ steps = st.lists(
         st.tuples(st.just("interrupt"), st.integers(0, 1)),
         st.tuples(st.just("model"), st.integers(0, 0)),
         st.tuples(st.just("publish"), st.integers(0, 0)),
+        st.tuples(st.just("early"), st.integers(0, 2)),
     ),
     max_size=25,
 )
@@ -457,12 +475,22 @@ def test_no_sequence_delivers_twice_or_leaves_the_parent_waiting(
     shell = started(tuple(spawn_call(i, mode=m) for i, m in enumerate(modes)))
     spawned: dict[int, Outbound] = {}
     n = 0
-    for kind, arg in script:
+
+    def going_out() -> None:  # the shell publishes the children's inputs: they exist
         for message in shell.outbox:
             if message.kind == "message" and message.cause == "subturn":
-                spawned.setdefault(len(spawned), message)
+                if message.key not in {m.key for m in spawned.values()}:
+                    spawned[len(spawned)] = message
+
+    for kind, arg in script:
         n += 1
-        if kind in ("reply", "dup", "fail") and arg in spawned:
+        if kind == "early" and shell.outbox:  # a child answers before its record
+            going_out()
+            keys = frozenset(m.key for m in shell.outbox)
+            if arg in spawned and spawned[arg].key in keys:
+                shell.fact(reply_of(spawned[arg].to, spawned[arg].key, n))
+            shell.feed(Published(keys))
+        elif kind in ("reply", "dup", "fail") and arg in spawned:
             m = spawned[arg]
             status = "failed" if kind == "fail" else "completed"
             shell.fact(reply_of(m.to, m.key, n, status=status))
@@ -476,11 +504,13 @@ def test_no_sequence_delivers_twice_or_leaves_the_parent_waiting(
             if turn is not None and turn.awaiting_provider:
                 shell.model(ok("text"))
         elif kind == "publish":
+            going_out()
             shell.publish()
     _assert_at_most_once(shell)
     # drain: deliver everything, let every deadline pass, answer every model call
     for _ in range(30):
         shell.now += timedelta(seconds=400)
+        going_out()
         shell.publish()
         shell.feed(Tick())
         turn = shell.state.active
@@ -495,6 +525,14 @@ def test_no_sequence_delivers_twice_or_leaves_the_parent_waiting(
     assert shell.state.active is None, "the parent is stuck"
     assert all(c.status == "delivered" for c in shell.state.children)
     assert len(shell.of(SessionTurnEnd)) == len(shell.of(TurnEnded))
+    # a child's reply is its result: a turn of the parent only as an async follow-up
+    follow_ups = {
+        d.data.input_id
+        for d in shell.of(SubTurnResultDelivered)
+        if d.data.delivered_as == "follow_up"
+    }
+    for start in shell.of(SessionTurnStart):
+        assert not start.data.input_id.startswith("reply-") or start.data.input_id in follow_ups
 
 
 def _assert_at_most_once(shell: Shell) -> None:

@@ -93,7 +93,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 budget=data.parent.budget if data.parent is not None else None,
             )
             child = subturns.child_for_reply(state, data.in_reply_to)
-            if child is not None:  # a sub-turn's reply: its result, not a new turn
+            early = child is None and subturns.spawning(state, data.in_reply_to)
+            if child is not None or early:  # a sub-turn's reply: its result, not a new turn
                 outcome = data.outcome
                 result = ChildResult(
                     status=outcome.status if outcome is not None else "completed",
@@ -102,6 +103,9 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                     child_turn_id=outcome.turn_id if outcome is not None else None,
                     input=pending,
                 )
+                if child is None:
+                    assert data.in_reply_to is not None
+                    return subturns.replied_early(state, data.in_reply_to, result)
                 return subturns.replied(state, child, result)
             return with_changes(state, pending=(*state.pending, pending))
         case SessionConfigured(data=data):

@@ -234,6 +234,9 @@ class SessionState:
     """Sub-turns spawned (delivered ones stay, so a late duplicate reply is known)."""
     unanswered: tuple[Unanswered, ...] = ()
     """Rejected inputs whose rejection is still to be delivered to their `replyTo`."""
+    early: tuple[tuple[str, ChildResult], ...] = ()
+    """Replies of children whose `SubTurnSpawned` is not folded yet (a child can answer
+    between its input's publish and the record of it), by the spawn's key."""
 
 
 class Decision(list[Event]):

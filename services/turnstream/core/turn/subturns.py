@@ -75,6 +75,10 @@ def spawned(state: SessionState, event: SubTurnSpawned) -> SessionState:
     turn = state.active
     if turn is not None and turn.turn_id == child.turn_id and turn.interrupt is not None:
         child = with_changes(child, interrupt=turn.interrupt[0])  # spawned as it was stopped
+    early = next((r for k, r in state.early if k == child.key), None)
+    if early is not None:  # it answered before this record: its result is here already
+        child = with_changes(child, result=early)
+        state = with_changes(state, early=tuple(e for e in state.early if e[0] != child.key))
     return with_changes(state, children=(*state.children, child))
 
 
@@ -83,6 +87,21 @@ def child_for_reply(state: SessionState, in_reply_to: str | None) -> Child | Non
     if in_reply_to is None:
         return None
     return next((c for c in state.children if c.key == in_reply_to), None)
+
+
+def spawning(state: SessionState, in_reply_to: str | None) -> bool:
+    """Whether an input answers a `spawn` call of the active turn not yet recorded as
+    spawned (its child answered before the parent's record of it was appended)."""
+    turn = state.active
+    if in_reply_to is None or turn is None:
+        return False
+    return any(c.tool == "spawn" and in_reply_to == f"spawn:{c.invocation_id}" for c in turn.calls)
+
+
+def replied_early(state: SessionState, key: str, result: ChildResult) -> SessionState:
+    if any(k == key for k, _ in state.early):
+        return state
+    return with_changes(state, early=(*state.early, (key, result)))
 
 
 def replied(state: SessionState, child: Child, result: ChildResult) -> SessionState:
