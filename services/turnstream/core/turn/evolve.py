@@ -298,9 +298,14 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 return state
             assert state.active is not None
             leftover = tuple(Message("user", text) for text in state.active.steering)
+            # an early reply whose spawn was never recorded has no child to go to: it is
+            # kept as an ordinary message (nothing accepted is lost)
+            orphans = tuple(r.input for _, r in state.early if r.input is not None)
             return with_changes(
                 state,
                 active=None,
+                pending=state.pending + orphans,
+                early=(),
                 history=state.history + leftover,
                 turns_ended=state.turns_ended + 1,
                 last_turn_id=state.active.turn_id,
