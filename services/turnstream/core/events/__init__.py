@@ -13,6 +13,25 @@ from typing import Annotated, Any
 import orjson
 from pydantic import Field, TypeAdapter
 
+from turnstream.core.events.agents import (
+    Delivery,
+    MessageCause,
+    MessageDropped,
+    MessageDroppedData,
+    MessageSent,
+    MessageSentData,
+    ParentRef,
+    ReplyOutcome,
+    SessionConfigured,
+    SessionConfiguredData,
+    SpawnMode,
+    SubTurnEnded,
+    SubTurnEndedData,
+    SubTurnResultDelivered,
+    SubTurnResultDeliveredData,
+    SubTurnSpawned,
+    SubTurnSpawnedData,
+)
 from turnstream.core.events.audit import AuditViolation, AuditViolationData, ViolationKind
 from turnstream.core.events.base import (
     SCHEMA_VERSION,
@@ -169,7 +188,13 @@ Event = Annotated[
     | StageGranted
     | StageCancelled
     | StageExited
-    | WorkflowExit,
+    | WorkflowExit
+    | SessionConfigured
+    | MessageSent
+    | MessageDropped
+    | SubTurnSpawned
+    | SubTurnEnded
+    | SubTurnResultDelivered,
     Field(discriminator="type"),
 ]
 
@@ -217,6 +242,7 @@ __all__ = [
     "ContentBlock",
     "ContextCompacted",
     "ContextCompactedData",
+    "Delivery",
     "Envelope",
     "Event",
     "EventBase",
@@ -236,6 +262,12 @@ __all__ = [
     "InteractionRequestedData",
     "InterruptReceived",
     "InterruptReceivedData",
+    "MessageCause",
+    "MessageDropped",
+    "MessageDroppedData",
+    "MessageSent",
+    "MessageSentData",
+    "ParentRef",
     "ProviderRequestCompleted",
     "ProviderRequestCompletedData",
     "ProviderRequestFailed",
@@ -247,12 +279,16 @@ __all__ = [
     "RejectionKind",
     "RenderEmitted",
     "RenderEmittedData",
+    "ReplyOutcome",
     "SecurityMode",
     "Sender",
+    "SessionConfigured",
+    "SessionConfiguredData",
     "SessionTurnEnd",
     "SessionTurnEndData",
     "SessionTurnStart",
     "SessionTurnStartData",
+    "SpawnMode",
     "Stage",
     "StageAssertOutcome",
     "StageAssertOutcomeData",
@@ -280,6 +316,12 @@ __all__ = [
     "SteeringInjected",
     "SteeringInjectedData",
     "StopReason",
+    "SubTurnEnded",
+    "SubTurnEndedData",
+    "SubTurnResultDelivered",
+    "SubTurnResultDeliveredData",
+    "SubTurnSpawned",
+    "SubTurnSpawnedData",
     "TextBlock",
     "ToolCallApproved",
     "ToolCallApprovedData",
