@@ -102,6 +102,64 @@ async def scan_log(
     return last
 
 
+DIRECT_BATCH = 500
+"""Messages per batched direct get (nats-server 2.11+, a stream with `allow_direct`)."""
+
+
+DIRECT_TIMEOUT_S = 5.0
+"""A direct get answered by nothing this long is given up (the caller may read otherwise)."""
+
+
+class DirectGetError(Exception):
+    """A direct get was answered with an error status."""
+
+
+async def direct_read(
+    nc: Any,
+    stream: str,
+    subject: str,
+    on_event: Callable[[int, str, bytes], None],
+    *,
+    after_seq: int = 0,
+    batch: int = DIRECT_BATCH,
+) -> int:
+    """Hand every message on `subject` (wildcards allowed) after `after_seq` to
+    `on_event(seq, subject, data)` in order, by batched direct gets; return the last
+    sequence handed over (`after_seq` when there was none).
+
+    No consumer is created: the server answers `$JS.API.DIRECT.GET.<stream>` with up to
+    `batch` messages and an end-of-batch status (204, with how many remain), or 404 when
+    there is nothing. A core subscription per read costs the server no consumer slot.
+    """
+    last = after_seq
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        while True:
+            request = {"seq": last + 1, "next_by_subj": subject, "batch": batch}
+            await nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), reply=inbox)
+            while True:
+                msg = await sub.next_msg(timeout=DIRECT_TIMEOUT_S)
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status is None:
+                    seq = int(headers["Nats-Sequence"])
+                    on_event(seq, headers.get("Nats-Subject", ""), msg.data)
+                    last = seq
+                    continue
+                if status == "404":
+                    return last
+                if status == "204":  # end of this batch
+                    break
+                raise DirectGetError(
+                    f"direct get on {stream} {subject}: {status} {headers.get('Description')}"
+                )
+            if int(headers.get("Nats-Num-Pending", "0") or 0) == 0:
+                return last
+    finally:
+        await sub.unsubscribe()
+
+
 async def subject_counts(nc: Any, stream: str, subjects_filter: str) -> dict[str, int]:
     """How many messages each subject matching `subjects_filter` has in `stream`.
 
