@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
-from turnstream.bus.scan import direct_read, log_last_seq, scan_log, stream_seq
+from turnstream.bus.scan import DirectGetError, direct_read, log_last_seq, scan_log, stream_seq
 from turnstream.core.events import Event, EventBase, decode, encode
 from turnstream.core.subjects import Subjects
 
@@ -95,8 +94,8 @@ class JetStreamEventStore:
         self.subjects = subjects
         self.appender = PipelinedAppender(nc)
         self.batched: bool | None = None
-        self._reads = asyncio.Semaphore(READ_CONCURRENCY)
         """The log takes fast-ingest batches (found out on the first decision)."""
+        self._reads = asyncio.Semaphore(READ_CONCURRENCY)
 
     async def append(self, session_id: str, events: Sequence[EventBase]) -> list[int]:
         return await self.append_facts(events)
@@ -186,8 +185,10 @@ class JetStreamEventStore:
                     self.nc, self.subjects.log_stream, subject, keep, after_seq=after_seq
                 )
                 return out
-            except (TimeoutError, NatsTimeoutError):
-                log.warning("direct read of %s timed out; reading with a consumer", subject)
+            except (TimeoutError, DirectGetError) as exc:
+                # no answer in time, or an error status (say 503: a log without
+                # `allow_direct`): the slower way, which costs a consumer, still works
+                log.warning("direct read of %s failed (%r); reading with a consumer", subject, exc)
             out.clear()
             await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
         return out
