@@ -41,6 +41,11 @@ RUNNING, DONE = b"running", b"done"
 BLOB_TIMEOUT_S = 30.0
 RETRY_MAX_S = 5.0
 """Longest wait between retries of an append while the broker is away."""
+SHUTDOWN_GRACE_S = 10.0
+"""At shutdown, how long the calls that have finished get to append their results (the
+broker may be away); then they are given up, their claims left `running` for the next
+executor (which fails such a call `interrupted, mayHaveRun` or runs an idempotent one
+again). Calls still running are stopped at once, as before."""
 ACK_WAIT_S = 15.0
 """A request not acked this long is redelivered: how soon a call whose executor died is
 found (and failed `interrupted` or run again). A running call keeps its request with
@@ -70,6 +75,9 @@ class Executor:
         self.running: dict[str, tuple[asyncio.Task[None], ToolInvocationRequested]] = {}
         self.aborted: set[str] = set()
         """Invocations cancelled because their turn was hard-aborted (not a shutdown)."""
+        self.requests: set[asyncio.Future[None]] = set()
+        """Every request being handled (claiming, running, appending or acking), and the
+        appends of `Started` that go on beside them."""
         self.kv: Any = None
         self.blobs: Any = None
 
@@ -86,7 +94,9 @@ class Executor:
                 async def on_msg(msg: Any) -> None:
                     event = decode(msg.data)
                     if isinstance(event, ToolInvocationRequested):
-                        tasks.create_task(self.run_one(msg, event))
+                        task = tasks.create_task(self.run_one(msg, event))
+                        self.requests.add(task)
+                        task.add_done_callback(self.requests.discard)
                     else:
                         await msg.ack()
 
@@ -103,8 +113,22 @@ class Executor:
                 await sub.unsubscribe()
                 for task, _ in list(self.running.values()):
                     task.cancel()
+                await self._wind_down()
         finally:
             await aborts.unsubscribe()
+
+    async def _wind_down(self) -> None:
+        """Give the requests still in hand `SHUTDOWN_GRACE_S` to finish (a result waiting
+        for the broker to come back), then cancel them: a shutdown is bounded even while
+        the broker is away."""
+        pending = {task for task in self.requests if not task.done()}
+        if not pending:
+            return
+        _, late = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning("shutdown: gave up %d request(s) still appending or acking", len(late))
 
     async def run_one(self, msg: Any, request: ToolInvocationRequested) -> None:
         """One request; a failure here (the broker away while claiming, say) leaves the
@@ -195,6 +219,8 @@ class Executor:
         # Started is published while the tool runs (its ack is awaited with the result's):
         # the claim, not this event, is what keeps the call at most once.
         started = asyncio.ensure_future(self._append(facts.started(self.clock())))
+        self.requests.add(started)  # a shutdown waits for it as for the result, no longer
+        started.add_done_callback(self.requests.discard)
         timeout = data.timeout_ms / 1000
         ctx = ToolContext(self.workspace, facts.request.session_id, data.invocation_id)
         start = time.perf_counter()
