@@ -22,9 +22,11 @@ OPEN_TURNS = int(os.environ.get("TS_TEST_OPEN_TURNS", "1500"))
 SCRIPT = """
 replies:
   - text: "done"
-    delay_ms: 6000
+    delay_ms: 20000
     chunks: whole
 """
+"""The model takes 20 s: long enough for every turn to be open at the kill even on a busy
+machine (1,500 turns take several seconds to start; with 6 s, the first ones had ended)."""
 
 
 async def counts(bus: Bus, kind: str) -> dict[str, int]:
