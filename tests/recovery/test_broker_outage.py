@@ -34,7 +34,7 @@ from turnstream.settings import Settings
 from turnstream.tool_executor import app as tool_executor
 
 pytestmark = pytest.mark.e2e
-TURNS = int(os.environ.get("TS_TEST_OUTAGE_TURNS", "60"))
+TURNS = int(os.environ.get("TS_TEST_OUTAGE_TURNS", "100"))
 OUTAGE_S = 20
 SCRIPT = """
 replies:
