@@ -4,9 +4,10 @@ and turns/s before, during and after a broker outage. Printed, not asserted.
     python bench/faults.py [--sessions 1500] [--outage 15] [--rate 20]
 
 Services run as separate processes on an embedded nats-server (tests/recovery/harness).
-  recovery  N turns open (each waiting on a 6 s model reply), kill -9 the runner, start
-            it again: time until every turn has ended (exactly once each), minus nothing
-            (the 6 s reply is part of it: a turn re-asks the model after the restart).
+  recovery  N turns open (each waiting on a 20 s model reply), kill -9 the runner, start
+            it again: time until every turn has ended (exactly once each), and that time
+            less the 20 s reply (a turn re-asks the model after the restart), which is
+            what the restart itself costs.
   outage    turns with one tool call submitted at --rate/s; nats-server stopped for
             --outage s and started again on the same port and store: turns ended per
             second before, during and after, by the TurnEnded event's time.
@@ -29,10 +30,13 @@ from turnstream.bus import Bus
 from turnstream.bus.scan import subject_counts
 from turnstream.client import message_command, publish_command
 
-RECOVERY_SCRIPT = """
+RECOVERY_REPLY_S = 20
+"""Long enough that no turn ends before the kill on a busy machine (1,500 take seconds to
+start)."""
+RECOVERY_SCRIPT = f"""
 replies:
   - text: "done"
-    delay_ms: 6000
+    delay_ms: {RECOVERY_REPLY_S * 1000}
     chunks: whole
 """
 OUTAGE_SCRIPT = """
@@ -67,6 +71,7 @@ async def recovery(root: Path, sessions: int) -> None:
                 *(publish_command(bus, s, message_command(s, "hi")) for s in chunk)
             )
         await until(bus, "ProviderRequestStarted", sessions, 300)
+        open_at_kill = sessions - len(await counts(bus, "TurnEnded"))
         d.kill9("turn_runner")
         killed = time.monotonic()
         d.start("turn_runner")
@@ -77,8 +82,9 @@ async def recovery(root: Path, sessions: int) -> None:
         ended = await counts(bus, "TurnEnded")
         once = sum(1 for n in ended.values() if n == 1)
         print(
-            f"recovery: {sessions} open sessions, runner kill -9 -> all ended in {took:.1f} s "
-            f"(includes the 6 s model reply re-asked after the restart); "
+            f"recovery: {open_at_kill}/{sessions} sessions open at the runner's kill -9 -> "
+            f"all ended in {took:.1f} s, {took - RECOVERY_REPLY_S:.1f} s beyond the "
+            f"{RECOVERY_REPLY_S} s model reply re-asked after the restart; "
             f"{once}/{sessions} ended exactly once"
         )
 

@@ -25,8 +25,8 @@ replies:
     delay_ms: 20000
     chunks: whole
 """
-"""The model takes 20 s: long enough for every turn to be open at the kill even on a busy
-machine (1,500 turns take several seconds to start; with 6 s, the first ones had ended)."""
+"""The model takes 20 s, so that nearly every turn is open at the kill even on a busy
+machine (1,500 turns take many seconds to start; a few of the first may have ended)."""
 
 
 async def counts(bus: Bus, kind: str) -> dict[str, int]:
@@ -56,12 +56,16 @@ async def test_every_open_turn_ends_once_after_a_runner_kill(tmp_path: Path) -> 
                 )
             )
         await until(bus, "ProviderRequestStarted", OPEN_TURNS, timeout=100)
-        assert not await counts(bus, "TurnEnded"), "turns ended before the kill: slow the script"
+        open_at_kill = OPEN_TURNS - len(await counts(bus, "TurnEnded"))
+        # past the server's 1,000 consumers a stream, which is what reloads used to hit
+        assert open_at_kill > min(1000, OPEN_TURNS - 1), (
+            f"only {open_at_kill} open: slow the script"
+        )
         d.kill9("turn_runner")
         killed = time.monotonic()
         d.start("turn_runner")
         ended = await until(bus, "TurnEnded", OPEN_TURNS, timeout=100)
-        print(f"{OPEN_TURNS} open turns ended {time.monotonic() - killed:.1f} s after the kill")
+        print(f"{open_at_kill} open turns ended {time.monotonic() - killed:.1f} s after the kill")
         await asyncio.sleep(2)  # anything late (a second end) would be in by now
         ended = await counts(bus, "TurnEnded")
         assert set(ended) == set(sessions)
