@@ -139,6 +139,8 @@ class Mailboxes(Generic[Item]):
                     log.exception("session %s: handling failed", key)
                     await box.actor.failed(item)
                 del item  # a waiting worker holds no message (its payload, its event)
+                if _cancel_swallowed():
+                    raise asyncio.CancelledError
                 if box.inbox.empty() and not box.actor.busy():
                     self._rest(key)
         finally:
@@ -162,6 +164,15 @@ class Mailboxes(Generic[Item]):
             del self.boxes[oldest]
             if box.worker is not None:
                 box.worker.cancel()
+
+
+def _cancel_swallowed() -> bool:
+    """Whether this task was cancelled and the cancellation never reached it. nats-py waits
+    for a request's reply with `asyncio.wait_for`, which on Python 3.11 returns a reply that
+    came with the cancellation instead of raising it; a worker cancelled at shutdown (or
+    let go) in a handler then went back to its inbox for `idle_s`, and the shutdown waited."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 async def serve_sessions(
