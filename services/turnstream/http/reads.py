@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from turnstream.client import pending_prompts
 from turnstream.core import approval
+from turnstream.core.events import Event
 from turnstream.core.projection import build_view
 from turnstream.core.subjects import session_key
 from turnstream.core.summary import SessionSummary
@@ -68,22 +69,7 @@ async def get_session(ctx: Ctx, who: Caller, session: SessionId) -> Response:
         raise Problem(404, "not_found", "Not found", f"session {session} has no events")
     events = [s.event for s in stored]
     view = build_view(session, events)
-    state = approval.fold(approval.ApprovalState(session), events)
-    found = approval.open_interaction(state)
-    pending = []
-    if found is not None:
-        interaction, proposal = found
-        pending.append(
-            {
-                "interactionId": interaction.interaction_id,
-                "invocationId": interaction.invocation_id,
-                "turnId": proposal.event.turn_id,
-                "tool": proposal.event.data.tool,
-                "args": proposal.event.data.args,
-                "deadline": interaction.deadline,
-                "answered": interaction.answer is not None,
-            }
-        )
+    pending = open_prompt_rows(session, events)
     turns = []
     for turn in view.turns.values():
         row = dataclasses.asdict(turn)
@@ -100,6 +86,25 @@ async def get_session(ctx: Ctx, who: Caller, session: SessionId) -> Response:
             "children": [],  # sub-turns (DESIGN §11) are not in the contract yet
         }
     )
+
+
+def open_prompt_rows(session: str, events: list[Event]) -> list[dict[str, Any]]:
+    """The session's open approval prompt (at most one), as the routes show it."""
+    found = approval.open_interaction(approval.fold(approval.ApprovalState(session), events))
+    if found is None:
+        return []
+    interaction, proposal = found
+    return [
+        {
+            "interactionId": interaction.interaction_id,
+            "invocationId": interaction.invocation_id,
+            "turnId": proposal.event.turn_id,
+            "tool": proposal.event.data.tool,
+            "args": proposal.event.data.args,
+            "deadline": interaction.deadline,
+            "answered": interaction.answer is not None,
+        }
+    ]
 
 
 @router.get("/sessions/{id}/events", summary="A page of the session's log, in order")

@@ -18,13 +18,12 @@ from starlette.responses import Response
 
 from turnstream.bus.scan import log_last_seq
 from turnstream.client import live_state, replay_session
-from turnstream.core import approval
 from turnstream.core.session import state_from_json
 from turnstream.core.workflow.state import WorkflowRun
 from turnstream.core.workflow.view import stage_rows
 from turnstream.http.context import Caller, Ctx, SessionId
 from turnstream.http.problems import Problem
-from turnstream.http.reads import _camel, json
+from turnstream.http.reads import _camel, json, open_prompt_rows
 
 router = APIRouter(prefix="/v1/sessions/{id}", tags=["replay"])
 
@@ -47,21 +46,7 @@ async def get_replay(
     head = await log_last_seq(bus.js, bus.subjects, bus.subjects.log_session(session))
     if not events and not head:
         raise Problem(404, "not_found", "Not found", f"session {session} has no events")
-    prompts = approval.fold(approval.ApprovalState(session), events)
-    pending = []
-    found = approval.open_interaction(prompts)
-    if found is not None:
-        interaction, proposal = found
-        pending.append(
-            {
-                "interactionId": interaction.interaction_id,
-                "invocationId": interaction.invocation_id,
-                "turnId": proposal.event.turn_id,
-                "tool": proposal.event.data.tool,
-                "args": proposal.event.data.args,
-                "answered": interaction.answer is not None,
-            }
-        )
+    pending = open_prompt_rows(session, events)
     active = state.active
     return json(
         {
