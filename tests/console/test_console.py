@@ -280,3 +280,23 @@ async def test_a_follow_up_queues_and_the_hard_stop_ends_the_turn(page: Any) -> 
     first = page.locator(".lane").first
     await expect(first.locator(".lane-head")).to_contain_text("interrupted")
     await expect(first).to_contain_text("hard interrupt from http:loopback")
+
+
+async def test_steer_injects_into_the_running_turn(page: Any, artifacts: Path) -> None:
+    await page.goto("/#/s/steer-1")
+    await expect(page.locator("#conn")).to_have_text("● live")
+    await expect(page.locator("#steer")).to_be_disabled()  # no turn runs: nothing to steer
+    await page.fill("#composer textarea", "start streaming")
+    await page.click("#composer button[value=message]")
+    await expect(page.locator(".msg.assistant .text.streaming")).not_to_have_text("")
+    await expect(page.locator("#steer")).to_be_enabled()
+    await page.fill("#composer textarea", "keep it short")
+    await page.click("#steer")
+    await expect(page.locator("#composer textarea")).to_have_value("")  # sent
+    first = page.locator(".lane").first
+    await expect(first).to_contain_text("steering injected: keep it short")
+    await expect(first.locator(".msg.steer")).to_contain_text("keep it short")
+    await expect(page.locator(".lane")).to_have_count(1)  # steered, not queued behind it
+    await page.screenshot(path=artifacts / "timeline-steer.png", full_page=True)
+    await expect(first.locator(".lane-head .badge.s-completed")).to_be_visible(timeout=20_000)
+    await expect(page.locator("#steer")).to_be_disabled()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -37,7 +38,10 @@ def test_up_serves_http_and_a_message_round_trips(tmp_path: Path) -> None:
         assert r.status_code == 200, r.text
         assert r.json()["data"]["status"] == "completed"
         assert 'You said: "hi"' in r.json()["data"]["reply"]
+        console = httpx.get(f"{url}/")  # the console the banner points at
+        assert console.status_code == 200 and "text/html" in console.headers["content-type"]
     assert f"http://127.0.0.1:{port}/docs" in output[0]
+    assert re.search(rf"^  console:\s+http://127\.0\.0\.1:{port}/$", output[0], re.M), output[0]
 
 
 def test_up_runs_on_when_the_http_address_is_taken(tmp_path: Path) -> None:

@@ -206,6 +206,7 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
         console.print(f"  services:  {', '.join(supervisor.services)}")
         console.print(f"  provider:  {settings.provider} (TURNSTREAM_PROVIDER)")
         console.print(f"  approvals: {settings.security_mode} (TURNSTREAM_SECURITY_MODE)")
+        console.print(f"  console:   http://{settings.http_addr}/")
         console.print(f"  http:      http://{settings.http_addr}/docs (TURNSTREAM_HTTP_ADDR)")
         console.print(f"  a2a:       http://{settings.http_addr}/.well-known/agent-card.json")
         console.print(f'  try:       [bold]{command_name()} send demo "hello"[/]')

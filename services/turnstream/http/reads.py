@@ -17,6 +17,12 @@ from starlette.responses import Response
 from turnstream.client import pending_prompts
 from turnstream.core import approval
 from turnstream.core.events import Event
+from turnstream.core.events.agents import (
+    SessionConfigured,
+    SubTurnEnded,
+    SubTurnResultDelivered,
+    SubTurnSpawned,
+)
 from turnstream.core.projection import build_view
 from turnstream.core.subjects import session_key
 from turnstream.core.summary import SessionSummary
@@ -83,7 +89,8 @@ async def get_session(ctx: Ctx, who: Caller, session: SessionId) -> Response:
             "events": len(stored),
             "turns": turns,
             "pendingApprovals": pending,
-            "children": [],  # sub-turns (DESIGN §11) are not in the contract yet
+            "agent": _agent(events),
+            "children": _children(events),
         }
     )
 
@@ -218,6 +225,52 @@ async def _summary(kv: Any, session_id: str) -> bytes | None:
         return None
     SessionSummary.from_json(value)  # a value that does not parse is not served
     return value
+
+
+def _agent(events: list[Any]) -> str | None:
+    """The session's agent: its `SessionConfigured`, if a message named one."""
+    for event in events:
+        if isinstance(event, SessionConfigured):
+            return event.data.agent
+    return None
+
+
+def _children(events: list[Any]) -> list[dict[str, Any]]:
+    """The sub-turns this session's turns spawned (DESIGN §11), in spawn order, from its
+    `SubTurnSpawned` / `SubTurnEnded` / `SubTurnResultDelivered` events."""
+    rows: dict[str, dict[str, Any]] = {}
+    spawned_at: dict[str, Any] = {}
+    for event in events:
+        data = event.data
+        if isinstance(event, SubTurnSpawned):
+            spawned_at[data.invocation_id] = event.time
+            rows[data.invocation_id] = {
+                "childSessionId": data.child_session_id,
+                "agent": data.agent,
+                "mode": data.mode,
+                "depth": data.depth,
+                "task": data.task,
+                "parentTurnId": event.turn_id,
+                "invocationId": data.invocation_id,
+                "status": "running",
+                "failureClass": None,
+                "childTurnId": None,
+                "spawnedAt": event.time.isoformat(),
+                "endedAt": None,
+                "durationMs": None,
+                "deliveredAs": None,
+            }
+        elif isinstance(event, SubTurnEnded) and data.invocation_id in rows:
+            row = rows[data.invocation_id]
+            started = spawned_at[data.invocation_id]
+            row["status"] = data.status
+            row["failureClass"] = data.failure_class
+            row["childTurnId"] = data.child_turn_id
+            row["endedAt"] = event.time.isoformat()
+            row["durationMs"] = round((event.time - started).total_seconds() * 1000)
+        elif isinstance(event, SubTurnResultDelivered) and data.invocation_id in rows:
+            rows[data.invocation_id]["deliveredAs"] = data.delivered_as
+    return list(rows.values())
 
 
 def _camel(value: Any) -> Any:

@@ -15,6 +15,7 @@ export function sessionView(root, { session, params, toast }) {
     <a href="#/" class="back">← sessions</a>
     <h1 title="${session}">${session}</h1>
     <span class="badge" id="state">loading</span>
+    <span class="chip" id="agent" hidden></span>
     <span class="conn" id="conn" title="the event stream">…</span>
     <a href="#" id="waiting" class="badge needs" hidden></a>
     <span class="spacer"></span>
@@ -74,6 +75,10 @@ export function sessionView(root, { session, params, toast }) {
     for (const id of tl.dirty) {
       const turn = tl.turns.get(id);
       const existing = document.getElementById(`turn-${id}`);
+      if (!turn) {
+        existing?.remove();
+        continue;
+      }
       const tpl = document.createElement("template");
       tpl.innerHTML = String(laneHtml(turn, { canApprove }));
       const lane = tpl.content.firstElementChild;
@@ -90,6 +95,9 @@ export function sessionView(root, { session, params, toast }) {
     const active = tl.active;
     const last = tl.order[tl.order.length - 1];
     const state = active ? "running" : last ? last.status : "no turns";
+    const agent = $("#agent", root);
+    agent.hidden = !tl.agent;
+    agent.textContent = tl.agent ? `agent ${tl.agent}` : "";
     const badge = $("#state", root);
     badge.textContent = state;
     badge.className = `badge s-${state}`;

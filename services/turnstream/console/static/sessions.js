@@ -9,7 +9,7 @@ const POLL_MS = 2000;
 export function sessionsView(root, { toast }) {
   root.innerHTML = String(html`<div class="toolbar">
     <h1>Sessions <span class="count muted" id="count"></span></h1>
-    <input id="search" type="search" placeholder="Search id, reply, failure…" aria-label="search">
+    <input id="search" type="search" placeholder="Search id, agent, reply, failure…" aria-label="search">
     <select id="status" aria-label="status">
       <option value="">any status</option><option>active</option><option>completed</option>
       <option>failed</option><option>denied</option><option>idle</option>
@@ -82,7 +82,7 @@ export function sessionsView(root, { toast }) {
       r.pending = count;
       if (r.key !== key) {
         r.key = key;
-        r.text = `${s.sessionId} ${s.lastReply || ""} ${s.lastFailureClass || ""} ${s.status}`.toLowerCase();
+        r.text = `${s.sessionId} ${s.agent || ""} ${s.lastReply || ""} ${s.lastFailureClass || ""} ${s.status}`.toLowerCase();
         r.tr.className = `st-${s.status}${count ? " needs" : ""}`;
         r.tr.innerHTML = rowHtml(s, count, now);
       }
@@ -162,7 +162,7 @@ function rowHtml(s, pending, now) {
   const failure = s.lastFailureClass;
   return String(html`<td class="sid"><a href="${href}">${s.sessionId}</a>${s.lastReply ? html`<div class="reply-preview muted">${s.lastReply.slice(0, 90)}</div>` : ""}</td>
   <td><span class="badge s-${s.status}">${s.status}</span></td>
-  <td class="muted" title="sessions pick an agent once message.agent is wired (DESIGN §11)">default</td>
+  <td class="agent${s.agent ? "" : " muted"}">${s.agent || "default"}</td>
   <td class="num">${s.turns}${s.failed ? html` <span class="bad" title="failed">· ${s.failed}✘</span>` : ""}</td>
   <td><span title="${last || ""}">${short(last)}</span>${s.openTurn ? html` <span class="chip live">running</span>` : ""}</td>
   <td>${pending ? html`<span class="badge needs">${pending} pending</span>` : html`<span class="muted">—</span>`}</td>

@@ -36,8 +36,12 @@ export class Timeline {
     this.notes = []; // session-level events: a workflow attached or exited, a violation
     this.calls = new Map(); // invocationId -> call (and its turn)
     this.prompts = new Map(); // interactionId -> call
+    this.children = new Map(); // a spawn call's invocationId -> its sub-turn
+    this.inputs = new Map(); // an InputAccepted's event id -> its turn
+    this.absorbed = new Set(); // turn ids of replies delivered into a turn, not as a turn
     this.seqs = []; // every event: [seq, type, time, turnId]
     this.workflow = false;
+    this.agent = null; // the session's agent (SessionConfigured)
     this.dirty = new Set();
     this.early = new Map(); // tokens that came before their model call's event: turn|round -> text
   }
@@ -67,6 +71,7 @@ export class Timeline {
     const d = e.data || {};
     this.seqs.push([seq, type, e.time, e.turnId]);
     const turnId = e.turnId || d.stageExecutionId;
+    if (this.absorbed.has(turnId)) return; // a child's reply its spawn call took: no lane
     // session-level facts may carry a turn id: they join a lane that exists, never open one
     const t = !turnId ? null : NO_LANE.has(type) ? this.turns.get(turnId) || null : this.turn(turnId, seq, e.time);
     if (t && NO_LANE.has(type)) this.dirty.add(t.id);
@@ -76,8 +81,9 @@ export class Timeline {
     }
     switch (type) {
       case "InputAccepted":
+        this.inputs.set(e.id, t);
         if (d.kind === "message") {
-          t.items.push({ kind: "input", text: d.text, sender: d.sender, seq });
+          t.items.push({ kind: "input", text: d.text, sender: d.sender, seq, parent: d.parent });
         } else {
           t.items.push({ kind: "steer", text: d.text, sender: d.sender, seq });
         }
@@ -95,9 +101,16 @@ export class Timeline {
         t.status = "queued";
         t.items.push({ kind: "note", text: `queued behind turn ${short(d.behindTurnId)}` });
         break;
-      case "SteeringInjected":
+      case "SteeringInjected": {
+        // a steer (or a child's reply) opened a lane of its own: it joins this turn instead
+        const from = this.inputs.get(d.inputId);
+        if (from && from !== t && this.absorb(from)) {
+          const input = from.items[0];
+          if (input?.kind === "steer") t.items.push(input);
+        }
         t.items.push({ kind: "note", text: `steering injected: ${d.text}` });
         break;
+      }
       case "InterruptReceived":
         (t || this.active)?.items.push({ kind: "note", cls: "warn", text: `${d.mode} interrupt from ${d.sender.id}` });
         if (!t && this.active) this.dirty.add(this.active.id);
@@ -235,6 +248,45 @@ export class Timeline {
         t.nextAction = d.nextAction;
         if (d.reply != null) t.reply = d.reply;
         break;
+      case "SubTurnSpawned": {
+        const child = {
+          session: d.childSessionId, agent: d.agent, mode: d.mode, depth: d.depth, task: d.task,
+          status: "running", startedAt: e.time, endedAt: null, failureClass: null, delivered: null,
+        };
+        this.children.set(d.invocationId, child);
+        const c = this.calls.get(d.invocationId);
+        if (c) {
+          (c.children ||= []).push(child);
+          this.dirty.add(c.turn);
+        } else {
+          t?.items.push({ kind: "child", child });
+        }
+        break;
+      }
+      case "SubTurnEnded":
+        this.child(d.invocationId, (k) => {
+          k.status = d.status;
+          k.endedAt = e.time;
+          k.failureClass = d.failureClass;
+        });
+        break;
+      case "SubTurnResultDelivered": {
+        this.child(d.invocationId, (k) => (k.delivered = d.as));
+        // the child's reply came in as an input of its own; taken as the spawn call's result
+        // or steering (not a new turn), the lane its input opened goes
+        const lane = d.as !== "follow_up" && this.inputs.get(d.inputId);
+        if (lane) this.absorb(lane);
+        break;
+      }
+      case "MessageSent":
+        t?.items.push({ kind: "note", text: `${d.kind === "interrupt" ? "interrupt" : "message"} sent to ${d.to} (${d.cause}, hops ${d.hops})`, to: d.to });
+        break;
+      case "MessageDropped":
+        t?.items.push({ kind: "note", cls: "warn", text: `message to ${d.to} dropped: ${d.reason} (hops ${d.hops}, ${d.cause})`, to: d.to });
+        break;
+      case "SessionConfigured":
+        this.agent = d.agent;
+        break;
       case "AuditViolation":
         this.notes.push({ seq, cls: "bad", violation: true, text: `audit: ${d.kind} — ${d.detail}`, eventSeq: d.eventSeq });
         if (t) t.items.push({ kind: "note", cls: "bad", text: `audit violation: ${d.kind} — ${d.detail}` });
@@ -272,6 +324,25 @@ export class Timeline {
     if (!c) return;
     change(c);
     this.dirty.add(c.turn);
+  }
+
+  /** Drop the lane an input opened when it never became a turn of its own. */
+  absorb(lane) {
+    if (lane.status !== "queued" || lane.items.length > 1 || !this.turns.has(lane.id)) return false;
+    this.absorbed.add(lane.id);
+    this.turns.delete(lane.id);
+    this.order.splice(this.order.indexOf(lane), 1);
+    this.dirty.add(lane.id);
+    return true;
+  }
+
+  child(invocationId, change) {
+    const k = this.children.get(invocationId);
+    if (!k) return;
+    change(k);
+    const c = this.calls.get(invocationId);
+    if (c) this.dirty.add(c.turn);
+    else for (const t of this.order) if (t.items.some((i) => i.child === k)) this.dirty.add(t.id);
   }
 
   /** A token delta: true when it was drawn in place (no re-render needed). */
@@ -355,7 +426,7 @@ function stagesHtml(t, table = true) {
 function itemHtml(t, item, canApprove) {
   switch (item.kind) {
     case "input":
-      return html`<div class="msg user"><span class="who">${item.sender?.id || "user"}</span>${item.text}</div>`;
+      return html`<div class="msg user"><span class="who">${item.sender?.id || "user"}${item.parent ? html` · sub-turn of <a class="parent-link" href="#/s/${encodeURIComponent(item.parent.sessionId)}">${item.parent.sessionId}</a>` : ""}</span>${item.text}</div>`;
     case "steer":
       return html`<div class="msg steer"><span class="who">steer · ${item.sender?.id || ""}</span>${item.text}</div>`;
     case "text": {
@@ -366,6 +437,8 @@ function itemHtml(t, item, canApprove) {
     }
     case "call":
       return callHtml(item.call, canApprove);
+    case "child":
+      return html`<ul class="subturns">${childHtml(item.child)}</ul>`;
     default:
       return html`<div class="note ${item.cls || ""}">${item.text}</div>`;
   }
@@ -380,6 +453,7 @@ function callHtml(c, canApprove) {
   ${c.cut ? html`<div class="kv"><span class="k"></span><span class="muted">${c.cut}</span></div>` : ""}
   ${c.error ? html`<div class="kv bad"><span class="k">error</span>${c.error}</div>` : ""}
   ${c.skip ? html`<div class="kv"><span class="k">skipped</span>${c.skip}</div>` : ""}
+  ${c.children ? html`<ul class="subturns" aria-label="sub-turns">${c.children.map(childHtml)}</ul>` : ""}
   ${c.prompt ? html`<div class="prompt${open ? " open" : ""}"><div>${folded("prompt", c.prompt.text, 200, `prompt-${c.id}`)}</div>${
     open
       ? canApprove
@@ -388,6 +462,22 @@ function callHtml(c, canApprove) {
       : html`<div class="muted">${c.prompt.answer || "answered"}</div>`
   }</div>` : ""}
 </div>`;
+}
+
+/** A sub-turn (DESIGN §11): a link to the child session, its agent, mode, status and time. */
+function childHtml(k) {
+  const took = k.endedAt ? Date.parse(k.endedAt) - Date.parse(k.startedAt) : null;
+  const status = k.status === "running" ? "running" : k.status;
+  return html`<li class="subturn" data-child="${k.session}">
+  <a class="child-link" href="#/s/${encodeURIComponent(k.session)}" title="${k.session}">↳ ${k.session}</a>
+  ${k.agent ? html`<span class="chip">${k.agent}</span>` : ""}
+  <span class="chip">${k.mode}</span>
+  <span class="badge s-${status}">${status}</span>
+  ${k.failureClass ? html`<span class="badge bad">${k.failureClass}</span>` : ""}
+  <span class="muted">${took != null ? ms(took) : "…"}</span>
+  ${k.delivered ? html`<span class="muted">→ ${k.delivered.replace("_", " ")}</span>` : ""}
+  <div class="muted task">${k.task}</div>
+</li>`;
 }
 
 export function notesHtml(notes) {
