@@ -102,6 +102,14 @@ class Settings(BaseSettings):
     provider_max_retries: int = Field(default=3, ge=0, le=10)
     """Retries of a rate-limited, overloaded or dropped model call (each one a ProviderRetry)."""
     provider_retry_base_s: float = Field(default=0.5, gt=0)
+    fallback_model: str | None = None
+    """A model to continue on when the primary keeps failing with overloaded, a 5xx, a
+    timeout or a dropped connection after its retries (`ProviderFallback` in the log)."""
+    fallback_provider: Literal["scripted", "anthropic", "openai"] | None = None
+    """The fallback model's provider; the primary's when unset."""
+    fallback_base_url: str | None = None
+    """The fallback provider's endpoint; when unset, the primary's `base_url` if the
+    fallback has the same provider, else that provider's default."""
     sessions: dict[str, SessionOverride] = Field(default_factory=dict)
     """Per-session provider settings by session-id glob, first match wins:
     `{"support-*": {model: claude-haiku-4-5, max_tokens: 1024}}`."""
@@ -219,7 +227,24 @@ class Settings(BaseSettings):
         defaults = {"scripted": "demo", "anthropic": "claude-sonnet-4-6", "openai": "gpt-4o-mini"}
         return self.model or defaults[self.provider]
 
+    def fallback_settings(self) -> Settings | None:
+        """The settings the fallback model is called with; None without a fallback model."""
+        if not self.fallback_model:
+            return None
+        provider = self.fallback_provider or self.provider
+        same = provider == self.provider
+        base_url = self.fallback_base_url or (self.base_url if same else None)
+        return self.model_copy(
+            update={
+                "provider": provider,
+                "model": self.fallback_model,
+                "base_url": base_url,
+                "fallback_model": None,
+            }
+        )
+
     def turn_config(self) -> TurnConfig:
+        fallback = self.fallback_settings()
         return TurnConfig(
             provider=self.provider,
             model=self.model_name,
@@ -230,6 +255,7 @@ class Settings(BaseSettings):
             max_turn_seconds=self.max_turn_seconds,
             offer_tools=self.tool_calling != "none",
             followup_policy=self.followup_policy,
+            fallback=(fallback.provider, fallback.model_name) if fallback else None,
         )
 
     def approval_config(self) -> ApprovalConfig:

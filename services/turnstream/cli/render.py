@@ -20,6 +20,7 @@ from turnstream.core.events import (
     InteractionAnswered,
     InteractionRequested,
     InterruptReceived,
+    ProviderFallback,
     ProviderRequestCompleted,
     ProviderRequestFailed,
     ProviderRequestStarted,
@@ -77,6 +78,8 @@ def summarize(event: Event) -> str:
             return f"{d.stop_reason}, {u.input_tokens} in / {u.output_tokens} out"
         case ProviderRequestFailed(data=d):
             return f"{d.error_class}: {_clip(d.message)}"
+        case ProviderFallback(data=d):
+            return _clip(f"⚠ {d.from_} → {d.to} after {d.attempts} attempt(s): {d.reason}", 110)
         case ProviderRetry(data=d):
             return f"attempt {d.attempt} in {d.delay_ms} ms ({d.error_class})"
         case RenderEmitted(data=d):
@@ -130,6 +133,8 @@ def event_line(event: Event) -> Text:
         style = "bold " + STATUS_STYLE.get(event.data.status, "")
     elif isinstance(event, InputRejected | AuditViolation):
         style = "bold red"
+    elif isinstance(event, ProviderFallback):
+        style = "bold yellow"
     line.append(f"{event.type:<25}", style=style)
     line.append(summarize(event))
     return line

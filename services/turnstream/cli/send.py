@@ -30,6 +30,7 @@ from turnstream.core.events import (
     HookDecided,
     InputRejected,
     InteractionRequested,
+    ProviderFallback,
     Stage,
     StagePreFired,
     ToolCallApproved,
@@ -91,6 +92,13 @@ class SendScreen:
             self._spawn(self.ask(bus, event))
         elif isinstance(event, ToolCallApproved | ToolCallDenied):
             self._settled(event)
+        elif isinstance(event, ProviderFallback):
+            self.end_tokens()  # a warning on stderr even with --quiet: the answer's model changed
+            d = event.data
+            err.print(
+                f"[yellow]warning:[/] model {escape(d.from_)} failed ({escape(d.reason)}); "
+                f"continuing on the fallback {escape(d.to)}"
+            )
         if self.quiet:
             return None
         if isinstance(event, StagePreFired):

@@ -26,6 +26,7 @@ from turnstream.core.events.base import (
     WireModel,
     stamp,
 )
+from turnstream.core.events.extensions import ProviderFallback, ProviderFallbackData
 from turnstream.core.events.input import (
     FollowUpQueued,
     FollowUpQueuedData,
@@ -169,7 +170,8 @@ Event = Annotated[
     | StageGranted
     | StageCancelled
     | StageExited
-    | WorkflowExit,
+    | WorkflowExit
+    | ProviderFallback,
     Field(discriminator="type"),
 ]
 
@@ -236,6 +238,8 @@ __all__ = [
     "InteractionRequestedData",
     "InterruptReceived",
     "InterruptReceivedData",
+    "ProviderFallback",
+    "ProviderFallbackData",
     "ProviderRequestCompleted",
     "ProviderRequestCompletedData",
     "ProviderRequestFailed",

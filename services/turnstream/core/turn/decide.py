@@ -43,8 +43,6 @@ from turnstream.core.events import (
     ProviderRequestFailedData,
     ProviderRequestStarted,
     ProviderRequestStartedData,
-    ProviderRetry,
-    ProviderRetryData,
     RenderEmitted,
     RenderEmittedData,
     SessionTurnEnd,
@@ -63,6 +61,7 @@ from turnstream.core.fold import until_quiet
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response, completion_tool
 from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
+from turnstream.core.turn.fallback import attempt_events
 from turnstream.core.turn.provider import (
     ProviderFailure,
     ProviderOutcome,
@@ -168,6 +167,7 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
         tools=tools,
         stage=spec.stage_id if spec else None,
         trace_id=turn.trace_id,
+        on_fallback=turn.on_fallback,
     )
 
 
@@ -179,15 +179,7 @@ def on_provider_result(
     if turn is None or not turn.awaiting_provider or turn.ended:
         return Decision([], state)  # a late result for a turn that moved on: nothing to record
     b = Builder(state.session_id, turn, ctx)
-    events: list[Event] = []
-    for retry in outcome.retries:
-        retried = ProviderRetryData(
-            attempt=retry.attempt,
-            delay_ms=retry.delay_ms,
-            error_class=retry.error_class,
-            message=retry.message,
-        )
-        events.append(b.make(ProviderRetry, retried, retry.at))
+    events: list[Event] = attempt_events(b, outcome, turn.iteration)
     match outcome:
         case ProviderSuccess():
             if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
@@ -372,9 +364,12 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         case Stage.COMPOSE_REQUEST, False:
             return [b.pre(Stage.SEND_REQUEST)]
         case Stage.SEND_REQUEST, True:
+            provider, model = (config.provider, config.model)
+            if turn.on_fallback and config.fallback is not None:
+                provider, model = config.fallback
             data = ProviderRequestStartedData(
-                provider=config.provider,
-                model=config.model,
+                provider=provider,
+                model=model,
                 iteration=turn.iteration,
                 call_index=state.provider_calls,
                 message_count=len(state.history),

@@ -17,6 +17,7 @@ from turnstream.core.events import (
     InteractionAnswered,
     InteractionRequested,
     InterruptReceived,
+    ProviderFallback,
     ProviderRequestCompleted,
     ProviderRequestFailed,
     ProviderRequestStarted,
@@ -149,6 +150,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 completions=turn.completions + 1,
                 requested_calls=calls,
             )
+        case ProviderFallback():
+            return _turn(state, event, on_fallback=True)
         case ProviderRequestFailed(data=data):
             error = f"{data.error_class}: {data.message}"
             return _turn(state, event, awaiting_provider=False, provider_error=error)

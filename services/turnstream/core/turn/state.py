@@ -127,6 +127,9 @@ class ActiveTurn:
     """A workflow stage: the last round whose response the completion channel judged."""
     act_done: bool = False
     """A workflow stage: Act ended (a valid completion or the cap); Assert decides next."""
+    on_fallback: bool = False
+    """The primary model failed for good once (`ProviderFallback`): the rest of the turn's
+    calls go to the fallback model."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,8 @@ class TurnConfig:
     """Set for the turn of a workflow stage execution."""
     workflow_hooks: frozenset[str] = frozenset()
     """Workflow points (`CheckGate`, `Assert`) that have hooks: the shell runs them."""
+    fallback: tuple[str, str] | None = None
+    """The fallback model's `(provider, model)` (`TURNSTREAM_FALLBACK_MODEL`), if any."""
 
     def tool(self, name: str) -> ToolInfo | None:
         return next((t for t in self.tools if t.name == name), None)
