@@ -199,3 +199,40 @@ def test_a_placeholder_the_context_lacks_is_an_error_not_empty(body: str, messag
     assert check(body) == []  # well-formed: only rendering knows
     with pytest.raises(TemplateError, match=message.replace("[", r"\[").replace("]", r"\]")):
         render(body, CTX, STAGE)
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("docs__search", "'docs__search' collides with a registered tool (MCP server 'docs')"),
+        ("docs__submit", "'docs__submit' is in MCP server 'docs''s namespace (docs__*)"),
+        ("grep", "'grep' collides with a registered tool"),
+    ],
+)
+def test_a_completion_tool_may_not_take_an_mcp_name_or_namespace(
+    tmp_path: Path, completion: str, expected: str
+) -> None:
+    folder = workflow(tmp_path)
+    stage_file(folder, "plan", completionTool=completion)
+    with pytest.raises(WorkflowInvalid) as caught:
+        load(folder, [*LIVE, "docs__search"], mcp_servers=["docs"])
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.field) == ("plan.md", "completionTool")
+    assert problem.message.startswith(expected), problem.message
+    assert "submit_<stage>" in problem.fix
+    # another server's namespace, or a name that merely contains the separator, is free
+    stage_file(folder, "plan", completionTool="submit__docs")
+    assert load(folder, LIVE, mcp_servers=["docs"]).stages["plan"].completion_tool == "submit__docs"
+
+
+def test_reserved_names_are_refused_whether_or_not_registered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnstream.core import toolnames
+
+    monkeypatch.setattr(toolnames, "RESERVED", frozenset({"spawn"}))
+    folder = workflow(tmp_path)
+    stage_file(folder, "plan", completionTool="spawn")
+    with pytest.raises(WorkflowInvalid) as caught:
+        load(folder, LIVE)
+    assert "'spawn' is reserved" in caught.value.problems[0].message
