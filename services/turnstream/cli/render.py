@@ -72,7 +72,8 @@ def summarize(event: Event) -> str:
         case StagePostFired(data=d):
             return f"{d.stage} ◂ {d.outcome}"
         case ProviderRequestStarted(data=d):
-            return f"{d.provider}/{d.model} call #{d.call_index}, {d.message_count} messages"
+            tools = f", {len(d.tools)} tools" if d.tools else ""
+            return f"{d.provider}/{d.model} call #{d.call_index}, {d.message_count} messages{tools}"
         case ProviderRequestCompleted(data=d):
             u = d.usage
             return f"{d.stop_reason}, {u.input_tokens} in / {u.output_tokens} out"

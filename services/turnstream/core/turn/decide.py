@@ -62,6 +62,7 @@ from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response, completion_tool
 from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
 from turnstream.core.turn.fallback import attempt_events
+from turnstream.core.turn.manifest import tools_digest
 from turnstream.core.turn.provider import (
     ProviderFailure,
     ProviderOutcome,
@@ -367,12 +368,15 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
             provider, model = (config.provider, config.model)
             if turn.on_fallback and config.fallback is not None:
                 provider, model = config.fallback
+            offered = compose_request(state, config).tools
             data = ProviderRequestStartedData(
                 provider=provider,
                 model=model,
                 iteration=turn.iteration,
                 call_index=state.provider_calls,
                 message_count=len(state.history),
+                tools_digest=tools_digest(offered),
+                tools=[t.name for t in offered],
             )
             return [b.make(ProviderRequestStarted, data)]
         case Stage.STREAM_RESPONSE, False:

@@ -1,0 +1,51 @@
+"""The digest of a tool list: the executors' published manifest, and the tools one model
+request offers (`ProviderRequestStarted.toolsDigest`), computed alike, so a request that
+offers the whole manifest records the manifest's own digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from turnstream.core.turn.state import ToolInfo
+
+_MEMO: dict[int, tuple[tuple[ToolInfo, ...], str]] = {}
+"""Digests of recent tool tuples by identity (a session's requests share one tuple)."""
+_MEMO_SIZE = 64
+
+
+def entry(tool: ToolInfo) -> dict[str, Any]:
+    """One tool as the manifest lists it."""
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+        "read_only": tool.read_only,
+        "idempotent": tool.idempotent,
+        "timeout_s": tool.timeout_s,
+    }
+
+
+def entries(tools: Iterable[ToolInfo]) -> list[dict[str, Any]]:
+    """The manifest's tool list: every tool's entry, by name."""
+    return [entry(t) for t in sorted(tools, key=lambda t: t.name)]
+
+
+def digest(listed: list[dict[str, Any]]) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of a manifest's tool list."""
+    canonical = json.dumps(listed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def tools_digest(tools: tuple[ToolInfo, ...]) -> str:
+    """The digest of the tools a request offers (the same tuple again costs a lookup)."""
+    known = _MEMO.get(id(tools))
+    if known is not None and known[0] is tools:
+        return known[1]
+    value = digest(entries(tools))
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    _MEMO[id(tools)] = (tools, value)
+    return value
