@@ -10,6 +10,7 @@ does, the HTTP face included), then measures:
             p50 / p99 of each, their difference and ratio
   streams   N concurrent SSE streams on one HTTP process, each on a session with one event:
             open→first event (replay) when N open at once, and when opened one at a time;
+            next to N plain `GET /healthz` at once (the HTTP server's own floor);
             live fan-out: one event appended to every session, append→arrival per stream;
             the HTTP process's RSS per open stream; TS_LOG consumers and the app's NATS
             subscriptions before and with N streams open
@@ -129,12 +130,30 @@ class RawHttp:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def turn(self, session: str) -> float:
+    async def healthz(self) -> float:
+        """One `GET /healthz` on the same connection: the HTTP round trip alone."""
+        await self._connect()
+        assert self.reader is not None and self.writer is not None
+        start = time.perf_counter()
+        self.writer.write(f"GET /healthz HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        await self.reader.readexactly(length)
+        return (time.perf_counter() - start) * 1000
+
+    async def _connect(self) -> None:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, int(self.port))
             sock = self.writer.get_extra_info("socket")
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        assert self.reader is not None
+
+    async def turn(self, session: str) -> float:
+        await self._connect()
+        assert self.reader is not None and self.writer is not None
         body = b'{"text": "hello"}'
         request = (
             f"POST /v1/sessions/{session}/messages?wait=true HTTP/1.1\r\nHost: {self.host}\r\n"
@@ -162,11 +181,17 @@ async def turns(bus: Bus, client: httpx.AsyncClient, url: str, n: int) -> dict[s
         await watcher.turn(f"warm-n{i}")
         await http_turn(client, f"warm-h{i}")
         await raw.turn(f"warm-r{i}")
-    out: dict[str, list[float]] = {"NATS": [], "HTTP (raw client)": [], "HTTP (httpx)": []}
+    out: dict[str, list[float]] = {
+        "NATS": [],
+        "HTTP (raw client)": [],
+        "HTTP (httpx)": [],
+        "floor: GET /healthz (raw client)": [],
+    }
     for i in range(n):  # interleaved, one at a time: the same load for each
         out["NATS"].append(await watcher.turn(f"nats-{i % 20}"))
         out["HTTP (raw client)"].append(await raw.turn(f"raw-{i % 20}"))
         out["HTTP (httpx)"].append(await http_turn(client, f"http-{i % 20}"))
+        out["floor: GET /healthz (raw client)"].append(await raw.healthz())
     return out
 
 
@@ -210,6 +235,20 @@ class Stream:
             writer.close()
 
 
+async def plain_request(url: str) -> float:
+    """Open a connection, GET /healthz, read the status line: the HTTP server's own floor."""
+    host, port = url.removeprefix("http://").split(":")
+    start = time.perf_counter()
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        return (time.perf_counter() - start) * 1000
+    finally:
+        writer.close()
+
+
 async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
     sessions = [f"sse-{i}" for i in range(n)]
     await bus.store.append_facts([marker(s) for s in sessions])
@@ -233,6 +272,9 @@ async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         out["alone"] = alone
+        await asyncio.sleep(0.5)
+        # the floor: N plain requests at once, no NATS and no stream (uvicorn + FastAPI)
+        out["plain"] = list(await asyncio.gather(*(plain_request(url) for _ in range(n))))
         await asyncio.sleep(0.5)
         rss_before = rss_kb(pid)
         stop = asyncio.Event()
@@ -291,6 +333,11 @@ async def measure(server: EmbeddedServer, url: str, pid: int, args: argparse.Nam
             )
         console.print(table)
         nats50 = pct(measured["NATS"], 0.5)
+        floor = pct(measured["floor: GET /healthz (raw client)"], 0.5)
+        console.print(
+            f"the HTTP round trip alone (GET /healthz, keep-alive) p50 {floor:.2f} ms: the "
+            "part of any HTTP turn's extra that is the HTTP server's, not the face's work"
+        )
         for name in ("HTTP (raw client)", "HTTP (httpx)"):
             http50 = pct(measured[name], 0.5)
             console.print(
@@ -304,6 +351,7 @@ async def measure(server: EmbeddedServer, url: str, pid: int, args: argparse.Nam
         for label, key in [
             ("open→first event, one at a time", "alone"),
             (f"open→first event, {n} opened at once", "burst"),
+            (f"floor: open→response, {n} GET /healthz at once", "plain"),
             (f"open→first event, one at a time with {n} open", "joined"),
             (f"live fan-out to {n} streams (append→arrival)", "fanout"),
         ]:

@@ -33,6 +33,7 @@ USERS = (
     "approval",
     "tool-executor",
     "audit",
+    "http",
     "client",
     "client-acme",
     "operator",

@@ -234,3 +234,55 @@ async def test_workflows_and_agents(client: httpx.AsyncClient) -> None:
         ("researcher", True),
     ]
     assert agents[1]["tools"] == ["read_file", "list_dir"]
+
+
+async def test_the_fast_paths_and_the_routes_answer_alike(client: httpx.AsyncClient) -> None:
+    """`http/fast.py` serves ordinary POSTs and streams; an unusual request (a query
+    parameter it does not take) goes to the FastAPI route: the same answers either way."""
+    fast = await client.post("/v1/sessions/alike-1/messages?wait=true", json={"text": "a"})
+    routed = await client.post(
+        "/v1/sessions/alike-2/messages?wait=true&unused=1", json={"text": "a"}
+    )
+    assert fast.status_code == routed.status_code == 200
+    assert fast.json()["data"] == routed.json()["data"]
+    assert fast.headers["content-type"] == routed.headers["content-type"]
+    for query in ("", "&unused=1"):
+        r = await client.post(f"/v1/sessions/alike-1/messages?wait=maybe{query}", json={})
+        assert r.status_code == 422 and r.headers["content-type"] == PROBLEM
+        headers = {"Last-Event-ID": "x"}
+        r = await client.get(f"/v1/sessions/alike-1/stream?tokens=false{query}", headers=headers)
+        assert r.status_code == 422 and r.headers["content-type"] == PROBLEM, r.text
+    for query in ("", "&unused=1"):
+        async with client.stream(
+            "GET",
+            f"/v1/sessions/alike-1/stream?after=0{query}",
+            headers={"Accept": "text/event-stream"},
+        ) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines = stream.aiter_lines()
+            assert (await anext(lines)).startswith("event: ")
+
+
+async def test_before_the_services_created_the_log_the_face_says_503(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The face creates no stream (its NATS user may not): on a server where no service
+    has run yet, a command or a stream is a 503 that says so, not a 500."""
+    from tests.http.conftest import http_app
+    from tests.integration.conftest import settings_for
+    from turnstream.bus.embedded import EmbeddedServer
+
+    tmp = tmp_path_factory.mktemp("bare")
+    with EmbeddedServer(tmp / "nats") as server:
+        async with (
+            http_app(settings_for(server, tmp)) as url,
+            httpx.AsyncClient(base_url=url, timeout=10) as bare,
+        ):
+            assert (await bare.get("/readyz")).status_code == 503
+            for r in (
+                await bare.post("/v1/sessions/s1/messages", json={"text": "hi"}),
+                await bare.get("/v1/sessions/s1/stream"),
+            ):
+                assert r.status_code == 503 and r.headers["content-type"] == PROBLEM, r.text
+                assert "does not exist yet" in r.json()["detail"]

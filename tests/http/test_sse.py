@@ -214,5 +214,8 @@ async def test_many_streams_share_the_hub_not_one_consumer_each(
         f"{ready['natsSubscriptions']}; hub feeds {ready['feeds']}"
     )
     assert ready["feeds"] >= n
-    assert ready["natsSubscriptions"] <= ready_before["natsSubscriptions"] + 2
-    assert during == before  # replays read by direct get: no consumer per stream
+    # the hub's log consumer and live subscription, and the shared direct-get inbox
+    assert ready["natsSubscriptions"] <= ready_before["natsSubscriptions"] + 3
+    # replays read by direct get: no consumer per stream (other clients' ephemeral
+    # consumers, from earlier tests, may expire meanwhile: not more, rather than equal)
+    assert during <= before

@@ -26,6 +26,7 @@ USERS = (
     "approval",
     "tool-executor",
     "audit",
+    "http",
     "client",
     "client-acme",
     "operator",

@@ -9,8 +9,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.http.conftest import http_app
 from tests.integration.test_tools_path import ROUND_TRIP, registry, script
 from tests.security.conftest import SecureServer
 from turnstream.approval import app as approval
@@ -105,6 +107,9 @@ async def test_each_service_runs_the_tool_turn_under_its_own_identity(
         ("approval", "TurnEnded"),
         ("approval", "ToolInvocationRequested"),
         ("client-acme", "TurnEnded"),
+        ("http", "TurnEnded"),
+        ("http", "InputAccepted"),
+        ("http", "InteractionAnswered"),
     ],
 )
 async def test_a_forged_append_is_refused_by_the_server(
@@ -135,6 +140,52 @@ def _collect(errors: list[Exception]):  # type: ignore[no-untyped-def]
         errors.append(exc)
 
     return on_error
+
+
+async def test_the_http_face_runs_under_its_own_identity(
+    secure_server: SecureServer, tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """REST (wait, events, sessions, SSE) and A2A (its KV task store) as the `http` user:
+    everything the face does is allowed, and nothing is refused on the way."""
+    async with services_as_themselves(secure_server, tmp):
+        web = settings(secure_server, "http", tmp)
+        async with http_app(web) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+            ready = await http.get("/readyz")
+            assert ready.status_code == 200, ready.text
+            r = await http.post("/v1/sessions/web-1/messages?wait=true", json={"text": "notes"})
+            assert r.status_code == 200 and r.json()["data"]["status"] == "completed", r.text
+            assert "turnip" in r.json()["data"]["reply"]
+            events = (await http.get("/v1/sessions/web-1/events?limit=500")).json()["items"]
+            assert events[-1]["event"]["type"] in ("TurnEnded", "SessionTurnEnd")
+            async with http.stream("GET", "/v1/sessions/web-1/stream?tokens=false") as stream:
+                first = await anext(stream.aiter_lines())
+                assert first.startswith(("id:", "event:")), first
+            await asyncio.sleep(0.5)  # the audit projection
+            assert (await http.get("/v1/sessions")).status_code == 200
+            rpc = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {
+                    "message": {
+                        "messageId": "m-secure-1",
+                        "contextId": "web-a2a",
+                        "role": "ROLE_USER",
+                        "parts": [{"text": "notes"}],
+                    }
+                },
+            }
+            r = await http.post("/a2a", json=rpc, headers={"A2A-Version": "1.0"})
+            task = r.json()["result"]["task"]
+            assert task["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+            rpc = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"]}}
+            r = await http.post("/a2a", json=rpc, headers={"A2A-Version": "1.0"})
+            assert r.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text
+            rpc = {"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {}}
+            r = await http.post("/a2a", json=rpc, headers={"A2A-Version": "1.0"})
+            assert [t["id"] for t in r.json()["result"]["tasks"]] == [task["id"]], r.text
+    refused = [r.getMessage() for r in caplog.records if "violation" in r.getMessage().lower()]
+    assert refused == []
 
 
 async def test_wrong_credentials_name_the_user(secure_server: SecureServer) -> None:

@@ -11,9 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from turnstream.bus import connect
+from turnstream.bus.embedded import free_port
 from turnstream.client import TurnOutcome, message_command, send_and_wait
 from turnstream.core.subjects import Subjects
 
@@ -47,6 +49,13 @@ async def send_as(url: str) -> TurnOutcome:
         await bus.close()
 
 
+def _http_ready(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def test_up_secure_runs_every_service_under_its_own_identity(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
     env.update(
@@ -55,6 +64,7 @@ def test_up_secure_runs_every_service_under_its_own_identity(tmp_path: Path) -> 
         TURNSTREAM_WORKSPACE=str(tmp_path),
         TURNSTREAM_SECURITY_MODE="auto",
         COLUMNS="200",
+        TURNSTREAM_HTTP_ADDR=f"127.0.0.1:{free_port()}",
     )
     up = subprocess.Popen(
         [TURNSTREAM, "up", "--secure"],
@@ -90,6 +100,16 @@ def test_up_secure_runs_every_service_under_its_own_identity(tmp_path: Path) -> 
         outcome = asyncio.run(send_as(url.replace("://", f"://client-acme:{password}@")))
         assert outcome.status == "completed", outcome
 
+        # the HTTP face, as the `http` user: a turn over REST
+        base = "http://" + env["TURNSTREAM_HTTP_ADDR"]
+        while not _http_ready(base):
+            assert up.poll() is None and time.monotonic() < deadline + 30, "http"
+            time.sleep(0.2)
+        r = httpx.post(
+            f"{base}/v1/sessions/web/messages?wait=true", json={"text": "hi"}, timeout=30
+        )
+        assert r.status_code == 200 and r.json()["data"]["status"] == "completed", r.text
+
         wrong = {**tenant, "TURNSTREAM_NATS_PASSWORD": "pwwrong"}
         refused = cli("send", "acme", "hello", env=wrong, timeout=30)
         assert refused.returncode != 0
@@ -99,6 +119,6 @@ def test_up_secure_runs_every_service_under_its_own_identity(tmp_path: Path) -> 
         up.send_signal(signal.SIGTERM)
         out, _ = up.communicate(timeout=30)
     assert "one user per service" in out, out
-    for service in ("gateway", "turn_runner", "approval", "tool_executor", "audit"):
+    for service in ("gateway", "turn_runner", "approval", "tool_executor", "audit", "http"):
         log = (tmp_path / "data" / f"{service}.log").read_text().lower()
         assert "violation" not in log, (service, log)

@@ -47,9 +47,9 @@ def test_compose_runs_the_cluster_configs_and_every_service_as_its_own_user() ->
         assert commands[f"nats{n}"] == ["-c", f"/etc/nats/nats-cluster-{n}.conf"]
         assert "./ops:/etc/nats:ro" in services[f"nats{n}"]["volumes"]
     started = {c[0] for name, c in commands.items() if not name.startswith("nats")}
-    # every service that has a NATS identity (the HTTP face has none yet: `up --secure` and
-    # compose run without it until ops/accounts.conf grants it one)
-    assert started == {f"turnstream.{s}" for s in SERVICES if s in USERS}
+    # every service `up` starts, the HTTP face included, each under its own NATS identity
+    assert set(SERVICES) <= set(USERS)
+    assert started == {f"turnstream.{s}" for s in SERVICES}
     users = {
         services[name]["environment"]["TURNSTREAM_NATS_USER"]
         for name in services
@@ -57,8 +57,10 @@ def test_compose_runs_the_cluster_configs_and_every_service_as_its_own_user() ->
     }
     assert users == set(USERS.values())
     text = (ROOT / "docker-compose.yml").read_text()
-    secrets = [line for line in text.splitlines() if "PASSWORD:" in line]
-    assert secrets and all('"${TS_' in line for line in secrets), "passwords only from .env"
+    secrets = [line for line in text.splitlines() if "PASSWORD:" in line or "SECRET:" in line]
+    assert secrets and all('"${TS_' in line for line in secrets), "secrets only from .env"
+    http = services["http"]["environment"]
+    assert http["TURNSTREAM_HTTP_KEYS_FILE"], "off loopback the HTTP face needs keys"
 
 
 def test_every_cluster_node_fsyncs_and_loads_the_shipped_accounts() -> None:

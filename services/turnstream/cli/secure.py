@@ -18,6 +18,7 @@ USERS = {
     "approval": "approval",
     "tool_executor": "tool-executor",
     "audit": "audit",
+    "http": "http",
 }
 """The NATS user each service runs as under `up --secure` (ops/accounts.conf)."""
 OTHER_USERS = ("client", "client-acme", "operator")

@@ -184,7 +184,7 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
             console.print(
                 f"  access:    ops/accounts.conf, one user per service; passwords in "
                 f"{secrets_file.resolve()} (commands: TURNSTREAM_NATS_USER=operator or client, "
-                "TURNSTREAM_NATS_PASSWORD from that file); the HTTP face is not started"
+                "TURNSTREAM_NATS_PASSWORD from that file); the HTTP face runs as `http`"
             )
         elif server is not None:
             console.print(
@@ -197,6 +197,7 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
         console.print(f"  provider:  {settings.provider} (TURNSTREAM_PROVIDER)")
         console.print(f"  approvals: {settings.security_mode} (TURNSTREAM_SECURITY_MODE)")
         console.print(f"  http:      http://{settings.http_addr}/docs (TURNSTREAM_HTTP_ADDR)")
+        console.print(f"  a2a:       http://{settings.http_addr}/.well-known/agent-card.json")
         console.print(f'  try:       [bold]{command_name()} send demo "hello"[/]')
         console.print("  Ctrl-C stops everything")
         while True:

@@ -25,13 +25,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnstream import console
-from turnstream.bus import Bus
-from turnstream.http import commands, reads, replay, sse
+from turnstream.bus import Bus, connect
+from turnstream.http import a2a, commands, reads, replay, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
+from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
-from turnstream.runtime import connect_service, tune_gc
+from turnstream.runtime import source_name, tune_gc
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.http")
@@ -49,7 +50,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = bus is None
-        the_bus = bus or await connect_service(settings, "http")
+        # a client, not a service: it creates no stream (its NATS user may not; the
+        # services do), only the A2A task bucket when first needed
+        the_bus = bus or await connect(
+            settings.resolved_nats_url(), settings.subjects, name=source_name("http")
+        )
         hub = Hub(the_bus)  # subscribes when the first stream or POST needs it
         app.state.ctx = HttpContext(settings, the_bus, hub, auth, opts)
         try:
@@ -74,7 +79,9 @@ def create_app(
     app.add_api_route("/v1/tickets", tickets, methods=["POST"], tags=["auth"])
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["ops"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["ops"])
+    a2a.mount(app)  # /a2a and /.well-known/agent-card.json
     console.mount(app)  # the web console at / (static files, a client of the routes above)
+    app.add_middleware(FastPaths)  # the hot POST and stream without FastAPI's per-request cost
     app.add_middleware(BodyLimit, max_bytes=settings.max_input_bytes)
     app.add_middleware(AccessLog)
     return app
@@ -123,7 +130,7 @@ async def readyz(ctx: Ctx) -> Response:
         {
             "status": "ready",
             "feeds": ctx.hub.open_feeds,
-            "natsSubscriptions": len(bus.nc._subs),  # the bound the hub keeps: 2 + requests
+            "natsSubscriptions": len(bus.nc._subs),  # the hub keeps 3 (log, live, direct gets)
         }
     )
 
@@ -263,10 +270,21 @@ def run(settings: Settings) -> None:
         await serve(settings, stop, sock=sock)
 
     try:
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(main())
     except (ConnectionError, ValueError) as exc:  # no NATS, a bad keys file: say which
         log.error("%s", exc)
         raise SystemExit(2) from exc
+
+
+def _loop_factory() -> Any:
+    """uvloop's event loop (a dependency, but not on Windows): the HTTP face's sockets
+    cost less on it (docs/performance.md); else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from turnstream.core.events import InteractionAnswered, InteractionRequested
 from turnstream.http.auth import Principal
-from turnstream.http.context import Caller, Ctx, HttpContext, SessionId
+from turnstream.http.context import HttpContext, OnSession
 from turnstream.http.problems import Problem, invalid_input
 from turnstream.http.submit import submit, wait_bounded
 
@@ -130,9 +130,7 @@ def command(
     summary="Send a message (starts a turn, or queues/steers behind the running one)",
 )
 async def post_message(
-    ctx: Ctx,
-    who: Caller,
-    session: SessionId,
+    call: OnSession,
     body: MessageIn,
     idempotency_key: IdempotencyHeader = None,
     wait: Annotated[bool, Query(description="Answer 200 with TurnEnded when it ends")] = False,
@@ -140,6 +138,7 @@ async def post_message(
         float | None, Query(gt=0, description="Seconds `wait` waits (default 30, max 300)")
     ] = None,
 ) -> Response:
+    ctx, who, session = call.ctx, call.who, call.session
     who.require("send", session)
     cmd = command("message", session, body, who, idempotency_key)
     return await submit(ctx, session, cmd, wait_s=wait_bounded(ctx, timeout) if wait else None)
@@ -147,24 +146,22 @@ async def post_message(
 
 @router.post("/steer", status_code=202, responses=ACCEPTED, summary="Steer the running turn")
 async def post_steer(
-    ctx: Ctx,
-    who: Caller,
-    session: SessionId,
+    call: OnSession,
     body: MessageIn,
     idempotency_key: IdempotencyHeader = None,
 ) -> Response:
+    ctx, who, session = call.ctx, call.who, call.session
     who.require("send", session)
     return await submit(ctx, session, command("steer", session, body, who, idempotency_key))
 
 
 @router.post("/interrupt", status_code=202, responses=ACCEPTED, summary="Interrupt the turn")
 async def post_interrupt(
-    ctx: Ctx,
-    who: Caller,
-    session: SessionId,
+    call: OnSession,
     body: InterruptIn,
     idempotency_key: IdempotencyHeader = None,
 ) -> Response:
+    ctx, who, session = call.ctx, call.who, call.session
     who.require("send", session)
     return await submit(ctx, session, command("interrupt", session, body, who, idempotency_key))
 
@@ -180,13 +177,12 @@ async def post_interrupt(
     summary="Answer an approval prompt (approve or deny)",
 )
 async def post_answer(
-    ctx: Ctx,
-    who: Caller,
-    session: SessionId,
+    call: OnSession,
     interaction_id: Annotated[str, Path(alias="interactionId")],
     body: AnswerIn,
     idempotency_key: IdempotencyHeader = None,
 ) -> Response:
+    ctx, who, session = call.ctx, call.who, call.session
     who.require("approve", session)
     cmd = command(
         "answer", session, body, who, idempotency_key, default_key=f"answer-{interaction_id}"
@@ -222,11 +218,10 @@ async def _check_prompt(ctx: HttpContext, session_id: str, interaction_id: str, 
 
 @router.post("/workflow", status_code=202, responses=ACCEPTED, summary="Attach a workflow")
 async def post_workflow(
-    ctx: Ctx,
-    who: Caller,
-    session: SessionId,
+    call: OnSession,
     body: WorkflowIn,
     idempotency_key: IdempotencyHeader = None,
 ) -> Response:
+    ctx, who, session = call.ctx, call.who, call.session
     who.require("send", session)
     return await submit(ctx, session, command("attach", session, body, who, idempotency_key))

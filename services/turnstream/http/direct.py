@@ -5,12 +5,15 @@ to `batch` messages of the subject from `seq` on, then an end-of-batch status (2
 says how many more there are; 404 when there is none. The log stream allows direct gets
 (`allow_direct`, bus/streams.py). Replays and `/events` pages use it, so a thousand
 clients resuming at once cost the server no consumer state (an ordered consumer per
-replay would linger until its inactivity threshold). Could move to `bus/`.
+replay would linger until its inactivity threshold). `DirectGets` answers them all on one
+inbox subscription (a reply subject per request), so a replay costs one request and no
+subscribe/unsubscribe; `read_page` is the one-off form. Could move to `bus/`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any, NamedTuple
 
 import orjson
@@ -27,6 +30,34 @@ class LogRecord(NamedTuple):
     data: bytes
 
 
+def _request(bus: Bus, session_id: str, after: int, limit: int) -> bytes:
+    return orjson.dumps(
+        {
+            "seq": after + 1,
+            "next_by_subj": bus.subjects.log_session(session_id),
+            "batch": max(1, min(limit, MAX_BATCH)),
+        }
+    )
+
+
+async def _collect(replies: asyncio.Queue[Any], session_id: str) -> tuple[list[LogRecord], int]:
+    out: list[LogRecord] = []
+    async with asyncio.timeout(TIMEOUT_S):
+        while True:
+            msg = await replies.get()
+            headers = msg.headers or {}
+            status = headers.get("Status")
+            if status == "404":
+                return out, 0
+            if status is not None:
+                if status != "204":
+                    raise RuntimeError(f"direct get of {session_id}: status {status}")
+                return out, int(headers.get("Nats-Num-Pending", 0))
+            subject = headers["Nats-Subject"]
+            seq = int(headers["Nats-Sequence"])
+            out.append(LogRecord(seq, subject[subject.rindex(".") + 1 :], msg.data))
+
+
 async def read_page(
     bus: Bus, session_id: str, *, after: int, limit: int
 ) -> tuple[list[LogRecord], int]:
@@ -36,29 +67,57 @@ async def read_page(
     inbox = nc.new_inbox()
     replies: asyncio.Queue[Any] = asyncio.Queue()
     sub = await nc.subscribe(inbox, cb=replies.put)
-    request = {
-        "seq": after + 1,
-        "next_by_subj": bus.subjects.log_session(session_id),
-        "batch": max(1, min(limit, MAX_BATCH)),
-    }
-    out: list[LogRecord] = []
     try:
-        await nc.publish(
-            f"$JS.API.DIRECT.GET.{bus.subjects.log_stream}", orjson.dumps(request), reply=inbox
-        )
-        async with asyncio.timeout(TIMEOUT_S):
-            while True:
-                msg = await replies.get()
-                headers = msg.headers or {}
-                status = headers.get("Status")
-                if status == "404":
-                    return out, 0
-                if status is not None:
-                    if status != "204":
-                        raise RuntimeError(f"direct get of {session_id}: status {status}")
-                    return out, int(headers.get("Nats-Num-Pending", 0))
-                subject = headers["Nats-Subject"]
-                seq = int(headers["Nats-Sequence"])
-                out.append(LogRecord(seq, subject[subject.rindex(".") + 1 :], msg.data))
+        api = f"$JS.API.DIRECT.GET.{bus.subjects.log_stream}"
+        await nc.publish(api, _request(bus, session_id, after, limit), reply=inbox)
+        return await _collect(replies, session_id)
     finally:
         await sub.unsubscribe()
+
+
+class DirectGets:
+    """`read_page` for a whole process: one wildcard inbox subscription, subscribed on
+    first use, routes each reply to its request by the last token of its subject."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self._prefix = ""
+        self._sub: Any = None
+        self._waiting: dict[str, asyncio.Queue[Any]] = {}
+        self._ids = itertools.count()
+        self._lock = asyncio.Lock()
+
+    async def _start(self) -> None:
+        async with self._lock:
+            if self._sub is None:
+                self._prefix = self.bus.nc.new_inbox()
+                offset = len(self._prefix) + 1
+
+                async def on_reply(msg: Any) -> None:
+                    queue = self._waiting.get(msg.subject[offset:])
+                    if queue is not None:
+                        queue.put_nowait(msg)
+
+                self._sub = await self.bus.nc.subscribe(f"{self._prefix}.*", cb=on_reply)
+
+    async def page(self, session_id: str, *, after: int, limit: int) -> tuple[list[LogRecord], int]:
+        """As `read_page`."""
+        if self._sub is None:
+            await self._start()
+        token = str(next(self._ids))
+        replies: asyncio.Queue[Any] = asyncio.Queue()
+        self._waiting[token] = replies
+        try:
+            await self.bus.nc.publish(
+                f"$JS.API.DIRECT.GET.{self.bus.subjects.log_stream}",
+                _request(self.bus, session_id, after, limit),
+                reply=f"{self._prefix}.{token}",
+            )
+            return await _collect(replies, session_id)
+        finally:
+            del self._waiting[token]
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            await sub.unsubscribe()

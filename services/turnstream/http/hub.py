@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nats.js import api
+from nats.js.errors import NotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.scan import stream_seq
+from turnstream.http.direct import DirectGets
+from turnstream.http.problems import Problem
 
 log = logging.getLogger("turnstream.http")
 FEED_LIMIT = 10_000
@@ -61,6 +64,9 @@ class Feed:
 
     session_id: str
     tokens: bool = False
+    kinds: frozenset[str] | None = None
+    """Only these event types (None: all): a waiting POST wakes for its verdict and its
+    turn's end, not for each of the turn's dozen other events."""
     queue: asyncio.Queue[LogItem | TokenItem | Closed] = field(
         default_factory=lambda: asyncio.Queue(FEED_LIMIT + 1)
     )
@@ -81,11 +87,14 @@ class Feed:
         try:
             item = self.queue.get_nowait()  # the common case under load: no timer at all
         except asyncio.QueueEmpty:
-            try:
-                async with asyncio.timeout(timeout):
-                    item = await self.queue.get()
-            except TimeoutError:
-                return None
+            if timeout is None:
+                item = await self.queue.get()
+            else:
+                try:
+                    async with asyncio.timeout(timeout):
+                        item = await self.queue.get()
+                except TimeoutError:
+                    return None
         if isinstance(item, Closed):
             raise item
         return item
@@ -102,15 +111,31 @@ class Hub:
         self._subs: list[Any] = []
         self._closing = False
         self._starting = asyncio.Lock()
+        self.direct = DirectGets(bus)
+        """Pages of a session's log (replays, `/events`, A2A) on one shared inbox."""
+        self.log_replicas = 0
+        """The log stream's replicas, read when the hub subscribes (0 before)."""
 
     async def start(self) -> None:
-        """Subscribe (once); every event appended after this returns reaches the hub."""
+        """Subscribe (once); every event appended after this returns reaches the hub.
+        A 503 problem while the log stream does not exist (the services create it)."""
         async with self._starting:
             if not self._subs:
-                await self._subscribe()
+                try:
+                    await self._subscribe()
+                except NotFoundError:
+                    raise Problem(
+                        503,
+                        "not_ready",
+                        "Not ready",
+                        f"stream {self.bus.subjects.log_stream} does not exist yet: the "
+                        "services create it when they start (turnstream up)",
+                    ) from None
 
     async def _subscribe(self) -> None:
         subjects = self.bus.subjects
+        info = await self.bus.js.stream_info(subjects.log_stream)
+        self.log_replicas = int(info.config.num_replicas or 1)
         prefix_len = len(subjects.prefix) + 5  # "<prefix>.log."
 
         async def on_log(msg: Any) -> None:
@@ -120,9 +145,11 @@ class Hub:
             self.last_seq = seq
             feeds = self.feeds.get(subject[prefix_len:dot])
             if feeds:
-                item = LogItem(seq, subject[dot + 1 :], msg.data)
+                kind = subject[dot + 1 :]
+                item = LogItem(seq, kind, msg.data)
                 for feed in list(feeds):
-                    feed.put(item)
+                    if feed.kinds is None or kind in feed.kinds:
+                        feed.put(item)
 
         live_len = len(subjects.prefix) + 6  # "<prefix>.live."
 
@@ -159,11 +186,14 @@ class Hub:
         log.info("hub following %s and %s.live.>", subjects.log_all, subjects.prefix)
 
     @contextlib.asynccontextmanager
-    async def feed(self, session_id: str, *, tokens: bool = False) -> AsyncIterator[Feed]:
-        """A feed of `session_id`, registered for as long as the block runs."""
+    async def feed(
+        self, session_id: str, *, tokens: bool = False, kinds: frozenset[str] | None = None
+    ) -> AsyncIterator[Feed]:
+        """A feed of `session_id` (of the event types `kinds` only, if given), registered
+        for as long as the block runs."""
         if not self._subs:
             await self.start()
-        feed = Feed(session_id, tokens)
+        feed = Feed(session_id, tokens, kinds)
         if self._closing:
             feed.put(Closed("the server is shutting down"))
         self.feeds.setdefault(session_id, set()).add(feed)
@@ -175,6 +205,10 @@ class Hub:
                 feeds.discard(feed)
                 if not feeds:
                     del self.feeds[session_id]
+
+    @property
+    def started(self) -> bool:
+        return bool(self._subs)
 
     @property
     def open_feeds(self) -> int:
@@ -189,6 +223,7 @@ class Hub:
 
     async def stop(self) -> None:
         self.close_feeds()
+        await self.direct.stop()
         async with self._starting:
             for sub in self._subs:
                 with contextlib.suppress(Exception):

@@ -20,7 +20,6 @@ from turnstream.core.projection import build_view
 from turnstream.core.subjects import session_key
 from turnstream.core.summary import SessionSummary
 from turnstream.http.context import Caller, Ctx, SessionId
-from turnstream.http.direct import read_page
 from turnstream.http.problems import Problem
 
 router = APIRouter(prefix="/v1", tags=["reads"])
@@ -112,7 +111,7 @@ async def get_events(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> Response:
     who.require("read", session)
-    page, more = await read_page(ctx.bus, session, after=after, limit=limit)
+    page, more = await ctx.hub.direct.page(session, after=after, limit=limit)
     items = [{"seq": r.seq, "event": orjson.Fragment(r.data)} for r in page]
     return json({"items": items, "next": page[-1].seq if more and page else None})
 

@@ -18,37 +18,61 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi.sse import format_sse_event
+from starlette.responses import StreamingResponse
 
 from turnstream.bus.scan import log_last_seq
 from turnstream.http.context import HttpContext, SessionId, context
-from turnstream.http.direct import LogRecord, read_page
+from turnstream.http.direct import LogRecord
 from turnstream.http.hub import Closed, Feed, LogItem
 from turnstream.http.problems import invalid_input
 
 router = APIRouter(prefix="/v1/sessions/{id}", tags=["stream"])
+PING = format_sse_event(comment="ping")
 CATCH_UP_S = 5.0
 """How long a replay waits for a lagging replica before the stream fails (and is resumed)."""
 
 
-def log_event(seq: int, event_type: str, data: bytes) -> ServerSentEvent:
-    # built without validation (a few µs per event per stream): a sequence, an event type
-    # (a subject token) and compact JSON are single lines by construction
-    return ServerSentEvent.model_construct(raw_data=data.decode(), event=event_type, id=str(seq))
+def log_event(seq: int, event_type: str, data: bytes) -> bytes:
+    return format_sse_event(data_str=data.decode(), event=event_type, id=str(seq))
+
+
+class SSEResponse(StreamingResponse):
+    """`text/event-stream` of frames made by FastAPI's SSE encoder (`format_sse_event`).
+
+    Not FastAPI's generator endpoint: that runs two more tasks, two memory streams and a
+    timer per event for each stream (its keepalive), which made 500 streams opened at
+    once wait ~1 s for their first event; the stream below pings by itself."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: AsyncIterator[bytes]) -> None:
+        # no-cache, and no buffering by an nginx in front (as FastAPI's SSE sets them)
+        super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator[LogRecord]:
-    """The session's events after `after` up to its last one now, page by page.
+    """The session's events after `after` up to its last one now, page by page (the
+    stream's feed is registered: whatever comes later is in the feed).
 
-    "Now" is the stream leader's answer (`STREAM.MSG.GET`, asked after the feed was
-    registered); the pages are direct gets, which on a cluster any replica may answer, a
-    little behind: a page that stops short of the leader's last is asked again."""
-    bus = ctx.bus
+    A log of one replica answers direct gets from the one server that appends: a page
+    that says "no more" is the end. On a cluster any replica may answer, a little behind,
+    so "now" is the stream leader's answer (`STREAM.MSG.GET`), and a page that stops
+    short of it is asked again."""
+    bus, hub = ctx.bus, ctx.hub
+    limit = ctx.options.replay_page
+    if hub.log_replicas == 1:
+        while True:
+            page, more = await hub.direct.page(session_id, after=after, limit=limit)
+            for record in page:
+                yield record
+            if not more or not page:
+                return
+            after = page[-1].seq
     target = await log_last_seq(bus.js, bus.subjects, bus.subjects.log_session(session_id))
     deadline = time.monotonic() + CATCH_UP_S
     while after < target:
-        limit = ctx.options.replay_page
-        page, more = await read_page(bus, session_id, after=after, limit=limit)
+        page, more = await hub.direct.page(session_id, after=after, limit=limit)
         for record in page:
             yield record
         if page:
@@ -63,7 +87,7 @@ async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator
 
 async def events(
     ctx: HttpContext, request: Request, feed: Feed, session_id: str, after: int
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[bytes]:
     last = after
     async for seq, event_type, data in replay(ctx, session_id, after):
         last = seq
@@ -72,18 +96,18 @@ async def events(
         try:
             item = await feed.get(ctx.options.ping_s)
         except Closed as closed:
-            yield ServerSentEvent(comment=f"closed: {closed.reason}")
+            yield format_sse_event(comment=f"closed: {closed.reason}")
             return
         if item is None:
             if await request.is_disconnected():
                 return
-            yield ServerSentEvent(comment="ping")
+            yield PING
         elif isinstance(item, LogItem):
             if item.seq > last:  # at the seam: sent by the replay already
                 last = item.seq
                 yield log_event(item.seq, item.event_type, item.data)
         else:
-            yield ServerSentEvent.model_construct(raw_data=item.data.decode(), event="token")
+            yield format_sse_event(data_str=item.data.decode(), event="token")
 
 
 async def stream_reader(
@@ -115,7 +139,8 @@ async def resume_after(
 
 @router.get(
     "/stream",
-    response_class=EventSourceResponse,
+    response_class=SSEResponse,
+    status_code=200,
     summary="The session's events as SSE: replay after Last-Event-ID / ?after=, then live",
     responses={200: {"content": {"text/event-stream": {}}}},
 )
@@ -124,8 +149,21 @@ async def stream(
     session: Annotated[str, Depends(stream_reader)],
     start: Annotated[int, Depends(resume_after)],
     tokens: Annotated[bool, Query(description="Also send token deltas (`event: token`)")] = True,
-) -> AsyncIterator[ServerSentEvent]:
+) -> SSEResponse:
     ctx = await context(request)
-    async with ctx.hub.feed(session, tokens=tokens) as feed:
-        async for item in events(ctx, request, feed, session, start):
-            yield item
+    if not ctx.hub.started:
+        await ctx.hub.start()  # a 503 now, while a status code can still say it
+    return open_stream(ctx, request, session, start, tokens)
+
+
+def open_stream(
+    ctx: HttpContext, request: Request, session: str, after: int, tokens: bool
+) -> SSEResponse:
+    """The stream of a checked caller (the route's, and `fast.FastPaths`')."""
+
+    async def body() -> AsyncIterator[bytes]:
+        async with ctx.hub.feed(session, tokens=tokens) as feed:
+            async for item in events(ctx, request, feed, session, after):
+                yield item
+
+    return SSEResponse(body())

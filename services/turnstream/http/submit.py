@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -44,7 +45,7 @@ def checked(command: dict[str, Any], max_bytes: int) -> bytes:
     return payload
 
 
-class _Reader:
+class Reader:
     """Feeds `follow` from the hub's feed, skipping what a log read already gave it, and
     decoding only the kinds `Follow` looks at (a turn's other events cost nothing)."""
 
@@ -64,14 +65,52 @@ class _Reader:
                     self.ended_bytes = data
 
     async def until(self, done: Any, deadline: float) -> bool:
-        while not done():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            item = await self.feed.get(left)
-            if isinstance(item, LogItem):
-                self.take(item.seq, item.event_type, item.data)
+        """Take the feed's items until `done()` (True) or `deadline` (monotonic; False).
+        One timer for the whole wait, not one per item (a turn brings a dozen)."""
+        if done():
+            return True
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
+                while not done():
+                    item = await self.feed.get()
+                    if isinstance(item, LogItem):
+                        self.take(item.seq, item.event_type, item.data)
+        except TimeoutError:
+            return bool(done())
         return True
+
+
+async def publish(
+    ctx: HttpContext, session_id: str, command: dict[str, Any], feed: Feed
+) -> tuple[Follow, Reader, bool]:
+    """Publish `command` (checked) and wait for the gateway's verdict on it, read from
+    `feed` (opened before: nothing can slip past). Returns the follow, the reader that fed
+    it (at `reader.last`), and whether the command was a duplicate."""
+    payload = checked(command, ctx.settings.max_input_bytes)
+    key: str = command["idempotencyKey"]
+    bus = ctx.bus
+    ack = await bus.js.publish(
+        bus.subjects.inbound(session_id), payload, headers={"Nats-Msg-Id": key}
+    )
+    follow = Follow(int(ack.seq))
+    reader = Reader(follow, feed)
+    if ack.duplicate:  # a retry: its outcome may be in the log already
+        for stored in await bus.store.read_session(session_id):
+            reader.take(stored.seq, stored.event.type, encode(stored.event))
+    deadline = time.monotonic() + ctx.options.accept_timeout_s
+    if not await reader.until(lambda: follow.decided, deadline):
+        raise Problem(
+            504,
+            "timeout",
+            "Gateway timeout",
+            f"the command is stored (inbound seq {ack.seq}) but no gateway recorded a "
+            f"verdict within {ctx.options.accept_timeout_s:g} s; is the gateway running?",
+            failure_class=FailureClass.TIMEOUT,
+            idempotencyKey=key,
+            inboundSeq=int(ack.seq),
+        )
+    return follow, reader, bool(ack.duplicate)
 
 
 async def submit(
@@ -79,30 +118,11 @@ async def submit(
 ) -> Response:
     """Publish `command`; answer 202 with its verdict (or 200 with `TurnEnded` when
     `wait_s` is given), 422 with a rejection, 504 when the wait runs out."""
-    payload = checked(command, ctx.settings.max_input_bytes)
     key: str = command["idempotencyKey"]
-    bus = ctx.bus
-    async with ctx.hub.feed(session_id) as feed:  # before publishing: nothing can slip past
-        ack = await bus.js.publish(
-            bus.subjects.inbound(session_id), payload, headers={"Nats-Msg-Id": key}
-        )
-        follow = Follow(int(ack.seq))
-        reader = _Reader(follow, feed)
-        if ack.duplicate:  # a retry: its outcome may be in the log already
-            for stored in await bus.store.read_session(session_id):
-                reader.take(stored.seq, stored.event.type, encode(stored.event))
+    # the feed before publishing (nothing can slip past), of the kinds `Follow` reads
+    async with ctx.hub.feed(session_id, kinds=FOLLOWED_TYPES) as feed:
         start = time.monotonic()
-        if not await reader.until(lambda: follow.decided, start + ctx.options.accept_timeout_s):
-            raise Problem(
-                504,
-                "timeout",
-                "Gateway timeout",
-                f"the command is stored (inbound seq {ack.seq}) but no gateway recorded a "
-                f"verdict within {ctx.options.accept_timeout_s:g} s; is the gateway running?",
-                failure_class=FailureClass.TIMEOUT,
-                idempotencyKey=key,
-                inboundSeq=int(ack.seq),
-            )
+        follow, reader, duplicate = await publish(ctx, session_id, command, feed)
         if follow.rejected is not None:
             raise rejection(follow.rejected, key)
         accepted = follow.accepted
@@ -114,7 +134,7 @@ async def submit(
                     "idempotencyKey": key,
                     "seq": accepted.seq,
                     "event": accepted.event.type,
-                    "duplicate": bool(ack.duplicate),
+                    "duplicate": duplicate,
                 },
                 status_code=202,
             )

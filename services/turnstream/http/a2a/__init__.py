@@ -1,0 +1,69 @@
+"""The A2A edge (DESIGN §12): outside agents reach turnstream's agents over the Agent2Agent
+protocol, through the official `a2a-sdk` (protocol v1.0, and v0.3 clients on the same URL).
+
+- `GET /.well-known/agent-card.json`: the agent card; agent profiles are its skills.
+- `POST /a2a`: JSON-RPC (`SendMessage`, `SendStreamingMessage`, `GetTask`, `CancelTask`,
+  `SubscribeToTask`), parsed and answered by the SDK's dispatcher, handled by `Handler`.
+
+`mount(app)` adds both routes; the same API keys apply as everywhere (a missing or unknown
+key is a `401` before any JSON-RPC; scopes and session globs are checked per method).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
+from a2a.server.routes.agent_card_routes import _etag_for
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, Response
+
+from turnstream.http.a2a.card import agent_card
+from turnstream.http.a2a.handler import PRINCIPAL, Handler
+from turnstream.http.context import Caller, Ctx, HttpContext
+
+__all__ = ["Handler", "agent_card", "mount"]
+CARD_PATH = "/.well-known/agent-card.json"
+RPC_PATH = "/a2a"
+
+
+class _Context(DefaultServerCallContextBuilder):
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state[PRINCIPAL] = request.state.a2a_principal
+        return context
+
+
+def mount(app: FastAPI) -> None:
+    """Serve the agent card and the JSON-RPC endpoint on `app`."""
+
+    def context() -> HttpContext:
+        ctx: HttpContext = app.state.ctx
+        return ctx
+
+    handler = Handler(context)
+    [route] = create_jsonrpc_routes(
+        handler, RPC_PATH, context_builder=_Context(), enable_v0_3_compat=True
+    )
+    dispatch: Any = route.endpoint
+
+    async def a2a_rpc(request: Request, who: Caller) -> Response:
+        """A2A JSON-RPC 2.0 (v1.0 methods; v0.3 `message/send`… too)."""
+        request.state.a2a_principal = who
+        response: Response = await dispatch(request)
+        return response
+
+    async def a2a_card(request: Request, ctx: Ctx) -> Response:
+        """The agent card: how to reach this server over A2A, and its agents as skills."""
+        base = str(request.base_url).rstrip("/")
+        card = agent_card(ctx.settings, base + RPC_PATH, secured=not ctx.auth.open)
+        body = agent_card_to_dict(card)
+        etag = _etag_for(body)
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers={"ETag": etag})
+        return JSONResponse(body, headers={"ETag": etag})
+
+    app.add_api_route(RPC_PATH, a2a_rpc, methods=["POST"], tags=["a2a"])
+    app.add_api_route(CARD_PATH, a2a_card, methods=["GET"], tags=["a2a"])

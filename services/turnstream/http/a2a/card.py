@@ -1,0 +1,73 @@
+"""The agent card: this server as one A2A agent, each agent profile (DESIGN §11) a skill."""
+
+from __future__ import annotations
+
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+)
+from a2a.utils.constants import PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, TransportProtocol
+
+from turnstream.agents import load_all
+from turnstream.settings import Settings
+
+DEFAULT_SKILL = AgentSkill(
+    id="default",
+    name="default agent",
+    description="The deployment's default agent (its configured provider, model and tools). "
+    "A message starts a turn in the session named by contextId; a tool call that needs "
+    "approval pauses the task in input-required until a reply approves or denies it.",
+    tags=["turnstream"],
+)
+
+
+def agent_card(settings: Settings, rpc_url: str, *, secured: bool) -> AgentCard:
+    """The card served at `/.well-known/agent-card.json`; `rpc_url` is `/a2a` as the caller
+    reached it (so the card is right behind a proxy that sets the Host)."""
+    profiles, _ = load_all(settings.agents)
+    skills = [DEFAULT_SKILL] + [
+        AgentSkill(
+            id=p.name,
+            name=p.name,
+            description=p.description,
+            tags=["turnstream", "agent-profile"],
+        )
+        for p in sorted(profiles.values(), key=lambda p: p.name)
+    ]
+    card = AgentCard(
+        name="turnstream",
+        description="LLM agent turns as event-sourced services on NATS JetStream: every "
+        "stage of a turn is an event in a durable log.",
+        version="0.1.0",
+        supported_interfaces=[
+            AgentInterface(
+                url=rpc_url,
+                protocol_binding=TransportProtocol.JSONRPC.value,
+                protocol_version=version,
+            )
+            for version in (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3)
+        ],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["text/plain", "application/json"],
+        skills=skills,
+    )
+    if secured:
+        card.security_schemes["bearer"].CopyFrom(
+            SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(
+                    scheme="Bearer",
+                    description="An API key from TURNSTREAM_HTTP_KEYS_FILE",
+                )
+            )
+        )
+        card.security_requirements.append(
+            SecurityRequirement(schemes={"bearer": StringList(list=[])})
+        )
+    return card

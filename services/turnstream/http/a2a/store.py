@@ -1,0 +1,153 @@
+"""The A2A task store: one JetStream KV entry per task, so any HTTP replica answers for any
+task (the app itself keeps none in memory).
+
+A task is a turn; its entry (`<prefix>_a2a_tasks`, key = the turn id) holds the `TurnView`
+folded up to some log sequence and the A2A messages the client sent for it. The log stays
+the truth: a reader folds the session's events after `view.last_seq` before answering, and
+writes the entry back only if nobody wrote a newer one meanwhile (compare-and-set on the
+KV revision; a lost race is harmless, the next reader folds the same events again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from nats.js import api
+from nats.js.errors import (
+    BadRequestError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoKeysError,
+)
+
+from turnstream.bus import Bus
+from turnstream.http.a2a.view import TurnView
+
+MAX_AGE_S = 30 * 24 * 3600.0
+"""A task is kept 30 days after its last change (the log keeps the turn itself)."""
+
+
+def bucket_name(bus: Bus) -> str:
+    return f"{bus.subjects.prefix}_a2a_tasks"
+
+
+@dataclass
+class TaskRecord:
+    view: TurnView
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The A2A messages (JSON) the client sent for this task, oldest first."""
+    owner: str = ""
+    """The key name that created the task (for the record; access is by session glob)."""
+    revision: int = 0
+    """The KV revision this record was read at (0: not stored yet)."""
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {"view": self.view.to_dict(), "messages": self.messages, "owner": self.owner}
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes, revision: int) -> TaskRecord:
+        raw = orjson.loads(data)
+        return cls(TurnView.from_dict(raw["view"]), raw["messages"], raw["owner"], revision)
+
+
+class TaskStore:
+    """Tasks in KV; the bucket is created on first use (replicas as the log's)."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self._kv: Any = None
+        self._lock = asyncio.Lock()
+
+    async def kv(self) -> Any:
+        if self._kv is None:
+            async with self._lock:
+                if self._kv is None:
+                    self._kv = await self._open()
+        return self._kv
+
+    async def _open(self) -> Any:
+        js = self.bus.js
+        name = bucket_name(self.bus)
+        try:
+            return await js.key_value(name)
+        except Exception:  # BucketNotFoundError, or no permission to look it up
+            pass
+        info = await js.stream_info(self.bus.subjects.log_stream)
+        config = api.KeyValueConfig(
+            bucket=name,
+            history=1,
+            ttl=MAX_AGE_S,
+            storage=api.StorageType.FILE,
+            replicas=info.config.num_replicas or 1,
+        )
+        try:
+            return await js.create_key_value(config=config)
+        except BadRequestError:  # another replica created it first
+            return await js.key_value(name)
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        if not _valid_key(task_id):
+            return None
+        kv = await self.kv()
+        try:
+            entry = await kv.get(task_id)
+        except KeyNotFoundError:
+            return None
+        if not entry.value:  # nats-py: an expired key reads as a `None` value
+            return None
+        return TaskRecord.from_json(entry.value, entry.revision)
+
+    async def all(self) -> list[TaskRecord]:
+        """Every task in the bucket (ListTasks pages through them)."""
+        kv = await self.kv()
+        try:
+            keys = await kv.keys()
+        except NoKeysError:
+            return []
+        found = await asyncio.gather(*(self.get(key) for key in keys))
+        return [record for record in found if record is not None]
+
+    async def put(self, record: TaskRecord) -> None:
+        """Write `record`; if another replica wrote the entry meanwhile, merge: the view
+        folded furthest wins (both fold the same log), the client's messages are the union
+        (by messageId). A few tries, then the next writer carries on."""
+        for _ in range(3):
+            if await self.save(record):
+                return
+            stored = await self.get(record.view.turn_id)
+            if stored is None:
+                record.revision = 0
+                continue
+            if stored.view.last_seq > record.view.last_seq:
+                # in place: a caller folding into `record.view` goes on from there
+                vars(record.view).update(vars(stored.view))
+            seen = {m.get("messageId") for m in stored.messages}
+            record.messages = stored.messages + [
+                m for m in record.messages if m.get("messageId") not in seen
+            ]
+            record.revision = stored.revision
+
+    async def save(self, record: TaskRecord) -> bool:
+        """Write `record` if the entry is still at `record.revision`; False if another
+        replica wrote first (the record is then re-read by whoever needs it)."""
+        kv = await self.kv()
+        key = record.view.turn_id
+        try:
+            if record.revision:
+                record.revision = await kv.update(key, record.to_json(), last=record.revision)
+            else:
+                record.revision = await kv.create(key, record.to_json())
+        except KeyWrongLastSequenceError:
+            return False
+        except BadRequestError:  # create: the key exists (a retried SendMessage)
+            return False
+        return True
+
+
+def _valid_key(key: str) -> bool:
+    return bool(key) and len(key) <= 256 and all(c.isalnum() or c in "-_=" for c in key)
