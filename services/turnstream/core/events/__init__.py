@@ -26,7 +26,14 @@ from turnstream.core.events.base import (
     WireModel,
     stamp,
 )
-from turnstream.core.events.extensions import ProviderFallback, ProviderFallbackData
+from turnstream.core.events.extensions import (
+    ContextProvided,
+    ContextProvidedData,
+    ContextSkipped,
+    ContextSkippedData,
+    ProviderFallback,
+    ProviderFallbackData,
+)
 from turnstream.core.events.input import (
     FollowUpQueued,
     FollowUpQueuedData,
@@ -171,7 +178,9 @@ Event = Annotated[
     | StageCancelled
     | StageExited
     | WorkflowExit
-    | ProviderFallback,
+    | ProviderFallback
+    | ContextProvided
+    | ContextSkipped,
     Field(discriminator="type"),
 ]
 
@@ -219,6 +228,10 @@ __all__ = [
     "ContentBlock",
     "ContextCompacted",
     "ContextCompactedData",
+    "ContextProvided",
+    "ContextProvidedData",
+    "ContextSkipped",
+    "ContextSkippedData",
     "Envelope",
     "Event",
     "EventBase",

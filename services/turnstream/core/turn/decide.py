@@ -61,6 +61,12 @@ from turnstream.core.fold import until_quiet
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response, completion_tool
 from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
+from turnstream.core.turn.context import (
+    ContextResult,
+    awaiting_context,
+    context_events,
+    with_context,
+)
 from turnstream.core.turn.fallback import attempt_events
 from turnstream.core.turn.manifest import tools_digest
 from turnstream.core.turn.provider import (
@@ -163,7 +169,7 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
         turn_id=turn.turn_id,
         iteration=turn.iteration,
         call_index=state.provider_calls - 1,
-        system=config.system_prompt,
+        system=with_context(config.system_prompt, turn.context),
         messages=state.history,
         tools=tools,
         stage=spec.stage_id if spec else None,
@@ -214,6 +220,19 @@ def on_provider_result(
                 events.append(b.post(turn.stage, "failed", outcome.failed_at))
         case _:
             assert_never(outcome)
+    return decide(fold(state, events), config, ctx).after(events)
+
+
+def on_context(
+    state: SessionState, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
+) -> Decision:
+    """The context providers' answers for the turn's COMPOSE_REQUEST, then what follows."""
+    turn = state.active
+    if turn is None or awaiting_context(state, config) is None:
+        return Decision([], state)  # late, or already recorded (a redelivered answer)
+    b = Builder(state.session_id, turn, ctx)
+    events = context_events(b, results, turn.iteration)
+    events.append(b.post(Stage.COMPOSE_REQUEST, "ok"))
     return decide(fold(state, events), config, ctx).after(events)
 
 
@@ -361,6 +380,8 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         case Stage.RECEIVE_INPUT, False:
             return _compose_or_stop(b, turn, config)
         case Stage.COMPOSE_REQUEST, True:
+            if awaiting_context(state, config) is not None:
+                return []  # the shell asks the context providers, then `on_context`
             return [b.post(stage, "ok")]
         case Stage.COMPOSE_REQUEST, False:
             return [b.pre(Stage.SEND_REQUEST)]

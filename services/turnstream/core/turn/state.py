@@ -130,6 +130,10 @@ class ActiveTurn:
     on_fallback: bool = False
     """The primary model failed for good once (`ProviderFallback`): the rest of the turn's
     calls go to the fallback model."""
+    context: tuple[tuple[str, str], ...] = ()
+    """`(provider, content)` the context providers contributed to this turn (`ContextProvided`)."""
+    context_gathered: bool = False
+    """The turn's first COMPOSE_REQUEST is over: its context is in (or there was none)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,8 @@ class SessionState:
     last_status: TurnStatus | None = None
     workflow: WorkflowRun | None = None
     """The workflow attached to the session (its stage turns run as lanes inside it)."""
+    summary: str = ""
+    """A running summary of the messages compaction dropped (the `summary` context provider)."""
 
 
 class Decision(list[Event]):
@@ -206,6 +212,8 @@ class TurnConfig:
     """Workflow points (`CheckGate`, `Assert`) that have hooks: the shell runs them."""
     fallback: tuple[str, str] | None = None
     """The fallback model's `(provider, model)` (`TURNSTREAM_FALLBACK_MODEL`), if any."""
+    context_providers: bool = False
+    """Context providers are configured: the shell gathers each turn's context."""
 
     def tool(self, name: str) -> ToolInfo | None:
         return next((t for t in self.tools if t.name == name), None)
