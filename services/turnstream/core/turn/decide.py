@@ -60,13 +60,13 @@ from turnstream.core.events import (
 from turnstream.core.fold import until_quiet
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response, completion_tool
-from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
 from turnstream.core.turn.context import (
     ContextResult,
     awaiting_context,
     context_events,
     with_context,
 )
+from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
 from turnstream.core.turn.fallback import attempt_events
 from turnstream.core.turn.manifest import tools_digest
 from turnstream.core.turn.provider import (
