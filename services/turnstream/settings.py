@@ -67,6 +67,27 @@ class McpSettings(BaseModel):
     """`{<name>: {command, args, env} | {url, headers}}`; tools appear as `<name>__<tool>`."""
 
 
+class ContextProviderSetting(BaseModel):
+    """One context provider: a built-in (`agents_md`, `datetime`, `summary`), an installed
+    one (entry point) to adjust, or a remote one (`subject`)."""
+
+    model_config = {"extra": "forbid"}
+    subject: str | None = None
+    """Remote: the NATS subject that answers `{sessionId, turnId, input, summary, …}` with
+    `{"content": "<text>" | null}`."""
+    priority: int = 100
+    """Lower comes first in the system prompt."""
+    timeout_ms: int = Field(default=1000, ge=1, le=60_000)
+    max_tokens: int = Field(default=1000, ge=1)
+    """Token budget (characters / 4): a longer answer is cut to it."""
+
+
+class ContextSettings(BaseModel):
+    providers: dict[str, ContextProviderSetting] = Field(default_factory=dict)
+    """`{agents_md: {}, datetime: {priority: 10}, team: {subject: ctx.team}}`: each turn's
+    requests carry what they say (`ContextProvided` in the log)."""
+
+
 class Settings(BaseSettings):
     """Deployment settings. Env var = `TURNSTREAM_` + the field name in upper case."""
 
@@ -146,6 +167,8 @@ class Settings(BaseSettings):
     system_prompt: str | None = None
     mcp: McpSettings = Field(default_factory=McpSettings)
     """MCP servers whose tools the tool-executor offers (issue 16)."""
+    context: ContextSettings = Field(default_factory=ContextSettings)
+    """Context providers asked at each turn's first COMPOSE_REQUEST (issue 16)."""
     replicas: int = Field(default=1, ge=1, le=5)
     """Stream replicas (3 on a cluster: an append is acked once a quorum has it)."""
     lease_ttl_s: float = Field(default=10, ge=1)

@@ -15,6 +15,7 @@ import orjson
 from turnstream.bus import Bus
 from turnstream.bus.leases import LeaseTable
 from turnstream.bus.scan import subject_counts
+from turnstream.context import ContextRegistry
 from turnstream.core.events import (
     Event,
     StagePostFired,
@@ -69,6 +70,7 @@ class Runner:
         *,
         hooks: HookRegistry | None = None,
         settings: Settings | None = None,
+        context: ContextRegistry | None = None,
         clock: Callable[[], datetime] = now,
         new_id: IdFactory = new_event_id,
     ) -> None:
@@ -82,6 +84,7 @@ class Runner:
         """Per pattern: the base configuration it was made from, and the session's."""
         self.base_config = turn_config
         self.hooks = hooks or HookRegistry(nc=bus.nc)
+        self.context = context
         self.now = clock
         self.new_id = new_id
         self.source = source_name("turn-runner")
@@ -171,6 +174,7 @@ class Runner:
             observe=self.observe,
             publish_live=self._publish_live,
             reloaded=self._count_reloaded,
+            context=self.context,
         )
 
     def use_tools(self, tools: tuple[ToolInfo, ...], digest: str) -> None:
@@ -325,13 +329,17 @@ async def serve(
     *,
     tools: ToolRegistry | None = None,
     hooks: HookRegistry | None = None,
+    context: ContextRegistry | None = None,
 ) -> None:
     provider = telemetry.traced(build_provider(settings))
     async with service_bus(settings, "turn-runner", bus) as bus:
         registry = tools or ToolRegistry.load()
         hooks = hooks or HookRegistry.load(bus.nc)
-        config = replace(settings.turn_config(), tools=tool_infos(registry))
-        runner = Runner(bus, provider, config, hooks=hooks, settings=settings)
+        context = context if context is not None else ContextRegistry.load(settings, bus.nc)
+        config = replace(
+            settings.turn_config(), tools=tool_infos(registry), context_providers=bool(context)
+        )
+        runner = Runner(bus, provider, config, hooks=hooks, settings=settings, context=context)
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(watch_hooks(bus, hooks, stop))

@@ -51,6 +51,7 @@ from turnstream.core.turn import (
     ToolCall,
     TurnConfig,
 )
+from turnstream.core.turn.context import ContextGathered, GatherContext
 from turnstream.core.workflow.definition import GATE
 from turnstream.runtime.mailbox import Delivered
 from turnstream.turn_runner import snapshots
@@ -222,6 +223,10 @@ class SessionActor:
                         answer = AssertSaid(
                             ex.execution_id, said.assert_verdict(), said.hook, said.reason
                         )
+                case GatherContext(turn_id=turn_id, request=request):
+                    context = self.ctx.context
+                    found = await context.gather(request) if context is not None else ()
+                    answer = ContextGathered(turn_id, found)
                 case TimeTurns(live=live):
                     if live - self.timed_turns:
                         bound = self.config.max_turn_seconds
