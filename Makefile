@@ -52,6 +52,7 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/mcp_tools.py
 	$(BIN)/python bench/cluster.py
 	$(BIN)/python bench/telemetry.py
+	$(BIN)/python bench/subturns.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export

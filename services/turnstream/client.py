@@ -59,9 +59,11 @@ def message_command(
     idempotency_key: str | None = None,
     reply_to: str | None = None,
     kind: str = "message",
+    agent: str | None = None,
 ) -> dict[str, Any]:
-    """A well-formed inbound `message` (or `steer`) command."""
-    return {
+    """A well-formed inbound `message` (or `steer`) command; `agent` names the agent
+    profile the session talks to (a `message` only)."""
+    command = {
         "type": kind,
         "sessionId": session_id,
         "chatId": chat_id or session_id,
@@ -70,6 +72,9 @@ def message_command(
         "idempotencyKey": idempotency_key or str(uuid_utils.uuid7()),
         "replyTo": reply_to,
     }
+    if agent is not None:
+        command["agent"] = agent
+    return command
 
 
 def answer_command(

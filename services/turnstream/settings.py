@@ -153,6 +153,17 @@ class Settings(BaseSettings):
     max_iterations: int = Field(default=50, ge=1)
     """Model calls per turn before it ends with `limit_exceeded`."""
     max_output_continuations: int = Field(default=1, ge=0)
+    max_hops: int = Field(default=8, ge=0)
+    """Agent-to-agent deliveries one chain may take (a reply, a send_message, a sub-turn's
+    input each count one); the next is not sent: `MessageDropped{hop_limit}`."""
+    max_subturn_depth: int = Field(default=3, ge=0)
+    """How deep sub-turns may nest (a child of a root turn is depth 1)."""
+    max_subturns: int = Field(default=5, ge=0)
+    """Sub-turns one turn may have running at once; past it `spawn` fails `limit_exceeded`."""
+    max_subturns_per_root: int = Field(default=25, ge=0)
+    """Sub-turns a root turn's whole tree may start (each child gets a share of it)."""
+    subturn_deadline_s: float = Field(default=300, gt=0)
+    """A sub-turn that has not ended by then ends `failed/timeout` for its parent."""
     workflows: Path = Path("workflows")
     agents: Path = Path("agents")
     """Agent profiles, `<name>.md` each (TURNSTREAM_AGENTS; DESIGN §11)."""
@@ -278,6 +289,11 @@ class Settings(BaseSettings):
             max_turn_seconds=self.max_turn_seconds,
             offer_tools=self.tool_calling != "none",
             followup_policy=self.followup_policy,
+            max_hops=self.max_hops,
+            max_subturn_depth=self.max_subturn_depth,
+            max_subturns=self.max_subturns,
+            max_subturns_per_root=self.max_subturns_per_root,
+            subturn_deadline_s=self.subturn_deadline_s,
             fallback=(fallback.provider, fallback.model_name) if fallback else None,
         )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,15 +18,18 @@ from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.events import ProviderRequestStarted
+from turnstream.core.turn.agent import RUNTIME_TOOLS
+from turnstream.core.turn.manifest import tools_digest
 from turnstream.gateway import app as gateway
 from turnstream.settings import McpSettings, Settings
 from turnstream.tool_executor import app as tool_executor
+from turnstream.tools.manifest import infos
 from turnstream.turn_runner import app as turn_runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
-async def _manifest_with(bus: Bus, name: str) -> dict[str, object]:
+async def _manifest_with(bus: Bus, name: str) -> dict[str, Any]:
     for _ in range(150):  # the executor connects and publishes (30 s at most)
         raw = await published(bus)
         if raw and name.encode() in raw:
@@ -73,7 +77,10 @@ async def test_each_request_records_the_manifest_it_offered(
     events = [s.event for s in await bus.store.read_session("mf1")]
     started = [e.data for e in events if isinstance(e, ProviderRequestStarted)]
     assert len(started) == 3
-    assert started[0].tools_digest == before["digest"]
-    assert started[-1].tools_digest == after["digest"] != before["digest"]
+    # what the model saw: the published manifest, and the runtime's own tools beside it
+    runtime = tuple(RUNTIME_TOOLS.values())
+    assert started[0].tools_digest == tools_digest((*infos(before), *runtime))
+    assert started[-1].tools_digest == tools_digest((*infos(after), *runtime))
+    assert started[-1].tools_digest != started[0].tools_digest
     assert "t__extra" not in (started[0].tools or []) and "t__extra" in (started[-1].tools or [])
-    assert started[0].tools == sorted(t["name"] for t in before["tools"])  # type: ignore[attr-defined]
+    assert started[0].tools == [t.name for t in (*infos(before), *runtime)]

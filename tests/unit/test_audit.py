@@ -116,6 +116,95 @@ def test_a_late_terminal_event_and_the_timer_report_the_same_violation() -> None
     assert kinds(timed) == []  # already reported
 
 
+def _agent_events(session: str = "s1") -> dict[str, Event]:
+    from tests.unit.audit_events import event
+    from turnstream.core.events import (
+        InputAccepted,
+        MessageSent,
+        SubTurnEnded,
+        SubTurnSpawned,
+    )
+
+    return {
+        "input": event(
+            InputAccepted,
+            session,
+            "t1",
+            {
+                "kind": "message",
+                "text": "q",
+                "sender": {"kind": "agent", "id": "a"},
+                "idempotencyKey": "k",
+                "replyTo": "a",
+                "inboundSeq": 1,
+            },
+        ),
+        "sent": event(
+            MessageSent,
+            session,
+            "t1",
+            {"to": "a", "idempotencyKey": "reply:t1", "hops": 1, "cause": "replyTo"},
+        ),
+        "spawned": event(
+            SubTurnSpawned,
+            session,
+            "t1",
+            {
+                "invocationId": "i1",
+                "childSessionId": "s1:sub-x",
+                "mode": "sync",
+                "depth": 1,
+                "task": "t",
+                "idempotencyKey": "spawn:i1",
+                "deadlineS": 10,
+            },
+        ),
+        "child_ended": event(
+            SubTurnEnded,
+            session,
+            "t1",
+            {"invocationId": "i1", "childSessionId": "s1:sub-x", "status": "completed"},
+        ),
+    }
+
+
+def test_a_reply_and_a_sub_turn_settled_once_are_clean() -> None:
+    e = _agent_events()
+    log = [e["input"], start("s1", "t1"), e["spawned"], e["child_ended"], e["sent"]]
+    auditor = fold([*log, ended("s1", "t1")])
+    auditor.tick(T0 + timedelta(seconds=100))
+    assert kinds(auditor) == []
+
+
+def test_a_second_reply_or_child_end_is_a_violation() -> None:
+    e = _agent_events()
+    again = e["sent"].model_copy(update={"id": "sent-2"})
+    twice = e["child_ended"].model_copy(update={"id": "end-2"})
+    log = [e["input"], e["spawned"], e["child_ended"], twice, e["sent"], again]
+    assert kinds(fold(log)) == ["duplicate_reply", "duplicate_subturn_end"]
+
+
+def test_a_missing_reply_or_child_end_is_found_by_the_timer() -> None:
+    e = _agent_events()
+    auditor = fold([e["input"], e["spawned"], ended("s1", "t1")])
+    auditor.tick(T0 + timedelta(seconds=4))
+    assert kinds(auditor) == []
+    auditor.tick(T0 + timedelta(seconds=16))
+    assert kinds(auditor) == ["reply_missing", "subturn_unended"]
+
+
+def test_the_summary_lists_children_and_pending_replies() -> None:
+    e = _agent_events()
+    summary = SessionSummary("s1")
+    for seq, event in enumerate([e["input"], e["spawned"]], 1):
+        evolve_summary(summary, seq, event)
+    assert summary.pending_replies == ["t1"] and summary.children == {"s1:sub-x": "running"}
+    evolve_summary(summary, 3, e["child_ended"])
+    evolve_summary(summary, 4, e["sent"])
+    assert summary.pending_replies is None and summary.children == {"s1:sub-x": "completed"}
+    assert SessionSummary.from_json(summary.to_json()) == summary
+
+
 def test_violation_ids_are_stable_and_not_reported_again_once_in_the_log() -> None:
     log = [*turn("s1", "t1"), ended("s1", "t1")]
     first = fold(log).take_violations(T0, "audit/1")

@@ -232,6 +232,46 @@ SAMPLE_DATA = {
         "eventSeq": 42,
         "invocationId": "i1",
     },
+    "SessionConfigured": {
+        "agent": "researcher",
+        "tools": ["read_file"],
+        "securityMode": "auto",
+        "maxIterations": 10,
+        "systemPrompt": "You research.",
+        "idempotencyKey": "k1",
+    },
+    "MessageSent": {
+        "to": "s2",
+        "idempotencyKey": "reply:t1",
+        "hops": 1,
+        "cause": "replyTo",
+        "inReplyTo": "k1",
+    },
+    "MessageDropped": {"to": "s2", "reason": "hop_limit", "hops": 9, "cause": "replyTo"},
+    "SubTurnSpawned": {
+        "invocationId": "i1",
+        "childSessionId": "s1:sub-abc",
+        "agent": "researcher",
+        "mode": "sync",
+        "depth": 1,
+        "task": "read the README",
+        "idempotencyKey": "spawn:i1",
+        "deadlineS": 300.0,
+    },
+    "SubTurnEnded": {
+        "invocationId": "i1",
+        "childSessionId": "s1:sub-abc",
+        "childTurnId": "t9",
+        "status": "failed",
+        "failureClass": "timeout",
+        "reply": "",
+    },
+    "SubTurnResultDelivered": {
+        "invocationId": "i1",
+        "childSessionId": "s1:sub-abc",
+        "as": "tool_result",
+        "inputId": "e5",
+    },
 }
 
 

@@ -8,6 +8,7 @@ from tests.unit.factories import accepted, run_turn, success
 from turnstream.core.events import ProviderRequestStarted
 from turnstream.core.session import fold
 from turnstream.core.turn import SessionState, ToolInfo, TurnConfig
+from turnstream.core.turn.agent import RUNTIME_TOOLS
 from turnstream.core.turn.manifest import tools_digest
 from turnstream.runtime.plugins import tool_infos
 from turnstream.tools import ToolRegistry
@@ -22,11 +23,13 @@ def started(config: TurnConfig) -> ProviderRequestStarted:
     return next(e for e in log if isinstance(e, ProviderRequestStarted))
 
 
-def test_a_request_offering_the_whole_manifest_records_the_manifests_digest() -> None:
+def test_a_request_records_the_manifest_it_offered_with_the_runtimes_own_tools() -> None:
     registry = ToolRegistry.load()
     data = started(TurnConfig(tools=tool_infos(registry))).data
-    assert data.tools_digest == manifest(registry)["digest"]
-    assert data.tools == [t.name for t in tool_infos(registry)]
+    offered = (*tool_infos(registry), *RUNTIME_TOOLS.values())
+    assert data.tools_digest == tools_digest(offered) != manifest(registry)["digest"]
+    assert data.tools == [t.name for t in offered]
+    assert tools_digest(tool_infos(registry)) == manifest(registry)["digest"]  # computed alike
 
 
 def test_the_digest_follows_the_tools_offered_not_their_order() -> None:

@@ -6,7 +6,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-AGENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+from turnstream.core.commands import AGENT_NAME_PATTERN
+
+AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
 """An agent's name: its file's name in TURNSTREAM_AGENTS, never a path."""
 
 SecurityMode = Literal["auto", "ask", "allowlist", "deny"]

@@ -21,7 +21,7 @@ from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.approval")
 DURABLE = "approval"
-CONSUMES = ("ToolInvocationProposed", "InteractionAnswered", "TurnEnded")
+CONSUMES = ("SessionConfigured", "ToolInvocationProposed", "InteractionAnswered", "TurnEnded")
 
 
 Item = Delivered | Tick

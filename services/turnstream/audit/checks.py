@@ -4,7 +4,11 @@
 - no turn open past its wall-time bound (`turn_overdue`: found when the late `TurnEnded`
   arrives, or by `overdue(now)` on a timer for a turn that has not ended);
 - no `ToolInvocationStarted`/`Succeeded` without an earlier `ToolCallApproved` for the
-  same invocation (`unapproved_tool_run`, one per invocation).
+  same invocation (`unapproved_tool_run`, one per invocation);
+- every `SubTurnSpawned` has exactly one `SubTurnEnded` (`duplicate_subturn_end`; none by
+  its deadline + grace: `subturn_unended`, on the timer);
+- every turn whose input had `replyTo` has exactly one `MessageSent` or `MessageDropped`
+  for its reply (`duplicate_reply`; none by its `TurnEnded` + grace: `reply_missing`).
 
 Each finding has a key, and its `AuditViolation` an id derived from the key
 (`derived_id`): a redelivered event, a restart or a timer that fires again produce
@@ -23,7 +27,13 @@ from turnstream.core.events import (
     Envelope,
     Event,
     EventBase,
+    InputAccepted,
+    InputRejected,
+    MessageDropped,
+    MessageSent,
     SessionTurnStart,
+    SubTurnEnded,
+    SubTurnSpawned,
     ToolCallApproved,
     ToolInvocationStarted,
     ToolInvocationSucceeded,
@@ -102,6 +112,13 @@ class Checks:
     """Turns started and not ended, for the timer."""
     approved: set[tuple[str, str]] = field(default_factory=set)
     """(session, invocation) pairs with a `ToolCallApproved`."""
+    children: dict[tuple[str, str], tuple[SubTurnSpawned, datetime, int]] = field(
+        default_factory=dict
+    )
+    """(session, invocation) of each sub-turn: its spawn, deadline, and ends seen."""
+    replies: dict[tuple[str, str], tuple[EventBase, int]] = field(default_factory=dict)
+    """(session, turn) of each input with `replyTo`: the event to time it by (its input,
+    then its `TurnEnded`), and how many `MessageSent`/`MessageDropped` answered it."""
 
     def observe(self, seq: int, event: Event) -> list[Finding]:
         """Fold one event in; return what it shows to be wrong."""
@@ -113,7 +130,24 @@ class Checks:
                     facts.start = event
                     self.open[key] = facts
             case TurnEnded() if event.turn_id:
+                key = (event.session_id, event.turn_id)
+                if key in self.replies:
+                    self.replies[key] = (event, self.replies[key][1])
                 return self._ended(seq, event)
+            case InputAccepted(data=data) | InputRejected(data=data) if (
+                data.reply_to and event.turn_id
+            ):
+                self.replies.setdefault((event.session_id, event.turn_id), (event, 0))
+            case MessageSent(data=data) | MessageDropped(data=data) if (
+                data.cause == "replyTo" and event.turn_id
+            ):
+                return self._replied(seq, event, (event.session_id, event.turn_id))
+            case SubTurnSpawned(data=data):
+                deadline = event.time + timedelta(seconds=data.deadline_s)
+                key = (event.session_id, data.invocation_id)
+                self.children.setdefault(key, (event, deadline, 0))
+            case SubTurnEnded(data=data):
+                return self._child_ended(seq, event, (event.session_id, data.invocation_id))
             case ToolCallApproved(data=data):
                 self.approved.add((event.session_id, data.invocation_id))
             case ToolInvocationStarted(data=data) | ToolInvocationSucceeded(data=data):
@@ -126,11 +160,49 @@ class Checks:
     def overdue(self, now: datetime) -> list[Finding]:
         """Turns still open past their bound at `now` (run on a timer)."""
         bound = self.config.bound
-        return [
+        grace = timedelta(seconds=self.config.grace_s)
+        found = [
             self._overdue(facts.start, now - facts.start.time)
             for facts in self.open.values()
             if facts.start is not None and now - facts.start.time > bound
         ]
+        for spawned, deadline, ends in self.children.values():
+            if not ends and now > deadline + grace:
+                detail = (
+                    f"sub-turn {spawned.data.child_session_id} (invocation "
+                    f"{spawned.data.invocation_id}) has no SubTurnEnded past its deadline"
+                )
+                key = f"unended:{spawned.session_id}:{spawned.data.invocation_id}"
+                found.append(Finding("subturn_unended", key, deadline + grace, detail, spawned))
+        for ended, answers in self.replies.values():
+            if not answers and isinstance(ended, TurnEnded) and now > ended.time + grace:
+                detail = f"turn {ended.turn_id} ended without a MessageSent or MessageDropped"
+                key = f"noreply:{ended.session_id}:{ended.turn_id}"
+                found.append(Finding("reply_missing", key, ended.time + grace, detail, ended))
+        return found
+
+    def _replied(self, seq: int, event: EventBase, key: tuple[str, str]) -> list[Finding]:
+        timed_by, answers = self.replies.get(key, (event, 0))
+        self.replies[key] = (timed_by, answers + 1)
+        if answers + 1 < 2:
+            return []
+        detail = f"turn {event.turn_id} sent its reply {answers + 1} times (seq {seq})"
+        finding = Finding("duplicate_reply", f"reply:{event.id}", event.time, detail, event)
+        return [finding]
+
+    def _child_ended(self, seq: int, event: SubTurnEnded, key: tuple[str, str]) -> list[Finding]:
+        if key not in self.children:
+            return []
+        spawned, deadline, ends = self.children[key]
+        self.children[key] = (spawned, deadline, ends + 1)
+        if ends + 1 < 2:
+            return []
+        detail = (
+            f"sub-turn {event.data.child_session_id} has {ends + 1} SubTurnEnded events "
+            f"(this one at seq {seq})"
+        )
+        finding = Finding("duplicate_subturn_end", f"subend:{event.id}", event.time, detail, event)
+        return [finding]
 
     def _ended(self, seq: int, event: TurnEnded) -> list[Finding]:
         assert event.turn_id is not None

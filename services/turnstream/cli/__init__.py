@@ -115,6 +115,10 @@ def send(
     ),
     key: Annotated[str | None, typer.Option(help="Idempotency key (default: new).")] = None,
     reply_to: Annotated[str | None, typer.Option(help="Session that wants the reply.")] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="Agent profile the session talks to (`turnstream agents` lists them)."),
+    ] = None,
     steer: Annotated[bool, typer.Option(help="Send as a steer command.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the turn.")] = 120.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the reply.")] = False,
@@ -137,6 +141,7 @@ def send(
         idempotency_key=key,
         reply_to=reply_to,
         kind="steer" if steer else "message",
+        agent=agent,
     )
     run_send(settings_of(nats_url, data_dir), command, quiet=quiet, timeout=timeout)
 

@@ -20,17 +20,23 @@ from turnstream.core.events import (
     InteractionAnswered,
     InteractionRequested,
     InterruptReceived,
+    MessageDropped,
+    MessageSent,
     ProviderFallback,
     ProviderRequestCompleted,
     ProviderRequestFailed,
     ProviderRequestStarted,
     ProviderRetry,
     RenderEmitted,
+    SessionConfigured,
     SessionTurnStart,
     Stage,
     StagePostFired,
     StagePreFired,
     SteeringInjected,
+    SubTurnEnded,
+    SubTurnResultDelivered,
+    SubTurnSpawned,
     ToolCallApproved,
     ToolCallDenied,
     ToolCallModeInvoked,
@@ -42,7 +48,7 @@ from turnstream.core.events import (
     ToolInvocationSucceeded,
     TurnEnded,
 )
-from turnstream.core.projection import SessionView, TurnView
+from turnstream.core.projection import ChildView, SessionView, TurnView
 
 STATUS_STYLE = {"completed": "green", "failed": "red", "denied": "yellow"}
 
@@ -119,14 +125,33 @@ def summarize(event: Event) -> str:
             if d.status == "completed":
                 return "completed"
             return f"{d.status} [{d.failure_class}] {d.reason or ''} → {d.next_action or ''}"
+        case SessionConfigured(data=d):
+            return f"agent {d.agent}"
+        case MessageSent(data=d):
+            return f"{d.kind} → {d.to} ({d.cause}, hops {d.hops})"
+        case MessageDropped(data=d):
+            return f"not sent to {d.to}: {d.reason} (hops {d.hops})"
+        case SubTurnSpawned(data=d):
+            return _clip(f"{d.mode} {d.child_session_id} ({d.agent or 'default'}): {d.task}", 90)
+        case SubTurnEnded(data=d):
+            why = f" [{d.failure_class}]" if d.failure_class else ""
+            return _clip(f"{d.child_session_id} {d.status}{why}: {d.reply}", 90)
+        case SubTurnResultDelivered(data=d):
+            return f"{d.child_session_id} as {d.delivered_as}"
         case _:
             return ""
+
+
+def depth_of(session_id: str) -> int:
+    """How deep a sub-turn's session is (the runtime names children `<parent>:sub-<id>`)."""
+    return session_id.count(":sub-")
 
 
 def event_line(event: Event) -> Text:
     """`12:00:01.234 session turn… Type  summary`."""
     line = Text()
     line.append(event.time.strftime("%H:%M:%S.%f")[:-3] + " ", style="dim")
+    line.append("  " * depth_of(event.session_id) + ("↳ " if depth_of(event.session_id) else ""))
     line.append(f"{event.session_id} ", style="cyan")
     line.append(f"{(event.turn_id or '-')[-8:]:>8} ", style="dim")
     style = "bold"
@@ -290,6 +315,10 @@ def print_session(console: Console, view: SessionView, events: list[Event] | Non
         console.print(f"  [dim]input{who}:[/] {_clip(turn.input_text, 100)}")
         if turn.reply:
             console.print(f"  [dim]reply:[/] {_clip(turn.reply, 100)}")
+        for child in turn.children.values():
+            console.print(child_line(child))
+        for message in turn.messages:
+            console.print(f"  [dim]message {message}[/]")
         if turn.reason and turn.status != "completed":
             console.print(f"  [red]reason:[/] {turn.reason}")
             console.print(f"  [yellow]next:[/] {turn.next_action}")
@@ -298,6 +327,21 @@ def print_session(console: Console, view: SessionView, events: list[Event] | Non
                 f"  [dim]{turn.provider_calls} model call(s), "
                 f"{turn.input_tokens} in / {turn.output_tokens} out tokens[/]"
             )
+
+
+def child_line(child: ChildView) -> Text:
+    """A sub-turn under its parent turn: `↳ <child session> (agent) mode status duration`."""
+    status = child.status or "running"
+    line = Text("  ↳ sub-turn ", style="dim")
+    line.append(child.session_id, style="cyan")
+    line.append(f" ({child.agent or 'default'}, {child.mode}) ")
+    line.append(status, style=STATUS_STYLE.get(status, "yellow"))
+    if child.failure_class:
+        line.append(f" [{child.failure_class}]", style="red")
+    line.append(f"  {_ms(child.duration_ms)}", style="dim")
+    if child.delivered_as:
+        line.append(f"  delivered as {child.delivered_as}", style="dim")
+    return line
 
 
 def print_status(console: Console, state: dict[str, Any], last_seq: int) -> None:

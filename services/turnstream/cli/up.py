@@ -79,9 +79,7 @@ class Supervisor:
             if code is None:
                 continue
             log = self.settings.data_dir / f"{name}.log"
-            if name == "http" and code == 3:  # its address is taken or refused: run without
-                self.console.print(f"[yellow]http not served[/] (see {log})")
-                del self.children[name]
+            if self._http_gave_up(name, code):
                 continue
             if self.restarts[name] >= MAX_RESTARTS:
                 raise RuntimeError(f"{name} keeps exiting (code {code}); see {log}")
@@ -89,7 +87,17 @@ class Supervisor:
             self.console.print(f"[red]{name} exited with code {code}; restarting[/] (see {log})")
             self.start(name)
 
+    def _http_gave_up(self, name: str, code: int | None) -> bool:
+        """The HTTP face exits 3 when its address is taken or refused: say so, run without."""
+        if name != "http" or code != 3:
+            return False
+        log = self.settings.data_dir / f"{name}.log"
+        self.console.print(f"[yellow]http not served[/] (see {log})")
+        del self.children[name]
+        return True
+
     def stop_all(self) -> None:
+        exited = {name: child.poll() for name, child in self.children.items()}
         for child in self.children.values():
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
@@ -99,6 +107,8 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+        if "http" in self.children and 3 in (exited["http"], self.children["http"].returncode):
+            self._http_gave_up("http", 3)  # it gave up before the next check: still say so
 
 
 def lock_data_dir(settings: Settings) -> IO[str]:

@@ -39,6 +39,7 @@ from turnstream.core.events import (
     InteractionRequestedData,
     SecurityMode,
     Sender,
+    SessionConfigured,
     StageGranted,
     StageGrantedData,
     ToolCallApproved,
@@ -117,6 +118,9 @@ class ApprovalState:
 def evolve(state: ApprovalState, event: Event) -> ApprovalState:
     """Fold the events the approval decider cares about; ignore the rest."""
     match event:
+        case SessionConfigured(data=data) if data.security_mode is not None:
+            # the agent's mode, unless a proposal before it fixed the session's
+            return state if state.mode else with_changes(state, mode=data.security_mode)
         case ToolInvocationProposed(data=data) if data.known and not data.skip:
             if event.turn_id != state.turn_id:  # keep what other turns still wait for
                 undecided = tuple(p for p in state.proposals if p.status != "decided")

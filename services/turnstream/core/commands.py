@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, TypeAdapter
 
-from turnstream.core.events import Sender, WireModel
+from turnstream.core.events import ParentRef, ReplyOutcome, Sender, WireModel
 from turnstream.core.subjects import REJECTED_SESSION, SESSION_ID_PATTERN, is_reserved_session
 
 
@@ -27,6 +27,9 @@ SessionId = Annotated[
     Field(json_schema_extra={"not": {"const": REJECTED_SESSION}}),
 ]
 MAX_TEXT_CHARS = 100_000
+AGENT_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+"""An agent's name: its profile file's name in TURNSTREAM_AGENTS, never a path."""
+AgentName = Annotated[str, StringConstraints(pattern=AGENT_NAME_PATTERN)]
 
 
 class CommandBase(WireModel):
@@ -47,6 +50,17 @@ class MessageCommand(CommandBase):
 
     type: Literal["message"]
     text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
+    agent: AgentName | None = None
+    """The agent profile to talk to; the first message that names one fixes the session's
+    agent (`SessionConfigured`), a later different one is rejected (`agent_conflict`)."""
+    in_reply_to: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    """The idempotency key of the message this one answers."""
+    hops: Annotated[int, Field(ge=0)] = 0
+    """Agent-to-agent deliveries that came before this message (DESIGN §11)."""
+    parent: ParentRef | None = None
+    """Set by the runtime on a sub-turn's input: the parent turn and its `spawn` call."""
+    outcome: ReplyOutcome | None = None
+    """Set by the runtime on a reply: how the turn it answers for ended."""
 
 
 class SteerCommand(CommandBase):

@@ -16,12 +16,17 @@ from turnstream.core.events import (
     FollowUpQueued,
     InputAccepted,
     InputRejected,
+    MessageDropped,
+    MessageSent,
     ProviderRequestCompleted,
     ProviderRequestStarted,
     SessionTurnStart,
     Stage,
     StagePostFired,
     StagePreFired,
+    SubTurnEnded,
+    SubTurnResultDelivered,
+    SubTurnSpawned,
     TurnEnded,
     TurnStatus,
 )
@@ -43,6 +48,26 @@ class StageSpan:
 
 
 @dataclass
+class ChildView:
+    """A sub-turn as its parent turn sees it."""
+
+    session_id: str
+    agent: str | None
+    mode: str
+    spawned_at: datetime
+    ended_at: datetime | None = None
+    status: TurnStatus | None = None
+    failure_class: FailureClass | None = None
+    delivered_as: str | None = None
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.ended_at is None:
+            return None
+        return (self.ended_at - self.spawned_at).total_seconds() * 1000
+
+
+@dataclass
 class TurnView:
     turn_id: str
     input_text: str = ""
@@ -60,6 +85,10 @@ class TurnView:
     input_tokens: int = 0
     output_tokens: int = 0
     stages: list[StageSpan] = field(default_factory=list)
+    children: dict[str, ChildView] = field(default_factory=dict)
+    """Sub-turns it spawned, by invocation id."""
+    messages: list[str] = field(default_factory=list)
+    """What it sent other sessions: `→ <to> (<cause>)`, `✗ <to> dropped (<reason>)`."""
 
     @property
     def duration_ms(self) -> float | None:
@@ -86,15 +115,39 @@ class SessionView:
 def build_view(session_id: str, events: Iterable[Event]) -> SessionView:
     """Fold a session's events into its readable view."""
     view = SessionView(session_id)
+    spawned: dict[str, ChildView] = {}
+    """Spawn keys → their child: a child's reply is its result, not a turn."""
+    replies: dict[str, InputAccepted] = {}
     for event in events:
         view.events += 1
         if event.turn_id is None:
             continue
+        if isinstance(event, InputAccepted) and event.data.in_reply_to in spawned:
+            replies[event.id] = event
+            continue
+        if event.turn_id not in view.turns and any(
+            r.turn_id == event.turn_id for r in replies.values()
+        ):
+            # an async child's result that became a follow-up turn: its input first
+            first = next(r for r in replies.values() if r.turn_id == event.turn_id)
+            _accepted(view.turn(event.turn_id), first)
         turn = view.turn(event.turn_id)
         match event:
-            case InputAccepted(data=data):
-                turn.input_text, turn.received_at = data.text, event.time
-                turn.sender = f"{data.sender.kind}:{data.sender.id}"
+            case InputAccepted():
+                _accepted(turn, event)
+            case SubTurnSpawned(data=data):
+                child = ChildView(data.child_session_id, data.agent, data.mode, event.time)
+                spawned[data.idempotency_key] = turn.children[data.invocation_id] = child
+            case SubTurnEnded(data=data) if data.invocation_id in turn.children:
+                child = turn.children[data.invocation_id]
+                child.ended_at, child.status = event.time, data.status
+                child.failure_class = data.failure_class
+            case SubTurnResultDelivered(data=data) if data.invocation_id in turn.children:
+                turn.children[data.invocation_id].delivered_as = data.delivered_as
+            case MessageSent(data=data) if data.cause != "subturn":
+                turn.messages.append(f"→ {data.to} ({data.cause}, {data.kind})")
+            case MessageDropped(data=data):
+                turn.messages.append(f"✗ {data.to} dropped ({data.reason}, hops {data.hops})")
             case InputRejected(data=data):
                 turn.input_text, turn.received_at = data.excerpt, event.time
             case FollowUpQueued():
@@ -121,3 +174,9 @@ def build_view(session_id: str, events: Iterable[Event]) -> SessionView:
             case _:
                 pass
     return view
+
+
+def _accepted(turn: TurnView, event: InputAccepted) -> None:
+    data = event.data
+    turn.input_text, turn.received_at = data.text, event.time
+    turn.sender = f"{data.sender.kind}:{data.sender.id}"

@@ -24,10 +24,16 @@ from pydantic.alias_generators import to_camel
 from turnstream.core.events import (
     AuditViolation,
     Event,
+    InputAccepted,
     InputRejected,
+    MessageDropped,
+    MessageSent,
     ProviderRequestCompleted,
     RenderEmitted,
+    SessionConfigured,
     SessionTurnStart,
+    SubTurnEnded,
+    SubTurnSpawned,
     ToolInvocationRequested,
     TurnEnded,
 )
@@ -61,6 +67,12 @@ class SessionSummary:
     last_seq: int = 0
     """The log sequence of the last event folded in: the summary is current up to it."""
     updated_at: datetime | None = None
+    agent: str | None = None
+    """The session's agent (`SessionConfigured`)."""
+    children: dict[str, str] | None = None
+    """Sub-turns by child session id: `running`, or how they ended."""
+    pending_replies: list[str] | None = None
+    """Turns whose input wants a reply (`replyTo`) not sent yet."""
 
     def to_json(self) -> bytes:
         return orjson.dumps({_CAMEL[name]: getattr(self, name) for name in _FIELDS})
@@ -106,6 +118,17 @@ def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSu
                 summary.status = data.status
         case AuditViolation():
             summary.violations += 1
+        case SessionConfigured(data=data):
+            summary.agent = summary.agent or data.agent
+        case InputAccepted(data=data) if data.reply_to and event.turn_id:
+            summary.pending_replies = [*(summary.pending_replies or []), event.turn_id]
+        case MessageSent(data=data) | MessageDropped(data=data) if data.cause == "replyTo":
+            left = [t for t in summary.pending_replies or [] if t != event.turn_id]
+            summary.pending_replies = left or None
+        case SubTurnSpawned(data=data):
+            summary.children = {**(summary.children or {}), data.child_session_id: "running"}
+        case SubTurnEnded(data=data):
+            summary.children = {**(summary.children or {}), data.child_session_id: data.status}
         case _:
             pass
     return summary

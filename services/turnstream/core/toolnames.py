@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
+from turnstream.core.turn.agent import RUNTIME_TOOLS
+
 MCP_SEP = "__"
 """Between an MCP server's name and its tool's: `<server>__<tool>`."""
 
-RESERVED: frozenset[str] = frozenset()
-"""Names the runtime keeps for tools of its own, registered or not."""
+RESERVED: frozenset[str] = frozenset(RUNTIME_TOOLS)
+"""Names the runtime keeps for tools of its own (`send_message`, `spawn`): offered to every
+session beside the registered tools, though no executor registers them."""
 
 
 def mcp_name(server: str, tool: str) -> str:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any
 
+from turnstream import agents
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_pull, fetch_loop, kept_in_progress
 from turnstream.bus.scan import scan_log
@@ -14,11 +16,12 @@ from turnstream.core.events import (
     InputRejected,
     InteractionAnswered,
     InteractionRequested,
+    SessionConfigured,
     decode,
 )
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.gateway.dedup import first_time, open_bucket
-from turnstream.gateway.intake import Inbound, intake, reject_unknown_answer
+from turnstream.gateway.intake import Inbound, intake, reject_unknown_answer, settle_agent
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.settings import Settings
 from turnstream.tools.registry import ToolRegistry
@@ -53,6 +56,25 @@ async def _consume(
         tool_calling = settings.session_override(session_id)[1].tool_calling
         return attachable(settings.workflows, name, live_tools, tool_calling, settings.mcp.servers)
 
+    def load_agent(name: str) -> agents.AgentProfile:
+        profile = agents.load(agents.find(settings.agents, name))
+        if profile.provider is not None and profile.model is None:
+            # its provider's default model, recorded: a replay needs no settings either
+            other = settings.model_copy(update={"provider": profile.provider, "model": None})
+            profile = replace(profile, model=other.model_name)
+        return profile
+
+    session_agents: dict[str, str] = {}
+    """Sessions' agents seen by this gateway (a session's agent never changes)."""
+
+    async def agent_of(session_id: str) -> str | None:
+        if session_id not in session_agents:
+            found = await _session_agent(bus, session_id)
+            if found is None:
+                return None
+            session_agents[session_id] = found
+        return session_agents[session_id]
+
     async def decide(msg: Any) -> list[EventBase]:
         meta = msg.metadata
         raw = Inbound(
@@ -69,14 +91,20 @@ async def _consume(
             now=now(),
             source=source,
             load_workflow=load_workflow,
+            load_agent=load_agent,
         )
         match decided:
             case [InteractionAnswered() as answered] if not await _was_requested(bus, answered):
                 decided = reject_unknown_answer(raw, answered, now=now(), source=source)
+            case [SessionConfigured() as configured, *_]:
+                current = await agent_of(configured.session_id)
+                decided = settle_agent(raw, decided, current, now=now(), source=source)
         first = decided[0]
         if isinstance(first, InputRejected) or await first_time(
             claims, first.session_id, first.correlation_id, raw.seq
         ):
+            if isinstance(first, SessionConfigured):  # the next message of the batch sees it
+                session_agents[first.session_id] = first.data.agent
             return decided
         return []  # a key this session already used: its first command's events answer
 
@@ -118,6 +146,20 @@ async def _was_requested(bus: Bus, answered: InteractionAnswered) -> bool:
     subject = bus.subjects.log(answered.session_id, "InteractionRequested")
     await scan_log(bus.js, bus.subjects, on_event, subject=subject)
     return found
+
+
+async def _session_agent(bus: Bus, session_id: str) -> str | None:
+    """The agent the session's log configured (its first `SessionConfigured`), if any."""
+    found: list[str] = []
+
+    def on_event(_seq: int, _subject: str, data: bytes) -> None:
+        event = decode(data)
+        if isinstance(event, SessionConfigured) and not found:
+            found.append(event.data.agent)
+
+    subject = bus.subjects.log(session_id, "SessionConfigured")
+    await scan_log(bus.js, bus.subjects, on_event, subject=subject)
+    return found[0] if found else None
 
 
 def main() -> None:

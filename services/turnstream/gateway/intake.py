@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 
+from turnstream.agents import AgentProfile
 from turnstream.core.commands import (
     COMMAND_ADAPTER,
     COMMAND_TYPES,
@@ -37,6 +38,8 @@ from turnstream.core.events import (
     InterruptReceived,
     InterruptReceivedData,
     RejectionKind,
+    SessionConfigured,
+    SessionConfiguredData,
     TurnEnded,
     TurnEndedData,
     WorkflowAttached,
@@ -74,6 +77,9 @@ class Rejection:
     fields: dict[str, Any]
 
 
+AgentLoader = Callable[[str], AgentProfile]
+"""Agent name → its profile; `ValueError` or `FileNotFoundError` saying what is wrong."""
+
 WorkflowLoader = Callable[[str, str], WorkflowDef]
 """(session id, workflow name) → the checked definition; `ValueError` or
 `FileNotFoundError` saying what is wrong (the shell reads the files)."""
@@ -86,6 +92,7 @@ def intake(
     now: datetime,
     source: str,
     load_workflow: WorkflowLoader | None = None,
+    load_agent: AgentLoader | None = None,
 ) -> list[EventBase]:
     """Validate one inbound command; return the events that record the outcome."""
     parsed = check(raw, max_bytes=max_bytes)
@@ -96,12 +103,12 @@ def intake(
         parsed.session_id, parsed.chat_id, None, ids("trace"), parsed.idempotency_key
     )
 
-    def fact(cls: type[E], data: Any, turn_id: str | None = None) -> E:
+    def fact(cls: type[E], data: Any, turn_id: str | None = None, purpose: str = "event") -> E:
         return stamp(
             cls,
             data,
             envelope,
-            event_id=ids("event"),
+            event_id=ids(purpose),
             time=now,
             source=source,
             causation_id=None,
@@ -109,7 +116,31 @@ def intake(
         )
 
     match parsed:
-        case MessageCommand() | SteerCommand():
+        case MessageCommand():
+            configured: list[EventBase] = []
+            if parsed.agent is not None:
+                try:
+                    profile = _load(load_agent, parsed.agent)
+                except (ValueError, FileNotFoundError) as exc:
+                    unknown = Rejection("unknown_agent", str(exc), [], _fields_of(parsed))
+                    return _rejected(raw, unknown, ids, now, source)
+                setup = configured_data(profile, parsed.idempotency_key)
+                configured.append(fact(SessionConfigured, setup, purpose="configured"))
+            data = InputAcceptedData(
+                kind=parsed.type,
+                text=parsed.text,
+                sender=parsed.sender,
+                idempotency_key=parsed.idempotency_key,
+                reply_to=parsed.reply_to,
+                inbound_seq=raw.seq,
+                agent=parsed.agent,
+                in_reply_to=parsed.in_reply_to,
+                hops=parsed.hops,
+                parent=parsed.parent,
+                outcome=parsed.outcome,
+            )
+            return [*configured, fact(InputAccepted, data, turn_id=ids("turn"))]
+        case SteerCommand():
             data = InputAcceptedData(
                 kind=parsed.type,
                 text=parsed.text,
@@ -162,6 +193,58 @@ def intake(
             return [fact(WorkflowAttached, attached)]
 
 
+def _load(load_agent: AgentLoader | None, name: str) -> AgentProfile:
+    if load_agent is None:
+        raise ValueError(f"this gateway knows no agent profiles; no agent {name!r}")
+    return load_agent(name)
+
+
+def configured_data(profile: AgentProfile, idempotency_key: str) -> SessionConfiguredData:
+    """The profile as `SessionConfigured` records it (a replay needs no profile file)."""
+    return SessionConfiguredData(
+        agent=profile.name,
+        description=profile.description,
+        provider=profile.provider,
+        model=profile.model,
+        tools=list(profile.tools) if profile.tools is not None else None,
+        security_mode=profile.security_mode,
+        max_iterations=profile.max_iterations,
+        system_prompt=profile.system_prompt,
+        idempotency_key=idempotency_key,
+    )
+
+
+def settle_agent(
+    raw: Inbound, decided: list[EventBase], current: str | None, *, now: datetime, source: str
+) -> list[EventBase]:
+    """`decided` given the agent the session already has (`current`, from its log): the
+    first message that names an agent configures the session; naming the same one again
+    changes nothing; naming another is rejected (`agent_conflict`), nothing accepted."""
+    match decided:
+        case [SessionConfigured() as configured, InputAccepted() as accepted]:
+            wanted = configured.data.agent
+            if current is None:
+                return decided
+            if current == wanted:
+                return [accepted]
+            why = Rejection(
+                "agent_conflict",
+                f"session {accepted.session_id!r} talks to agent {current!r}; a message "
+                f"cannot switch it to {wanted!r}: use another session id for {wanted!r}, or "
+                "leave `agent` out",
+                [f"agent: the session's agent is {current!r}"],
+                {
+                    "sessionId": accepted.session_id,
+                    "chatId": accepted.chat_id,
+                    "idempotencyKey": accepted.data.idempotency_key,
+                    "replyTo": accepted.data.reply_to,
+                    "hops": accepted.data.hops,
+                },
+            )
+            return _rejected(raw, why, _Ids(raw), now, source)
+    return decided
+
+
 def _no_workflows(parsed: AttachCommand) -> Rejection:
     return Rejection(
         "unsupported",
@@ -178,6 +261,8 @@ def _fields_of(parsed: InboundCommand) -> dict[str, Any]:
         "sessionId": parsed.session_id,
         "chatId": parsed.chat_id,
         "idempotencyKey": parsed.idempotency_key,
+        "replyTo": parsed.reply_to,
+        "hops": getattr(parsed, "hops", 0),
     }
 
 
@@ -199,7 +284,11 @@ def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
         return Rejection(
             "not_json", f"payload is JSON {type(body).__name__}, expected an object", [], {}
         )
-    fields = {k: body[k] for k in ("sessionId", "chatId", "idempotencyKey") if k in body}
+    fields = {
+        k: body[k]
+        for k in ("sessionId", "chatId", "idempotencyKey", "replyTo", "hops")
+        if k in body
+    }
     if is_reserved_session(raw.session_token) or is_reserved_session(body.get("sessionId", "")):
         return Rejection(
             "bad_session_id",
@@ -275,6 +364,13 @@ def _rejected(
         ids("trace"),
         key if isinstance(key, str) and key else ids("correlation"),
     )
+    reply_to, hops = why.fields.get("replyTo"), why.fields.get("hops", 0)
+    answerable = (
+        session != REJECTED_SESSION
+        and isinstance(reply_to, str)
+        and is_session_id(reply_to)
+        and not is_reserved_session(reply_to)
+    )
     rejected = stamp(
         InputRejected,
         InputRejectedData(
@@ -285,6 +381,8 @@ def _rejected(
             inbound_seq=raw.seq,
             size=len(raw.data),
             excerpt=raw.data[:EXCERPT_BYTES].decode("utf-8", "replace"),
+            reply_to=reply_to if answerable else None,
+            hops=hops if isinstance(hops, int) and not isinstance(hops, bool) and hops >= 0 else 0,
         ),
         envelope,
         event_id=ids("event"),

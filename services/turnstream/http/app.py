@@ -258,6 +258,8 @@ def run(settings: Settings) -> None:
     try:
         sock = bind(settings.http_addr, settings.http_keys_file is not None)
     except (OSError, ValueError) as exc:
+        # exiting anyway: a SIGTERM now (`up` stopping) must not hide why, the exit code
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         log.error("cannot serve HTTP on %s: %s", settings.http_addr, exc)
         raise SystemExit(CANNOT_SERVE) from exc
     tune_gc()

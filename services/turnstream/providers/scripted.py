@@ -5,7 +5,9 @@ fact in the log, so a replay picks the same reply); past the end the script wrap
 Placeholders: `{input}` (the latest user message), `{input:N}` (its first N characters),
 `{last_tool_result}` / `{last_tool_result:N}` (the latest tool result), `{call}` (the call
 index). A reply with `tool_calls` asks for those tools (its `text`, if any, comes first).
-`stages: {<stage id>: [replies]}` answers the turns of a workflow stage, counted per stage.
+`stages: {<stage id>: [replies]}` answers the turns of a workflow stage, counted per stage;
+`agents: {<agent>: [replies]}` answers the sessions of an agent (DESIGN §11), counted per
+session like `replies`.
 """
 
 from __future__ import annotations
@@ -84,9 +86,15 @@ class Script(BaseModel):
         default_factory=dict
     )
     """Replies for the turns of a workflow stage, by stage id (counted per stage turn)."""
+    agents: dict[str, Annotated[list[ScriptReply], Field(min_length=1)]] = Field(
+        default_factory=dict
+    )
+    """Replies for the sessions of an agent, by agent name (counted per session)."""
 
     def reply(self, request: ProviderRequest) -> ScriptReply:
-        replies = self.stages.get(request.stage or "", self.replies)
+        replies = self.stages.get(request.stage or "") or self.agents.get(
+            request.agent or "", self.replies
+        )
         return replies[request.call_index % len(replies)]
 
 

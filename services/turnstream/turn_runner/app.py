@@ -12,12 +12,14 @@ from typing import Any
 
 import orjson
 
+from turnstream.agents import load_all
 from turnstream.bus import Bus
 from turnstream.bus.leases import LeaseTable
 from turnstream.bus.scan import subject_counts
 from turnstream.context import ContextRegistry
 from turnstream.core.events import (
     Event,
+    SessionConfiguredData,
     StagePostFired,
     StagePreFired,
 )
@@ -49,7 +51,9 @@ from turnstream.turn_runner.session import SessionActor
 log = logging.getLogger("turnstream.turn_runner")
 DURABLE = "turn-runner"
 REACTS_TO = (
+    "SessionConfigured",
     "InputAccepted",
+    "InputRejected",
     "WorkflowAttached",
     "InterruptReceived",
     "ToolCallApproved",
@@ -103,6 +107,7 @@ class Runner:
         """Events read back by reloads (how much snapshots save)."""
         self.tools_digest: str | None = None
         """The digest of the executors' tool manifest in use (None: the local registry's)."""
+        self.agent_providers: dict[tuple[str | None, str | None], Provider] = {}
 
     @property
     def turn_config(self) -> TurnConfig:
@@ -152,8 +157,30 @@ class Runner:
             self.session_configs[pattern] = (config, session_config)
         return provider, session_config
 
+    def agent_provider(self, agent: SessionConfiguredData) -> Provider | None:
+        """The provider of an agent whose profile names a provider or model (built once)."""
+        if agent.provider is None and agent.model is None:
+            return None
+        key = (agent.provider, agent.model)
+        if key not in self.agent_providers:
+            settings = self.settings or Settings()
+            changes: dict[str, object] = {"model": agent.model}
+            if agent.provider is not None:
+                changes["provider"] = agent.provider
+            self.agent_providers[key] = build_provider(settings.model_copy(update=changes))
+        return self.agent_providers[key]
+
+    async def publish_inbound(self, session_id: str, payload: bytes, msg_id: str) -> None:
+        subject = self.bus.subjects.inbound(session_id)
+        await self.bus.js.publish(subject, payload, headers={"Nats-Msg-Id": msg_id})
+
     async def close(self) -> None:
-        for provider in [self.provider, *(p for p, _ in self.session_providers.values())]:
+        providers = [
+            self.provider,
+            *(p for p, _ in self.session_providers.values()),
+            *self.agent_providers.values(),
+        ]
+        for provider in providers:
             await provider.close()
 
     def actor_context(self) -> ActorContext:
@@ -167,6 +194,8 @@ class Runner:
             new_id=self.new_id,
             source=self.source,
             session=self.for_session,
+            agent_provider=self.agent_provider,
+            publish_inbound=self.publish_inbound,
             hooks=self.hooks,
             deliver=self.mailboxes.deliver,
             deliver_later=self.mailboxes.deliver_later,
@@ -296,6 +325,7 @@ class Runner:
         for opened, closed in (
             ("SessionTurnStart", "SessionTurnEnd"),
             ("WorkflowAttached", "WorkflowExit"),
+            ("SubTurnSpawned", "SubTurnResultDelivered"),
         ):
             starts = await self._counts(opened)
             ends = {subjects.session_of_log(s): n for s, n in (await self._counts(closed)).items()}
@@ -335,9 +365,13 @@ async def serve(
     async with service_bus(settings, "turn-runner", bus) as bus:
         registry = tools or ToolRegistry.load()
         hooks = hooks or HookRegistry.load(bus.nc)
+        known = frozenset(load_all(settings.agents)[0])
         context = context if context is not None else ContextRegistry.load(settings, bus.nc)
         config = replace(
-            settings.turn_config(), tools=tool_infos(registry), context_providers=bool(context)
+            settings.turn_config(),
+            tools=tool_infos(registry),
+            agents=known,
+            context_providers=bool(context),
         )
         runner = Runner(bus, provider, config, hooks=hooks, settings=settings, context=context)
         try:

@@ -12,7 +12,7 @@ from typing import Any
 from turnstream.bus.leases import LeaseTable
 from turnstream.bus.store import EventStore
 from turnstream.context import ContextRegistry
-from turnstream.core.events import Event
+from turnstream.core.events import Event, SessionConfiguredData
 from turnstream.core.ids import IdFactory
 from turnstream.core.session.decider import Input
 from turnstream.core.turn import TurnConfig
@@ -38,6 +38,11 @@ class ActorContext:
     source: str
     session: Callable[[str], tuple[Provider, TurnConfig]]
     """A session's provider and turn configuration."""
+    agent_provider: Callable[[SessionConfiguredData], Provider | None]
+    """The provider of an agent whose profile names its own (None: the session's)."""
+    publish_inbound: Callable[[str, bytes, str], Awaitable[None]]
+    """Publish a command to (session)'s inbound subject with a `Nats-Msg-Id`; returns once
+    JetStream acknowledged it."""
     hooks: HookRegistry
     deliver: Callable[[str, Item], None]
     deliver_later: Callable[[str, Item, float], object]

@@ -28,11 +28,13 @@ from turnstream.bus.leases import Ownership
 from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.core.session.decider import (
     AssertSaid,
+    Deliver,
     Effect,
     GateSaid,
     Input,
     ProviderDone,
     Providers,
+    Published,
     RunStageHooks,
     RunToolHooks,
     RunWorkflowHook,
@@ -52,6 +54,8 @@ from turnstream.core.turn import (
     TurnConfig,
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext
+from turnstream.core.turn.outbound import Outbound
+from turnstream.core.turn.subturns import waiting_on
 from turnstream.core.workflow.definition import GATE
 from turnstream.runtime.mailbox import Delivered
 from turnstream.turn_runner import snapshots
@@ -85,7 +89,11 @@ class SessionActor:
         its lease would go with it)."""
         state, run = self.state, self.state.workflow
         open_work = (
-            state.active is not None or bool(state.pending) or (run is not None and run.open)
+            state.active is not None
+            or bool(state.pending)
+            or (run is not None and run.open)
+            or waiting_on(state)
+            or bool(state.unanswered)
         )
         return bool(self.provider_tasks) or (self.loaded and open_work)
 
@@ -194,8 +202,10 @@ class SessionActor:
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
 
     async def perform(self, effects: list[Effect]) -> Input | None:
-        """Do what the state asks; a hook's answer is the next input."""
+        """Do what the state asks; a hook's answer is the next input (or, with no hook to
+        run, the messages delivered)."""
         answer: Input | None = None
+        messages: tuple[Outbound, ...] = ()
         for effect in effects:
             match effect:
                 case Providers(live=live, calls=calls):
@@ -237,9 +247,20 @@ class SessionActor:
                         self.wakeup = at
                         delay = max((at - self.ctx.now()).total_seconds(), 0.0)
                         self.ctx.deliver_later(self.session_id, Tick(), delay + 0.05)
+                case Deliver(messages=wanted):
+                    messages = wanted
         if not any(isinstance(e, TimeTurns) for e in effects):
             self.timed_turns = frozenset()
+        if answer is None and messages:
+            answer = await self.deliver(messages)
         return answer
+
+    async def deliver(self, messages: tuple[Outbound, ...]) -> Input:
+        """Publish each message to its session's inbound subject, its key as `Nats-Msg-Id`
+        (a redo after a crash is deduplicated there); recorded once all are acknowledged."""
+        publish = self.ctx.publish_inbound
+        await asyncio.gather(*(publish(m.to, m.payload(), m.key) for m in messages))
+        return Published(frozenset(m.key for m in messages))
 
     @property
     def config(self) -> TurnConfig:
@@ -264,7 +285,8 @@ class SessionActor:
         """Call the model for `request`'s turn on a side task; its outcome comes back as an
         input, and so does each tool call it streams complete."""
         ctx, session_id = self.ctx, self.session_id
-        provider = ctx.session(session_id)[0]
+        agent = self.state.agent
+        provider = (agent and ctx.agent_provider(agent)) or ctx.session(session_id)[0]
         index = 0
         first_byte_at: datetime | None = None
 

@@ -13,6 +13,25 @@ from typing import Annotated, Any
 import orjson
 from pydantic import Field, TypeAdapter
 
+from turnstream.core.events.agents import (
+    Delivery,
+    MessageCause,
+    MessageDropped,
+    MessageDroppedData,
+    MessageSent,
+    MessageSentData,
+    ParentRef,
+    ReplyOutcome,
+    SessionConfigured,
+    SessionConfiguredData,
+    SpawnMode,
+    SubTurnEnded,
+    SubTurnEndedData,
+    SubTurnResultDelivered,
+    SubTurnResultDeliveredData,
+    SubTurnSpawned,
+    SubTurnSpawnedData,
+)
 from turnstream.core.events.audit import AuditViolation, AuditViolationData, ViolationKind
 from turnstream.core.events.base import (
     SCHEMA_VERSION,
@@ -178,6 +197,12 @@ Event = Annotated[
     | StageCancelled
     | StageExited
     | WorkflowExit
+    | SessionConfigured
+    | MessageSent
+    | MessageDropped
+    | SubTurnSpawned
+    | SubTurnEnded
+    | SubTurnResultDelivered
     | ProviderFallback
     | ContextProvided
     | ContextSkipped,
@@ -232,6 +257,7 @@ __all__ = [
     "ContextProvidedData",
     "ContextSkipped",
     "ContextSkippedData",
+    "Delivery",
     "Envelope",
     "Event",
     "EventBase",
@@ -251,6 +277,12 @@ __all__ = [
     "InteractionRequestedData",
     "InterruptReceived",
     "InterruptReceivedData",
+    "MessageCause",
+    "MessageDropped",
+    "MessageDroppedData",
+    "MessageSent",
+    "MessageSentData",
+    "ParentRef",
     "ProviderFallback",
     "ProviderFallbackData",
     "ProviderRequestCompleted",
@@ -264,12 +296,16 @@ __all__ = [
     "RejectionKind",
     "RenderEmitted",
     "RenderEmittedData",
+    "ReplyOutcome",
     "SecurityMode",
     "Sender",
+    "SessionConfigured",
+    "SessionConfiguredData",
     "SessionTurnEnd",
     "SessionTurnEndData",
     "SessionTurnStart",
     "SessionTurnStartData",
+    "SpawnMode",
     "Stage",
     "StageAssertOutcome",
     "StageAssertOutcomeData",
@@ -297,6 +333,12 @@ __all__ = [
     "SteeringInjected",
     "SteeringInjectedData",
     "StopReason",
+    "SubTurnEnded",
+    "SubTurnEndedData",
+    "SubTurnResultDelivered",
+    "SubTurnResultDeliveredData",
+    "SubTurnSpawned",
+    "SubTurnSpawnedData",
     "TextBlock",
     "ToolCallApproved",
     "ToolCallApprovedData",

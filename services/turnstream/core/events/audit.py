@@ -6,13 +6,23 @@ from typing import Literal
 
 from turnstream.core.events.base import EventBase, WireModel
 
-ViolationKind = Literal["duplicate_terminal", "turn_overdue", "unapproved_tool_run"]
+ViolationKind = Literal[
+    "duplicate_terminal",
+    "turn_overdue",
+    "unapproved_tool_run",
+    "duplicate_subturn_end",
+    "subturn_unended",
+    "duplicate_reply",
+    "reply_missing",
+]
 
 
 class AuditViolationData(WireModel):
     kind: ViolationKind
     """Which invariant was broken: more than one `TurnEnded` for a turn, a turn open past
-    its wall-time bound, or a tool that ran without a `ToolCallApproved`."""
+    its wall-time bound, a tool that ran without a `ToolCallApproved`, a `SubTurnSpawned`
+    with more than one `SubTurnEnded` (or none past its deadline), a turn whose input had
+    `replyTo` with more than one `MessageSent`/`MessageDropped` for it (or none)."""
     detail: str
     """One line for people: what was seen."""
     event_id: str | None = None

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from turnstream.core.events.agents import ParentRef, ReplyOutcome
 from turnstream.core.events.base import EventBase, Sender, WireModel
 
 
@@ -18,6 +19,16 @@ class InputAcceptedData(WireModel):
     """Session that wants the reply (agent to agent)."""
     inbound_seq: int
     """Sequence of the raw command in the inbound stream."""
+    agent: str | None = None
+    """The agent the message named (the session's, fixed by `SessionConfigured`)."""
+    in_reply_to: str | None = None
+    """The idempotency key of the message this one answers (agent to agent)."""
+    hops: int = 0
+    """Agent-to-agent deliveries before this message (a reply is one more)."""
+    parent: ParentRef | None = None
+    """Set on a sub-turn's input: the turn and `spawn` call it comes from."""
+    outcome: ReplyOutcome | None = None
+    """Set on a reply: how the turn it comes from ended."""
 
 
 class InputAccepted(EventBase):
@@ -34,6 +45,8 @@ RejectionKind = Literal[
     "unsupported",
     "workflow_invalid",
     "unknown_interaction",
+    "unknown_agent",
+    "agent_conflict",
 ]
 
 
@@ -50,6 +63,10 @@ class InputRejectedData(WireModel):
     size: int
     excerpt: str
     """The first bytes of the payload, decoded leniently."""
+    reply_to: str | None = None
+    """The command's `replyTo`, when it is a valid session id: the sender hears back there
+    (the turn-runner delivers the rejection as a reply, DESIGN §11)."""
+    hops: int = 0
 
 
 class InputRejected(EventBase):

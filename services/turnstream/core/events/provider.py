@@ -55,8 +55,8 @@ class ProviderRequestStartedData(WireModel):
     """How many provider calls this session made before this one (scripted replies key on it)."""
     message_count: int
     tools_digest: str | None = None
-    """sha256 of the tool list this request offers the model (`sha256:<hex>`, as the tool
-    manifest's digest is computed: equal to it when the whole manifest is offered)."""
+    """sha256 of the tool list this request offers the model (`sha256:<hex>`, computed as
+    the executors' tool manifest digest is, over the tools actually offered)."""
     tools: list[str] | None = None
     """The names of the tools offered, in the order the model saw them."""
 

@@ -9,6 +9,7 @@
     ToolHooksSaid(turn, …)       the guard/transform hooks' verdicts on approved calls
     StageHooksSaid(turn, …)      the RECEIVE_INPUT / RENDER hooks' verdict
     GateSaid / AssertSaid        a workflow gate's or asserter's answer
+    Published(keys)              messages to other sessions are published: record them
     ContextGathered(turn, …)     the context providers' answers for the turn's requests
 
 and what the new state asks the shell to do (`effects_of`), every time:
@@ -21,7 +22,11 @@ and what the new state asks the shell to do (`effects_of`), every time:
     GatherContext(turn, request) the context providers a turn waits for (its answer
                                  comes back as the next input, like a hook's)
     TimeTurns(live)              each live turn's wall-time bound (a Tick when it passes)
-    WakeAt(at)                   when a deferred gate or a retry's backoff ends
+    WakeAt(at)                   when a deferred gate, a retry's backoff or a sub-turn's
+                                 deadline ends
+    Deliver(messages)            publish these to other sessions' inbound subjects (a
+                                 reply, a send_message, a sub-turn's input, an interrupt),
+                                 each with its derived `Nats-Msg-Id`; then `Published`
 
 The shell (`turnstream.turn_runner.session`) appends the events, performs the effects and
 feeds their answers back: it knows this module and nothing else of the core's steps.
@@ -35,7 +40,7 @@ from typing import Literal
 
 from turnstream.core.events import Stage
 from turnstream.core.inputs import Fact, Tick, WakeAt
-from turnstream.core.session.fold import evolve
+from turnstream.core.session.fold import evolve, fold
 from turnstream.core.session.run import (
     awaiting_workflow_hooks,
     lane_step,
@@ -64,10 +69,14 @@ from turnstream.core.turn import (
     on_provider_result,
     on_stage_hooks,
     on_tool_call_ready,
+    outbound,
     stage_hook_text,
+    subturns,
 )
+from turnstream.core.turn.agent import with_agent
 from turnstream.core.turn.context import ContextGathered, GatherContext, awaiting_context
 from turnstream.core.turn.decide import on_context
+from turnstream.core.turn.outbound import Outbound
 from turnstream.core.workflow.state import StageRun
 
 # -- inputs ---------------------------------------------------------------------------
@@ -116,6 +125,13 @@ class AssertSaid:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Published:
+    """The shell published these `Deliver` messages and JetStream acknowledged them."""
+
+    keys: frozenset[str]
+
+
 Input = (
     Fact
     | Tick
@@ -125,6 +141,7 @@ Input = (
     | StageHooksSaid
     | GateSaid
     | AssertSaid
+    | Published
     | ContextGathered
 )
 
@@ -164,8 +181,22 @@ class TimeTurns:
     live: frozenset[str]
 
 
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Messages to publish to other sessions (`turnstream.core.turn.outbound`)."""
+
+    messages: tuple[Outbound, ...]
+
+
 Effect = (
-    Providers | RunToolHooks | RunStageHooks | RunWorkflowHook | TimeTurns | WakeAt | GatherContext
+    Providers
+    | RunToolHooks
+    | RunStageHooks
+    | RunWorkflowHook
+    | TimeTurns
+    | WakeAt
+    | Deliver
+    | GatherContext
 )
 HookEffect = RunToolHooks | RunStageHooks | RunWorkflowHook | GatherContext
 
@@ -173,11 +204,15 @@ HookEffect = RunToolHooks | RunStageHooks | RunWorkflowHook | GatherContext
 def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -> Decision:
     """The events that follow from `input` in `state`, the state they fold to, and the
     effects that state asks for."""
+    if isinstance(input, Fact):
+        state = evolve(state, input.event)
+    config = with_agent(config, state.agent)
     match input:
-        case Fact(event=event):
-            decision = decide_session(evolve(state, event), config, ctx)
-        case Tick():
+        case Fact() | Tick():
             decision = decide_session(state, config, ctx)
+        case Published(keys=keys):
+            sent = outbound.record(state, keys, config, ctx)
+            decision = decide_session(fold(state, sent), config, ctx).after(sent)
         case _:
             step = _step(state, input, config, ctx)
             decision = decide_session(step.state, config, ctx).after(step)
@@ -226,9 +261,12 @@ def effects_of(state: SessionState, config: TurnConfig, now: datetime) -> list[E
         effects.append(hook)
     if live:
         effects.append(TimeTurns(live))
-    wake = next_wakeup(state, now)
-    if wake is not None:
-        effects.append(WakeAt(wake))
+    wakes = [t for t in (next_wakeup(state, now), subturns.next_deadline(state)) if t]
+    if wakes:
+        effects.append(WakeAt(min(wakes)))
+    messages = outbound.wanted(state, config)
+    if messages:
+        effects.append(Deliver(tuple(messages)))
     return effects
 
 

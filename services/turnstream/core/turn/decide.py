@@ -58,6 +58,8 @@ from turnstream.core.events import (
     ToolUseBlock,
 )
 from turnstream.core.fold import until_quiet
+from turnstream.core.turn import outbound, subturns
+from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response, completion_tool
 from turnstream.core.turn.context import (
@@ -88,7 +90,7 @@ from turnstream.core.turn.state import (
     TurnConfig,
 )
 from turnstream.core.turn.tool_call import (
-    dispatchable,
+    executable,
     propose_calls,
     requested,
     tool_step,
@@ -174,6 +176,7 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
         tools=tools,
         stage=spec.stage_id if spec else None,
         trace_id=turn.trace_id,
+        agent=config.agent,
         on_fallback=turn.on_fallback,
     )
 
@@ -278,7 +281,9 @@ def on_hook_verdicts(
         call = calls.get(verdict.invocation_id)
         if call is None or call.status != "approved":
             continue
-        if verdict.action != "continue":
+        runtime = is_runtime_tool(call.tool)
+        if verdict.action != "continue" or runtime:
+            # a runtime call's pass is recorded too: the runner runs it, nobody requests it
             args = verdict.args if verdict.action == "modify" else None
             decided = _hook_decided(
                 b, Stage.TOOL_CALL, verdict, invocation_id=call.invocation_id, args=args
@@ -286,7 +291,7 @@ def on_hook_verdicts(
             events.append(decided)
         if verdict.action in ("abort_turn", "hard_abort"):
             break
-        if verdict.action in ("continue", "modify"):
+        if verdict.action in ("continue", "modify") and not runtime:
             args = verdict.args if verdict.action == "modify" and verdict.args else call.args
             events.append(requested(b, call, config, args))
     return decide(fold(state, events), config, ctx).after(events)
@@ -310,6 +315,9 @@ def _hook_decided(
 
 
 def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
+    children = subturns.step(state, ctx) or outbound.rejections_dropped(state, config, ctx)
+    if children:
+        return children
     turn = state.active
     if turn is None:
         if state.workflow is not None and state.workflow.open:
@@ -320,6 +328,10 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         return [_park(state.session_id, turn, p, config, ctx) for p in waiting]
     b = Builder(state.session_id, turn, ctx)
     if turn.ended is not None:
+        if turn.reply_to is not None and not turn.reply_settled:
+            # the reply goes first (the shell delivers it, `outbound.record` says so), or is
+            # dropped past the hop limit; the turn closes after
+            return outbound.reply_dropped(b, turn, config)
         return [b.make(SessionTurnEnd, SessionTurnEndData(status=turn.ended))]
     if turn.abort is not None:
         action, reason = turn.abort
@@ -358,7 +370,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         return []  # the stage's Act is over: the workflow asserts and exits it
     if turn.awaiting_provider:
         # calls proposed while the model streams may run before the response ends
-        ready = dispatchable(turn.calls) if not config.tool_hooks else []
+        ready = executable(turn.calls) if not config.tool_hooks else []
         return [requested(b, call, config, call.args) for call in ready]
     stage, is_open = turn.stage, turn.stage_open
     if turn.provider_error and not is_open:
@@ -414,7 +426,8 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
                 return _compose_or_stop(b, turn, config)
             return [b.pre(Stage.RENDER)]
         case Stage.TOOL_CALL, True:
-            return tool_step(b, turn, config)
+            refused = outbound.refuse(b, state, turn, config)
+            return refused or tool_step(b, turn, config)
         case Stage.TOOL_CALL, False:
             if turn.interrupt is not None and turn.iteration > turn.interrupt[2]:
                 return [b.pre(Stage.RENDER)]  # the summary round is done: no more rounds
@@ -515,7 +528,8 @@ def _park(
         ),
         ctx,
     )
-    if pending.kind == "steer" or config.followup_policy == "steer":
+    # a message that wants a reply gets a turn of its own (its reply is that turn's)
+    if pending.kind == "steer" or (config.followup_policy == "steer" and pending.reply_to is None):
         steer = SteeringInjectedData(input_id=pending.input_id, text=pending.text)
         return b.make(SteeringInjected, steer, turn_id=turn.turn_id)
     queued = FollowUpQueuedData(input_id=pending.input_id, behind_turn_id=turn.turn_id)

@@ -9,6 +9,7 @@ from turnstream.core.events import (
     ContextCompacted,
     ContextProvided,
     ContextSkipped,
+    Envelope,
     Event,
     EventBase,
     FollowUpQueued,
@@ -19,12 +20,15 @@ from turnstream.core.events import (
     InteractionAnswered,
     InteractionRequested,
     InterruptReceived,
+    MessageDropped,
+    MessageSent,
     ProviderFallback,
     ProviderRequestCompleted,
     ProviderRequestFailed,
     ProviderRequestStarted,
     ProviderRetry,
     RenderEmitted,
+    SessionConfigured,
     SessionTurnEnd,
     SessionTurnStart,
     Stage,
@@ -40,6 +44,9 @@ from turnstream.core.events import (
     StagePostFired,
     StagePreFired,
     SteeringInjected,
+    SubTurnEnded,
+    SubTurnResultDelivered,
+    SubTurnSpawned,
     ToolCallApproved,
     ToolCallDenied,
     ToolCallModeInvoked,
@@ -55,15 +62,18 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
+from turnstream.core.turn import subturns
 from turnstream.core.turn.context import running_summary
 from turnstream.core.turn.state import (
     ActiveTurn,
     CallStatus,
+    ChildResult,
     Message,
     PendingInput,
     SessionState,
     ToolCall,
     ToolCallState,
+    Unanswered,
 )
 
 
@@ -81,8 +91,66 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 text=data.text,
                 sender=data.sender,
                 reply_to=data.reply_to,
+                key=data.idempotency_key,
+                hops=data.hops,
+                depth=data.parent.depth if data.parent is not None else 0,
+                budget=data.parent.budget if data.parent is not None else None,
             )
+            child = subturns.child_for_reply(state, data.in_reply_to)
+            early = child is None and subturns.spawning(state, data.in_reply_to)
+            if child is not None or early:  # a sub-turn's reply: its result, not a new turn
+                outcome = data.outcome
+                result = ChildResult(
+                    status=outcome.status if outcome is not None else "completed",
+                    failure=outcome.failure_class if outcome is not None else None,
+                    reply=data.text,
+                    child_turn_id=outcome.turn_id if outcome is not None else None,
+                    input=pending,
+                )
+                if child is None:
+                    assert data.in_reply_to is not None
+                    return subturns.replied_early(state, data.in_reply_to, result)
+                return subturns.replied(state, child, result)
             return with_changes(state, pending=(*state.pending, pending))
+        case SessionConfigured(data=data):
+            return state if state.agent is not None else with_changes(state, agent=data)
+        case SubTurnSpawned(data=data):
+            state = subturns.spawned(state, event)
+            return _call(state, event, data.invocation_id, {"approved"}, status="requested")
+        case SubTurnEnded():
+            return subturns.ended(state, event)
+        case SubTurnResultDelivered():
+            return subturns.delivered(state, event)
+        case InputRejected(data=data) if data.reply_to is not None and event.turn_id:
+            if any(u.turn_id == event.turn_id for u in state.unanswered):
+                return state
+            unanswered = Unanswered(
+                turn_id=event.turn_id,
+                reply_to=data.reply_to,
+                key=data.idempotency_key or "",
+                hops=data.hops,
+                reason=data.reason,
+                envelope=Envelope.of(event),
+                event_id=event.id,
+            )
+            return with_changes(state, unanswered=(*state.unanswered, unanswered))
+        case MessageSent(data=data) | MessageDropped(data=data) if data.cause == "replyTo" and any(
+            u.turn_id == event.turn_id for u in state.unanswered
+        ):
+            left = tuple(u for u in state.unanswered if u.turn_id != event.turn_id)
+            return with_changes(state, unanswered=left)
+        case MessageSent(data=data):
+            if data.kind == "interrupt":
+                return subturns.interrupt_sent(state, data.invocation_id)
+            if data.cause == "replyTo":
+                return _turn(state, event, reply_settled=True)
+            if data.cause == "send_message" and data.invocation_id:
+                return _call(state, event, data.invocation_id, {"approved"}, status="requested")
+            return _turn(state, event)
+        case MessageDropped(data=data):
+            if data.cause == "replyTo":
+                return _turn(state, event, reply_settled=True)
+            return _turn(state, event)
         case FollowUpQueued(data=data):
             return with_changes(
                 state,
@@ -108,6 +176,10 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 correlation_id=event.correlation_id,
                 reply_to=started.reply_to if started else None,
                 last_event_id=event.id,
+                input_key=started.key if started else "",
+                hops=started.hops if started else 0,
+                depth=started.depth if started else 0,
+                budget=started.budget if started else None,
                 started_at=event.time,
                 stage_open=False,
                 history_start=len(state.history),
@@ -234,15 +306,22 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         case TurnEnded(data=data):
             if not _is_active(state, event):
                 return state  # e.g. the gateway's terminal event for rejected input
-            return _turn(state, event, ended=data.status)
+            return _turn(
+                state, event, ended=data.status, failure=data.failure_class, end_reason=data.reason
+            )
         case SessionTurnEnd(data=data):
             if not _is_active(state, event):
                 return state
             assert state.active is not None
             leftover = tuple(Message("user", text) for text in state.active.steering)
+            # an early reply whose spawn was never recorded has no child to go to: it is
+            # kept as an ordinary message (nothing accepted is lost)
+            orphans = tuple(r.input for _, r in state.early if r.input is not None)
             return with_changes(
                 state,
                 active=None,
+                pending=state.pending + orphans,
+                early=(),
                 history=state.history + leftover,
                 turns_ended=state.turns_ended + 1,
                 last_turn_id=state.active.turn_id,
@@ -264,6 +343,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 return state  # nothing to interrupt, or already interrupted
             sender = f"{data.sender.kind}:{data.sender.id}"
             interrupt = (data.mode, sender, current.iteration)
+            state = subturns.interrupted(state, current.turn_id, data.mode)
             return with_changes(state, active=with_changes(current, interrupt=interrupt))
         case StageCompletionChecked(data=data):
             return _completion_checked(state, event, data)
@@ -361,10 +441,12 @@ def _hook(state: SessionState, event: EventBase, data: HookDecidedData) -> Sessi
     if data.action == "deny_tool" and data.invocation_id:
         denied = f"policy_denied (hook {data.hook}): {why}"
         return _call(state, event, data.invocation_id, {"approved"}, **_denied(denied))
+    if data.action == "continue" and data.invocation_id:
+        return _call(state, event, data.invocation_id, {"approved"}, hooked=True)
     if data.action != "modify":
         return _turn(state, event)
     if data.invocation_id and data.args is not None:
-        return _call(state, event, data.invocation_id, {"approved"}, args=data.args)
+        return _call(state, event, data.invocation_id, {"approved"}, args=data.args, hooked=True)
     if data.text is not None and _is_active(state, event):
         if data.stage == Stage.RENDER:
             return _turn(state, event, reply=data.text)

@@ -1,6 +1,6 @@
 """The digest of a tool list: the executors' published manifest, and the tools one model
-request offers (`ProviderRequestStarted.toolsDigest`), computed alike, so a request that
-offers the whole manifest records the manifest's own digest."""
+request offers (`ProviderRequestStarted.toolsDigest`: the manifest's tools, filtered by a
+stage or an agent, plus the runtime's own and a stage's completion tool), computed alike."""
 
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ class ProviderRequest:
     """The workflow stage this request is for (scripts may reply per stage)."""
     trace_id: str = ""
     """The turn's `traceId` (the envelope's), so the call is traced in the turn's trace."""
+    agent: str | None = None
+    """The session's agent (scripts may reply per agent)."""
     on_fallback: bool = False
     """The turn switched to the fallback model earlier (`ProviderFallback`): stay there."""
 

@@ -7,7 +7,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from turnstream.core.events import Event, Sender, Stage, StopReason, TurnStatus
+from turnstream.core.events import (
+    Envelope,
+    Event,
+    FailureClass,
+    Sender,
+    SessionConfiguredData,
+    SpawnMode,
+    Stage,
+    StopReason,
+    TurnStatus,
+)
 from turnstream.core.ids import IdFactory
 
 
@@ -64,6 +74,8 @@ class ToolCallState:
     status: CallStatus = "proposed"
     result: str = ""
     is_error: bool = False
+    hooked: bool = False
+    """The tool hooks let this approved call through (a runtime call: `HookDecided`)."""
 
     @property
     def done(self) -> bool:
@@ -82,6 +94,13 @@ class PendingInput:
     sender: Sender
     reply_to: str | None
     queued: bool = False
+    key: str = ""
+    """The sender's idempotency key (a reply answers `inReplyTo` it)."""
+    hops: int = 0
+    depth: int = 0
+    """0 for a root turn; a sub-turn's input is one deeper than its parent's turn."""
+    budget: int | None = None
+    """Sub-turns its turn may start in all (None: a root turn, TURNSTREAM_MAX_SUBTURNS_PER_ROOT)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +146,16 @@ class ActiveTurn:
     """A workflow stage: the last round whose response the completion channel judged."""
     act_done: bool = False
     """A workflow stage: Act ended (a valid completion or the cap); Assert decides next."""
+    input_key: str = ""
+    """The idempotency key of the turn's input (its reply is `inReplyTo` it)."""
+    hops: int = 0
+    depth: int = 0
+    budget: int | None = None
+    failure: FailureClass | None = None
+    """Set with `ended`: why the turn did not complete."""
+    end_reason: str | None = None
+    reply_settled: bool = False
+    """The reply to `reply_to` is recorded (`MessageSent` or `MessageDropped`)."""
     on_fallback: bool = False
     """The primary model failed for good once (`ProviderFallback`): the rest of the turn's
     calls go to the fallback model."""
@@ -134,6 +163,62 @@ class ActiveTurn:
     """`(provider, content)` the context providers contributed to this turn (`ContextProvided`)."""
     context_gathered: bool = False
     """The turn's first COMPOSE_REQUEST is over: its context is in (or there was none)."""
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """An input the gateway rejected whose sender wants a reply (`replyTo`): the runner
+    delivers the rejection there, once."""
+
+    turn_id: str
+    reply_to: str
+    key: str
+    hops: int
+    reason: str
+    envelope: Envelope
+    event_id: str
+
+
+ChildStatus = Literal["running", "ended", "delivered"]
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """How a sub-turn ended, as its parent learnt it."""
+
+    status: TurnStatus
+    failure: FailureClass | None
+    reply: str
+    child_turn_id: str | None
+    input: PendingInput | None
+    """The parent's record of the child's reply (None: the child's deadline passed)."""
+
+
+@dataclass(frozen=True)
+class Child:
+    """A sub-turn this session spawned (`SubTurnSpawned`), until its result is delivered."""
+
+    invocation_id: str
+    session_id: str
+    turn_id: str
+    """The parent turn that spawned it."""
+    mode: SpawnMode
+    key: str
+    """The idempotency key of the child's input: its reply comes `inReplyTo` it."""
+    depth: int
+    deadline: datetime
+    budget: int = 0
+    """The share of this turn's sub-turn budget it was given (it costs 1 more)."""
+    spawned_at: datetime | None = None
+    status: ChildStatus = "running"
+    result: ChildResult | None = None
+    """The child's reply, once it arrived (`SubTurnEnded` follows)."""
+    interrupt: Literal["graceful", "hard"] | None = None
+    """Its parent turn was interrupted: the child must be too."""
+    interrupt_sent: bool = False
+    envelope: Envelope | None = None
+    """The envelope of its `SubTurnSpawned`: facts about the child are filed with it."""
+    last_event_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -150,6 +235,15 @@ class SessionState:
     last_status: TurnStatus | None = None
     workflow: WorkflowRun | None = None
     """The workflow attached to the session (its stage turns run as lanes inside it)."""
+    agent: SessionConfiguredData | None = None
+    """The session's agent (`SessionConfigured`); None: the deployment's default agent."""
+    children: tuple[Child, ...] = ()
+    """Sub-turns spawned (delivered ones stay, so a late duplicate reply is known)."""
+    unanswered: tuple[Unanswered, ...] = ()
+    """Rejected inputs whose rejection is still to be delivered to their `replyTo`."""
+    early: tuple[tuple[str, ChildResult], ...] = ()
+    """Replies of children whose `SubTurnSpawned` is not folded yet (a child can answer
+    between its input's publish and the record of it), by the spawn's key."""
     summary: str = ""
     """A running summary of the messages compaction dropped (the `summary` context provider)."""
 
@@ -210,6 +304,19 @@ class TurnConfig:
     """Set for the turn of a workflow stage execution."""
     workflow_hooks: frozenset[str] = frozenset()
     """Workflow points (`CheckGate`, `Assert`) that have hooks: the shell runs them."""
+    agent: str | None = None
+    """The session's agent profile (`SessionConfigured`), for scripts and providers."""
+    agents: frozenset[str] | None = None
+    """The agent profiles a `spawn` may name (None: not checked here)."""
+    max_hops: int = 8
+    """Agent-to-agent deliveries a chain may take; the next is `MessageDropped`."""
+    max_subturn_depth: int = 3
+    max_subturns: int = 5
+    """Sub-turns one turn may have running at once."""
+    max_subturns_per_root: int = 25
+    """Sub-turns a root turn's whole tree may start."""
+    subturn_deadline_s: float = 300.0
+    """A sub-turn not ended by then ends `failed/timeout` for its parent."""
     fallback: tuple[str, str] | None = None
     """The fallback model's `(provider, model)` (`TURNSTREAM_FALLBACK_MODEL`), if any."""
     context_providers: bool = False

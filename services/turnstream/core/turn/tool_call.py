@@ -21,6 +21,7 @@ from turnstream.core.events import (
     ToolInvocationRequested,
     ToolInvocationRequestedData,
 )
+from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.state import (
     ActiveTurn,
@@ -39,7 +40,18 @@ def awaiting_hooks(state: SessionState, config: TurnConfig) -> list[ToolCallStat
     streaming = turn.stage is Stage.STREAM_RESPONSE and turn.awaiting_provider
     if not (turn.stage is Stage.TOOL_CALL or streaming) or not turn.stage_open:
         return []
-    return dispatchable(turn.calls)
+    runtime = [
+        c
+        for c in dispatchable(turn.calls)
+        if is_runtime_tool(c.tool) and not c.hooked and turn.stage is Stage.TOOL_CALL
+    ]
+    return executable(turn.calls) + runtime
+
+
+def executable(calls: tuple[ToolCallState, ...]) -> list[ToolCallState]:
+    """The dispatchable calls a tool-executor runs (the runtime runs `send_message` and
+    `spawn` itself: `turnstream.core.turn.outbound`)."""
+    return [c for c in dispatchable(calls) if not is_runtime_tool(c.tool)]
 
 
 def dispatchable(calls: tuple[ToolCallState, ...]) -> list[ToolCallState]:
@@ -72,7 +84,7 @@ def tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
             return skipped
     if len(calls) < len(turn.requested_calls):
         return propose(b, turn, config)
-    ready = dispatchable(calls)
+    ready = executable(calls)
     if ready and not config.tool_hooks:
         return [requested(b, call, config, call.args) for call in ready]
     if all(call.done for call in calls):
