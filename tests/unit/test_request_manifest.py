@@ -41,7 +41,8 @@ def test_the_digest_follows_the_tools_offered_not_their_order() -> None:
     assert none.tools == [] and none.tools_digest == tools_digest(())
 
 
-def test_the_same_tuple_is_digested_once() -> None:
+def test_the_same_tools_are_digested_once() -> None:
     tools = (READ, WRITE)
-    assert tools_digest(tools) is tools_digest(tools)
-    assert tools_digest((READ, WRITE)) == tools_digest(tools)
+    assert tools_digest(tools) is tools_digest((READ, WRITE))  # a new tuple, the same tools
+    copy = replace(WRITE)
+    assert tools_digest((READ, copy)) == tools_digest(tools)  # equal tools: the same digest

@@ -41,6 +41,11 @@ class ContextRegistry:
         return bool(self.providers)
 
     @property
+    def local(self) -> bool:
+        """Every provider runs in this process (none is asked over NATS)."""
+        return all(fn is not None for _, fn in self.providers)
+
+    @property
     def names(self) -> list[str]:
         return [spec.name for spec, _ in self.providers]
 

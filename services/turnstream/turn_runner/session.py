@@ -178,7 +178,9 @@ class SessionActor:
                     case Ownership.NEW:
                         await self.reload()
                         item = _refold(item)
-            decision = decide(self.state, item, self.config, self.context())
+            decision = await self.with_local_context(
+                decide(self.state, item, self.config, self.context())
+            )
             if not decision:
                 self.state = decision.state
                 return decision
@@ -200,6 +202,22 @@ class SessionActor:
                 raise LeaseLost(self.session_id)
             return decision
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
+
+    async def with_local_context(self, decision: Decision) -> Decision:
+        """`decision`, and when it asks in-process context providers only, their answer
+        decided after it: appended as one batch, the context costs no append round."""
+        context = self.ctx.context
+        if context is None or not context.local:
+            return decision  # a remote provider is asked after the append, like a hook
+        for effect in decision.effects:
+            if isinstance(effect, GatherContext):
+                found = await context.gather(effect.request)
+                answer = ContextGathered(effect.turn_id, found)
+                more = decide(decision.state, answer, self.config, self.context())
+                combined = more.after(list(decision))
+                combined.effects = more.effects
+                return combined
+        return decision
 
     async def perform(self, effects: list[Effect]) -> Input | None:
         """Do what the state asks; a hook's answer is the next input (or, with no hook to

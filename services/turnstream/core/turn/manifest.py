@@ -11,8 +11,9 @@ from typing import Any
 
 from turnstream.core.turn.state import ToolInfo
 
-_MEMO: dict[int, tuple[tuple[ToolInfo, ...], str]] = {}
-"""Digests of recent tool tuples by identity (a session's requests share one tuple)."""
+_MEMO: dict[tuple[int, ...], tuple[tuple[ToolInfo, ...], str]] = {}
+"""Digests of recent tool lists by the identity of their tools (a session's requests offer
+the same tool objects, in tuples made afresh)."""
 _MEMO_SIZE = 64
 
 
@@ -40,12 +41,13 @@ def digest(listed: list[dict[str, Any]]) -> str:
 
 
 def tools_digest(tools: tuple[ToolInfo, ...]) -> str:
-    """The digest of the tools a request offers (the same tuple again costs a lookup)."""
-    known = _MEMO.get(id(tools))
-    if known is not None and known[0] is tools:
+    """The digest of the tools a request offers (the same tool objects again cost a lookup)."""
+    key = tuple(map(id, tools))
+    known = _MEMO.get(key)
+    if known is not None and all(a is b for a, b in zip(known[0], tools, strict=True)):
         return known[1]
     value = digest(entries(tools))
     if len(_MEMO) >= _MEMO_SIZE:
         _MEMO.clear()
-    _MEMO[id(tools)] = (tools, value)
+    _MEMO[key] = (tools, value)
     return value
