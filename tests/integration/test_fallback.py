@@ -103,3 +103,40 @@ async def test_a_bad_request_does_not_fall_back(
     events = [s.event for s in await bus.store.read_session("fallback-2")]
     assert not [e for e in events if isinstance(e, ProviderFallback)]
     assert fallback.requests == []
+
+
+async def test_an_agent_profile_brings_its_own_fallback_model(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-primary")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fallback")
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    primary = FakeAnthropic([OVERLOADED])
+    fallback = FakeOpenAI([Text("from the agent's fallback")])
+    async with primary, fallback:
+        (agents / "steady.md").write_text(
+            "---\nname: steady\ndescription: keeps answering\n"
+            "fallbackModel: gpt-fake-steady\nfallbackProvider: openai\n---\nBe steady.\n"
+        )
+        monkeypatch.setenv("OPENAI_BASE_URL", fallback.base_url + "/v1")  # the SDK's default
+        settings = settings_for(
+            nats_server,
+            tmp_path,
+            provider="anthropic",
+            model="claude-fake-1",
+            base_url=primary.base_url,
+            provider_max_retries=0,
+            agents=agents,
+        )
+        async with running_services(settings, bus):
+            command = message_command("fallback-3", "hi", agent="steady")
+            outcome = await send_and_wait(bus, command, timeout=20)
+    assert outcome.status == "completed" and outcome.reply == "from the agent's fallback", outcome
+    events = [s.event for s in await bus.store.read_session("fallback-3")]
+    (switch,) = [e for e in events if isinstance(e, ProviderFallback)]
+    assert (switch.data.from_, switch.data.to) == (
+        "anthropic/claude-fake-1",
+        "openai/gpt-fake-steady",
+    )
+    assert fallback.requests[0].body["model"] == "gpt-fake-steady"

@@ -107,7 +107,7 @@ class Runner:
         """Events read back by reloads (how much snapshots save)."""
         self.tools_digest: str | None = None
         """The digest of the executors' tool manifest in use (None: the local registry's)."""
-        self.agent_providers: dict[tuple[str | None, str | None], Provider] = {}
+        self.agent_providers: dict[tuple[str | None, ...], Provider] = {}
 
     @property
     def turn_config(self) -> TurnConfig:
@@ -158,15 +158,22 @@ class Runner:
         return provider, session_config
 
     def agent_provider(self, agent: SessionConfiguredData) -> Provider | None:
-        """The provider of an agent whose profile names a provider or model (built once)."""
-        if agent.provider is None and agent.model is None:
+        """The provider of an agent whose profile names a provider, a model or a fallback
+        model (built once)."""
+        key = (agent.provider, agent.model, agent.fallback_provider, agent.fallback_model)
+        if key == (None, None, None, None):
             return None
-        key = (agent.provider, agent.model)
         if key not in self.agent_providers:
             settings = self.settings or Settings()
-            changes: dict[str, object] = {"model": agent.model}
+            changes: dict[str, object] = {}
+            if agent.provider is not None or agent.model is not None:
+                changes["model"] = agent.model
             if agent.provider is not None:
                 changes["provider"] = agent.provider
+            if agent.fallback_model is not None:  # the profile's, else the deployment's
+                changes["fallback_model"] = agent.fallback_model
+                changes["fallback_provider"] = agent.fallback_provider or agent.provider
+                changes["fallback_base_url"] = None
             self.agent_providers[key] = build_provider(settings.model_copy(update=changes))
         return self.agent_providers[key]
 
