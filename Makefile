@@ -50,6 +50,7 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/nats_client.py
 	$(BIN)/python bench/http.py
 	$(BIN)/python bench/mcp_tools.py
+	$(BIN)/python bench/faults.py
 	$(BIN)/python bench/cluster.py
 	$(BIN)/python bench/telemetry.py
 	$(BIN)/python bench/subturns.py

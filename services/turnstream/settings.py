@@ -136,6 +136,11 @@ class Settings(BaseSettings):
     `{"support-*": {model: claude-haiku-4-5, max_tokens: 1024}}`."""
     secrets_file: Path | None = None
     """`KEY=value` lines (e.g. ANTHROPIC_API_KEY); the environment wins over the file."""
+    redact: list[str] = Field(default_factory=list)
+    """Secret values replaced by `[redacted]` in tool results before they are appended
+    (with every value of `secrets_file`, and `redact_env` variables' values)."""
+    redact_env: list[str] = Field(default_factory=list)
+    """Names of environment variables whose values are redacted from tool results."""
     workspace: Path = Path("workspace")
     security_mode: Literal["auto", "ask", "allowlist", "deny"] = "ask"
     """Security mode of new sessions (fixed for a session at its first tool call)."""
@@ -250,6 +255,19 @@ class Settings(BaseSettings):
             if sep and key.strip() == name:
                 return value.strip().strip('"').strip("'")
         return None
+
+    def secret_values(self) -> list[str]:
+        """Values to redact from tool results: `redact`, the values of `redact_env`'s
+        variables, and every value of the secrets file (values under 4 characters are
+        left, they would blank out ordinary text)."""
+        values = list(self.redact)
+        values += [os.environ[name] for name in self.redact_env if os.environ.get(name)]
+        if self.secrets_file is not None and self.secrets_file.exists():
+            for line in self.secrets_file.read_text().splitlines():
+                key, sep, value = line.strip().partition("=")
+                if sep and not key.startswith("#"):
+                    values.append(value.strip().strip('"').strip("'"))
+        return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
 
     @property
     def subjects(self) -> Subjects:

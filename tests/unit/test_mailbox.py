@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
-from turnstream.runtime.mailbox import Mailboxes
+import pytest
+
+from turnstream.runtime import mailbox
+from turnstream.runtime.mailbox import Delivered, Mailboxes
 
 
 @dataclass
@@ -66,6 +70,47 @@ async def test_idle_workers_beyond_the_number_kept_are_let_go_least_recently_use
         boxes.deliver("a", 7)
         await settle()
         assert made.count("a") == 1 and actors["a"].items == [1, 7]
+    finally:
+        stop.set()
+        await running
+
+
+class Msg:
+    def __init__(self) -> None:
+        self.beats = 0
+
+    async def in_progress(self) -> None:
+        self.beats += 1
+
+
+async def test_a_delivered_message_is_kept_in_progress_until_it_is_handled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mailbox, "ACK_WAIT_S", 0.3)  # a beat every 0.1 s
+    made: list[str] = []
+    handled: list[tuple[str, int]] = []
+    release = asyncio.Event()
+
+    class Slow(Recorder):
+        async def handle(self, item: Any) -> None:
+            await release.wait()
+
+    boxes: Mailboxes[Any] = Mailboxes(lambda key: Slow(key, made, handled))
+    stop = asyncio.Event()
+    running = asyncio.create_task(boxes.run(stop))
+    await asyncio.sleep(0)
+    first, queued = Msg(), Msg()
+    try:
+        boxes.deliver("s", Delivered(first, 1, None))  # type: ignore[arg-type]
+        boxes.deliver("s", Delivered(queued, 2, None))  # type: ignore[arg-type]
+        await asyncio.sleep(0.45)
+        assert first.beats >= 3 and queued.beats >= 3  # handled and waiting alike
+        release.set()
+        await settle()
+        beats = first.beats, queued.beats
+        await asyncio.sleep(0.25)
+        assert (first.beats, queued.beats) == beats  # none once handled
+        assert not boxes.kept
     finally:
         stop.set()
         await running

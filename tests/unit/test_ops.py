@@ -22,7 +22,11 @@ def test_ops_streams_json_is_what_the_services_create() -> None:
 
 def test_prefix_renames_streams_and_subjects() -> None:
     names = {c["name"]: c["subjects"] for c in describe(Subjects("acme"), StreamLimits())}
-    assert names == {"ACME_INBOUND": ["acme.in.>"], "ACME_LOG": ["acme.log.>"]}
+    assert names == {
+        "ACME_INBOUND": ["acme.in.>"],
+        "ACME_LOG": ["acme.log.>"],
+        "ACME_DEAD": ["acme.dead.>"],
+    }
 
 
 def test_services_never_use_asyncio_wait_for() -> None:

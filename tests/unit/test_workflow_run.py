@@ -562,3 +562,24 @@ def test_a_hard_interrupt_is_not_undone_by_a_later_graceful_one() -> None:
     sim.apply([interrupt("hard", 1), interrupt("graceful", 2)])
     sim.decide()
     assert sim.of(WorkflowExit)[0].data.status == "cancelled"
+
+
+def test_a_graceful_interrupt_reaches_a_stage_mid_act_which_summarises_and_the_run_stops() -> None:
+    sim = Sim(workflow(Step(("plan",)), Step(("build",)), stages=[stage("plan"), stage("build")]))
+    sim.apply([interrupt("graceful")])
+    sim.decide()
+    [asked] = [e for e in sim.log if e.type == "SteeringInjected"]
+    assert asked.turn_id in sim.waiting()  # the stage's turn is asked to summarise
+    sim.answer("plan", success("half a plan"))  # the call that was in flight: no completion
+    assert not [e for e in sim.log if e.type == "StageCompletionChecked"]  # nobody steers it
+    request = sim.request("plan")
+    assert request.tools == () and "interrupted" in request.messages[-1].text
+    sim.answer("plan", success("planned two of five steps, then stopped"))
+    [checked] = [e for e in sim.log if e.type == "StageCompletionChecked"]
+    assert checked.data.outcome == "interrupted"
+    [cancelled] = [e for e in sim.log if e.type == "StageCancelled"]
+    assert cancelled.data.cause == "interrupted"
+    [end] = sim.of(WorkflowExit)
+    assert end.data.status == "cancelled"
+    assert [e.data.stage for e in sim.of(StageEntered)] == ["plan"]  # build never starts
+    assert sim.waiting() == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,8 +50,16 @@ class Bus:
         self.store = JetStreamEventStore(self.nc, self.js, self.subjects)
 
     async def close(self) -> None:
-        if not self.nc.is_closed:
-            await self.nc.drain()
+        """Drain and close; with the broker away (no drain possible), just close."""
+        if self.nc.is_closed:
+            return
+        if self.nc.is_connecting or self.nc.is_reconnecting:
+            # nats-py writes what it buffered for the server to the lost socket on close
+            # and raises for it; the connection is closed all the same
+            with contextlib.suppress(OSError):
+                await self.nc.close()
+            return
+        await self.nc.drain()
 
 
 async def connect(

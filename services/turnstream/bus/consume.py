@@ -13,8 +13,15 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
 from nats.js.errors import NotFoundError
 
+from turnstream.bus.streams import dead_letter_subject
+from turnstream.core.events import decode
+
 log = logging.getLogger("turnstream.bus")
 BATCH = 256
+DEAD_LETTER_TIMEOUT_S = 5.0
+POISON_DELIVERIES = 5
+"""A message whose handling raised this many times is dead-lettered and terminated; one
+that cannot even be decoded goes at its first delivery."""
 
 
 async def durable_pull(
@@ -64,6 +71,51 @@ async def fetch_loop(
             await on_batch(msgs)
     finally:
         await sub.unsubscribe()
+
+
+def _undecodable(data: bytes) -> bool:
+    try:
+        decode(data)
+    except Exception:
+        return True
+    return False
+
+
+async def _on_failure(js: Any, msg: Any, exc: Exception, dead: str) -> None:
+    """A consumer's handler raised. A message that cannot be decoded, or that failed
+    `POISON_DELIVERIES` times, is copied to the dead-letter stream (with why) and
+    terminated so the consumer goes on; any other is left to be redelivered. Not a
+    `max_deliver` on the consumers: the turn-runner naks facts of sessions another runner
+    holds, legitimately, many times over."""
+    try:
+        delivered = int(msg.metadata.num_delivered)
+        seq, subject = msg.metadata.sequence.stream, msg.subject
+    except Exception:  # not even JetStream metadata: nothing to settle
+        log.exception("handler failed on a message without JetStream metadata")
+        return
+    undecodable = _undecodable(msg.data)
+    if not undecodable and delivered < POISON_DELIVERIES:
+        log.warning("seq %d (%s) failed on delivery %d: %r", seq, subject, delivered, exc)
+        return
+    why = "undecodable" if undecodable else f"failed {delivered} deliveries"
+    stream = msg.metadata.stream
+    headers = {
+        "Nats-Msg-Id": f"dead:{stream}:{seq}:{dead}",
+        "Ts-Dead-Stream": stream,
+        "Ts-Dead-Subject": subject,
+        "Ts-Dead-Seq": str(seq),
+        "Ts-Dead-Reason": why,
+        "Ts-Dead-Error": f"{type(exc).__name__}: {exc}"[:1000],
+    }
+    try:
+        await js.publish(dead, msg.data, headers=headers, timeout=DEAD_LETTER_TIMEOUT_S)
+        await msg.term()
+    except Exception as publish_exc:  # the broker away: it comes again, and so do we
+        log.warning("could not dead-letter seq %d: %r", seq, publish_exc)
+        return
+    log.error(
+        "seq %d (%s) %s: dead-lettered to %s and terminated: %r", seq, subject, why, dead, exc
+    )
 
 
 async def durable_push(
@@ -119,11 +171,20 @@ async def durable_push(
         config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
         config.opt_start_seq = start_seq
     await js.add_consumer(stream, config=config)
+    prefix = deliver_subject.split(".deliver.", 1)[0]
+    dead = dead_letter_subject(prefix, stream, durable)
+
+    async def guarded(msg: Any) -> None:
+        try:
+            await on_msg(msg)
+        except Exception as exc:
+            await _on_failure(js, msg, exc, dead)
+
     return await js.subscribe_bind(
         stream=stream,
         config=config,
         consumer=durable,
-        cb=on_msg,
+        cb=guarded,
         manual_ack=True,
         pending_msgs_limit=max_ack_pending + 1000,
         pending_bytes_limit=1024 * 1024 * 1024,

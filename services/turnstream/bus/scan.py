@@ -10,6 +10,7 @@ reads none. `stream_seq` is the cheap sequence of a delivered message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -100,6 +101,82 @@ async def scan_log(
     finally:
         await sub.unsubscribe()
     return last
+
+
+DIRECT_BATCH = 500
+"""Messages per batched direct get (nats-server 2.11+, a stream with `allow_direct`)."""
+
+
+DIRECT_TIMEOUT_S = 5.0
+"""A direct get answered by nothing this long is given up (the caller may read otherwise)."""
+
+
+class DirectGetError(Exception):
+    """A direct get was answered with an error status."""
+
+
+async def direct_read(
+    nc: Any,
+    stream: str,
+    subject: str,
+    on_event: Callable[[int, str, bytes], None],
+    *,
+    after_seq: int = 0,
+    batch: int = DIRECT_BATCH,
+) -> int:
+    """Hand every message on `subject` (wildcards allowed) after `after_seq` to
+    `on_event(seq, subject, data)` in order, by batched direct gets; return the last
+    sequence handed over (`after_seq` when there was none).
+
+    No consumer is created: the server answers `$JS.API.DIRECT.GET.<stream>` with up to
+    `batch` messages and an end-of-batch status (204, with how many remain), or 404 when
+    there is nothing. A core subscription per read costs the server no consumer slot.
+    Each reply is awaited at most `DIRECT_TIMEOUT_S` (then `TimeoutError`); any other
+    status is a `DirectGetError`.
+
+    Replies are queued by the subscription's callback and awaited here under
+    `asyncio.timeout`, never with `Subscription.next_msg`: on Python 3.11 that returns a
+    reply that came as the read was cancelled instead of raising `CancelledError` (its
+    `wait_for`), and it turns a cancellation into `ConnectionClosedError` once the
+    connection is closed. A runner's session worker cancelled at shutdown then lived on,
+    and the shutdown waited for it.
+    """
+    replies: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def arrived(msg: Any) -> None:
+        replies.put_nowait(msg)
+
+    last = after_seq
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=arrived)
+    try:
+        while True:
+            request = {"seq": last + 1, "next_by_subj": subject, "batch": batch}
+            await nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), reply=inbox)
+            while True:
+                async with asyncio.timeout(DIRECT_TIMEOUT_S):
+                    msg = await replies.get()
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status is None:
+                    seq = int(headers["Nats-Sequence"])
+                    on_event(seq, headers.get("Nats-Subject", ""), msg.data)
+                    last = seq
+                    continue
+                if status == "404":
+                    return last
+                if status == "204":  # end of this batch
+                    break
+                raise DirectGetError(
+                    f"direct get on {stream} {subject}: {status} {headers.get('Description')}"
+                )
+            if int(headers.get("Nats-Num-Pending", "0") or 0) == 0:
+                return last
+    finally:
+        # on a closed connection this raises, and must not replace what is on its way out
+        # (a cancellation above all)
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
 
 
 async def subject_counts(nc: Any, stream: str, subjects_filter: str) -> dict[str, int]:

@@ -8,6 +8,7 @@ append with `expected_last_seq` fails with `AppendConflict` when the session mov
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
@@ -15,11 +16,12 @@ from typing import Any, NamedTuple, Protocol
 from nats.js import api
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
-from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
+from turnstream.bus.scan import DirectGetError, direct_read, log_last_seq, scan_log, stream_seq
 from turnstream.bus.tracing import msg_headers
 from turnstream.core.events import Event, EventBase, decode, encode
 from turnstream.core.subjects import Subjects
 
+log = logging.getLogger("turnstream.bus")
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a failed expected-last-sequence condition."""
 BATCHES_NOT_ENABLED = 10205
@@ -28,6 +30,8 @@ BATCH_REFUSED = (BATCHES_NOT_ENABLED, 10211)
 """A fast-ingest batch refused whole: not enabled, or too many batches in flight."""
 APPEND_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 30.0
+READ_CONCURRENCY = 64
+"""Session reads in flight at once per store (a restarted runner reloads them all)."""
 
 
 class StoredEvent(NamedTuple):
@@ -92,6 +96,7 @@ class JetStreamEventStore:
         self.appender = PipelinedAppender(nc)
         self.batched: bool | None = None
         """The log takes fast-ingest batches (found out on the first decision)."""
+        self._reads = asyncio.Semaphore(READ_CONCURRENCY)
 
     async def append(self, session_id: str, events: Sequence[EventBase]) -> list[int]:
         return await self.append_facts(events)
@@ -162,13 +167,31 @@ class JetStreamEventStore:
         return await self._consume(self.subjects.log_kind(event_type), config)
 
     async def _read(self, subject: str, after_seq: int) -> list[StoredEvent]:
-        """From `after_seq + 1` up to the last event that exists now (`scan_log`)."""
+        """From `after_seq + 1` up to the last event that exists now.
+
+        A session is read with batched direct gets (no consumer: nats-server caps a
+        stream's consumers, and a runner reloading 1,500 sessions at once went past it);
+        the whole log, which may be long, with one ordered consumer (`scan_log`)."""
         out: list[StoredEvent] = []
 
         def keep(seq: int, _subject: str, data: bytes) -> None:
             out.append(StoredEvent(seq, decode(data)))
 
-        await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
+        if subject == self.subjects.log_all:
+            await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
+            return out
+        async with self._reads:
+            try:
+                await direct_read(
+                    self.nc, self.subjects.log_stream, subject, keep, after_seq=after_seq
+                )
+                return out
+            except (TimeoutError, DirectGetError) as exc:
+                # no answer in time, or an error status (say 503: a log without
+                # `allow_direct`): the slower way, which costs a consumer, still works
+                log.warning("direct read of %s failed (%r); reading with a consumer", subject, exc)
+            out.clear()
+            await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
         return out
 
     async def _consume(self, subject: str, config: api.ConsumerConfig) -> list[StoredEvent]:

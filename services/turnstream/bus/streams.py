@@ -11,6 +11,7 @@ from nats.js.errors import BadRequestError
 from turnstream.core.subjects import Subjects
 
 DAY_S = 86_400.0
+DEAD_LETTER_MAX_AGE_DAYS = 30.0
 LEASE_MARKER_TTL_S = 60.0
 """How long the marker of an expired lease stays (runners watching the bucket see it at once)."""
 
@@ -49,7 +50,26 @@ def stream_configs(subjects: Subjects, limits: StreamLimits) -> list[api.StreamC
             description="turnstream event log: <prefix>.log.<session>.<EventType>",
             **common,
         ),
+        api.StreamConfig(
+            name=dead_letter_stream(subjects.prefix),
+            subjects=[f"{subjects.prefix}.dead.>"],
+            max_age=DEAD_LETTER_MAX_AGE_DAYS * DAY_S,
+            description=(
+                "turnstream dead letters: messages a consumer gave up on (undecodable, or "
+                "failing every delivery), as they were, with why in Ts-Dead-* headers: "
+                "<prefix>.dead.<stream>.<consumer>"
+            ),
+            **common,
+        ),
     ]
+
+
+def dead_letter_stream(prefix: str) -> str:
+    return f"{prefix.upper()}_DEAD"
+
+
+def dead_letter_subject(prefix: str, stream: str, consumer: str) -> str:
+    return f"{prefix}.dead.{stream}.{consumer}"
 
 
 def describe(subjects: Subjects, limits: StreamLimits) -> list[dict[str, Any]]:

@@ -5,6 +5,10 @@ things at once while different sessions proceed in parallel. An idle worker exit
 state is a rebuildable copy of the log); the next item for its session starts a new one.
 Idle workers are also let go beyond a number kept (`max_rested`, least recently used
 first), so memory follows the sessions at work, not every session seen in `idle_s`.
+
+A delivered message is kept with in-progress acks from its arrival until its actor is done
+with it, so the consumers' ack wait can be short (`ACK_WAIT_S`): what a dead instance had
+taken comes back within seconds, whatever its sessions were doing.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from turnstream.bus.consume import durable_push
 from turnstream.core.events import Event, decode
 
 log = logging.getLogger("turnstream")
+ACK_WAIT_S = 10.0
+"""The session consumers' ack wait: how soon a message a dead instance had taken, before
+it held the session's lease (so no lease expiry announces it), is delivered again."""
 Item = TypeVar("Item")
 Item_contra = TypeVar("Item_contra", contravariant=True)
 
@@ -62,6 +69,29 @@ class _Mailbox(Generic[Item]):
         self.worker: asyncio.Task[None] | None = None
 
 
+class _KeptInProgress:
+    """In-progress acks for one delivered message every `every` seconds until `stop`: timers,
+    not a task per message (most are handled within milliseconds)."""
+
+    __slots__ = ("every", "handle", "msg")
+
+    def __init__(self, msg: Any, every: float) -> None:
+        self.msg, self.every = msg, every
+        self.handle = asyncio.get_running_loop().call_later(every, self._beat)
+
+    def _beat(self) -> None:
+        asyncio.ensure_future(self.msg.in_progress()).add_done_callback(_ignore_failure)
+        self.handle = asyncio.get_running_loop().call_later(self.every, self._beat)
+
+    def stop(self) -> None:
+        self.handle.cancel()
+
+
+def _ignore_failure(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is not None:  # disconnected: redelivered
+        log.debug("in-progress ack failed: %s", done.exception())
+
+
 class Mailboxes(Generic[Item]):
     def __init__(
         self,
@@ -74,6 +104,8 @@ class Mailboxes(Generic[Item]):
         self.idle_s = idle_s
         self.max_rested = max_rested
         self.boxes: dict[str, _Mailbox[Item]] = {}
+        self.kept: dict[int, _KeptInProgress] = {}
+        """In-progress acks of delivered messages not yet handled, by `id` of the item."""
         self.rested: OrderedDict[str, None] = OrderedDict()
         """Sessions whose worker waits with an empty inbox and nothing in flight, least
         recently used first."""
@@ -94,6 +126,8 @@ class Mailboxes(Generic[Item]):
         if self.closing:
             return  # shutting down: an unacked message comes again, a timer is moot
         self.rested.pop(key, None)
+        if isinstance(item, Delivered):
+            self.kept[id(item)] = _KeptInProgress(item.msg, ACK_WAIT_S / 3)
         box = self.boxes.get(key)
         if box is None or box.closed:
             box = self.boxes[key] = _Mailbox(self.make_actor(key))
@@ -114,6 +148,9 @@ class Mailboxes(Generic[Item]):
             self.tasks = tasks
             await until.wait()
             self.closing = True  # no new worker may start while these wind down
+            for kept in self.kept.values():
+                kept.stop()
+            self.kept.clear()
             for task in list(self.workers):
                 task.cancel()
         self.tasks = None
@@ -138,7 +175,13 @@ class Mailboxes(Generic[Item]):
                 except Exception:
                     log.exception("session %s: handling failed", key)
                     await box.actor.failed(item)
+                finally:
+                    kept = self.kept.pop(id(item), None)
+                    if kept is not None:
+                        kept.stop()
                 del item  # a waiting worker holds no message (its payload, its event)
+                if _cancel_swallowed():
+                    raise asyncio.CancelledError
                 if box.inbox.empty() and not box.actor.busy():
                     self._rest(key)
         finally:
@@ -162,6 +205,15 @@ class Mailboxes(Generic[Item]):
             del self.boxes[oldest]
             if box.worker is not None:
                 box.worker.cancel()
+
+
+def _cancel_swallowed() -> bool:
+    """Whether this task was cancelled and the cancellation never reached it. nats-py waits
+    for a request's reply with `asyncio.wait_for`, which on Python 3.11 returns a reply that
+    came with the cancellation instead of raising it; a worker cancelled at shutdown (or
+    let go) in a handler then went back to its inbox for `idle_s`, and the shutdown waited."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 async def serve_sessions(
@@ -195,6 +247,7 @@ async def serve_sessions(
             subjects.deliver(durable),
             [subjects.log_kind(kind) for kind in kinds],
             on_msg,
+            ack_wait_s=ACK_WAIT_S,
         )
         await stop.wait()
         await sub.unsubscribe()

@@ -23,6 +23,7 @@ from turnstream.bus import Bus
 from turnstream.bus.consume import durable_push
 from turnstream.core.events import (
     FailureClass,
+    ToolInvocationFailedData,
     ToolInvocationRequested,
     TurnEnded,
     decode,
@@ -30,13 +31,21 @@ from turnstream.core.events import (
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.runtime.manifest import keep_published
 from turnstream.settings import Settings
-from turnstream.tool_executor.outcome import Facts, needs_blob
+from turnstream.tool_executor.outcome import Facts, Redactor, needs_blob
 from turnstream.tools import ToolContext, ToolError, ToolRegistry
 from turnstream.tools.mcp import McpTools
 
 log = logging.getLogger("turnstream.tool_executor")
 DURABLE = "tool-executor"
 RUNNING, DONE = b"running", b"done"
+BLOB_TIMEOUT_S = 30.0
+RETRY_MAX_S = 5.0
+"""Longest wait between retries of an append while the broker is away."""
+SHUTDOWN_GRACE_S = 10.0
+"""At shutdown, how long the calls that have finished get to append their results (the
+broker may be away); then they are given up, their claims left `running` for the next
+executor (which fails such a call `interrupted, mayHaveRun` or runs an idempotent one
+again). Calls still running are stopped at once, as before."""
 ACK_WAIT_S = 15.0
 """A request not acked this long is redelivered: how soon a call whose executor died is
 found (and failed `interrupted` or run again). A running call keeps its request with
@@ -53,17 +62,22 @@ class Executor:
         budget: int = 16_000,
         concurrency: int = 32,
         clock: Callable[[], datetime] = now,
+        redact: Redactor | None = None,
     ) -> None:
         self.bus = bus
         self.registry = registry
         self.workspace = workspace.resolve()
         self.budget = budget
         self.clock = clock
+        self.redact = redact or Redactor()
         self.source = source_name("tool-executor")
         self.slots = asyncio.Semaphore(concurrency)
         self.running: dict[str, tuple[asyncio.Task[None], ToolInvocationRequested]] = {}
         self.aborted: set[str] = set()
         """Invocations cancelled because their turn was hard-aborted (not a shutdown)."""
+        self.requests: set[asyncio.Future[None]] = set()
+        """Every request being handled (claiming, running, appending or acking), and the
+        appends of `Started` that go on beside them."""
         self.kv: Any = None
         self.blobs: Any = None
 
@@ -71,7 +85,7 @@ class Executor:
         subjects = self.bus.subjects
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.kv = await self.bus.js.key_value(subjects.invocations_bucket)
-        self.blobs = await self.bus.js.object_store(subjects.blobs_bucket)
+        self.blobs = await self._object_store()
         aborts = await self.bus.nc.subscribe(subjects.log_kind("TurnEnded"), cb=self._on_turn_end)
         log.info("tool-executor running %s in %s", self.registry.names(), self.workspace)
         try:
@@ -80,7 +94,9 @@ class Executor:
                 async def on_msg(msg: Any) -> None:
                     event = decode(msg.data)
                     if isinstance(event, ToolInvocationRequested):
-                        tasks.create_task(self.run_one(msg, event))
+                        task = tasks.create_task(self.run_one(msg, event))
+                        self.requests.add(task)
+                        task.add_done_callback(self.requests.discard)
                     else:
                         await msg.ack()
 
@@ -97,10 +113,34 @@ class Executor:
                 await sub.unsubscribe()
                 for task, _ in list(self.running.values()):
                     task.cancel()
+                await self._wind_down()
         finally:
             await aborts.unsubscribe()
 
+    async def _wind_down(self) -> None:
+        """Give the requests still in hand `SHUTDOWN_GRACE_S` to finish (a result waiting
+        for the broker to come back), then cancel them: a shutdown is bounded even while
+        the broker is away."""
+        pending = {task for task in self.requests if not task.done()}
+        if not pending:
+            return
+        _, late = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning("shutdown: gave up %d request(s) still appending or acking", len(late))
+
     async def run_one(self, msg: Any, request: ToolInvocationRequested) -> None:
+        """One request; a failure here (the broker away while claiming, say) leaves the
+        request unacked to come again, and never ends the executor."""
+        try:
+            await self._run_one(msg, request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("invocation %s: left for redelivery", request.data.invocation_id)
+
+    async def _run_one(self, msg: Any, request: ToolInvocationRequested) -> None:
         invocation_id = request.data.invocation_id
         if invocation_id in self.running:
             await msg.ack()  # a redelivery of what this executor is running right now
@@ -122,14 +162,14 @@ class Executor:
                     raise  # shutting down: the claim stays `running` for the next executor
                 self.aborted.discard(invocation_id)
                 await self._append(facts.cancelled("the turn was hard-aborted", self.clock()))
-                await self.kv.put(invocation_id, DONE)
-                await msg.ack()
+                await self._done(invocation_id)
+                await _ack(msg)
                 return
             finally:
                 beat.cancel()
                 self.running.pop(invocation_id, None)
-            await self.kv.put(invocation_id, DONE)
-            await msg.ack()
+            await self._done(invocation_id)
+            await _ack(msg)
 
     async def _claim(self, request: ToolInvocationRequested) -> Facts | None:
         """Facts for this attempt, or None when there is nothing (more) to do."""
@@ -156,7 +196,7 @@ class Executor:
                 may_have_run=True,
             )
         )
-        await self.kv.put(invocation_id, DONE)
+        await self._done(invocation_id)
         return None
 
     async def _run(self, facts: Facts) -> None:
@@ -180,6 +220,8 @@ class Executor:
         # Started is published while the tool runs (its ack is awaited with the result's):
         # the claim, not this event, is what keeps the call at most once.
         started = asyncio.ensure_future(self._append(facts.started(self.clock())))
+        self.requests.add(started)  # a shutdown waits for it as for the result, no longer
+        started.add_done_callback(self.requests.discard)
         timeout = data.timeout_ms / 1000
         ctx = ToolContext(self.workspace, facts.request.session_id, data.invocation_id)
         start = time.perf_counter()
@@ -219,16 +261,88 @@ class Executor:
                 duration_ms=took(),
             )
         else:
+            output = self.redact(output)
             blob = None
+            kept: str | None = None
             if needs_blob(output, self.budget):
                 blob = data.invocation_id
-                await self.blobs.put(blob, output.encode())
-            event = facts.succeeded(output, self.budget, self.clock(), took(), blob)
+                kept = await self._keep_blob(blob, output)
+            if kept is not None:
+                event = facts.failed(
+                    FailureClass.TOOL_RUNTIME_ERROR,
+                    "result_not_stored",
+                    f"the result ({len(output)} characters) is over the budget of "
+                    f"{self.budget} and could not be kept in the object store "
+                    f"{self.bus.subjects.blobs_bucket!r}: {kept}",
+                    self.clock(),
+                    may_have_run=not data.read_only,
+                    duration_ms=took(),
+                )
+            else:
+                event = facts.succeeded(output, self.budget, self.clock(), took(), blob)
+        if isinstance(event.data, ToolInvocationFailedData):  # a tool's error may quote a secret
+            error = event.data.error.model_copy(
+                update={"detail": self.redact(event.data.error.detail)}
+            )
+            event = event.model_copy(
+                update={"data": event.data.model_copy(update={"error": error})}
+            )
         await started
         await self._append(event)
 
+    async def _object_store(self) -> Any:
+        """The blobs bucket, or None when it is missing or not permitted (a result over the
+        budget then fails with a reason; everything else goes on)."""
+        try:
+            return await self.bus.js.object_store(self.bus.subjects.blobs_bucket)
+        except Exception as exc:
+            log.warning("object store %s unavailable: %s", self.bus.subjects.blobs_bucket, exc)
+            return None
+
+    async def _keep_blob(self, name: str, output: str) -> str | None:
+        """Put a full result in the object store; None when kept, else why not."""
+        if self.blobs is None:
+            self.blobs = await self._object_store()
+        if self.blobs is None:
+            return "the bucket is missing or not permitted"
+        try:
+            async with asyncio.timeout(BLOB_TIMEOUT_S):
+                await self.blobs.put(name, output.encode())
+        except Exception as exc:
+            log.warning("cannot keep result %s in the object store: %r", name, exc)
+            self.blobs = None  # looked up again next time (it may have been deleted)
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
     async def _append(self, event: Any) -> None:
-        await self.bus.store.append_facts([event])
+        """Append a fact, retried until the broker takes it: the tool has run, and losing
+        its result would turn a success into `interrupted, mayHaveRun` (the event id
+        dedups a retry that was stored after all)."""
+        delay = 0.5
+        while True:
+            try:
+                await self.bus.store.append_facts([event])
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("append of %s failed (%r); retrying in %.1f s", event.type, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _done(self, invocation_id: str) -> None:
+        """Mark the claim done, retried like an append."""
+        delay = 0.5
+        while True:
+            try:
+                await self.kv.put(invocation_id, DONE)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("claim %s: put done failed (%r); retrying", invocation_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
 
     async def _on_turn_end(self, msg: Any) -> None:
         """A hard abort ends its turn `failed, interrupted`: cancel what that turn runs."""
@@ -241,6 +355,14 @@ class Executor:
             if request.turn_id == event.turn_id:
                 self.aborted.add(request.data.invocation_id)
                 task.cancel()
+
+
+async def _ack(msg: Any) -> None:
+    """An ack lost to an outage only means a redelivery, which finds the claim done."""
+    try:
+        await msg.ack()
+    except Exception as exc:
+        log.warning("ack failed: %s", exc)
 
 
 async def _keep_in_progress(msg: Any) -> None:
@@ -271,6 +393,7 @@ async def serve(
             settings.workspace,
             budget=settings.tool_result_budget,
             concurrency=settings.tool_concurrency,
+            redact=Redactor(settings.secret_values()),
         )
         await keep_published(bus, mcp, base, executor)  # the manifest the runners watch
         await executor.serve(stop)

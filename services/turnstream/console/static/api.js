@@ -153,5 +153,6 @@ export const EVENT_TYPES = [
   "ToolInvocationSucceeded", "ToolInvocationFailed", "ToolInvocationCancelled", "HookDecided",
   "AuditViolation", "WorkflowAttached", "StageEntered", "StageInitFailed",
   "StageCheckGateResult", "StageCompletionChecked", "StageAssertOutcome", "StageGranted",
-  "StageCancelled", "StageExited", "WorkflowExit",
+  "StageCancelled", "StageExited", "WorkflowExit", "SessionConfigured", "MessageSent",
+  "MessageDropped", "SubTurnSpawned", "SubTurnEnded", "SubTurnResultDelivered",
 ];

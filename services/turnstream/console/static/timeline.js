@@ -21,6 +21,7 @@ const IN_A_TURN = new Set([
 
 const NO_LANE = new Set([
   "WorkflowAttached", "WorkflowExit", "InterruptReceived", "AuditViolation", "InputRejected",
+  "SessionConfigured",
 ]);
 
 const STAGE_NOTE = {

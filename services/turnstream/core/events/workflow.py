@@ -99,7 +99,11 @@ class StageCheckGateResult(EventBase):
     data: StageCheckGateResultData
 
 
-CompletionOutcome = Literal["accepted", "invalid", "batch_rejected", "no_call", "cap_hit"]
+CompletionOutcome = Literal[
+    "accepted", "invalid", "batch_rejected", "no_call", "cap_hit", "interrupted"
+]
+"""`interrupted`: a graceful interrupt reached the stage mid-Act; its summary round answered
+and the Act stops without a completion (the stage is then cancelled)."""
 
 
 class StageCompletionCheckedData(WireModel):

@@ -45,7 +45,11 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     if ex is None:
         if isinstance(event, InterruptReceived) and run.status == "running":
             mode = "hard" if "hard" in (run.interrupt, event.data.mode) else event.data.mode
-            state = with_changes(state, workflow=with_changes(run, interrupt=mode))
+            run = with_changes(run, interrupt=mode)
+            for ex in run.executions:  # each running stage turn hears it too (mid-Act)
+                if ex.running and ex.lane.active is not None:
+                    run = _replace(run, with_changes(ex, lane=evolve_turn(ex.lane, event)))
+            state = with_changes(state, workflow=run)
         return evolve_turn(state, event)
     lane = evolve_turn(ex.lane, event)
     failure = ex.failure

@@ -261,6 +261,8 @@ def _advance(
         result = result_of(ex, ex.asserted, ex.assert_reason)
         return exit_events(run, ex, result, ctx, turn.last_event_id)
     if turn.act_done:
+        if run.interrupt is not None and ex.parsed is None:  # summarised and stopped
+            return cancel(run, [ex], "interrupted", "graceful interrupt", ctx)
         if ASSERT in config.workflow_hooks:
             return []  # the shell asks the assert hook, then `on_assert`
         if ex.parsed is not None and not ex.cap_hit:

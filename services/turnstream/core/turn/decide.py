@@ -163,7 +163,7 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
     assert turn is not None, "compose_request needs an active turn"
     tools = config.tools if config.offer_tools and turn.interrupt is None else ()
     spec = config.stage
-    if spec is not None:
+    if spec is not None and turn.interrupt is None:
         allowed = [t for t in config.tools if t.name in spec.allowed_tools]
         tools = (*allowed, completion_tool(spec))
     return ProviderRequest(
@@ -415,6 +415,15 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         case Stage.STREAM_RESPONSE, False:
             if config.stage is not None and turn.checked_round < turn.iteration:
                 checked = check_response(config.stage, turn.requested_calls, turn.iteration)
+                if checked is not None and turn.interrupt is not None and not checked.parsed:
+                    # a graceful interrupt mid-Act: no completion is asked for any more; the
+                    # summary round's answer ends the Act
+                    if turn.iteration > turn.interrupt[2]:
+                        stopped = checked.model_copy(
+                            update={"outcome": "interrupted", "call_ids": [], "detail": None}
+                        )
+                        return [b.make(StageCompletionChecked, stopped)]
+                    checked = None
                 if checked is not None:
                     return [b.make(StageCompletionChecked, checked)]
             if config.stage is not None and not turn.requested_calls:

@@ -475,7 +475,7 @@ def _completion_checked(
             for call_id in data.call_ids
         )
         state = with_changes(state, history=state.history + answers)
-    done = data.outcome in ("accepted", "cap_hit")
+    done = data.outcome in ("accepted", "cap_hit", "interrupted")
     return _turn(state, event, checked_round=data.iteration, act_done=done, requested_calls=())
 
 

@@ -1,0 +1,113 @@
+"""Reading a session costs the server no consumer (issue 19, item 1): batched direct gets
+page through the session's subject, and many reads at once stay under the server's cap on
+a stream's consumers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.integration.test_event_store import ev
+from turnstream.bus import Bus
+from turnstream.bus.scan import DirectGetError, direct_read
+from turnstream.bus.store import JetStreamEventStore
+from turnstream.core.subjects import Subjects
+
+
+async def test_direct_read_pages_through_one_session_among_others(bus: Bus) -> None:
+    mine, other = "direct-mine", "direct-other"
+    for _ in range(5):
+        await bus.store.append_facts([ev(mine), ev(mine), ev(other), ev(mine), ev(other)])
+    expected = [s.seq for s in await bus.store.read_all() if s.event.session_id == mine]
+    assert len(expected) == 15
+    for batch in (1, 4, 15, 500):
+        seen: list[int] = []
+        last = await direct_read(
+            bus.nc,
+            bus.subjects.log_stream,
+            bus.subjects.log_session(mine),
+            lambda seq, _subject, _data, seen=seen: seen.append(seq),
+            batch=batch,
+        )
+        assert seen == expected and last == expected[-1], batch
+    after = await bus.store.read_session(mine, after_seq=expected[6])
+    assert [s.seq for s in after] == expected[7:]
+    assert await bus.store.read_session(mine, after_seq=expected[-1]) == []
+    assert await bus.store.read_session("direct-none") == []
+
+
+async def test_1500_sessions_read_at_once_open_no_consumer(bus: Bus) -> None:
+    sessions = [f"direct-many-{i}" for i in range(1500)]
+    await bus.store.append_facts([ev(s) for s in sessions])
+    before = (await bus.js.stream_info(bus.subjects.log_stream)).state.consumer_count
+    async with asyncio.timeout(60):
+        reads = await asyncio.gather(*(bus.store.read_session(s) for s in sessions))
+    assert all(
+        len(r) == 1 and r[0].event.session_id == s for r, s in zip(reads, sessions, strict=True)
+    )
+    after = (await bus.js.stream_info(bus.subjects.log_stream)).state.consumer_count
+    assert after == before
+
+
+async def read_and_cancel(bus: Bus, session: str, position: int, hops: int) -> str | None:
+    """Read `session` by direct gets, cancelling the read `hops` loop iterations after its
+    `position`th reply: None when the read had ended by then, else how it ended."""
+    loop = asyncio.get_running_loop()
+    accepted: list[bool] = []
+    handed: list[int] = []
+
+    def cancel_later(n: int) -> None:
+        if n:
+            loop.call_soon(cancel_later, n - 1)
+        else:
+            accepted.append(reading.cancel())
+
+    def on_event(seq: int, _subject: str, _data: bytes) -> None:
+        handed.append(seq)
+        if len(handed) == position:
+            cancel_later(hops)
+
+    subject = bus.subjects.log_session(session)
+    reading = asyncio.create_task(
+        direct_read(bus.nc, bus.subjects.log_stream, subject, on_event, batch=20)
+    )
+    await asyncio.wait([reading], timeout=10)
+    assert reading.done(), "the read neither ended nor was cancelled"
+    if accepted != [True]:
+        return None
+    return "cancelled" if reading.cancelled() else repr(reading)
+
+
+async def test_a_direct_read_cancelled_mid_batch_ends_cancelled(bus: Bus) -> None:
+    """A read cancelled while a batch's replies arrive ends cancelled, whatever the moment.
+    nats-py's `next_msg` (on Python 3.11) returned the reply it already had instead: the
+    runner's session workers, cancelled at shutdown, then lived on, and the services'
+    shutdown waited minutes for them (test_tools_path.py hung one run in five)."""
+    session = "direct-cancelled"
+    await bus.store.append_facts([ev(session) for _ in range(60)])
+    outcomes = [
+        await read_and_cancel(bus, session, position, hops)
+        for position in (1, 7, 20, 30, 45)
+        for hops in range(8)
+    ]
+    ended = [o for o in outcomes if o is not None]
+    assert len(ended) >= 30  # most cancels came while the read was running
+    assert [o for o in ended if o != "cancelled"] == []
+
+
+async def test_a_log_without_direct_gets_is_read_with_a_consumer(bus: Bus) -> None:
+    """A log stream made before `allow_direct` answers direct gets with 503 (no one
+    answers them): a session is still read, the slower way."""
+    subjects = Subjects("nodirect")
+    await bus.js.add_stream(name=subjects.log_stream, subjects=[f"{subjects.prefix}.log.>"])
+    store = JetStreamEventStore(bus.nc, bus.js, subjects)
+    events = [ev("plain"), ev("plain"), ev("other"), ev("plain")]
+    await store.append_facts(events)
+    with pytest.raises(DirectGetError, match="503"):
+        await direct_read(
+            bus.nc, subjects.log_stream, subjects.log_session("plain"), lambda *_: None
+        )
+    async with asyncio.timeout(10):
+        stored = await store.read_session("plain")
+    assert [s.event for s in stored] == [e for e in events if e.session_id == "plain"]
