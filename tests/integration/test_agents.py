@@ -69,13 +69,46 @@ agents:
   denier:
     - tool_calls: [{name: read_file, arguments: {path: notes.txt}}]
     - text: "after: {last_tool_result:60}"
-  ring-a:
+  ring-a:  # its first turn only says so; then every turn passes the message on
+    - text: "ready"
     - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
     - text: "passed"
-  ring-b:
+    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
+    - text: "passed"
+  ring-b:  # its first turn only says so; then every turn passes the message on
+    - text: "ready"
     - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
     - text: "passed"
-  ring-c:
+    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
+    - text: "passed"
+  ring-c:  # its first turn only says so; then every turn passes the message on
+    - text: "ready"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
+    - text: "passed"
+    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
+    - text: "passed"
     - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
     - text: "passed"
   nester:
@@ -327,22 +360,24 @@ async def test_a_profile_security_mode_and_model_apply(bus: Bus, services) -> No
 
 
 async def test_a_three_agent_cycle_stops_at_the_hop_limit(bus: Bus, services) -> None:
-    # A→B→C→A…: hops count every delivery, so the chain stops after TURNSTREAM_MAX_HOPS (8)
-    for name in ("b", "c"):  # each session's agent is fixed first; these start chains too
+    # A→B→C→A…: hops count every delivery, so the chain stops after TURNSTREAM_MAX_HOPS (8).
+    # Each session's agent is fixed before the chain starts (a message reaching a session
+    # with no agent yet would run under the default one and shift its script)
+    for name in "abc":
         await send_and_wait(bus, message_command(f"cyc-{name}", "start", agent=f"ring-{name}"))
-    await send_and_wait(bus, message_command("cyc-a", "start", agent="ring-a"))
+    await send_and_wait(bus, message_command("cyc-a", "go"))
 
-    async def chains_done() -> list[Event]:
+    async def chain_done() -> list[Event]:
         while True:
             logs = [e for n in "abc" for e in await events_of(bus, f"cyc-{n}")]
-            if len(of(logs, MessageDropped)) == 3:
+            if of(logs, MessageDropped):
                 return logs
             await asyncio.sleep(0.1)
 
-    logs = await asyncio.wait_for(chains_done(), 30)
-    await asyncio.sleep(1.0)  # nothing goes on after the drops
+    logs = await asyncio.wait_for(chain_done(), 30)
+    await asyncio.sleep(1.0)  # nothing goes on after the drop
     logs = [e for n in "abc" for e in await events_of(bus, f"cyc-{n}")]
     sent, dropped = of(logs, MessageSent), of(logs, MessageDropped)
-    assert len(dropped) == 3 and {d.data.hops for d in dropped} == {9}
-    assert len(sent) == 3 * 8 and max(s.data.hops for s in sent) == 8
+    assert [d.data.hops for d in dropped] == [9]
+    assert sorted(s.data.hops for s in sent) == list(range(1, 9))
     assert all(f.data.error.kind == "hop_limit" for f in of(logs, ToolInvocationFailed))
