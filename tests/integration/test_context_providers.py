@@ -105,3 +105,29 @@ async def test_providers_add_context_to_every_request_and_the_log(
     state = fold(SessionState("ctx-1"), events[: started + 1])
     config = replace(settings.turn_config(), context_providers=True)
     assert compose_request(state, config).system == system
+
+
+async def test_a_remote_provider_registers_at_runtime_in_the_hooks_bucket(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path
+) -> None:
+    (tmp_path / "workspace").mkdir()
+
+    async def answer(msg: object) -> None:
+        await msg.respond(orjson.dumps({"content": "Team: platform."}))  # type: ignore[attr-defined]
+
+    sub = await bus.nc.subscribe("ctx.team", cb=answer)
+    kv = await bus.js.key_value(bus.subjects.hooks_bucket)
+    settings = settings_for(nats_server, tmp_path)
+    async with running_services(settings, bus):
+        before = await send_and_wait(bus, message_command("ctx-2", "one"), timeout=20)
+        await kv.put("context.team", orjson.dumps({"subject": "ctx.team", "maxTokens": 50}))
+        await asyncio.sleep(0.5)  # the runner's watch hands it over
+        after = await send_and_wait(bus, message_command("ctx-2", "two"), timeout=20)
+        await kv.delete("context.team")
+        await asyncio.sleep(0.5)
+        gone = await send_and_wait(bus, message_command("ctx-2", "three"), timeout=20)
+    await sub.unsubscribe()
+    assert before.status == after.status == gone.status == "completed"
+    events = [s.event for s in await bus.store.read_session("ctx-2")]
+    provided = [(e.turn_id, e.data.content) for e in events if isinstance(e, ContextProvided)]
+    assert provided == [(after.turn_id, "Team: platform.")]

@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
-from turnstream.context.base import ContextFn, ContextSpec
+from turnstream.context.base import ContextFn, ContextSpec, RemoteSpec
 from turnstream.context.builtin import BUILTIN_NAMES, builtin
 from turnstream.core.turn.context import ContextRequest, ContextResult, Contributed, Skipped
 
 log = logging.getLogger("turnstream.context")
 ENTRY_POINT_GROUP = "turnstream.context"
+REMOTE_PREFIX = "context."
+"""Remote providers register in the hooks bucket under `context.<name>` (`RemoteSpec`)."""
 
 
 def _utc_now() -> datetime:
@@ -36,6 +39,23 @@ class ContextRegistry:
     def __init__(self, providers: Iterable[tuple[ContextSpec, ContextFn | None]], nc: Any = None):
         self.providers = sorted(providers, key=lambda p: (p[0].priority, p[0].name))
         self.nc = nc
+
+    def set_remote(self, key: str, value: bytes | None) -> None:
+        """Apply one `context.<name>` entry of the hooks bucket (None = deleted)."""
+        name = key.removeprefix(REMOTE_PREFIX)
+        if value is not None:
+            try:
+                remote = RemoteSpec.model_validate_json(value)
+            except ValidationError as exc:
+                log.warning("ignoring remote context provider %r: %s", name, exc)
+                return
+        kept = [p for p in self.providers if p[0].name != name or p[1] is not None]
+        if value is not None:
+            spec = ContextSpec(
+                name, remote.priority, remote.timeout_ms, remote.max_tokens, remote.subject
+            )
+            kept.append((spec, None))
+        self.providers = sorted(kept, key=lambda p: (p[0].priority, p[0].name))
 
     def __bool__(self) -> bool:
         return bool(self.providers)

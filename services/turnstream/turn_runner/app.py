@@ -213,6 +213,13 @@ class Runner:
             context=self.context,
         )
 
+    def use_context(self, key: str, value: bytes | None) -> None:
+        """A remote context provider registered, changed or left (the hooks bucket)."""
+        if self.context is None:
+            return
+        self.context.set_remote(key, value)
+        self.base_config = replace(self.base_config, context_providers=bool(self.context))
+
     def use_tools(self, tools: tuple[ToolInfo, ...], digest: str) -> None:
         """Offer `tools` from the next model call on: the executors' published manifest
         (built-in, entry-point and MCP tools), which changes when an MCP server's does."""
@@ -383,7 +390,7 @@ async def serve(
         runner = Runner(bus, provider, config, hooks=hooks, settings=settings, context=context)
         try:
             async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(watch_hooks(bus, hooks, stop))
+                tasks.create_task(watch_hooks(bus, hooks, stop, runner.use_context))
                 if tools is None:  # given tools are a fixed manifest (tests, embedding)
                     tasks.create_task(watch_tools(bus, runner.use_tools, stop))
                 tasks.create_task(runner.serve(stop))
