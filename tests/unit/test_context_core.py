@@ -108,3 +108,11 @@ def test_compaction_keeps_a_running_summary_of_what_it_dropped() -> None:
     )
     after = fold(state, [compacted])
     assert after.summary == summary and [m.text for m in after.history] == ["what is in AGENTS.md?"]
+
+
+def test_a_runner_restarted_while_a_turn_waits_for_context_asks_again() -> None:
+    _, log, gather = start()
+    reloaded = fold(SessionState("s1"), [accepted(1, "what is in AGENTS.md?"), *log])
+    again = decide(reloaded, Tick(), CONFIG, ctx(Ids("r")))
+    assert list(again) == []  # nothing new to record: the turn still waits
+    assert [e for e in again.effects if isinstance(e, GatherContext)] == [gather]
