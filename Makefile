@@ -54,6 +54,7 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/cluster.py
 	$(BIN)/python bench/telemetry.py
 	$(BIN)/python bench/subturns.py
+	$(BIN)/python bench/context_providers.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export

@@ -67,6 +67,27 @@ class McpSettings(BaseModel):
     """`{<name>: {command, args, env} | {url, headers}}`; tools appear as `<name>__<tool>`."""
 
 
+class ContextProviderSetting(BaseModel):
+    """One context provider: a built-in (`agents_md`, `datetime`, `summary`), an installed
+    one (entry point) to adjust, or a remote one (`subject`)."""
+
+    model_config = {"extra": "forbid"}
+    subject: str | None = None
+    """Remote: the NATS subject that answers `{sessionId, turnId, input, summary, …}` with
+    `{"content": "<text>" | null}`."""
+    priority: int = 100
+    """Lower comes first in the system prompt."""
+    timeout_ms: int = Field(default=1000, ge=1, le=60_000)
+    max_tokens: int = Field(default=1000, ge=1)
+    """Token budget (characters / 4): a longer answer is cut to it."""
+
+
+class ContextSettings(BaseModel):
+    providers: dict[str, ContextProviderSetting] = Field(default_factory=dict)
+    """`{agents_md: {}, datetime: {priority: 10}, team: {subject: ctx.team}}`: each turn's
+    requests carry what they say (`ContextProvided` in the log)."""
+
+
 class Settings(BaseSettings):
     """Deployment settings. Env var = `TURNSTREAM_` + the field name in upper case."""
 
@@ -102,6 +123,14 @@ class Settings(BaseSettings):
     provider_max_retries: int = Field(default=3, ge=0, le=10)
     """Retries of a rate-limited, overloaded or dropped model call (each one a ProviderRetry)."""
     provider_retry_base_s: float = Field(default=0.5, gt=0)
+    fallback_model: str | None = None
+    """A model to continue on when the primary keeps failing with overloaded, a 5xx, a
+    timeout or a dropped connection after its retries (`ProviderFallback` in the log)."""
+    fallback_provider: Literal["scripted", "anthropic", "openai"] | None = None
+    """The fallback model's provider; the primary's when unset."""
+    fallback_base_url: str | None = None
+    """The fallback provider's endpoint; when unset, the primary's `base_url` if the
+    fallback has the same provider, else that provider's default."""
     sessions: dict[str, SessionOverride] = Field(default_factory=dict)
     """Per-session provider settings by session-id glob, first match wins:
     `{"support-*": {model: claude-haiku-4-5, max_tokens: 1024}}`."""
@@ -154,6 +183,8 @@ class Settings(BaseSettings):
     system_prompt: str | None = None
     mcp: McpSettings = Field(default_factory=McpSettings)
     """MCP servers whose tools the tool-executor offers (issue 16)."""
+    context: ContextSettings = Field(default_factory=ContextSettings)
+    """Context providers asked at each turn's first COMPOSE_REQUEST (issue 16)."""
     replicas: int = Field(default=1, ge=1, le=5)
     """Stream replicas (3 on a cluster: an append is acked once a quorum has it)."""
     lease_ttl_s: float = Field(default=10, ge=1)
@@ -248,7 +279,24 @@ class Settings(BaseSettings):
         defaults = {"scripted": "demo", "anthropic": "claude-sonnet-4-6", "openai": "gpt-4o-mini"}
         return self.model or defaults[self.provider]
 
+    def fallback_settings(self) -> Settings | None:
+        """The settings the fallback model is called with; None without a fallback model."""
+        if not self.fallback_model:
+            return None
+        provider = self.fallback_provider or self.provider
+        same = provider == self.provider
+        base_url = self.fallback_base_url or (self.base_url if same else None)
+        return self.model_copy(
+            update={
+                "provider": provider,
+                "model": self.fallback_model,
+                "base_url": base_url,
+                "fallback_model": None,
+            }
+        )
+
     def turn_config(self) -> TurnConfig:
+        fallback = self.fallback_settings()
         return TurnConfig(
             provider=self.provider,
             model=self.model_name,
@@ -264,6 +312,7 @@ class Settings(BaseSettings):
             max_subturns=self.max_subturns,
             max_subturns_per_root=self.max_subturns_per_root,
             subturn_deadline_s=self.subturn_deadline_s,
+            fallback=(fallback.provider, fallback.model_name) if fallback else None,
         )
 
     def approval_config(self) -> ApprovalConfig:

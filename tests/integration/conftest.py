@@ -13,6 +13,7 @@ from turnstream.approval import app as approval
 from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
+from turnstream.context import ContextRegistry
 from turnstream.core.subjects import Subjects
 from turnstream.gateway import app as gateway
 from turnstream.hooks import HookRegistry
@@ -45,12 +46,14 @@ async def running_services(
     *,
     tools: ToolRegistry | None = None,
     hooks: HookRegistry | None = None,
+    context: ContextRegistry | None = None,
 ) -> AsyncIterator[None]:
     """Every service as a task on its own connection, stopped on exit."""
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
         tasks.create_task(gateway.serve(settings, stop, tools=tools))
-        tasks.create_task(turn_runner.serve(settings, stop, tools=tools, hooks=hooks))
+        runner = turn_runner.serve(settings, stop, tools=tools, hooks=hooks, context=context)
+        tasks.create_task(runner)
         tasks.create_task(approval.serve(settings, stop))
         tasks.create_task(tool_executor.serve(settings, stop, tools=tools))
         await asyncio.sleep(0.4)

@@ -6,12 +6,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from turnstream.bus.embedded import free_port
+from turnstream.bus import Bus, connect
+from turnstream.bus.embedded import EmbeddedServer, free_port
+from turnstream.bus.streams import StreamLimits
+from turnstream.core.subjects import Subjects
 from turnstream.settings import McpHttpServer, McpStdioServer
 
 SERVER = Path(__file__).with_name("server.py")
@@ -51,3 +54,26 @@ def http_server() -> Iterator[tuple[McpHttpServer, int, list[subprocess.Popen[by
     for proc in procs:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="module")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    store = tmp_path_factory.mktemp("nats")
+    with EmbeddedServer(store, log_file=store / "server.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+async def bus(nats_server: EmbeddedServer) -> AsyncIterator[Bus]:
+    bus = await connect(nats_server.url, Subjects("ts"), ensure=StreamLimits())
+    yield bus
+    await bus.close()
+
+
+async def published(bus: Bus) -> bytes:
+    """The manifest the executors published, or nothing yet."""
+    try:
+        entry = await (await bus.js.key_value("ts_tools")).get("manifest")
+    except Exception:  # no bucket or no key yet
+        return b""
+    return entry.value or b""

@@ -6,20 +6,17 @@ runner here is given the tools it learned from that manifest (`watch_tools`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.mcp.conftest import stdio_config
+from tests.mcp.conftest import published, stdio_config
 from turnstream.approval import app as approval
-from turnstream.bus import Bus, connect
+from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
-from turnstream.bus.streams import StreamLimits
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.events import ToolInvocationFailed, ToolInvocationSucceeded
-from turnstream.core.subjects import Subjects
 from turnstream.core.turn import ToolInfo
 from turnstream.gateway import app as gateway
 from turnstream.runtime.manifest import watch_tools
@@ -29,20 +26,6 @@ from turnstream.tools import ToolContext, ToolRegistry, ToolSpec
 from turnstream.turn_runner import app as turn_runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
-
-
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    store = tmp_path_factory.mktemp("nats")
-    with EmbeddedServer(store, log_file=store / "server.log") as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-async def bus(nats_server: EmbeddedServer) -> AsyncIterator[Bus]:
-    bus = await connect(nats_server.url, Subjects("ts"), ensure=StreamLimits())
-    yield bus
-    await bus.close()
 
 
 class Listed:
@@ -158,12 +141,3 @@ async def test_the_runner_offers_what_the_executor_publishes(
             assert "echo: parsnip" in (done.reply or "")
         finally:
             stop.set()
-
-
-async def published(bus: Bus) -> bytes:
-    """The manifest the executors published, or nothing yet."""
-    try:
-        entry = await (await bus.js.key_value("ts_tools")).get("manifest")
-    except Exception:  # no bucket or no key yet
-        return b""
-    return entry.value or b""

@@ -88,3 +88,22 @@ def test_find_takes_a_name_never_a_path(tmp_path: Path) -> None:
 
 def test_a_missing_folder_has_no_profiles(tmp_path: Path) -> None:
     assert load_all(tmp_path / "absent") == ({}, [])
+
+
+def test_a_profile_may_name_its_fallback_model(tmp_path: Path) -> None:
+    from turnstream.core.events import SessionConfiguredData
+    from turnstream.core.turn import TurnConfig
+    from turnstream.core.turn.agent import with_agent
+    from turnstream.gateway.intake import configured_data
+
+    head = "---\nname: a\ndescription: d\nprovider: anthropic\nfallbackModel: small\n"
+    profile = load(write(tmp_path, "a", head + "---\nbody\n"))
+    data = configured_data(profile, "k1")
+    assert (data.fallback_model, data.fallback_provider) == ("small", None)
+    config = with_agent(TurnConfig(fallback=("openai", "x")), data)
+    assert config.fallback == ("anthropic", "small")  # the agent's provider, its model
+    plain = SessionConfiguredData(agent="b", idempotency_key="k2")
+    assert with_agent(TurnConfig(fallback=("openai", "x")), plain).fallback == ("openai", "x")
+    with pytest.raises(AgentInvalid) as caught:
+        load(write(tmp_path, "a", head.replace("small", "''") + "fallbackProvider: groq\n---\n"))
+    assert {p.field for p in caught.value.problems} == {"fallbackModel", "fallbackProvider"}

@@ -83,6 +83,22 @@ SAMPLE_DATA = {
         "iteration": 1,
     },
     "ProviderRetry": {"attempt": 1, "delayMs": 500, "errorClass": "rate_limit", "message": "m"},
+    "ContextProvided": {
+        "provider": "agents_md",
+        "tokens": 3,
+        "digest": "sha256:00",
+        "content": "Use tabs.",
+        "iteration": 1,
+    },
+    "ContextSkipped": {"provider": "slow", "reason": "timeout", "timedOut": True, "iteration": 1},
+    "ProviderFallback": {
+        "from": "anthropic/claude-sonnet-4-6",
+        "to": "openai/gpt-4o-mini",
+        "reason": "overloaded: HTTP 529: Overloaded",
+        "errorClass": "overloaded",
+        "attempts": 4,
+        "iteration": 1,
+    },
     "ContextCompacted": {"droppedMessages": 4, "tokensBefore": 900, "tokensAfter": 300},
     "ToolInvocationProposed": {
         "invocationId": "i1",

@@ -199,3 +199,36 @@ def test_a_placeholder_the_context_lacks_is_an_error_not_empty(body: str, messag
     assert check(body) == []  # well-formed: only rendering knows
     with pytest.raises(TemplateError, match=message.replace("[", r"\[").replace("]", r"\]")):
         render(body, CTX, STAGE)
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("docs__search", "'docs__search' collides with a registered tool (MCP server 'docs')"),
+        ("docs__submit", "'docs__submit' is in MCP server 'docs''s namespace (docs__*)"),
+        ("grep", "'grep' collides with a registered tool"),
+    ],
+)
+def test_a_completion_tool_may_not_take_an_mcp_name_or_namespace(
+    tmp_path: Path, completion: str, expected: str
+) -> None:
+    folder = workflow(tmp_path)
+    stage_file(folder, "plan", completionTool=completion)
+    with pytest.raises(WorkflowInvalid) as caught:
+        load(folder, [*LIVE, "docs__search"], mcp_servers=["docs"])
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.field) == ("plan.md", "completionTool")
+    assert problem.message.startswith(expected), problem.message
+    assert "submit_<stage>" in problem.fix
+    # another server's namespace, or a name that merely contains the separator, is free
+    stage_file(folder, "plan", completionTool="submit__docs")
+    assert load(folder, LIVE, mcp_servers=["docs"]).stages["plan"].completion_tool == "submit__docs"
+
+
+@pytest.mark.parametrize("name", ["spawn", "send_message"])
+def test_the_runtimes_own_tool_names_are_reserved(tmp_path: Path, name: str) -> None:
+    folder = workflow(tmp_path)
+    stage_file(folder, "plan", completionTool=name)
+    with pytest.raises(WorkflowInvalid) as caught:
+        load(folder, LIVE)  # not registered: the runtime offers them itself
+    assert f"{name!r} is reserved" in caught.value.problems[0].message

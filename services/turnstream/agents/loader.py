@@ -73,6 +73,10 @@ def load(path: Path) -> AgentProfile:
     model = raw.get("model")
     if model is not None and (not isinstance(model, str) or not model):
         bad("model", f"must be a model name, not {model!r}", "write `model: <name>`")
+    fallback_model = raw.get("fallbackModel")
+    if fallback_model is not None and (not isinstance(fallback_model, str) or not fallback_model):
+        bad("fallbackModel", f"must be a model name, not {fallback_model!r}", "e.g. `gpt-4o-mini`")
+    fallback_provider = _choice(raw, "fallbackProvider", get_args(Provider), bad)
     tools = raw.get("tools")
     if tools is not None and (
         not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools)
@@ -94,6 +98,8 @@ def load(path: Path) -> AgentProfile:
         tools=tuple(tools) if tools is not None else None,
         security_mode=mode,
         max_iterations=iterations,
+        fallback_model=fallback_model,
+        fallback_provider=fallback_provider,
     )
 
 

@@ -28,3 +28,7 @@ class AgentProfile:
     """The tools its sessions are offered (an allowlist); None: every registered tool."""
     security_mode: SecurityMode | None = None
     max_iterations: int | None = None
+    fallback_model: str | None = None
+    """The model its turns continue on when theirs keeps failing (else the deployment's)."""
+    fallback_provider: Provider | None = None
+    """The fallback model's provider; None: the agent's own."""

@@ -12,6 +12,8 @@ from rich.text import Text
 
 from turnstream.core.events import (
     AuditViolation,
+    ContextProvided,
+    ContextSkipped,
     Event,
     FollowUpQueued,
     HookDecided,
@@ -22,6 +24,7 @@ from turnstream.core.events import (
     InterruptReceived,
     MessageDropped,
     MessageSent,
+    ProviderFallback,
     ProviderRequestCompleted,
     ProviderRequestFailed,
     ProviderRequestStarted,
@@ -77,12 +80,20 @@ def summarize(event: Event) -> str:
         case StagePostFired(data=d):
             return f"{d.stage} ◂ {d.outcome}"
         case ProviderRequestStarted(data=d):
-            return f"{d.provider}/{d.model} call #{d.call_index}, {d.message_count} messages"
+            tools = f", {len(d.tools)} tools" if d.tools else ""
+            return f"{d.provider}/{d.model} call #{d.call_index}, {d.message_count} messages{tools}"
         case ProviderRequestCompleted(data=d):
             u = d.usage
             return f"{d.stop_reason}, {u.input_tokens} in / {u.output_tokens} out"
         case ProviderRequestFailed(data=d):
             return f"{d.error_class}: {_clip(d.message)}"
+        case ContextProvided(data=d):
+            cut = ", truncated" if d.truncated else ""
+            return _clip(f"{d.provider}: {d.tokens} tokens{cut}: {d.content}", 100)
+        case ContextSkipped(data=d):
+            return _clip(f"⚠ {d.provider} skipped: {d.reason}", 100)
+        case ProviderFallback(data=d):
+            return _clip(f"⚠ {d.from_} → {d.to} after {d.attempts} attempt(s): {d.reason}", 110)
         case ProviderRetry(data=d):
             return f"attempt {d.attempt} in {d.delay_ms} ms ({d.error_class})"
         case RenderEmitted(data=d):
@@ -155,6 +166,8 @@ def event_line(event: Event) -> Text:
         style = "bold " + STATUS_STYLE.get(event.data.status, "")
     elif isinstance(event, InputRejected | AuditViolation):
         style = "bold red"
+    elif isinstance(event, ProviderFallback | ContextSkipped):
+        style = "bold yellow"
     line.append(f"{event.type:<25}", style=style)
     line.append(summarize(event))
     return line

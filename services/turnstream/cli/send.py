@@ -25,11 +25,13 @@ from turnstream.cli.common import command_name, console, err, run_on_bus
 from turnstream.cli.render import event_line
 from turnstream.client import TurnOutcome, answer_command, publish_command, send_and_wait
 from turnstream.core.events import (
+    ContextSkipped,
     Event,
     FollowUpQueued,
     HookDecided,
     InputRejected,
     InteractionRequested,
+    ProviderFallback,
     Stage,
     StagePreFired,
     ToolCallApproved,
@@ -91,6 +93,18 @@ class SendScreen:
             self._spawn(self.ask(bus, event))
         elif isinstance(event, ToolCallApproved | ToolCallDenied):
             self._settled(event)
+        elif isinstance(event, ContextSkipped):
+            self.end_tokens()
+            d = event.data
+            skipped = f"context provider {escape(d.provider)} skipped: {escape(d.reason)}"
+            err.print(f"[yellow]warning:[/] {skipped}")
+        elif isinstance(event, ProviderFallback):
+            self.end_tokens()  # a warning on stderr even with --quiet: the answer's model changed
+            d = event.data
+            err.print(
+                f"[yellow]warning:[/] model {escape(d.from_)} failed ({escape(d.reason)}); "
+                f"continuing on the fallback {escape(d.to)}"
+            )
         if self.quiet:
             return None
         if isinstance(event, StagePreFired):

@@ -54,7 +54,7 @@ def validate(
     from turnstream.workflows.loader import WorkflowInvalid, load
 
     try:
-        definition = load(folder, ToolRegistry.load().names())
+        definition = load(folder, ToolRegistry.load().names(), settings_of().mcp.servers)
     except WorkflowInvalid as exc:
         err.print(f"[red]✘ {folder}: {len(exc.problems)} problem(s)[/]")
         for problem in exc.problems:

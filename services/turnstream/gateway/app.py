@@ -54,7 +54,7 @@ async def _consume(
 
     def load_workflow(session_id: str, name: str) -> WorkflowDef:
         tool_calling = settings.session_override(session_id)[1].tool_calling
-        return attachable(settings.workflows, name, live_tools, tool_calling)
+        return attachable(settings.workflows, name, live_tools, tool_calling, settings.mcp.servers)
 
     def load_agent(name: str) -> agents.AgentProfile:
         profile = agents.load(agents.find(settings.agents, name))

@@ -211,6 +211,8 @@ def configured_data(profile: AgentProfile, idempotency_key: str) -> SessionConfi
         max_iterations=profile.max_iterations,
         system_prompt=profile.system_prompt,
         idempotency_key=idempotency_key,
+        fallback_model=profile.fallback_model,
+        fallback_provider=profile.fallback_provider,
     )
 
 

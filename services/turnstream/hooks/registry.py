@@ -92,6 +92,8 @@ class HookRegistry:
 
     def set_remote(self, key: str, value: bytes | None) -> None:
         """Apply one entry of the hooks bucket (None = deleted)."""
+        if key.startswith("context."):
+            return  # a remote context provider's (`turnstream.context`), not a hook
         if value is None:
             self.remote.pop(key, None)
             self._refresh()

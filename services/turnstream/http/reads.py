@@ -150,7 +150,9 @@ async def list_approvals(
 @router.get("/workflows", summary="Workflow definitions in TURNSTREAM_WORKFLOWS")
 async def list_workflows(ctx: Ctx, who: Caller) -> Response:
     who.require("read")
-    return json({"items": await asyncio.to_thread(_workflows, ctx.settings.workflows)})
+    settings = ctx.settings
+    found = await asyncio.to_thread(_workflows, settings.workflows, list(settings.mcp.servers))
+    return json({"items": found})
 
 
 @router.get(
@@ -188,7 +190,7 @@ def _agents(folder: Path) -> list[dict[str, Any]]:
     return sorted(out, key=lambda row: str(row["name"]))
 
 
-def _workflows(folder: Path) -> list[dict[str, Any]]:
+def _workflows(folder: Path, mcp_servers: list[str]) -> list[dict[str, Any]]:
     from turnstream.tools.registry import ToolRegistry
     from turnstream.workflows.loader import WorkflowInvalid, load
 
@@ -198,7 +200,7 @@ def _workflows(folder: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for path in sorted(p for p in folder.iterdir() if (p / "workflow.yaml").is_file()):
         try:
-            definition = load(path, tools)
+            definition = load(path, tools, mcp_servers)
         except WorkflowInvalid as exc:
             out.append({"name": path.name, "valid": False, "problems": exc.errors})
             continue

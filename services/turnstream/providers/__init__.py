@@ -38,7 +38,18 @@ def api_key(settings: Settings) -> str | None:
 
 def build_provider(settings: Settings) -> Provider:
     """The provider a deployment is configured for (API keys come from the environment or
-    the secrets file, never from settings that could end up in events or logs)."""
+    the secrets file, never from settings that could end up in events or logs), with its
+    fallback model behind it when `fallback_model` is set."""
+    primary = _build_one(settings)
+    fallback = settings.fallback_settings()
+    if fallback is None:
+        return primary
+    from turnstream.providers.fallback import FallbackProvider
+
+    return FallbackProvider(primary, _build_one(fallback))
+
+
+def _build_one(settings: Settings) -> Provider:
     retry = RetryPolicy(
         max_retries=settings.provider_max_retries, base_delay_s=settings.provider_retry_base_s
     )

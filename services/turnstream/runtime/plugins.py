@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from turnstream.bus import Bus
@@ -27,12 +28,23 @@ def tool_infos(registry: ToolRegistry) -> tuple[ToolInfo, ...]:
     )
 
 
-async def watch_hooks(bus: Bus, hooks: HookRegistry, stop: asyncio.Event) -> None:
-    """Keep the remote hooks of `hooks` in step with the hooks bucket."""
+async def watch_hooks(
+    bus: Bus,
+    hooks: HookRegistry,
+    stop: asyncio.Event,
+    on_context: Callable[[str, bytes | None], None] | None = None,
+) -> None:
+    """Keep the remote hooks of `hooks` in step with the hooks bucket, and hand
+    `on_context` its `context.<name>` entries (remote context providers)."""
 
     def apply(entry: Any) -> None:
         deleted = entry.operation in ("DEL", "PURGE") or entry.value is None
-        hooks.set_remote(entry.key, None if deleted else entry.value)
+        value = None if deleted else entry.value
+        if entry.key.startswith("context."):
+            if on_context is not None:
+                on_context(entry.key, value)
+            return
+        hooks.set_remote(entry.key, value)
 
     kv = await bus.js.key_value(bus.subjects.hooks_bucket)
     await watch(kv, stop, apply, "hooks")

@@ -10,33 +10,23 @@ All executors of one deployment are expected to offer the same tools (one key).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from turnstream.core.turn import ToolInfo
+from turnstream.core.turn.manifest import digest
+from turnstream.core.turn.manifest import entries as listed
 from turnstream.tools.base import ToolSpec
 from turnstream.tools.registry import ToolRegistry
 
+__all__ = ["digest", "entries", "infos", "manifest"]
+
 
 def entries(specs: list[ToolSpec]) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": s.name,
-            "description": s.description,
-            "parameters": s.parameters,
-            "read_only": s.read_only,
-            "idempotent": s.idempotent,
-            "timeout_s": s.timeout_s,
-        }
-        for s in sorted(specs, key=lambda s: s.name)
-    ]
-
-
-def digest(tools: list[dict[str, Any]]) -> str:
-    """sha256 of the canonical JSON (sorted keys, no spaces) of the tool list."""
-    canonical = json.dumps(tools, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    """The manifest's tool list (as `turnstream.core.turn.manifest` lists and digests it)."""
+    return listed(
+        ToolInfo(s.name, s.description, s.parameters, s.read_only, s.idempotent, s.timeout_s)
+        for s in specs
+    )
 
 
 def manifest(registry: ToolRegistry) -> dict[str, Any]:

@@ -29,12 +29,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from referencing import Registry
 
+from turnstream.core.toolnames import MCP_SEP
 from turnstream.tools.base import TOOL_NAME, Tool, ToolContext, ToolError, ToolSpec
 from turnstream.tools.registry import ToolRegistry
 
 log = logging.getLogger("turnstream.tools.mcp")
 
-SEP = "__"
+SEP = MCP_SEP
 """Between the server's name and the tool's: `<server>__<tool>`."""
 CONNECT_TIMEOUT_S = 20.0
 """Starting a server (a subprocess importing its SDK, say) may take longer than a call."""

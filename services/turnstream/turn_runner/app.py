@@ -16,6 +16,7 @@ from turnstream.agents import load_all
 from turnstream.bus import Bus
 from turnstream.bus.leases import LeaseTable
 from turnstream.bus.scan import subject_counts
+from turnstream.context import ContextRegistry
 from turnstream.core.events import (
     Event,
     SessionConfiguredData,
@@ -73,6 +74,7 @@ class Runner:
         *,
         hooks: HookRegistry | None = None,
         settings: Settings | None = None,
+        context: ContextRegistry | None = None,
         clock: Callable[[], datetime] = now,
         new_id: IdFactory = new_event_id,
     ) -> None:
@@ -86,6 +88,7 @@ class Runner:
         """Per pattern: the base configuration it was made from, and the session's."""
         self.base_config = turn_config
         self.hooks = hooks or HookRegistry(nc=bus.nc)
+        self.context = context
         self.now = clock
         self.new_id = new_id
         self.source = source_name("turn-runner")
@@ -104,7 +107,7 @@ class Runner:
         """Events read back by reloads (how much snapshots save)."""
         self.tools_digest: str | None = None
         """The digest of the executors' tool manifest in use (None: the local registry's)."""
-        self.agent_providers: dict[tuple[str | None, str | None], Provider] = {}
+        self.agent_providers: dict[tuple[str | None, ...], Provider] = {}
 
     @property
     def turn_config(self) -> TurnConfig:
@@ -155,15 +158,22 @@ class Runner:
         return provider, session_config
 
     def agent_provider(self, agent: SessionConfiguredData) -> Provider | None:
-        """The provider of an agent whose profile names a provider or model (built once)."""
-        if agent.provider is None and agent.model is None:
+        """The provider of an agent whose profile names a provider, a model or a fallback
+        model (built once)."""
+        key = (agent.provider, agent.model, agent.fallback_provider, agent.fallback_model)
+        if key == (None, None, None, None):
             return None
-        key = (agent.provider, agent.model)
         if key not in self.agent_providers:
             settings = self.settings or Settings()
-            changes: dict[str, object] = {"model": agent.model}
+            changes: dict[str, object] = {}
+            if agent.provider is not None or agent.model is not None:
+                changes["model"] = agent.model
             if agent.provider is not None:
                 changes["provider"] = agent.provider
+            if agent.fallback_model is not None:  # the profile's, else the deployment's
+                changes["fallback_model"] = agent.fallback_model
+                changes["fallback_provider"] = agent.fallback_provider or agent.provider
+                changes["fallback_base_url"] = None
             self.agent_providers[key] = build_provider(settings.model_copy(update=changes))
         return self.agent_providers[key]
 
@@ -200,7 +210,15 @@ class Runner:
             observe=self.observe,
             publish_live=self._publish_live,
             reloaded=self._count_reloaded,
+            context=self.context,
         )
+
+    def use_context(self, key: str, value: bytes | None) -> None:
+        """A remote context provider registered, changed or left (the hooks bucket)."""
+        if self.context is None:
+            return
+        self.context.set_remote(key, value)
+        self.base_config = replace(self.base_config, context_providers=bool(self.context))
 
     def use_tools(self, tools: tuple[ToolInfo, ...], digest: str) -> None:
         """Offer `tools` from the next model call on: the executors' published manifest
@@ -355,17 +373,24 @@ async def serve(
     *,
     tools: ToolRegistry | None = None,
     hooks: HookRegistry | None = None,
+    context: ContextRegistry | None = None,
 ) -> None:
     provider = telemetry.traced(build_provider(settings))
     async with service_bus(settings, "turn-runner", bus) as bus:
         registry = tools or ToolRegistry.load()
         hooks = hooks or HookRegistry.load(bus.nc)
         known = frozenset(load_all(settings.agents)[0])
-        config = replace(settings.turn_config(), tools=tool_infos(registry), agents=known)
-        runner = Runner(bus, provider, config, hooks=hooks, settings=settings)
+        context = context if context is not None else ContextRegistry.load(settings, bus.nc)
+        config = replace(
+            settings.turn_config(),
+            tools=tool_infos(registry),
+            agents=known,
+            context_providers=bool(context),
+        )
+        runner = Runner(bus, provider, config, hooks=hooks, settings=settings, context=context)
         try:
             async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(watch_hooks(bus, hooks, stop))
+                tasks.create_task(watch_hooks(bus, hooks, stop, runner.use_context))
                 if tools is None:  # given tools are a fixed manifest (tests, embedding)
                     tasks.create_task(watch_tools(bus, runner.use_tools, stop))
                 tasks.create_task(runner.serve(stop))

@@ -11,6 +11,7 @@ from typing import Any
 
 from turnstream.bus.leases import LeaseTable
 from turnstream.bus.store import EventStore
+from turnstream.context import ContextRegistry
 from turnstream.core.events import Event, SessionConfiguredData
 from turnstream.core.ids import IdFactory
 from turnstream.core.session.decider import Input
@@ -52,3 +53,5 @@ class ActorContext:
     """Publish a token delta of (session, turn)."""
     reloaded: Callable[[int], None]
     """Count events read back by a reload."""
+    context: ContextRegistry | None = None
+    """The context providers asked at each turn's first COMPOSE_REQUEST."""

@@ -53,6 +53,7 @@ from turnstream.core.turn import (
     ToolCall,
     TurnConfig,
 )
+from turnstream.core.turn.context import ContextGathered, GatherContext
 from turnstream.core.turn.outbound import Outbound
 from turnstream.core.turn.subturns import waiting_on
 from turnstream.core.workflow.definition import GATE
@@ -177,7 +178,9 @@ class SessionActor:
                     case Ownership.NEW:
                         await self.reload()
                         item = _refold(item)
-            decision = decide(self.state, item, self.config, self.context())
+            decision = await self.with_local_context(
+                decide(self.state, item, self.config, self.context())
+            )
             if not decision:
                 self.state = decision.state
                 return decision
@@ -199,6 +202,22 @@ class SessionActor:
                 raise LeaseLost(self.session_id)
             return decision
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
+
+    async def with_local_context(self, decision: Decision) -> Decision:
+        """`decision`, and when it asks in-process context providers only, their answer
+        decided after it: appended as one batch, the context costs no append round."""
+        context = self.ctx.context
+        if context is None or not context.local:
+            return decision  # a remote provider is asked after the append, like a hook
+        for effect in decision.effects:
+            if isinstance(effect, GatherContext):
+                found = await context.gather(effect.request)
+                answer = ContextGathered(effect.turn_id, found)
+                more = decide(decision.state, answer, self.config, self.context())
+                combined = more.after(list(decision))
+                combined.effects = more.effects
+                return combined
+        return decision
 
     async def perform(self, effects: list[Effect]) -> Input | None:
         """Do what the state asks; a hook's answer is the next input (or, with no hook to
@@ -232,6 +251,10 @@ class SessionActor:
                         answer = AssertSaid(
                             ex.execution_id, said.assert_verdict(), said.hook, said.reason
                         )
+                case GatherContext(turn_id=turn_id, request=request):
+                    context = self.ctx.context
+                    found = await context.gather(request) if context is not None else ()
+                    answer = ContextGathered(turn_id, found)
                 case TimeTurns(live=live):
                     if live - self.timed_turns:
                         bound = self.config.max_turn_seconds

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import jsonschema
 
+from turnstream.core.toolnames import completion_tool_clash
 from turnstream.core.workflow.definition import (
     RESOLUTION_POLICIES,
     ResolutionPolicy,
@@ -68,10 +69,12 @@ def find(workflows_dir: Path, name: str) -> Path:
     return folder
 
 
-def load(folder: Path, live_tools: Iterable[str]) -> WorkflowDef:
-    """The definition in `folder`, or `WorkflowInvalid` listing every problem."""
+def load(folder: Path, live_tools: Iterable[str], mcp_servers: Iterable[str] = ()) -> WorkflowDef:
+    """The definition in `folder`, or `WorkflowInvalid` listing every problem. `live_tools`
+    are the registered tools' names; `mcp_servers` the configured MCP servers' names (their
+    `<server>__*` namespaces are taken whatever tools they list now)."""
     problems: list[Problem] = []
-    live = set(live_tools)
+    live, servers = set(live_tools), tuple(mcp_servers)
     spec_file = folder / "workflow.yaml"
     raw = read_yaml(spec_file, spec_file.read_text() if spec_file.exists() else None, problems)
     if raw is None:
@@ -96,7 +99,7 @@ def load(folder: Path, live_tools: Iterable[str]) -> WorkflowDef:
                 )
             )
             continue
-        stage = _stage(path, live, problems)
+        stage = _stage(path, live, servers, problems)
         if stage is not None:
             stages[stage_id] = stage
     if problems:
@@ -184,7 +187,9 @@ def _on_fail(file: str, raw: Any, in_steps: set[str], problems: list[Problem]) -
     return out
 
 
-def _stage(path: Path, live: set[str], problems: list[Problem]) -> StageDef | None:
+def _stage(
+    path: Path, live: set[str], mcp_servers: tuple[str, ...], problems: list[Problem]
+) -> StageDef | None:
     found = read_frontmatter(path, problems)
     if found is None:
         return None
@@ -218,12 +223,8 @@ def _stage(path: Path, live: set[str], problems: list[Problem]) -> StageDef | No
     if "completionTool" in raw:
         if not isinstance(completion, str) or not TOOL_NAME.match(completion):
             bad("completionTool", f"{completion!r} is not a tool name", "e.g. submit_plan")
-        elif completion in live:
-            bad(
-                "completionTool",
-                f"{completion!r} collides with a registered tool",
-                "pick a name no tool has, e.g. submit_<stage>",
-            )
+        elif clash := completion_tool_clash(completion, live, mcp_servers):
+            bad("completionTool", clash, "pick a name no tool has, e.g. submit_<stage>")
     for key in ("completionSchema", "inputsSchema"):
         schema = raw.get(key)
         if key not in raw or (schema is None and key == "inputsSchema"):
@@ -303,7 +304,11 @@ def _retry(raw: Any, bad: Any) -> RetryPolicy | None:
 
 
 def attachable(
-    workflows_dir: Path, name: str, live_tools: Iterable[str], tool_calling: str
+    workflows_dir: Path,
+    name: str,
+    live_tools: Iterable[str],
+    tool_calling: str,
+    mcp_servers: Iterable[str] = (),
 ) -> WorkflowDef:
     """The definition to attach, after the capability check (`toolCalling: hard`)."""
     if tool_calling != "hard":
@@ -312,4 +317,4 @@ def attachable(
             f"session's provider is configured with toolCalling: {tool_calling}. Use the "
             "scripted, anthropic or openai provider with tool_calling: hard"
         )
-    return load(find(workflows_dir, name), live_tools)
+    return load(find(workflows_dir, name), live_tools, mcp_servers)

@@ -155,4 +155,5 @@ export const EVENT_TYPES = [
   "StageCheckGateResult", "StageCompletionChecked", "StageAssertOutcome", "StageGranted",
   "StageCancelled", "StageExited", "WorkflowExit", "SessionConfigured", "MessageSent",
   "MessageDropped", "SubTurnSpawned", "SubTurnEnded", "SubTurnResultDelivered",
+  "ProviderFallback", "ContextProvided", "ContextSkipped",
 ];

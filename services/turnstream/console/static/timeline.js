@@ -17,6 +17,7 @@ const IN_A_TURN = new Set([
   "StagePostFired", "ProviderRequestStarted", "ProviderRequestCompleted",
   "ProviderRequestFailed", "ProviderRetry", "ContextCompacted", "ToolInvocationProposed",
   "RenderEmitted", "TurnEnded", "StageEntered", "StageAssertOutcome", "StageExited",
+  "ProviderFallback", "ContextProvided", "ContextSkipped",
 ]);
 
 const NO_LANE = new Set([
@@ -158,6 +159,15 @@ export class Timeline {
         break;
       case "ContextCompacted":
         t.items.push({ kind: "note", text: `context compacted: ${d.droppedMessages} messages dropped` });
+        break;
+      case "ProviderFallback":
+        t.items.push({ kind: "note", cls: "warn", text: `fallback ${d.from} → ${d.to} (${d.reason})` });
+        break;
+      case "ContextProvided":
+        t.items.push({ kind: "note", text: `context ${d.provider}: ${d.tokens} tokens${d.truncated ? " (truncated)" : ""}` });
+        break;
+      case "ContextSkipped":
+        t.items.push({ kind: "note", cls: "warn", text: `context ${d.provider} skipped: ${d.reason}` });
         break;
       case "ToolInvocationProposed": {
         const call = {

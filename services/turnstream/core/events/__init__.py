@@ -45,6 +45,14 @@ from turnstream.core.events.base import (
     WireModel,
     stamp,
 )
+from turnstream.core.events.extensions import (
+    ContextProvided,
+    ContextProvidedData,
+    ContextSkipped,
+    ContextSkippedData,
+    ProviderFallback,
+    ProviderFallbackData,
+)
 from turnstream.core.events.input import (
     FollowUpQueued,
     FollowUpQueuedData,
@@ -194,7 +202,10 @@ Event = Annotated[
     | MessageDropped
     | SubTurnSpawned
     | SubTurnEnded
-    | SubTurnResultDelivered,
+    | SubTurnResultDelivered
+    | ProviderFallback
+    | ContextProvided
+    | ContextSkipped,
     Field(discriminator="type"),
 ]
 
@@ -242,6 +253,10 @@ __all__ = [
     "ContentBlock",
     "ContextCompacted",
     "ContextCompactedData",
+    "ContextProvided",
+    "ContextProvidedData",
+    "ContextSkipped",
+    "ContextSkippedData",
     "Delivery",
     "Envelope",
     "Event",
@@ -268,6 +283,8 @@ __all__ = [
     "MessageSent",
     "MessageSentData",
     "ParentRef",
+    "ProviderFallback",
+    "ProviderFallbackData",
     "ProviderRequestCompleted",
     "ProviderRequestCompletedData",
     "ProviderRequestFailed",

@@ -51,6 +51,9 @@ class SessionConfiguredData(WireModel):
     system_prompt: str = ""
     idempotency_key: str
     """The message that named the agent."""
+    fallback_model: str | None = None
+    """The profile's fallback model (`fallbackModel`); None: the deployment's."""
+    fallback_provider: Literal["scripted", "anthropic", "openai"] | None = None
 
 
 class SessionConfigured(EventBase):

@@ -54,6 +54,11 @@ class ProviderRequestStartedData(WireModel):
     call_index: int
     """How many provider calls this session made before this one (scripted replies key on it)."""
     message_count: int
+    tools_digest: str | None = None
+    """sha256 of the tool list this request offers the model (`sha256:<hex>`, computed as
+    the executors' tool manifest digest is, over the tools actually offered)."""
+    tools: list[str] | None = None
+    """The names of the tools offered, in the order the model saw them."""
 
 
 class ProviderRequestStarted(EventBase):

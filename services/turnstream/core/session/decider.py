@@ -10,6 +10,7 @@
     StageHooksSaid(turn, …)      the RECEIVE_INPUT / RENDER hooks' verdict
     GateSaid / AssertSaid        a workflow gate's or asserter's answer
     Published(keys)              messages to other sessions are published: record them
+    ContextGathered(turn, …)     the context providers' answers for the turn's requests
 
 and what the new state asks the shell to do (`effects_of`), every time:
 
@@ -18,6 +19,8 @@ and what the new state asks the shell to do (`effects_of`), every time:
     RunToolHooks / RunStageHooks / RunWorkflowHook
                                  the first hook a turn or stage waits for; its answer
                                  comes back as the next input
+    GatherContext(turn, request) the context providers a turn waits for (its answer
+                                 comes back as the next input, like a hook's)
     TimeTurns(live)              each live turn's wall-time bound (a Tick when it passes)
     WakeAt(at)                   when a deferred gate, a retry's backoff or a sub-turn's
                                  deadline ends
@@ -71,6 +74,8 @@ from turnstream.core.turn import (
     subturns,
 )
 from turnstream.core.turn.agent import with_agent
+from turnstream.core.turn.context import ContextGathered, GatherContext, awaiting_context
+from turnstream.core.turn.decide import on_context
 from turnstream.core.turn.outbound import Outbound
 from turnstream.core.workflow.state import StageRun
 
@@ -137,6 +142,7 @@ Input = (
     | GateSaid
     | AssertSaid
     | Published
+    | ContextGathered
 )
 
 # -- effects --------------------------------------------------------------------------
@@ -182,8 +188,17 @@ class Deliver:
     messages: tuple[Outbound, ...]
 
 
-Effect = Providers | RunToolHooks | RunStageHooks | RunWorkflowHook | TimeTurns | WakeAt | Deliver
-HookEffect = RunToolHooks | RunStageHooks | RunWorkflowHook
+Effect = (
+    Providers
+    | RunToolHooks
+    | RunStageHooks
+    | RunWorkflowHook
+    | TimeTurns
+    | WakeAt
+    | Deliver
+    | GatherContext
+)
+HookEffect = RunToolHooks | RunStageHooks | RunWorkflowHook | GatherContext
 
 
 def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -> Decision:
@@ -228,6 +243,10 @@ def _step(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -
             return on_gate(state, execution, outcome, config, ctx, gate=hook, reason=reason)
         case AssertSaid(execution_id=execution, verdict=verdict, hook=hook, reason=reason):
             return on_assert(state, execution, verdict, config, ctx, asserter=hook, reason=reason)
+        case ContextGathered(turn_id=turn_id, results=results):
+            return lane_step(
+                state, turn_id, config, ctx, lambda s, c: on_context(s, results, c, ctx)
+            )
     return Decision([], state)
 
 
@@ -265,6 +284,8 @@ def _awaiting_hook(
             return RunToolHooks(turn_id, tuple(calls))
         if stage := awaiting_stage_hooks(view, view_config):
             return RunStageHooks(turn_id, stage, stage_hook_text(view))
+        if request := awaiting_context(view, view_config):
+            return GatherContext(turn_id, request)
     for point, execution in awaiting_workflow_hooks(state, config, now):
         return RunWorkflowHook(point, execution)
     return None

@@ -82,4 +82,7 @@ def with_agent(config: TurnConfig, agent: SessionConfiguredData | None) -> TurnC
         changes["max_iterations"] = agent.max_iterations
     if agent.system_prompt:
         changes["system_prompt"] = agent.system_prompt
+    if agent.fallback_model is not None:
+        own = agent.provider or config.provider
+        changes["fallback"] = (agent.fallback_provider or own, agent.fallback_model)
     return with_changes(config, **changes)

@@ -43,8 +43,6 @@ from turnstream.core.events import (
     ProviderRequestFailedData,
     ProviderRequestStarted,
     ProviderRequestStartedData,
-    ProviderRetry,
-    ProviderRetryData,
     RenderEmitted,
     RenderEmittedData,
     SessionTurnEnd,
@@ -64,7 +62,15 @@ from turnstream.core.turn import outbound, subturns
 from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response, completion_tool
+from turnstream.core.turn.context import (
+    ContextResult,
+    awaiting_context,
+    context_events,
+    with_context,
+)
 from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
+from turnstream.core.turn.fallback import attempt_events
+from turnstream.core.turn.manifest import tools_digest
 from turnstream.core.turn.provider import (
     ProviderFailure,
     ProviderOutcome,
@@ -165,12 +171,13 @@ def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
         turn_id=turn.turn_id,
         iteration=turn.iteration,
         call_index=state.provider_calls - 1,
-        system=config.system_prompt,
+        system=with_context(config.system_prompt, turn.context),
         messages=state.history,
         tools=tools,
         stage=spec.stage_id if spec else None,
         trace_id=turn.trace_id,
         agent=config.agent,
+        on_fallback=turn.on_fallback,
     )
 
 
@@ -182,15 +189,7 @@ def on_provider_result(
     if turn is None or not turn.awaiting_provider or turn.ended:
         return Decision([], state)  # a late result for a turn that moved on: nothing to record
     b = Builder(state.session_id, turn, ctx)
-    events: list[Event] = []
-    for retry in outcome.retries:
-        retried = ProviderRetryData(
-            attempt=retry.attempt,
-            delay_ms=retry.delay_ms,
-            error_class=retry.error_class,
-            message=retry.message,
-        )
-        events.append(b.make(ProviderRetry, retried, retry.at))
+    events: list[Event] = attempt_events(b, outcome, turn.iteration)
     match outcome:
         case ProviderSuccess():
             if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
@@ -224,6 +223,19 @@ def on_provider_result(
                 events.append(b.post(turn.stage, "failed", outcome.failed_at))
         case _:
             assert_never(outcome)
+    return decide(fold(state, events), config, ctx).after(events)
+
+
+def on_context(
+    state: SessionState, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
+) -> Decision:
+    """The context providers' answers for the turn's COMPOSE_REQUEST, then what follows."""
+    turn = state.active
+    if turn is None or awaiting_context(state, config) is None:
+        return Decision([], state)  # late, or already recorded (a redelivered answer)
+    b = Builder(state.session_id, turn, ctx)
+    events = context_events(b, results, turn.iteration)
+    events.append(b.post(Stage.COMPOSE_REQUEST, "ok"))
     return decide(fold(state, events), config, ctx).after(events)
 
 
@@ -380,16 +392,24 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         case Stage.RECEIVE_INPUT, False:
             return _compose_or_stop(b, turn, config)
         case Stage.COMPOSE_REQUEST, True:
+            if awaiting_context(state, config) is not None:
+                return []  # the shell asks the context providers, then `on_context`
             return [b.post(stage, "ok")]
         case Stage.COMPOSE_REQUEST, False:
             return [b.pre(Stage.SEND_REQUEST)]
         case Stage.SEND_REQUEST, True:
+            provider, model = (config.provider, config.model)
+            if turn.on_fallback and config.fallback is not None:
+                provider, model = config.fallback
+            offered = compose_request(state, config).tools
             data = ProviderRequestStartedData(
-                provider=config.provider,
-                model=config.model,
+                provider=provider,
+                model=model,
                 iteration=turn.iteration,
                 call_index=state.provider_calls,
                 message_count=len(state.history),
+                tools_digest=tools_digest(offered),
+                tools=[t.name for t in offered],
             )
             return [b.make(ProviderRequestStarted, data)]
         case Stage.STREAM_RESPONSE, False:

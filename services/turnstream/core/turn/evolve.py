@@ -7,6 +7,8 @@ from typing import assert_never
 from turnstream.core.events import (
     AuditViolation,
     ContextCompacted,
+    ContextProvided,
+    ContextSkipped,
     Envelope,
     Event,
     EventBase,
@@ -20,6 +22,7 @@ from turnstream.core.events import (
     InterruptReceived,
     MessageDropped,
     MessageSent,
+    ProviderFallback,
     ProviderRequestCompleted,
     ProviderRequestFailed,
     ProviderRequestStarted,
@@ -60,6 +63,7 @@ from turnstream.core.events import (
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn import subturns
+from turnstream.core.turn.context import running_summary
 from turnstream.core.turn.state import (
     ActiveTurn,
     CallStatus,
@@ -198,7 +202,17 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             if data.stage is Stage.TOOL_CALL and _is_active(state, event):
                 state = _append_tool_results(state)
                 state = _turn(state, event, calls=(), requested_calls=())
+            if data.stage is Stage.COMPOSE_REQUEST:
+                state = _turn(state, event, context_gathered=True)
             return _turn(state, event, stage=data.stage, stage_open=False)
+        case ContextProvided(data=data):
+            if not _is_active(state, event):
+                return state
+            assert state.active is not None
+            added = (*state.active.context, (data.provider, data.content))
+            return _turn(state, event, context=added)
+        case ContextSkipped():
+            return _turn(state, event)
         case ProviderRequestStarted():
             if not _is_active(state, event):
                 return state
@@ -221,6 +235,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 completions=turn.completions + 1,
                 requested_calls=calls,
             )
+        case ProviderFallback():
+            return _turn(state, event, on_fallback=True)
         case ProviderRequestFailed(data=data):
             error = f"{data.error_class}: {data.message}"
             return _turn(state, event, awaiting_provider=False, provider_error=error)
@@ -317,7 +333,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             assert state.active is not None
             before = state.active.history_start
             dropped = min(data.dropped_messages, before)
-            state = with_changes(state, history=state.history[dropped:])
+            summary = running_summary(state.summary, state.history[:dropped])
+            state = with_changes(state, history=state.history[dropped:], summary=summary)
             start = before - dropped
             return _turn(state, event, history_start=start, compacted=True)
         case InterruptReceived(data=data):

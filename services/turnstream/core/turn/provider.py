@@ -26,6 +26,8 @@ class ProviderRequest:
     """The turn's `traceId` (the envelope's), so the call is traced in the turn's trace."""
     agent: str | None = None
     """The session's agent (scripts may reply per agent)."""
+    on_fallback: bool = False
+    """The turn switched to the fallback model earlier (`ProviderFallback`): stay there."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,18 @@ class Retry:
 
 
 @dataclass(frozen=True)
+class Fallback:
+    """The primary model failed for good (after `retries`) and the call went to the fallback."""
+
+    from_model: str
+    """`provider/model` of the primary."""
+    to_model: str
+    """`provider/model` of the fallback."""
+    failure: ProviderFailure
+    """The primary's last failed attempt (its `retries` are the attempts before it)."""
+
+
+@dataclass(frozen=True)
 class ProviderSuccess:
     text: str
     stop_reason: StopReason
@@ -48,6 +62,8 @@ class ProviderSuccess:
     finished_at: datetime
     tool_calls: tuple[ToolCall, ...] = ()
     retries: tuple[Retry, ...] = ()
+    fallback: Fallback | None = None
+    """Set when this outcome is the fallback model's (its retries are in `retries`)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,8 @@ class ProviderFailure:
     retry_after_s: float | None = None
     """The server's `retry-after`, when it sent one."""
     retries: tuple[Retry, ...] = ()
+    fallback: Fallback | None = None
+    """Set when this outcome is the fallback model's (its retries are in `retries`)."""
 
 
 ProviderOutcome = ProviderSuccess | ProviderFailure

@@ -156,6 +156,13 @@ class ActiveTurn:
     end_reason: str | None = None
     reply_settled: bool = False
     """The reply to `reply_to` is recorded (`MessageSent` or `MessageDropped`)."""
+    on_fallback: bool = False
+    """The primary model failed for good once (`ProviderFallback`): the rest of the turn's
+    calls go to the fallback model."""
+    context: tuple[tuple[str, str], ...] = ()
+    """`(provider, content)` the context providers contributed to this turn (`ContextProvided`)."""
+    context_gathered: bool = False
+    """The turn's first COMPOSE_REQUEST is over: its context is in (or there was none)."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +244,8 @@ class SessionState:
     early: tuple[tuple[str, ChildResult], ...] = ()
     """Replies of children whose `SubTurnSpawned` is not folded yet (a child can answer
     between its input's publish and the record of it), by the spawn's key."""
+    summary: str = ""
+    """A running summary of the messages compaction dropped (the `summary` context provider)."""
 
 
 class Decision(list[Event]):
@@ -308,6 +317,10 @@ class TurnConfig:
     """Sub-turns a root turn's whole tree may start."""
     subturn_deadline_s: float = 300.0
     """A sub-turn not ended by then ends `failed/timeout` for its parent."""
+    fallback: tuple[str, str] | None = None
+    """The fallback model's `(provider, model)` (`TURNSTREAM_FALLBACK_MODEL`), if any."""
+    context_providers: bool = False
+    """Context providers are configured: the shell gathers each turn's context."""
 
     def tool(self, name: str) -> ToolInfo | None:
         return next((t for t in self.tools if t.name == name), None)

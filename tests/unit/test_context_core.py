@@ -1,0 +1,118 @@
+"""Context providers, decided: the turn waits for its context once, records each answer
+(or skip), and every request of the turn carries it; a replay needs no provider. No I/O."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tests.unit.factories import Ids, accepted, ctx, success
+from turnstream.core.events import ContextCompacted, ContextCompactedData, ContextProvided, Event
+from turnstream.core.immutable import with_changes
+from turnstream.core.inputs import Tick
+from turnstream.core.session import fold
+from turnstream.core.session.decider import ProviderDone, decide
+from turnstream.core.turn import SessionState, TurnConfig, compose_request
+from turnstream.core.turn.context import (
+    ContextGathered,
+    Contributed,
+    GatherContext,
+    Skipped,
+    running_summary,
+)
+from turnstream.core.turn.state import Message
+
+CONFIG = TurnConfig(system_prompt="Be brief.", context_providers=True, max_output_continuations=1)
+
+
+def start() -> tuple[SessionState, list[Event], GatherContext]:
+    c = ctx(Ids())
+    state = fold(SessionState("s1"), [accepted(1, "what is in AGENTS.md?")])
+    decision = decide(state, Tick(), CONFIG, c)
+    (gather,) = [e for e in decision.effects if isinstance(e, GatherContext)]
+    return decision.state, list(decision), gather
+
+
+def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> None:
+    state, log, gather = start()
+    assert log[-1].type == "StagePreFired" and log[-1].data.stage == "COMPOSE_REQUEST"
+    assert gather.request.input == "what is in AGENTS.md?" and gather.request.summary == ""
+    results = (
+        Contributed("agents_md", "Use tabs."),
+        Skipped("slow", "no answer within 50 ms", timed_out=True),
+        Contributed("empty", ""),
+        Contributed("datetime", "Now: 2026-01-01T00:00:00Z", truncated=True),
+    )
+    decision = decide(
+        state, ContextGathered(gather.request.turn_id, results), CONFIG, ctx(Ids("b"))
+    )
+    kinds = [e.type for e in decision]
+    assert kinds[:4] == ["ContextProvided", "ContextSkipped", "ContextProvided", "StagePostFired"]
+    provided = [e for e in decision if isinstance(e, ContextProvided)]
+    assert provided[0].data.tokens == 3 and provided[0].data.digest.startswith("sha256:")
+    assert provided[1].data.truncated
+    assert not any(isinstance(e, GatherContext) for e in decision.effects)
+    request = compose_request(decision.state, CONFIG)
+    assert request.system == (
+        'Be brief.\n\n<context provider="agents_md">\nUse tabs.\n</context>\n\n'
+        '<context provider="datetime">\nNow: 2026-01-01T00:00:00Z\n</context>'
+    )
+    # a replay folds the log: the same request, no provider asked
+    replayed = fold(SessionState("s1"), [accepted(1, "what is in AGENTS.md?"), *log, *decision])
+    assert compose_request(replayed, CONFIG).system == request.system
+    # the turn's next request carries it too, and asks no provider again
+    done = decide(
+        decision.state,
+        ProviderDone(gather.request.turn_id, success("part", "max_tokens")),
+        CONFIG,
+        ctx(Ids("c")),
+    )
+    assert not any(isinstance(e, GatherContext) for e in done.effects)
+    (again,) = [r for e in done.effects for r in getattr(e, "calls", ())]
+    assert again.iteration == 2 and again.system == request.system
+    # a late or repeated answer records nothing
+    assert (
+        list(decide(done.state, ContextGathered(gather.request.turn_id, results), CONFIG, ctx()))
+        == []
+    )
+
+
+def test_without_providers_nothing_waits() -> None:
+    config = replace(CONFIG, context_providers=False)
+    state = fold(SessionState("s1"), [accepted(1)])
+    decision = decide(state, Tick(), config, ctx())
+    assert "ProviderRequestStarted" in [e.type for e in decision]
+    assert not any(isinstance(e, GatherContext) for e in decision.effects)
+
+
+def test_compaction_keeps_a_running_summary_of_what_it_dropped() -> None:
+    dropped = (Message("user", "first question " * 30), Message("assistant", "first answer"))
+    summary = running_summary("", dropped)
+    assert summary.startswith("- user: first question") and summary.endswith(
+        "- assistant: first answer"
+    )
+    assert len(summary.splitlines()[0]) <= 210
+    state, _, _ = start()
+    assert state.active is not None
+    active = with_changes(state.active, history_start=2)
+    state = with_changes(state, history=(*dropped, *state.history), active=active)
+    compacted = ContextCompacted(
+        id="cc",
+        time=accepted(1).time,
+        session_id="s1",
+        chat_id="c1",
+        turn_id="turn1",
+        trace_id="t",
+        correlation_id="k",
+        source="test",
+        data=ContextCompactedData(dropped_messages=2, tokens_before=100, tokens_after=10),
+    )
+    after = fold(state, [compacted])
+    assert after.summary == summary and [m.text for m in after.history] == ["what is in AGENTS.md?"]
+
+
+def test_a_runner_restarted_while_a_turn_waits_for_context_asks_again() -> None:
+    _, log, gather = start()
+    reloaded = fold(SessionState("s1"), [accepted(1, "what is in AGENTS.md?"), *log])
+    again = decide(reloaded, Tick(), CONFIG, ctx(Ids("r")))
+    assert list(again) == []  # nothing new to record: the turn still waits
+    assert [e for e in again.effects if isinstance(e, GatherContext)] == [gather]
