@@ -84,3 +84,17 @@ def test_bad_agent_fields_are_specific_rejections(change: dict[str, Any], kind: 
     # a valid replyTo is kept, so the runner can deliver the rejection; an invalid one not
     expected = None if "replyTo" in change else "a1"
     assert rejected.data.reply_to == expected
+
+
+def test_a_gateway_bug_on_one_command_rejects_it_instead_of_stalling_the_stream() -> None:
+    def broken(name: str) -> AgentProfile:
+        raise RuntimeError("profile cache corrupted")
+
+    body = {**MESSAGE, "agent": "researcher"}
+    events = intake(raw(body), max_bytes=1 << 20, now=T0, source="gateway/1", load_agent=broken)
+    rejected, ended = events
+    assert isinstance(rejected, InputRejected) and rejected.data.kind == "intake_failed"
+    assert "RuntimeError: profile cache corrupted" in rejected.data.reason
+    assert "inbound seq 7" in rejected.data.reason and rejected.data.inbound_seq == 7
+    assert rejected.session_id == "s1" and rejected.data.reply_to is None
+    assert isinstance(ended, TurnEnded) and ended.data.status == "failed"

@@ -94,6 +94,8 @@ async def _consume(
             load_agent=load_agent,
         )
         match decided:
+            case [InputRejected(data=data), *_] if data.kind == "intake_failed":
+                log.error("inbound seq %d: %s", raw.seq, data.reason)
             case [InteractionAnswered() as answered] if not await _was_requested(bus, answered):
                 decided = reject_unknown_answer(raw, answered, now=now(), source=source)
             case [SessionConfigured() as configured, *_]:

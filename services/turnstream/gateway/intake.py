@@ -95,6 +95,27 @@ def intake(
     load_agent: AgentLoader | None = None,
 ) -> list[EventBase]:
     """Validate one inbound command; return the events that record the outcome."""
+    try:
+        return _intake(raw, max_bytes, now, source, load_workflow, load_agent)
+    except Exception as exc:  # a bug must not stall the inbound stream on one command
+        why = Rejection(
+            "intake_failed",
+            f"the gateway failed on this command ({type(exc).__name__}: {exc}); it is kept "
+            f"at inbound seq {raw.seq}: report it",
+            [],
+            {},
+        )
+        return _rejected(raw, why, _Ids(raw), now, source)
+
+
+def _intake(
+    raw: Inbound,
+    max_bytes: int,
+    now: datetime,
+    source: str,
+    load_workflow: WorkflowLoader | None,
+    load_agent: AgentLoader | None,
+) -> list[EventBase]:
     parsed = check(raw, max_bytes=max_bytes)
     ids = _Ids(raw)
     if isinstance(parsed, Rejection):

@@ -47,7 +47,10 @@ RejectionKind = Literal[
     "unknown_interaction",
     "unknown_agent",
     "agent_conflict",
+    "intake_failed",
 ]
+"""`intake_failed`: the gateway itself failed on the command (a bug); the command is
+rejected rather than redelivered for ever, and stays at its inbound seq for a report."""
 
 
 class InputRejectedData(WireModel):
