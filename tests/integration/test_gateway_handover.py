@@ -65,7 +65,7 @@ class Msg:
 
 async def test_a_slow_batch_is_kept_with_in_progress_acks() -> None:
     msgs: list[Any] = [Msg(), Msg()]
-    async with kept_in_progress(msgs, ack_wait_s=0.3):
+    with kept_in_progress(msgs, ack_wait_s=0.3):
         await asyncio.sleep(0.55)  # past the ack wait: two beats of 0.1 s at least
     beats = [m.beats for m in msgs]
     await asyncio.sleep(0.3)

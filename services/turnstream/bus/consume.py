@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from nats.errors import Error as NatsError
@@ -191,24 +191,37 @@ async def durable_push(
     )
 
 
-@contextlib.asynccontextmanager
-async def kept_in_progress(msgs: Sequence[Any], ack_wait_s: float) -> AsyncIterator[None]:
-    """While the block runs, tell JetStream `msgs` are still being worked on (three times per
-    ack wait), so a consumer can have a short ack wait: a holder that dies has its messages
-    redelivered soon, while one that is merely slow keeps them."""
+class InProgress:
+    """In-progress acks for `msgs`, three per ack wait, until `stop`: so a consumer can have
+    a short ack wait (a holder that dies has its messages redelivered soon) while one that
+    is merely slow keeps them. Timers, not a task: most messages are handled within
+    milliseconds and never beat."""
 
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(ack_wait_s / 3)
-            for msg in msgs:
-                try:
-                    await msg.in_progress()
-                except Exception as exc:  # disconnected: the next beat (or a redelivery) will do
-                    log.warning("in-progress ack failed: %s", exc)
-                    break
+    __slots__ = ("every", "handle", "msgs")
 
-    task = asyncio.create_task(beat(), name="in-progress")
+    def __init__(self, msgs: Sequence[Any], ack_wait_s: float) -> None:
+        self.msgs, self.every = msgs, ack_wait_s / 3
+        self.handle = asyncio.get_running_loop().call_later(self.every, self._beat)
+
+    def _beat(self) -> None:
+        for msg in self.msgs:
+            asyncio.ensure_future(msg.in_progress()).add_done_callback(_beat_failed)
+        self.handle = asyncio.get_running_loop().call_later(self.every, self._beat)
+
+    def stop(self) -> None:
+        self.handle.cancel()
+
+
+def _beat_failed(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is not None:  # disconnected: redelivered
+        log.warning("in-progress ack failed: %s", done.exception())
+
+
+@contextlib.contextmanager
+def kept_in_progress(msgs: Sequence[Any], ack_wait_s: float) -> Iterator[None]:
+    """`InProgress` for the duration of the block."""
+    beating = InProgress(msgs, ack_wait_s)
     try:
         yield
     finally:
-        task.cancel()
+        beating.stop()

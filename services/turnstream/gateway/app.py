@@ -112,7 +112,7 @@ async def _consume(
 
     async def on_batch(msgs: list[Any]) -> None:
         try:
-            async with kept_in_progress(msgs, ACK_WAIT_S):
+            with kept_in_progress(msgs, ACK_WAIT_S):
                 events = [event for msg in msgs for event in await decide(msg)]
                 await bus.store.append_facts(events)
         except Exception:

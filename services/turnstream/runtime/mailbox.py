@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_push
+from turnstream.bus.consume import InProgress, durable_push
 from turnstream.core.events import Event, decode
 
 log = logging.getLogger("turnstream")
@@ -69,29 +69,6 @@ class _Mailbox(Generic[Item]):
         self.worker: asyncio.Task[None] | None = None
 
 
-class _KeptInProgress:
-    """In-progress acks for one delivered message every `every` seconds until `stop`: timers,
-    not a task per message (most are handled within milliseconds)."""
-
-    __slots__ = ("every", "handle", "msg")
-
-    def __init__(self, msg: Any, every: float) -> None:
-        self.msg, self.every = msg, every
-        self.handle = asyncio.get_running_loop().call_later(every, self._beat)
-
-    def _beat(self) -> None:
-        asyncio.ensure_future(self.msg.in_progress()).add_done_callback(_ignore_failure)
-        self.handle = asyncio.get_running_loop().call_later(self.every, self._beat)
-
-    def stop(self) -> None:
-        self.handle.cancel()
-
-
-def _ignore_failure(done: asyncio.Future[Any]) -> None:
-    if not done.cancelled() and done.exception() is not None:  # disconnected: redelivered
-        log.debug("in-progress ack failed: %s", done.exception())
-
-
 class Mailboxes(Generic[Item]):
     def __init__(
         self,
@@ -104,7 +81,7 @@ class Mailboxes(Generic[Item]):
         self.idle_s = idle_s
         self.max_rested = max_rested
         self.boxes: dict[str, _Mailbox[Item]] = {}
-        self.kept: dict[int, _KeptInProgress] = {}
+        self.kept: dict[int, InProgress] = {}
         """In-progress acks of delivered messages not yet handled, by `id` of the item."""
         self.rested: OrderedDict[str, None] = OrderedDict()
         """Sessions whose worker waits with an empty inbox and nothing in flight, least
@@ -127,7 +104,7 @@ class Mailboxes(Generic[Item]):
             return  # shutting down: an unacked message comes again, a timer is moot
         self.rested.pop(key, None)
         if isinstance(item, Delivered):
-            self.kept[id(item)] = _KeptInProgress(item.msg, ACK_WAIT_S / 3)
+            self.kept[id(item)] = InProgress([item.msg], ACK_WAIT_S)
         box = self.boxes.get(key)
         if box is None or box.closed:
             box = self.boxes[key] = _Mailbox(self.make_actor(key))

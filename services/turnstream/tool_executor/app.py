@@ -20,7 +20,7 @@ from typing import Any
 from nats.js.errors import KeyWrongLastSequenceError
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_push
+from turnstream.bus.consume import InProgress, durable_push
 from turnstream.core.events import (
     FailureClass,
     ToolInvocationFailedData,
@@ -153,7 +153,7 @@ class Executor:
             task = asyncio.current_task()
             assert task is not None
             self.running[invocation_id] = (task, request)
-            beat = asyncio.create_task(_keep_in_progress(msg), name=f"beat:{invocation_id}")
+            beating = InProgress([msg], ACK_WAIT_S)
             try:
                 with telemetry.tool_span(request, msg):
                     await self._run(facts)
@@ -166,7 +166,7 @@ class Executor:
                 await _ack(msg)
                 return
             finally:
-                beat.cancel()
+                beating.stop()
                 self.running.pop(invocation_id, None)
             await self._done(invocation_id)
             await _ack(msg)
@@ -363,16 +363,6 @@ async def _ack(msg: Any) -> None:
         await msg.ack()
     except Exception as exc:
         log.warning("ack failed: %s", exc)
-
-
-async def _keep_in_progress(msg: Any) -> None:
-    """Tell JetStream the request is still being worked on, well within its ack wait."""
-    while True:
-        await asyncio.sleep(ACK_WAIT_S / 3)
-        try:
-            await msg.in_progress()
-        except Exception as exc:  # disconnected: the next beat (or a redelivery) will do
-            log.warning("in-progress ack failed: %s", exc)
 
 
 async def serve(
