@@ -19,14 +19,12 @@ import orjson
 from nats.js.errors import NotFoundError
 
 from turnstream.bus.connection import Bus
-from turnstream.bus.scan import subject_counts
+from turnstream.bus.scan import open_sessions, subject_counts
 from turnstream.bus.store import StoredEvent
 from turnstream.core.events import decode
 from turnstream.core.subjects import session_key
 
 ARCHIVE_PREFIX = "archive/"
-OPENS_CLOSES = (("SessionTurnStart", "SessionTurnEnd"), ("WorkflowAttached", "WorkflowExit"))
-"""Each opening event gets exactly one closing one: more openings than closings is open work."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,26 +44,11 @@ async def sessions_in_log(bus: Bus) -> set[str]:
     return {subjects.session_of_log(subject) for subject in counts}
 
 
-async def open_sessions(bus: Bus) -> set[str]:
-    """Sessions with a turn or a workflow run open (counted by the server, nothing read)."""
-    subjects, found = bus.subjects, set()
-    for opened, closed in OPENS_CLOSES:
-        starts = await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind(opened))
-        ends = await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind(closed))
-        ended = {subjects.session_of_log(s): n for s, n in ends.items()}
-        found |= {
-            session
-            for session, n in ((subjects.session_of_log(s), n) for s, n in starts.items())
-            if n > ended.get(session, 0)
-        }
-    return found
-
-
 async def archive_sessions(
     bus: Bus, older_than: datetime, *, dry_run: bool = False
 ) -> list[Archived]:
     """Archive every ended session whose last event is older than `older_than`."""
-    busy = await open_sessions(bus)
+    busy = await open_sessions(bus.nc, bus.subjects)
     done = []
     for session_id in sorted(await sessions_in_log(bus) - busy):
         stored = await bus.store.read_session(session_id)

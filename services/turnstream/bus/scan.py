@@ -198,3 +198,28 @@ async def subject_counts(nc: Any, stream: str, subjects_filter: str) -> dict[str
         counts.update(page)
         if not page or len(counts) >= int(info.get("total", 0)):
             return counts
+
+
+OPENS_CLOSES = (
+    ("SessionTurnStart", "SessionTurnEnd"),
+    ("WorkflowAttached", "WorkflowExit"),
+    ("SubTurnSpawned", "SubTurnResultDelivered"),
+)
+"""Each opening event gets exactly one closing one: more openings than closings is open work
+(a turn, a workflow run, a child's result still to deliver)."""
+
+
+async def open_sessions(nc: Any, subjects: Subjects) -> set[str]:
+    """Sessions with a turn or a workflow run not ended, however old: counted per subject
+    by the server, no event read."""
+    found: set[str] = set()
+    for opened, closed in OPENS_CLOSES:
+        starts = await subject_counts(nc, subjects.log_stream, subjects.log_kind(opened))
+        ends = await subject_counts(nc, subjects.log_stream, subjects.log_kind(closed))
+        ended = {subjects.session_of_log(s): n for s, n in ends.items()}
+        found |= {
+            session
+            for session, n in ((subjects.session_of_log(s), n) for s, n in starts.items())
+            if n > ended.get(session, 0)
+        }
+    return found

@@ -15,7 +15,7 @@ import orjson
 from turnstream.agents import load_all
 from turnstream.bus import Bus
 from turnstream.bus.leases import LeaseTable
-from turnstream.bus.scan import subject_counts
+from turnstream.bus.scan import open_sessions
 from turnstream.context import ContextRegistry
 from turnstream.core.events import (
     Event,
@@ -329,33 +329,12 @@ class Runner:
         ended, however old (the deployment may have been down for long). Each reloads from
         the log and continues from its last durable stage; a turn past its wall-time bound
         ends then, so none is left open.
-
-        Every `SessionTurnStart` gets exactly one `SessionTurnEnd` and every
-        `WorkflowAttached` one `WorkflowExit`, so a session with more of the first than of
-        the second has work open: counted per subject by the server, no event is read.
         """
-        subjects = self.bus.subjects
-        open_sessions: set[str] = set()
-        for opened, closed in (
-            ("SessionTurnStart", "SessionTurnEnd"),
-            ("WorkflowAttached", "WorkflowExit"),
-            ("SubTurnSpawned", "SubTurnResultDelivered"),
-        ):
-            starts = await self._counts(opened)
-            ends = {subjects.session_of_log(s): n for s, n in (await self._counts(closed)).items()}
-            open_sessions |= {
-                session
-                for session, n in ((subjects.session_of_log(s), n) for s, n in starts.items())
-                if n > ends.get(session, 0)
-            }
-        if open_sessions:
-            log.info("resuming %d session(s) with an open turn", len(open_sessions))
-        for session_id in open_sessions:
+        opened = await open_sessions(self.bus.nc, self.bus.subjects)
+        if opened:
+            log.info("resuming %d session(s) with an open turn", len(opened))
+        for session_id in opened:
             self.wake(session_id)  # one still leased elsewhere is woken again when it expires
-
-    async def _counts(self, event_type: str) -> dict[str, int]:
-        subjects = self.bus.subjects
-        return await subject_counts(self.bus.nc, subjects.log_stream, subjects.log_kind(event_type))
 
     async def _answer_session(self, msg: Any) -> None:
         try:
