@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from pydantic import ValidationError
 from turnstream.context.base import ContextFn, ContextSpec, RemoteSpec
 from turnstream.context.builtin import BUILTIN_NAMES, builtin
 from turnstream.core.turn.context import ContextRequest, ContextResult, Contributed, Skipped
+from turnstream.entry_points import load_pairs
 
 log = logging.getLogger("turnstream.context")
 ENTRY_POINT_GROUP = "turnstream.context"
@@ -79,7 +79,7 @@ class ContextRegistry:
     ) -> ContextRegistry:
         """Entry-point providers, `extra`, and those the settings name (built-in or remote)."""
         found: dict[str, tuple[ContextSpec, ContextFn | None]] = {}
-        for spec, fn in [*_entry_points(), *extra]:
+        for spec, fn in [*load_pairs(ENTRY_POINT_GROUP, "context provider"), *extra]:
             found[spec.name] = (spec, fn)
         for name, setting in settings.context.providers.items():
             spec = ContextSpec(
@@ -160,18 +160,3 @@ class ContextRegistry:
             raise ValueError(f'expected {{"content": "<text>" | null}}, got {msg.data[:200]!r}')
         content = reply.get("content")
         return content if isinstance(content, str) else None
-
-
-def _entry_points() -> list[tuple[ContextSpec, ContextFn]]:
-    found: list[tuple[ContextSpec, ContextFn]] = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            value = ep.load()
-            items = value() if callable(value) and not isinstance(value, tuple) else value
-            found.extend([items] if isinstance(items, tuple) else list(items))
-        except Exception as exc:
-            raise RuntimeError(
-                f"context provider entry point {ep.name!r} ({ep.value}) failed to load: {exc}; "
-                f"fix or uninstall the package that declares it in [{ENTRY_POINT_GROUP}]"
-            ) from exc
-    return found

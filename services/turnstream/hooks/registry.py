@@ -16,7 +16,6 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any, Literal
 
 import orjson
@@ -26,6 +25,7 @@ from turnstream.core.events import Stage
 from turnstream.core.turn import STAGE_HOOK_POINTS, HookVerdict, StageHookVerdict, ToolCallState
 from turnstream.core.workflow.definition import ASSERT, GATE
 from turnstream.core.workflow.state import StageRun
+from turnstream.entry_points import load_pairs
 from turnstream.hooks.base import Hook, HookCall, HookReply, HookSpec
 
 log = logging.getLogger("turnstream.hooks")
@@ -77,17 +77,7 @@ class HookRegistry:
     @classmethod
     def load(cls, nc: Any = None, extra: Iterable[tuple[HookSpec, Hook]] = ()) -> HookRegistry:
         """Entry-point hooks plus `extra`."""
-        found: list[tuple[HookSpec, Hook]] = list(extra)
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                value = ep.load()
-                items = value() if callable(value) and not isinstance(value, tuple) else value
-                found.extend([items] if isinstance(items, tuple) else list(items))
-            except Exception as exc:
-                raise RuntimeError(
-                    f"hook entry point {ep.name!r} ({ep.value}) failed to load: {exc}; fix or "
-                    f"uninstall the package that declares it in [{ENTRY_POINT_GROUP}]"
-                ) from exc
+        found: list[tuple[HookSpec, Hook]] = [*load_pairs(ENTRY_POINT_GROUP, "hook"), *extra]
         return cls(found, nc)
 
     def set_remote(self, key: str, value: bytes | None) -> None:
