@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from turnstream.core.commands import AGENT_NAME_PATTERN
 
@@ -32,3 +32,15 @@ class AgentProfile:
     """The model its turns continue on when theirs keeps failing (else the deployment's)."""
     fallback_provider: Provider | None = None
     """The fallback model's provider; None: the agent's own."""
+
+    def summary(self) -> dict[str, Any]:
+        """The profile as listings show it (`turnstream agents --json`, `/v1/agents`)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "provider": self.provider,
+            "model": self.model,
+            "tools": list(self.tools) if self.tools is not None else None,
+            "securityMode": self.security_mode,
+            "maxIterations": self.max_iterations,
+        }

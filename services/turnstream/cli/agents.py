@@ -29,16 +29,7 @@ def agents(
     profiles, invalid = load_all(folder)
     if as_json:
         for p in profiles.values():
-            row = {
-                "name": p.name,
-                "description": p.description,
-                "provider": p.provider,
-                "model": p.model,
-                "tools": list(p.tools) if p.tools is not None else None,
-                "securityMode": p.security_mode,
-                "maxIterations": p.max_iterations,
-            }
-            typer.echo(orjson.dumps(row).decode())
+            typer.echo(orjson.dumps(p.summary()).decode())
     elif profiles:
         table = Table("agent", "description", "tools", "mode", box=None, pad_edge=False)
         for p in profiles.values():

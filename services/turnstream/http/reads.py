@@ -170,19 +170,7 @@ def _agents(folder: Path) -> list[dict[str, Any]]:
     from turnstream.agents import load_all
 
     profiles, invalid = load_all(folder)
-    out: list[dict[str, Any]] = [
-        {
-            "name": p.name,
-            "valid": True,
-            "description": p.description,
-            "provider": p.provider,
-            "model": p.model,
-            "tools": list(p.tools) if p.tools is not None else None,
-            "securityMode": p.security_mode,
-            "maxIterations": p.max_iterations,
-        }
-        for p in profiles.values()
-    ]
+    out: list[dict[str, Any]] = [{**p.summary(), "valid": True} for p in profiles.values()]
     out += [
         {"name": e.path.stem, "valid": False, "problems": [str(x) for x in e.problems]}
         for e in invalid
