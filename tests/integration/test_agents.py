@@ -69,52 +69,20 @@ agents:
   denier:
     - tool_calls: [{name: read_file, arguments: {path: notes.txt}}]
     - text: "after: {last_tool_result:60}"
-  ring-a:  # its first turn only says so; then every turn passes the message on
-    - text: "ready"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-b, text: "pass it on"}}]
-    - text: "passed"
-  ring-b:  # its first turn only says so; then every turn passes the message on
-    - text: "ready"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-c, text: "pass it on"}}]
-    - text: "passed"
-  ring-c:  # its first turn only says so; then every turn passes the message on
-    - text: "ready"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
-    - text: "passed"
-    - tool_calls: [{name: send_message, arguments: {to: cyc-a, text: "pass it on"}}]
-    - text: "passed"
   nester:
     - tool_calls: [{name: spawn, arguments: {task: "go deeper"}}]
     - text: "depth done: {last_tool_result:200}"
-"""
+""" + "".join(
+    # each ring agent's first turn only says so; then every turn passes the message on
+    f"  ring-{a}:\n"
+    '    - text: "ready"\n'
+    + (
+        f"    - tool_calls: [{{name: send_message, arguments: {{to: cyc-{b}, text: pass}}}}]\n"
+        '    - text: "passed"\n'
+    )
+    * 6
+    for a, b in (("a", "b"), ("b", "c"), ("c", "a"))
+)
 
 PROFILES = {
     "researcher": "tools: [read_file]\nmaxIterations: 3",
