@@ -6,15 +6,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from turnstream.bus import Bus, connect
-from turnstream.bus.embedded import EmbeddedServer, free_port
-from turnstream.bus.streams import StreamLimits
-from turnstream.core.subjects import Subjects
+from tests.integration.conftest import bus, nats_server  # noqa: F401 (fixtures)
+from turnstream.bus import Bus
+from turnstream.bus.embedded import free_port
 from turnstream.settings import McpHttpServer, McpStdioServer
 
 SERVER = Path(__file__).with_name("server.py")
@@ -56,24 +55,10 @@ def http_server() -> Iterator[tuple[McpHttpServer, int, list[subprocess.Popen[by
         proc.wait()
 
 
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    store = tmp_path_factory.mktemp("nats")
-    with EmbeddedServer(store, log_file=store / "server.log") as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-async def bus(nats_server: EmbeddedServer) -> AsyncIterator[Bus]:
-    bus = await connect(nats_server.url, Subjects("ts"), ensure=StreamLimits())
-    yield bus
-    await bus.close()
-
-
-async def published(bus: Bus) -> bytes:
+async def published(on: Bus) -> bytes:
     """The manifest the executors published, or nothing yet."""
     try:
-        entry = await (await bus.js.key_value("ts_tools")).get("manifest")
+        entry = await (await on.js.key_value("ts_tools")).get("manifest")
     except Exception:  # no bucket or no key yet
         return b""
     return entry.value or b""

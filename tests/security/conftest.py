@@ -15,26 +15,15 @@ from pathlib import Path
 import pytest
 
 from turnstream.bus.embedded import free_port, server_binary
+from turnstream.cli.secure import OTHER_USERS, password_variable
+from turnstream.cli.secure import USERS as SERVICE_USERS
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
 ACCOUNTS = ROOT / "ops" / "accounts.conf"
-USERS = (
-    "gateway",
-    "turn-runner",
-    "approval",
-    "tool-executor",
-    "audit",
-    "http",
-    "client",
-    "client-acme",
-    "operator",
-)
-
-
-def password_variable(user: str) -> str:
-    return "TS_" + user.upper().replace("-", "_") + "_PASSWORD"
+USERS = (*SERVICE_USERS.values(), *OTHER_USERS)
+"""Every user of ops/accounts.conf."""
 
 
 @dataclass

@@ -68,29 +68,41 @@ class EmbeddedServer:
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 10.0) -> EmbeddedServer:
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        config = self.store_dir / "nats-server.conf"
+    config_name = "nats-server.conf"
+
+    def config(self) -> str:
+        """The server's configuration file."""
         sync = "always" if self.sync_always else "2m"
-        config.write_text(
+        return (
             f'listen: "127.0.0.1:{self.port}"\n'
             f'jetstream {{ store_dir: "{self.store_dir.resolve()}", sync_interval: {sync} }}\n'
             "max_payload: 8MB\n"
         )
+
+    def environment(self) -> dict[str, str] | None:
+        """The server's environment (None: this process's)."""
+        return None
+
+    def start(self, timeout: float = 10.0) -> EmbeddedServer:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        config = self.store_dir / self.config_name
+        config.write_text(self.config())
         command = [server_binary(), "-c", str(config)]
+        env = self.environment()
         if self.log_file:
             with open(self.log_file, "ab") as out:  # the child keeps its own descriptor
-                self.process = subprocess.Popen(command, stdout=out, stderr=out)
+                self.process = subprocess.Popen(command, stdout=out, stderr=out, env=env)
         else:
             self.process = subprocess.Popen(
-                command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                log = f"; see {self.log_file}" if self.log_file else ""
                 raise RuntimeError(
                     f"nats-server exited with code {self.process.returncode}; is port "
-                    f"{self.port} taken? (set --nats-port or TURNSTREAM_NATS_PORT)"
+                    f"{self.port} taken? (set --nats-port or TURNSTREAM_NATS_PORT){log}"
                 )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):

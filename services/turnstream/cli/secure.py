@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
-import subprocess
-import time
 from pathlib import Path
 
-from turnstream.bus.embedded import EmbeddedServer, server_binary
+from turnstream.bus.embedded import EmbeddedServer
 
 USERS = {
     "gateway": "gateway",
@@ -57,34 +54,15 @@ class SecureServer(EmbeddedServer):
         super().__init__(store_dir, port, log_file=store_dir.parent / "nats-server.log")
         self.passwords = passwords
 
+    config_name = "nats-server-secure.conf"
+
+    def config(self) -> str:
+        return super().config() + f'include "{os.path.relpath(ACCOUNTS, self.store_dir)}"\n'
+
+    def environment(self) -> dict[str, str]:
+        return {**os.environ, **{password_variable(u): p for u, p in self.passwords.items()}}
+
     def start(self, timeout: float = 10.0) -> EmbeddedServer:
         if not ACCOUNTS.exists():
             raise RuntimeError(f"--secure needs {ACCOUNTS} (run from a source checkout)")
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        config = self.store_dir / "nats-server-secure.conf"
-        config.write_text(
-            f'listen: "127.0.0.1:{self.port}"\n'
-            f'jetstream {{ store_dir: "{self.store_dir.resolve()}" }}\n'
-            "max_payload: 8MB\n"
-            f'include "{os.path.relpath(ACCOUNTS, self.store_dir)}"\n'
-        )
-        env = dict(os.environ)
-        env.update({password_variable(u): p for u, p in self.passwords.items()})
-        assert self.log_file is not None
-        with open(self.log_file, "ab") as out:
-            self.process = subprocess.Popen(
-                [server_binary(), "-c", str(config)], stdout=out, stderr=out, env=env
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"nats-server exited with code {self.process.returncode}; see {self.log_file}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"nats-server did not listen on {self.port} within {timeout}s")
+        return super().start(timeout)
