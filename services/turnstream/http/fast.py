@@ -4,9 +4,9 @@ as they are; everything else goes on to the FastAPI routes.
 - `POST /v1/sessions/{id}/messages` (a `?wait=true` turn, a chat message)
 - `GET /v1/sessions/{id}/stream` (a browser opening its stream: hundreds at once)
 
-FastAPI resolves a route's dependencies and parameters anew on every request (~0.2 ms of
-CPU for each of these here, more than the rest of the face's own work on a `?wait=true`
-turn). This shell does the same steps with the same functions (`Authenticator`,
+FastAPI resolves a route's dependencies and parameters anew on every request, a cost that
+was a large part of the face's own work on a `?wait=true` turn (measured while profiling;
+no benchmark in the repo isolates it: `bench/http.py` measures the whole path). This shell does the same steps with the same functions (`Authenticator`,
 `commands.command`, `submit.submit`, `sse.open_stream`, the same problem documents), and
 hands the request, body and all, to the FastAPI route whenever anything is unusual: a body
 that does not validate, a query parameter it does not know or cannot parse, another
