@@ -261,27 +261,33 @@ def test_facts_for_another_turn_or_twice_change_nothing() -> None:
 
 
 def test_stage_hooks_gate_receive_input_and_render() -> None:
-    from turnstream.core.events import Stage
-    from turnstream.core.turn import StageHookVerdict, awaiting_stage_hooks, on_stage_hooks
+    from turnstream.core.turn import (
+        HookPoint,
+        StageHookVerdict,
+        awaiting_stage_hooks,
+        on_stage_hooks,
+    )
 
-    config = TurnConfig(tools=TOOLS, stage_hooks=frozenset({Stage.RECEIVE_INPUT, Stage.RENDER}))
+    config = TurnConfig(
+        tools=TOOLS, stage_hooks=frozenset({HookPoint.RECEIVE_INPUT, HookPoint.RENDER})
+    )
     c = ctx(Ids())
     state = fold(SessionState("s1"), [accepted(1, "my password is hunter2")])
     events = decide(state, config, c)
     state = fold(state, events)
     assert (
         events[-1].type == "StagePreFired"
-        and awaiting_stage_hooks(state, config) is Stage.RECEIVE_INPUT
+        and awaiting_stage_hooks(state, config) is HookPoint.RECEIVE_INPUT
     )
     redacted = StageHookVerdict(
-        Stage.RECEIVE_INPUT, "modify", "redact", "transform", text="my password is ***"
+        HookPoint.RECEIVE_INPUT, "modify", "redact", "transform", text="my password is ***"
     )
     state = fold(state, on_stage_hooks(state, redacted, config, c))
     request = compose_request(state, config)
     assert request.messages[-1].text == "my password is ***"
     state = fold(state, on_provider_result(state, success("Sure, SECRET"), config, c))
-    assert awaiting_stage_hooks(state, config) is Stage.RENDER
-    masked = StageHookVerdict(Stage.RENDER, "modify", "mask", "transform", text="Sure, ***")
+    assert awaiting_stage_hooks(state, config) is HookPoint.RENDER
+    masked = StageHookVerdict(HookPoint.RENDER, "modify", "mask", "transform", text="Sure, ***")
     out = on_stage_hooks(state, masked, config, c)
     ended = [e for e in out if isinstance(e, TurnEnded)]
     assert ended[0].data.reply == "Sure, ***"
@@ -289,14 +295,15 @@ def test_stage_hooks_gate_receive_input_and_render() -> None:
 
 
 def test_a_stage_guard_abort_ends_the_turn_before_the_model_is_called() -> None:
-    from turnstream.core.events import Stage
-    from turnstream.core.turn import StageHookVerdict, on_stage_hooks
+    from turnstream.core.turn import HookPoint, StageHookVerdict, on_stage_hooks
 
-    config = TurnConfig(stage_hooks=frozenset({Stage.RECEIVE_INPUT}))
+    config = TurnConfig(stage_hooks=frozenset({HookPoint.RECEIVE_INPUT}))
     c = ctx(Ids())
     state = fold(SessionState("s1"), [accepted(1, "")])
     state = fold(state, decide(state, config, c))
-    empty = StageHookVerdict(Stage.RECEIVE_INPUT, "abort_turn", "not-empty", reason="empty input")
+    empty = StageHookVerdict(
+        HookPoint.RECEIVE_INPUT, "abort_turn", "not-empty", reason="empty input"
+    )
     out = on_stage_hooks(state, empty, config, c)
     ended = [e for e in out if isinstance(e, TurnEnded)]
     assert ended[0].data.failure_class is FailureClass.POLICY_DENIED

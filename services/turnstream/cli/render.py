@@ -17,6 +17,7 @@ from turnstream.core.events import (
     Event,
     FollowUpQueued,
     HookDecided,
+    HookDecidedData,
     InputAccepted,
     InputRejected,
     InteractionAnswered,
@@ -125,7 +126,9 @@ def summarize(event: Event) -> str:
         case ToolInvocationCancelled(data=d):
             return d.reason
         case HookDecided(data=d):
-            return _clip(f"{d.hook} ({d.kind}) → {d.action}: {d.reason or ''}", 90)
+            where = d.stage if d.point == "pre" else f"{d.stage} {d.point}"
+            said = "; ".join(x for x in (_hook_change(d), d.reason) if x)
+            return _clip(f"{d.hook} ({d.kind}) at {where} → {d.action}: {said}", 100)
         case AuditViolation(data=d):
             return _clip(f"{d.kind}: {d.detail}", 100)
         case TurnEnded(data=d):
@@ -386,3 +389,20 @@ def print_status(console: Console, state: dict[str, Any], last_seq: int) -> None
         console.print(
             f"  workflow:     {workflow.get('name', '?')} ({workflow.get('status', '?')})"
         )
+
+
+def _hook_change(d: HookDecidedData) -> str:
+    """What a hook changed, in a few words."""
+    if d.request is not None:
+        changed = d.request.model_dump(exclude_none=True)
+        model = f"model {d.request.model}" if d.request.model else ""
+        tools = f"tools {', '.join(d.request.tools)}" if d.request.tools is not None else ""
+        rest = [k for k in changed if k not in ("model", "tools")]
+        return ", ".join(x for x in (model, tools, *rest) if x)
+    if d.response is not None:
+        return f"response now {d.response.text!r}"
+    if d.output is not None:
+        return f"result now {d.output!r}"
+    if d.compaction is not None:
+        return ", ".join(f"{k} {v}" for k, v in d.compaction.model_dump(exclude_none=True).items())
+    return repr(d.text) if d.text is not None else ""

@@ -8,8 +8,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from turnstream.core.events import (
+    CompactionChange,
+    HistoryMessage,
+    HookAction,
+    RequestChange,
+    ResponseChange,
+)
+
 HookKind = Literal["transform", "guard", "observer"]
-HookAction = Literal["continue", "modify", "deny_tool", "abort_turn", "hard_abort"]
 
 
 class _Wire(BaseModel):
@@ -21,8 +28,9 @@ class HookSpec(_Wire):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     stage: str
-    """A turn stage (`TOOL_CALL`, `RENDER`, …), a workflow point (`CheckGate`, `Assert`)
-    or `*` for every stage."""
+    """A turn stage (`TOOL_CALL`, `RENDER`, …), `COMPACT` (before a compaction), `STOP`
+    (the turn would end), a workflow point (`CheckGate`, `Assert`) or `*`: every stage for
+    an observer, RECEIVE_INPUT / TOOL_CALL / RENDER `pre` for a guard or transform."""
     workflow_stage: str | None = None
     """At `CheckGate` / `Assert`: only for this workflow stage id (None: every stage)."""
     point: Literal["pre", "post"] = "pre"
@@ -32,6 +40,23 @@ class HookSpec(_Wire):
     timeout_ms: int = Field(default=1000, ge=1, le=60_000)
     subject: str | None = None
     """Remote hooks: the NATS request/reply subject that answers `HookCall`s."""
+
+
+class RequestView(_Wire):
+    """SEND_REQUEST pre: the model request as composed."""
+
+    model: str
+    system: str | None
+    messages: list[HistoryMessage]
+    tools: list[str]
+    iteration: int
+
+
+class CompactionView(_Wire):
+    """COMPACT: what compaction would drop (the oldest messages before this turn)."""
+
+    dropped_messages: int
+    messages: list[HistoryMessage]
 
 
 class HookCall(_Wire):
@@ -46,7 +71,16 @@ class HookCall(_Wire):
     tool: str | None = None
     args: dict[str, Any] | None = None
     text: str | None = None
-    """RECEIVE_INPUT: the input; RENDER: the reply."""
+    """RECEIVE_INPUT: the input; STREAM_RESPONSE, STOP, RENDER: the reply (so far)."""
+    request: RequestView | None = None
+    """SEND_REQUEST pre: the request the model is about to get."""
+    response: ResponseChange | None = None
+    """STREAM_RESPONSE post: the model's response (its text and tool calls)."""
+    output: str | None = None
+    """TOOL_CALL post: the call's result (with `tool`, `args`, `invocationId`)."""
+    is_error: bool | None = None
+    compaction: CompactionView | None = None
+    """COMPACT: what compaction would drop."""
     event: dict[str, Any] | None = None
     """Observers: the stage event itself."""
     result: dict[str, Any] | None = None
@@ -61,7 +95,17 @@ class HookReply(_Wire):
     args: dict[str, Any] | None = None
     """With `modify` at TOOL_CALL: the arguments to use instead."""
     text: str | None = None
-    """With `modify` at RECEIVE_INPUT or RENDER: the text to use instead."""
+    """With `modify` at RECEIVE_INPUT or RENDER: the text to use instead; with `iterate` at
+    STOP: what the model is told before it answers again."""
+    request: RequestChange | None = None
+    """With `modify` at SEND_REQUEST: what to send instead (fields left out stay as they are)."""
+    response: ResponseChange | None = None
+    """With `modify` at STREAM_RESPONSE: the response to go on with instead."""
+    output: str | None = None
+    """With `modify` at TOOL_CALL post: the result the model sees instead."""
+    is_error: bool | None = None
+    compaction: CompactionChange | None = None
+    """With `modify` at COMPACT: how many messages to drop, and/or a summary of them."""
     verdict: Literal["pass", "defer", "block", "ok", "retry", "fail"] | None = None
     """Workflow points: a gate answers pass/defer/block at `CheckGate`, an asserter
     ok/retry/fail at `Assert` (the workflow stage id is in `HookCall.text`)."""

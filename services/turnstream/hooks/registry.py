@@ -1,8 +1,9 @@
 """Hooks in one place: in-process ones from entry points, remote ones from the KV bucket.
 
 Where guards and transforms attach: TOOL_CALL pre (per approved call: deny it, rewrite its
-arguments, stop the turn), RECEIVE_INPUT pre (rewrite the input, stop the turn) and RENDER
-pre (rewrite the reply, stop the turn). Observers attach anywhere.
+arguments, stop the turn) and the turn's hook points (`HookPoint`, run by `points.py`):
+the input, the model request and response (the LLM interceptor), each tool result (the
+tool interceptor), a compaction, the turn's stop, the reply. Observers attach anywhere.
 
 Timeout rules (a remote hook that is down counts as timed out):
   observer  ignored
@@ -21,12 +22,18 @@ from typing import Any, Literal
 import orjson
 from pydantic import ValidationError
 
-from turnstream.core.events import Stage
-from turnstream.core.turn import STAGE_HOOK_POINTS, HookVerdict, StageHookVerdict, ToolCallState
+from turnstream.core.turn import (
+    HookPoint,
+    HookSubject,
+    HookVerdict,
+    StageHookVerdict,
+    ToolCallState,
+)
 from turnstream.core.workflow.definition import ASSERT, GATE
 from turnstream.core.workflow.state import StageRun
 from turnstream.entry_points import load_pairs
 from turnstream.hooks.base import Hook, HookCall, HookReply, HookSpec
+from turnstream.hooks.points import run_point
 
 log = logging.getLogger("turnstream.hooks")
 WORKFLOW_POINTS = (GATE, ASSERT)
@@ -65,10 +72,8 @@ class HookRegistry:
         self._specs = sorted(specs, key=lambda s: (s.priority, s.name))
         self.has_tool_hooks = bool(self.at("TOOL_CALL", "pre", {"guard", "transform"}))
         self.has_observers = any(s.kind == "observer" for s in self._specs)
-        self.stage_hooks: frozenset[Stage] = frozenset(
-            stage
-            for stage in STAGE_HOOK_POINTS
-            if self.at(stage.value, "pre", {"guard", "transform"})
+        self.stage_hooks: frozenset[HookPoint] = frozenset(
+            point for point in HookPoint if self.at_point(point)
         )
         self.workflow_hooks: frozenset[str] = frozenset(
             point for point in WORKFLOW_POINTS if self.at_workflow(point)
@@ -116,31 +121,23 @@ class HookRegistry:
             if s.kind in kinds and s.point == point and s.stage in (stage, "*")
         ]
 
+    def at_point(self, point: HookPoint) -> list[HookSpec]:
+        """The guards and transforms at a hook point. A `*` hook attaches where it always
+        did (the input and the reply), not to the points added since."""
+        wildcard = point in (HookPoint.RECEIVE_INPUT, HookPoint.RENDER)
+        return [
+            s
+            for s in self._specs
+            if s.kind in ("guard", "transform")
+            and s.point == point.point
+            and (s.stage == point.stage or (wildcard and s.stage == "*"))
+        ]
+
     async def run_stage_hooks(
-        self, session_id: str, turn_id: str, stage: Stage, text: str
+        self, session_id: str, turn_id: str, point: HookPoint, subject: HookSubject
     ) -> StageHookVerdict:
-        """Guards and transforms at a text stage's pre, in priority order."""
-        verdict = StageHookVerdict(stage, "continue")
-        for spec in self.at(stage.value, "pre", {"guard", "transform"}):
-            request = HookCall(
-                hook=spec.name,
-                session_id=session_id,
-                turn_id=turn_id,
-                stage=stage.value,
-                point="pre",
-                text=text,
-            )
-            reply = await self.call(spec, request)
-            if reply is None:
-                continue  # a silent guard or transform changes nothing here
-            if reply.action == "modify" and reply.text is not None:
-                text = reply.text
-                verdict = StageHookVerdict(
-                    stage, "modify", spec.name, spec.kind, reply.reason, text
-                )
-            elif reply.action in ("abort_turn", "hard_abort"):
-                return StageHookVerdict(stage, reply.action, spec.name, spec.kind, reply.reason)
-        return verdict
+        """The guards and transforms at a hook point, in priority order (`points.py`)."""
+        return await run_point(self, session_id, turn_id, point, subject)
 
     async def call(self, spec: HookSpec, request: HookCall) -> HookReply | None:
         """One hook call with its timeout; None when it timed out, was down or answered badly."""

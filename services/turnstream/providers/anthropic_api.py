@@ -57,7 +57,7 @@ class AnthropicProvider(SdkProvider):
         self, request: ProviderRequest, on_delta: DeltaSink, on_tool_call: ToolCallSink
     ) -> ProviderOutcome:
         params: dict[str, Any] = {
-            "model": self.model,
+            "model": request.model or self.model,  # an LLM interceptor may ask for another
             "max_tokens": self.max_tokens,
             "messages": anthropic_messages(request.messages),
         }

@@ -51,7 +51,8 @@ class FallbackProvider:
             outcome.message,
             switch.to_model,
         )
-        answer = await self.fallback.complete(request, on_delta, on_tool_call)
+        # the fallback is its own model, whatever an interceptor asked of the primary
+        answer = await self.fallback.complete(replace(request, model=None), on_delta, on_tool_call)
         return replace(answer, fallback=switch)
 
     async def close(self) -> None:

@@ -68,7 +68,7 @@ class OpenAIProvider(SdkProvider):
         self, request: ProviderRequest, on_delta: DeltaSink, on_tool_call: ToolCallSink
     ) -> ProviderOutcome:
         params: dict[str, Any] = {
-            "model": self.model,
+            "model": request.model or self.model,  # an LLM interceptor may ask for another
             "messages": openai_messages(request.system, request.messages),
             "max_tokens": self.max_tokens,
             "stream": True,

@@ -236,9 +236,9 @@ class SessionActor:
                     hooks = self.ctx.hooks
                     verdicts = await hooks.run_tool_hooks(self.session_id, turn_id, list(calls))
                     answer = ToolHooksSaid(turn_id, tuple(verdicts))
-                case RunStageHooks(turn_id=turn_id, stage=stage, text=text):
+                case RunStageHooks(turn_id=turn_id, stage=point, subject=subject):
                     hooks = self.ctx.hooks
-                    said = await hooks.run_stage_hooks(self.session_id, turn_id, stage, text)
+                    said = await hooks.run_stage_hooks(self.session_id, turn_id, point, subject)
                     answer = StageHooksSaid(turn_id, said)
                 case RunWorkflowHook(point=point, execution=ex):
                     hooks = self.ctx.hooks

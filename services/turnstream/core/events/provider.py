@@ -108,6 +108,9 @@ class ContextCompactedData(WireModel):
     dropped_messages: int
     tokens_before: int
     tokens_after: int
+    summary: str | None = None
+    """What a compaction interceptor said the dropped messages were (the running summary
+    takes it instead of a line per message)."""
 
 
 class ContextCompacted(EventBase):

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from turnstream.core.events.base import EventBase, FailureClass, Sender, WireModel
+from turnstream.core.events.provider import ToolUseBlock
 
 SecurityMode = Literal["auto", "ask", "allowlist", "deny"]
 Authority = Literal["mode", "allowlist", "interaction", "hook", "workflow"]
@@ -187,13 +188,52 @@ class ToolInvocationCancelled(EventBase):
     data: ToolInvocationCancelledData
 
 
-HookAction = Literal["continue", "modify", "deny_tool", "abort_turn", "hard_abort"]
+HookAction = Literal[
+    "continue", "modify", "deny_tool", "abort_turn", "hard_abort", "veto", "iterate"
+]
+"""`veto`: a compaction interceptor refuses the compaction; `iterate`: a stop hook asks
+the model for one more round (its `text` is what the model is told)."""
+
+
+class HistoryMessage(WireModel):
+    """One message of a model request, as an LLM interceptor sees and rewrites it."""
+
+    role: Literal["user", "assistant", "tool"]
+    text: str
+    tool_calls: list[ToolUseBlock] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    is_error: bool = False
+
+
+class RequestChange(WireModel):
+    """An LLM interceptor's change to one model request (SEND_REQUEST pre); None: as is."""
+
+    model: str | None = None
+    system: str | None = None
+    messages: list[HistoryMessage] | None = None
+    tools: list[str] | None = None
+    """The offered tools' names to keep (a subset of what was offered, in any order)."""
+
+
+class ResponseChange(WireModel):
+    """An LLM interceptor's replacement of a model response (STREAM_RESPONSE post)."""
+
+    text: str
+    tool_calls: list[ToolUseBlock] = Field(default_factory=list)
+
+
+class CompactionChange(WireModel):
+    """A compaction interceptor's change: how many messages to drop, and a summary of them."""
+
+    dropped_messages: int | None = None
+    summary: str | None = None
 
 
 class HookDecidedData(WireModel):
     hook: str
     kind: Literal["transform", "guard", "observer"]
     stage: str
+    """A turn stage, or `COMPACT` / `STOP` (the compaction interceptor, the stop hook)."""
     point: Literal["pre", "post"]
     action: HookAction
     reason: str | None = None
@@ -202,7 +242,16 @@ class HookDecidedData(WireModel):
     args: dict[str, Any] | None = None
     """The arguments after a `modify` of a tool call."""
     text: str | None = None
-    """The input (RECEIVE_INPUT) or reply (RENDER) text after a `modify`."""
+    """The input (RECEIVE_INPUT) or reply (RENDER) text after a `modify`; with `iterate`
+    at STOP, what the model is told."""
+    request: RequestChange | None = None
+    """SEND_REQUEST pre: what the request carries instead (the rest as composed)."""
+    response: ResponseChange | None = None
+    """STREAM_RESPONSE post: the response the turn goes on with."""
+    output: str | None = None
+    """TOOL_CALL post: the result the model sees instead (`isError` with it)."""
+    is_error: bool | None = None
+    compaction: CompactionChange | None = None
 
 
 class HookDecided(EventBase):

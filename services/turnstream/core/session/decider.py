@@ -7,7 +7,9 @@
     ProviderDone(turn, outcome)  the turn's model call ended: its events, then what follows
     ToolCallReady(turn, call)    a tool call streamed complete: proposed at once
     ToolHooksSaid(turn, …)       the guard/transform hooks' verdicts on approved calls
-    StageHooksSaid(turn, …)      the RECEIVE_INPUT / RENDER hooks' verdict
+    StageHooksSaid(turn, …)      the verdict of the hooks at a hook point (`HookPoint`:
+                                 the input, the model request and response, tool
+                                 results, a compaction, the turn's stop, the reply)
     GateSaid / AssertSaid        a workflow gate's or asserter's answer
     Published(keys)              messages to other sessions are published: record them
     ContextGathered(turn, …)     the context providers' answers for the turn's requests
@@ -38,7 +40,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from turnstream.core.events import Stage
 from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.core.session.fold import evolve, fold
 from turnstream.core.session.run import (
@@ -53,6 +54,8 @@ from turnstream.core.session.run import decide as decide_session
 from turnstream.core.turn import (
     Context,
     Decision,
+    HookPoint,
+    HookSubject,
     HookVerdict,
     ProviderOutcome,
     ProviderRequest,
@@ -64,13 +67,13 @@ from turnstream.core.turn import (
     awaiting_hooks,
     awaiting_stage_hooks,
     compose_request,
+    hook_subject,
     needs_provider_call,
     on_hook_verdicts,
     on_provider_result,
     on_stage_hooks,
     on_tool_call_ready,
     outbound,
-    stage_hook_text,
     subturns,
 )
 from turnstream.core.turn.agent import with_agent
@@ -164,9 +167,11 @@ class RunToolHooks:
 
 @dataclass(frozen=True, slots=True)
 class RunStageHooks:
+    """Run the guard and transform hooks at the turn's hook point."""
+
     turn_id: str
-    stage: Stage
-    text: str
+    stage: HookPoint
+    subject: HookSubject
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,10 +287,10 @@ def _awaiting_hook(
         turn_id = view.active.turn_id
         if calls := awaiting_hooks(view, view_config):
             return RunToolHooks(turn_id, tuple(calls))
-        if stage := awaiting_stage_hooks(view, view_config):
-            return RunStageHooks(turn_id, stage, stage_hook_text(view))
+        if point := awaiting_stage_hooks(view, view_config):
+            return RunStageHooks(turn_id, point, hook_subject(view, view_config, point))
         if request := awaiting_context(view, view_config):
             return GatherContext(turn_id, request)
-    for point, execution in awaiting_workflow_hooks(state, config, now):
-        return RunWorkflowHook(point, execution)
+    for workflow_point, execution in awaiting_workflow_hooks(state, config, now):
+        return RunWorkflowHook(workflow_point, execution)
     return None

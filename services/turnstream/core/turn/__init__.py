@@ -7,13 +7,16 @@ turns, are `turnstream.core.session`'s: import `evolve`, `fold` and `decide` fro
 from __future__ import annotations
 
 from turnstream.core.turn.decide import (
-    awaiting_stage_hooks,
-    compose_request,
     needs_provider_call,
     on_hook_verdicts,
     on_provider_result,
     on_stage_hooks,
     on_tool_call_ready,
+)
+from turnstream.core.turn.interceptors import (
+    HookSubject,
+    awaiting_stage_hooks,
+    hook_subject,
     stage_hook_text,
 )
 from turnstream.core.turn.provider import (
@@ -28,6 +31,7 @@ from turnstream.core.turn.state import (
     ActiveTurn,
     Context,
     Decision,
+    HookPoint,
     HookVerdict,
     Message,
     PendingInput,
@@ -38,6 +42,7 @@ from turnstream.core.turn.state import (
     ToolInfo,
     TurnConfig,
 )
+from turnstream.core.turn.steps import compose_request
 from turnstream.core.turn.tool_call import awaiting_hooks, dispatchable
 
 __all__ = [
@@ -45,6 +50,8 @@ __all__ = [
     "ActiveTurn",
     "Context",
     "Decision",
+    "HookPoint",
+    "HookSubject",
     "HookVerdict",
     "Message",
     "PendingInput",
@@ -63,6 +70,7 @@ __all__ = [
     "awaiting_stage_hooks",
     "compose_request",
     "dispatchable",
+    "hook_subject",
     "needs_provider_call",
     "on_hook_verdicts",
     "on_provider_result",

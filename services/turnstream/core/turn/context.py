@@ -117,10 +117,14 @@ def with_context(system: str | None, context: tuple[tuple[str, str], ...]) -> st
     return "\n\n".join([*([system] if system else []), *blocks])
 
 
-def running_summary(previous: str, dropped: tuple[Message, ...]) -> str:
-    """The running summary after compaction dropped `dropped`: a line per message, the
-    newest kept when it grows past `SUMMARY_CHARS`."""
+def running_summary(previous: str, dropped: tuple[Message, ...], instead: str | None = None) -> str:
+    """The running summary after compaction dropped `dropped`: a line per message (or
+    `instead`, a compaction interceptor's summary of them), the newest kept when it grows
+    past `SUMMARY_CHARS`."""
     lines = [previous] if previous else []
+    if instead is not None:
+        lines.append(instead)
+        dropped = ()
     for message in dropped:
         text = " ".join(message.text.split())
         if len(text) > _LINE_CHARS:

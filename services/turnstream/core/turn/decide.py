@@ -29,8 +29,6 @@ from typing import Any, assert_never
 from turnstream.core.events import (
     AssistantMessage,
     ContentBlock,
-    ContextCompacted,
-    ContextCompactedData,
     Event,
     FailureClass,
     FollowUpQueued,
@@ -41,17 +39,12 @@ from turnstream.core.events import (
     ProviderRequestCompletedData,
     ProviderRequestFailed,
     ProviderRequestFailedData,
-    ProviderRequestStarted,
-    ProviderRequestStartedData,
-    RenderEmitted,
-    RenderEmittedData,
     SessionTurnEnd,
     SessionTurnEndData,
     SessionTurnStart,
     SessionTurnStartData,
     Stage,
     StageCompletionChecked,
-    StageCompletionCheckedData,
     SteeringInjected,
     SteeringInjectedData,
     TextBlock,
@@ -61,34 +54,37 @@ from turnstream.core.fold import until_quiet
 from turnstream.core.turn import outbound, subturns
 from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
-from turnstream.core.turn.completion import check_response, completion_tool
+from turnstream.core.turn.completion import check_response
 from turnstream.core.turn.context import (
     ContextResult,
     awaiting_context,
     context_events,
-    with_context,
 )
 from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
 from turnstream.core.turn.fallback import attempt_events
-from turnstream.core.turn.manifest import tools_digest
+from turnstream.core.turn.interceptors import (
+    hook_point,
+    intercepted,
+    proceed,
+)
 from turnstream.core.turn.provider import (
     ProviderFailure,
     ProviderOutcome,
-    ProviderRequest,
     ProviderSuccess,
 )
 from turnstream.core.turn.state import (
     ActiveTurn,
     Context,
     Decision,
+    HookPoint,
     HookVerdict,
-    Message,
     PendingInput,
     SessionState,
     StageHookVerdict,
     ToolCall,
     TurnConfig,
 )
+from turnstream.core.turn.steps import compose_or_stop
 from turnstream.core.turn.tool_call import (
     executable,
     propose_calls,
@@ -112,73 +108,14 @@ def needs_provider_call(state: SessionState) -> bool:
     return state.active is not None and state.active.awaiting_provider
 
 
-def awaiting_stage_hooks(state: SessionState, config: TurnConfig) -> Stage | None:
-    """The stage whose guard/transform hooks must run before the turn goes on, if any."""
-    turn = state.active
-    if turn is None or turn.ended or turn.abort or not turn.stage_open:
-        return None
-    if turn.stage not in config.stage_hooks:
-        return None
-    if turn.stage is Stage.RENDER and turn.rendered:
-        return None
-    if turn.stage not in (Stage.RECEIVE_INPUT, Stage.RENDER):
-        return None
-    return turn.stage
-
-
-def stage_hook_text(state: SessionState) -> str:
-    """The text the stage hooks see: the input at RECEIVE_INPUT, the reply at RENDER."""
-    turn = state.active
-    assert turn is not None
-    if turn.stage is Stage.RENDER:
-        return turn.reply
-    last = next((m for m in reversed(state.history) if m.role == "user"), None)
-    return last.text if last else ""
-
-
 def on_stage_hooks(
     state: SessionState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
 ) -> Decision:
-    """Record what the stage hooks decided, take the stage on, go on."""
-    turn = state.active
-    if turn is None or awaiting_stage_hooks(state, config) is not verdict.stage:
+    """Record what the hooks at a hook point decided, move the turn on, go on."""
+    events = intercepted(state, verdict, config, ctx)
+    if events is None:
         return Decision([], state)
-    b = Builder(state.session_id, turn, ctx)
-    events: list[Event] = []
-    if verdict.action != "continue":
-        text = verdict.text if verdict.action == "modify" else None
-        events.append(_hook_decided(b, verdict.stage, verdict, text=text))
-    if verdict.action in ("continue", "modify"):
-        text = verdict.text if verdict.action == "modify" and verdict.text is not None else None
-        if verdict.stage is Stage.RENDER:
-            events.append(_render(b, turn, text if text is not None else turn.reply))
-        else:
-            events.append(b.post(Stage.RECEIVE_INPUT, "ok"))
     return decide(fold(state, events), config, ctx).after(events)
-
-
-def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
-    """The provider request for the active turn, built from the session history."""
-    turn = state.active
-    assert turn is not None, "compose_request needs an active turn"
-    tools = config.tools if config.offer_tools and turn.interrupt is None else ()
-    spec = config.stage
-    if spec is not None and turn.interrupt is None:
-        allowed = [t for t in config.tools if t.name in spec.allowed_tools]
-        tools = (*allowed, completion_tool(spec))
-    return ProviderRequest(
-        session_id=state.session_id,
-        turn_id=turn.turn_id,
-        iteration=turn.iteration,
-        call_index=state.provider_calls - 1,
-        system=with_context(config.system_prompt, turn.context),
-        messages=state.history,
-        tools=tools,
-        stage=spec.stage_id if spec else None,
-        trace_id=turn.trace_id,
-        agent=config.agent,
-        on_fallback=turn.on_fallback,
-    )
 
 
 def on_provider_result(
@@ -209,7 +146,8 @@ def on_provider_result(
                 iteration=turn.iteration,
             )
             events.append(b.make(ProviderRequestCompleted, data, outcome.finished_at))
-            events.append(b.post(Stage.STREAM_RESPONSE, "ok", outcome.finished_at))
+            if HookPoint.STREAM_RESPONSE not in config.stage_hooks:
+                events.append(b.post(Stage.STREAM_RESPONSE, "ok", outcome.finished_at))
         case ProviderFailure():
             failed = ProviderRequestFailedData(
                 error_class=outcome.error_class,
@@ -251,8 +189,9 @@ def on_tool_call_ready(
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended or turn.abort:
         return Decision([], state)
-    if config.stage is not None:
-        return Decision([], state)  # a stage judges the whole response before any call is proposed
+    if config.stage is not None or HookPoint.STREAM_RESPONSE in config.stage_hooks:
+        # a stage, or a response interceptor, judges the whole response before any call
+        return Decision([], state)
     if turn.interrupt is not None or any(c.call_id == call.id for c in turn.calls):
         return Decision([], state)
     if turn.tool_calls_made + 1 > config.max_tool_calls_per_turn:
@@ -372,12 +311,19 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
         # calls proposed while the model streams may run before the response ends
         ready = executable(turn.calls) if not config.tool_hooks else []
         return [requested(b, call, config, call.args) for call in ready]
+    point = hook_point(state, config)
+    if point is not None:
+        # the shell runs the hooks there first, then `on_stage_hooks`
+        return [] if point in config.stage_hooks else proceed(point, b, state, config)
     stage, is_open = turn.stage, turn.stage_open
     if turn.provider_error and not is_open:
-        if turn.provider_error.startswith("prompt_too_long") and not turn.compacted:
-            compacted = _compact(b, state, turn)
-            if compacted:
-                return compacted
+        if turn.compaction_veto is not None:
+            return b.fail(
+                FailureClass.PROVIDER_ERROR,
+                f"the request is too long for the model and compaction was vetoed "
+                f"({turn.compaction_veto})",
+                "start a new session, or change the compaction hook",
+            )
         return b.fail(
             FailureClass.PROVIDER_ERROR,
             f"the model provider failed ({turn.provider_error})",
@@ -385,33 +331,14 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
             "and TURNSTREAM_PROVIDER / TURNSTREAM_BASE_URL",
         )
     match stage, is_open:
-        case Stage.RECEIVE_INPUT, True:
-            if stage in config.stage_hooks:
-                return []  # the shell runs the stage hooks, then `on_stage_hooks`
-            return [b.post(stage, "ok")]
         case Stage.RECEIVE_INPUT, False:
-            return _compose_or_stop(b, turn, config)
+            return compose_or_stop(b, turn, config)
         case Stage.COMPOSE_REQUEST, True:
             if awaiting_context(state, config) is not None:
                 return []  # the shell asks the context providers, then `on_context`
             return [b.post(stage, "ok")]
         case Stage.COMPOSE_REQUEST, False:
             return [b.pre(Stage.SEND_REQUEST)]
-        case Stage.SEND_REQUEST, True:
-            provider, model = (config.provider, config.model)
-            if turn.on_fallback and config.fallback is not None:
-                provider, model = config.fallback
-            offered = compose_request(state, config).tools
-            data = ProviderRequestStartedData(
-                provider=provider,
-                model=model,
-                iteration=turn.iteration,
-                call_index=state.provider_calls,
-                message_count=len(state.history),
-                tools_digest=tools_digest(offered),
-                tools=[t.name for t in offered],
-            )
-            return [b.make(ProviderRequestStarted, data)]
         case Stage.STREAM_RESPONSE, False:
             if config.stage is not None and turn.checked_round < turn.iteration:
                 checked = check_response(config.stage, turn.requested_calls, turn.iteration)
@@ -427,79 +354,28 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
                 if checked is not None:
                     return [b.make(StageCompletionChecked, checked)]
             if config.stage is not None and not turn.requested_calls:
-                return _compose_or_stop(b, turn, config)
+                return compose_or_stop(b, turn, config)
             if turn.requested_calls:
                 return [b.pre(Stage.TOOL_CALL)]
             wants_more = turn.stop_reason == "max_tokens"
             if wants_more and turn.completions <= config.max_output_continuations:
-                return _compose_or_stop(b, turn, config)
-            return [b.pre(Stage.RENDER)]
+                return compose_or_stop(b, turn, config)
+            return [b.pre(Stage.RENDER)]  # past its last round (or interrupted): no stop hook
         case Stage.TOOL_CALL, True:
             refused = outbound.refuse(b, state, turn, config)
             return refused or tool_step(b, turn, config)
         case Stage.TOOL_CALL, False:
             if turn.interrupt is not None and turn.iteration > turn.interrupt[2]:
                 return [b.pre(Stage.RENDER)]  # the summary round is done: no more rounds
-            return _compose_or_stop(b, turn, config)
+            return compose_or_stop(b, turn, config)
         case Stage.RENDER, True:
-            if not turn.rendered:
-                if stage in config.stage_hooks:
-                    return []  # the shell runs the stage hooks, then `on_stage_hooks`
-                return [_render(b, turn, turn.reply)]
-            return [b.post(stage, "ok")]
+            return [b.post(stage, "ok")]  # rendered (`hook_point` renders first)
         case Stage.RENDER, False:
             return [b.end("completed", reply=turn.reply)]
         case _:
             # SEND_REQUEST closed without a result or STREAM_RESPONSE left open: the
             # response was lost (a crash between batches). Ask the provider again.
             return [b.pre(Stage.SEND_REQUEST)]
-
-
-def estimate_tokens(messages: tuple[Message, ...]) -> int:
-    """A rough token count (4 characters a token): enough to report a compaction."""
-    return sum(len(m.text) + 20 * len(m.tool_calls) for m in messages) // 4 + 1
-
-
-def _compact(b: Builder, state: SessionState, turn: ActiveTurn) -> list[Event]:
-    """Drop the oldest half of the earlier turns (whole turns), then ask again once."""
-    earlier = state.history[: turn.history_start]
-    starts = [i for i, m in enumerate(earlier) if m.role == "user" and i > 0]
-    if not earlier:
-        return []  # nothing but this turn: compaction cannot help
-    half = len(earlier) // 2
-    cut = next((i for i in starts if i >= half), len(earlier))
-    before = estimate_tokens(state.history)
-    data = ContextCompactedData(
-        dropped_messages=cut,
-        tokens_before=before,
-        tokens_after=before - estimate_tokens(state.history[:cut]),
-    )
-    return [b.make(ContextCompacted, data), b.pre(Stage.SEND_REQUEST)]
-
-
-def _render(b: Builder, turn: ActiveTurn, text: str) -> Event:
-    return b.make(RenderEmitted, RenderEmittedData(text=text, reply_to=turn.reply_to))
-
-
-def _compose_or_stop(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
-    spec = config.stage
-    if spec is not None and turn.iteration - turn.act_start >= spec.turn_cap:
-        capped = StageCompletionCheckedData(
-            stage=spec.stage_id,
-            stage_execution_id=spec.execution_id,
-            iteration=turn.iteration,
-            outcome="cap_hit",
-            detail=f"turnCap={spec.turn_cap} rounds passed without a valid completion",
-        )
-        return [b.make(StageCompletionChecked, capped)]
-    if turn.iteration >= config.max_iterations:
-        return b.fail(
-            FailureClass.LIMIT_EXCEEDED,
-            f"the turn reached maxIterations={config.max_iterations} model calls",
-            "prior tool calls of this turn may have completed; send a follow-up to "
-            "continue, or raise TURNSTREAM_MAX_ITERATIONS",
-        )
-    return [b.pre(Stage.COMPOSE_REQUEST, iteration=turn.iteration + 1)]
 
 
 def _start_turn(state: SessionState, ctx: Context) -> list[Event]:

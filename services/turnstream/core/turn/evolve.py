@@ -197,6 +197,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 steered = tuple(Message("user", text) for text in state.active.steering)
                 state = with_changes(state, history=state.history + steered)
                 state = _turn(state, event, steering=())
+            if data.stage is Stage.SEND_REQUEST:
+                state = _turn(state, event, request_change=None)  # each request asks anew
             return _turn(state, event, stage=data.stage, stage_open=True, iteration=data.iteration)
         case StagePostFired(data=data):
             if data.stage is Stage.TOOL_CALL and _is_active(state, event):
@@ -217,7 +219,9 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             if not _is_active(state, event):
                 return state
             state = with_changes(state, provider_calls=state.provider_calls + 1)
-            return _turn(state, event, awaiting_provider=True, provider_error=None)
+            return _turn(
+                state, event, awaiting_provider=True, provider_error=None, round_reply=None
+            )
         case ProviderRequestCompleted(data=data):
             if not _is_active(state, event):
                 return state
@@ -226,12 +230,16 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             calls = tuple(ToolCall(b.id, b.name, b.input) for b in message.tool_calls)
             entry = Message("assistant", message.text, tool_calls=calls)
             state = with_changes(state, history=(*state.history, entry))
+            # a new round (after tool calls, a stop hook's `iterate`) starts a new paragraph
+            # of the reply; a continuation (max_tokens) joins seamlessly
+            round_reply = (turn.reply, "" if turn.stop_reason == "max_tokens" else "\n\n")
             return _turn(
                 state,
                 event,
                 awaiting_provider=False,
                 stop_reason=data.stop_reason,
-                reply=_join(turn.reply, message.text, after_tools=turn.stop_reason == "tool_use"),
+                reply=_join(round_reply, message.text),
+                round_reply=round_reply,
                 completions=turn.completions + 1,
                 requested_calls=calls,
             )
@@ -333,7 +341,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             assert state.active is not None
             before = state.active.history_start
             dropped = min(data.dropped_messages, before)
-            summary = running_summary(state.summary, state.history[:dropped])
+            summary = running_summary(state.summary, state.history[:dropped], data.summary)
             state = with_changes(state, history=state.history[dropped:], summary=summary)
             start = before - dropped
             return _turn(state, event, history_start=start, compacted=True)
@@ -391,11 +399,10 @@ INTERRUPT_INPUT = "interrupt:"
 fold = projector(evolve)
 
 
-def _join(reply: str, text: str, *, after_tools: bool) -> str:
-    """The turn's reply so far and a new round's text (a continuation joins seamlessly)."""
-    if reply and text and after_tools:
-        return f"{reply}\n\n{text}"
-    return reply + text
+def _join(round_reply: tuple[str, str], text: str) -> str:
+    """The turn's reply before this round, joined with the round's text."""
+    before, separator = round_reply
+    return before + separator + text if before and text else before + text
 
 
 def _denied(text: str) -> dict[str, object]:
@@ -438,6 +445,16 @@ def _hook(state: SessionState, event: EventBase, data: HookDecidedData) -> Sessi
     why = data.reason or "no reason given"
     if data.action in ("abort_turn", "hard_abort"):
         return _turn(state, event, abort=(data.action, f"hook {data.hook}: {why}"))
+    if data.action == "veto":
+        return _turn(state, event, compaction_veto=f"hook {data.hook}: {why}")
+    if data.action == "iterate" and data.text is not None and state.active is not None:
+        return _turn(state, event, steering=(*state.active.steering, data.text))
+    if data.action == "modify" and data.stage == Stage.TOOL_CALL and data.point == "post":
+        return _result_changed(state, event, data)
+    if data.action == "modify" and data.request is not None:
+        return _turn(state, event, request_change=data.request)
+    if data.action == "modify" and data.response is not None:
+        return _response_changed(state, event, data)
     if data.action == "deny_tool" and data.invocation_id:
         denied = f"policy_denied (hook {data.hook}): {why}"
         return _call(state, event, data.invocation_id, {"approved"}, **_denied(denied))
@@ -456,6 +473,41 @@ def _hook(state: SessionState, event: EventBase, data: HookDecidedData) -> Sessi
                 changed = with_changes(last, text=data.text)
                 state = with_changes(state, history=(*rest, changed))
     return _turn(state, event)
+
+
+def _result_changed(state: SessionState, event: EventBase, data: HookDecidedData) -> SessionState:
+    """A tool interceptor changed an executed call's result (before the model sees it)."""
+    if data.invocation_id is None or data.output is None or state.active is None:
+        return _turn(state, event)
+    call = next((c for c in state.active.calls if c.invocation_id == data.invocation_id), None)
+    is_error = data.is_error if data.is_error is not None else call is not None and call.is_error
+    changes = {"result": data.output, "is_error": is_error}
+    return _call(state, event, data.invocation_id, {"succeeded", "failed"}, **changes)
+
+
+def _response_changed(state: SessionState, event: EventBase, data: HookDecidedData) -> SessionState:
+    """A response interceptor replaced the round's response: the history's last message,
+    the reply and the calls to make are the replacement's."""
+    turn = state.active
+    if not _is_active(state, event) or turn is None or turn.round_reply is None:
+        return state
+    assert data.response is not None
+    calls = tuple(ToolCall(c.id, c.name, c.input) for c in data.response.tool_calls)
+    entry = Message("assistant", data.response.text, tool_calls=calls)
+    history = state.history
+    if history and history[-1].role == "assistant":
+        history = history[:-1]
+    state = with_changes(state, history=(*history, entry))
+    stop = "tool_use" if calls else turn.stop_reason
+    if stop == "tool_use" and not calls:
+        stop = "end_turn"
+    return _turn(
+        state,
+        event,
+        reply=_join(turn.round_reply, data.response.text),
+        requested_calls=calls,
+        stop_reason=stop,
+    )
 
 
 def _completion_checked(

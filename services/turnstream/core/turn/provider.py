@@ -28,6 +28,8 @@ class ProviderRequest:
     """The session's agent (scripts may reply per agent)."""
     on_fallback: bool = False
     """The turn switched to the fallback model earlier (`ProviderFallback`): stay there."""
+    model: str | None = None
+    """The model an LLM interceptor asked for instead of the provider's own (None: its own)."""
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal
 
 from turnstream.core.events import (
+    CompactionChange,
     Envelope,
     Event,
     FailureClass,
+    HookAction,
+    RequestChange,
+    ResponseChange,
     Sender,
     SessionConfiguredData,
     SpawnMode,
@@ -163,6 +168,13 @@ class ActiveTurn:
     """`(provider, content)` the context providers contributed to this turn (`ContextProvided`)."""
     context_gathered: bool = False
     """The turn's first COMPOSE_REQUEST is over: its context is in (or there was none)."""
+    request_change: RequestChange | None = None
+    """What an LLM interceptor changed in this round's model request (SEND_REQUEST pre)."""
+    round_reply: tuple[str, str] | None = None
+    """Set once this round's response is recorded: the reply before it and the separator
+    its text joins with (a response interceptor's replacement joins the same way)."""
+    compaction_veto: str | None = None
+    """A compaction interceptor refused the compaction: which hook, and why."""
 
 
 @dataclass(frozen=True)
@@ -298,8 +310,8 @@ class TurnConfig:
     """The model supports tool calling (`toolCalling: hard`); else no tools are offered."""
     tool_hooks: bool = False
     """Guard or transform hooks run on each approved call before it is requested."""
-    stage_hooks: frozenset[Stage] = frozenset()
-    """Stages (RECEIVE_INPUT, RENDER) whose guard or transform hooks run at `pre`."""
+    stage_hooks: frozenset[HookPoint] = frozenset()
+    """The hook points with guard or transform hooks: the turn waits for them there."""
     stage: StageSpec | None = None
     """Set for the turn of a workflow stage execution."""
     workflow_hooks: frozenset[str] = frozenset()
@@ -333,21 +345,64 @@ class Context:
     source: str
 
 
-STAGE_HOOK_POINTS: frozenset[Stage] = frozenset({Stage.RECEIVE_INPUT, Stage.RENDER})
-"""Where guard/transform hooks other than TOOL_CALL's attach (the text they may rewrite)."""
+class HookPoint(StrEnum):
+    """Where guard and transform hooks hold a turn (besides TOOL_CALL pre, per call): each
+    just before the event that would move the turn on, which a hook may change or stop.
+
+    The value is the name a hook registers with as its `stage` (with `point` below), except
+    TOOL_RESULT, which is `TOOL_CALL` at `post`.
+    """
+
+    RECEIVE_INPUT = "RECEIVE_INPUT"
+    """pre: the input (rewrite it; stop the turn)."""
+    SEND_REQUEST = "SEND_REQUEST"
+    """pre, the LLM interceptor: the request (messages, system, model, tools; stop)."""
+    STREAM_RESPONSE = "STREAM_RESPONSE"
+    """post, the LLM interceptor: the response (replace it; stop) before the turn acts."""
+    TOOL_RESULT = "TOOL_RESULT"
+    """TOOL_CALL post, the tool interceptor: each executed call's result, before the model
+    sees it."""
+    COMPACT = "COMPACT"
+    """Before a compaction: allow, change (what is dropped, its summary), veto."""
+    STOP = "STOP"
+    """The turn would end (the model answered without tool calls): one more round?"""
+    RENDER = "RENDER"
+    """pre: the reply (rewrite it; stop the turn)."""
+
+    @property
+    def stage(self) -> str:
+        return "TOOL_CALL" if self is HookPoint.TOOL_RESULT else self.value
+
+    @property
+    def point(self) -> Literal["pre", "post"]:
+        return "post" if self in (HookPoint.STREAM_RESPONSE, HookPoint.TOOL_RESULT) else "pre"
+
+    @classmethod
+    def of(cls, stage: str, point: str) -> HookPoint | None:
+        """The hook point a hook registered at `stage`/`point` attaches to, if any."""
+        return next((p for p in cls if (p.stage, p.point) == (stage, point)), None)
+
+
+STAGE_HOOK_POINTS: frozenset[HookPoint] = frozenset(HookPoint)
 
 
 @dataclass(frozen=True)
 class StageHookVerdict:
-    """What the stage hooks said at RECEIVE_INPUT or RENDER pre (the shell runs them)."""
+    """What the hooks at a hook point said (the shell runs them, `on_stage_hooks` records)."""
 
-    stage: Stage
-    action: Literal["continue", "modify", "abort_turn", "hard_abort"]
+    stage: HookPoint | Stage
+    action: HookAction
     hook: str = ""
     kind: Literal["transform", "guard", "observer"] = "guard"
     reason: str | None = None
     text: str | None = None
+    """RECEIVE_INPUT / RENDER: the text instead; STOP with `iterate`: what the model is told."""
     timed_out: bool = False
+    request: RequestChange | None = None
+    response: ResponseChange | None = None
+    compaction: CompactionChange | None = None
+    results: tuple[HookVerdict, ...] = ()
+    """TOOL_RESULT: what the hooks said about each executed call's result."""
 
 
 @dataclass(frozen=True)
@@ -355,12 +410,15 @@ class HookVerdict:
     """What the tool hooks said about one approved call (the shell runs them)."""
 
     invocation_id: str
-    action: Literal["continue", "modify", "deny_tool", "abort_turn", "hard_abort"]
+    action: HookAction
     hook: str = ""
     kind: Literal["transform", "guard", "observer"] = "guard"
     reason: str | None = None
     args: dict[str, Any] | None = None
     timed_out: bool = False
+    output: str | None = None
+    """TOOL_RESULT with `modify`: the result the model sees instead (`is_error` with it)."""
+    is_error: bool | None = None
 
 
 # Workflow runs hold their stage turns as nested session states (lanes): imported last

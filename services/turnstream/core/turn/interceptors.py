@@ -1,0 +1,267 @@
+"""A turn's hook points (`HookPoint`): where it waits for its guard and transform hooks,
+what they see there, and what their answer records.
+
+Each point sits just before the event that would move the turn on; with no hook there,
+`decide` emits that event at once (`proceed`). With hooks, the shell runs them and hands
+back one `StageHookVerdict`; `intercepted` records what they changed as `HookDecided` (the
+log says exactly what changed, so a replay folds the same turn) and then moves on:
+
+    point            waits before               a hook may
+    RECEIVE_INPUT    StagePostFired             rewrite the input; stop the turn
+    SEND_REQUEST     ProviderRequestStarted     change messages, system, model, tools; stop
+    STREAM_RESPONSE  StagePostFired             replace the response; stop
+    TOOL_RESULT      StagePostFired(TOOL_CALL)  change each executed call's result; stop
+    COMPACT          ContextCompacted           change what is dropped and its summary; veto
+    STOP             StagePreFired(RENDER)      ask for one more round (`iterate`)
+    RENDER           RenderEmitted              rewrite the reply; stop
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from turnstream.core.events import (
+    CompactionChange,
+    Event,
+    HookDecided,
+    HookDecidedData,
+    Stage,
+)
+from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.evolve import fold
+from turnstream.core.turn.provider import ProviderRequest
+from turnstream.core.turn.state import (
+    ActiveTurn,
+    Context,
+    HookPoint,
+    HookVerdict,
+    Message,
+    SessionState,
+    StageHookVerdict,
+    ToolCallState,
+    TurnConfig,
+)
+from turnstream.core.turn.steps import (
+    compact,
+    compaction_cut,
+    compose_or_stop,
+    compose_request,
+    render,
+    request_model,
+    request_started,
+)
+
+EXECUTED = frozenset({"succeeded", "failed"})
+"""The calls whose results the tool interceptor sees (a denied or skipped call never ran)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HookSubject:
+    """What the hooks at a point see."""
+
+    text: str = ""
+    """RECEIVE_INPUT: the input; STREAM_RESPONSE, STOP, RENDER: the reply (so far)."""
+    request: ProviderRequest | None = None
+    model: str = ""
+    """SEND_REQUEST: the request as composed, and the model it goes to."""
+    response: Message | None = None
+    """STREAM_RESPONSE: the model's response."""
+    calls: tuple[ToolCallState, ...] = ()
+    """TOOL_RESULT: the executed calls, their results in."""
+    dropped: tuple[Message, ...] = ()
+    """COMPACT: the messages compaction would drop."""
+
+
+def hook_point(state: SessionState, config: TurnConfig) -> HookPoint | None:
+    """The hook point the active turn stands at, hooks registered there or not."""
+    turn = state.active
+    if turn is None or turn.ended or turn.abort or turn.awaiting_provider:
+        return None
+    if config.stage is not None and turn.act_done:
+        return None
+    stage, is_open = turn.stage, turn.stage_open
+    if turn.provider_error and not is_open:
+        compactable = turn.provider_error.startswith("prompt_too_long") and not turn.compacted
+        if compactable and turn.compaction_veto is None and compaction_cut(state, turn):
+            return HookPoint.COMPACT
+        return None
+    match stage, is_open:
+        case Stage.RECEIVE_INPUT, True:
+            return HookPoint.RECEIVE_INPUT
+        case Stage.SEND_REQUEST, True:
+            return HookPoint.SEND_REQUEST
+        case Stage.STREAM_RESPONSE, True if turn.round_reply is not None:
+            return HookPoint.STREAM_RESPONSE
+        case Stage.STREAM_RESPONSE, False if _would_stop(turn, config):
+            return HookPoint.STOP
+        case Stage.TOOL_CALL, True if _results_in(turn):
+            return HookPoint.TOOL_RESULT
+        case Stage.RENDER, True if not turn.rendered:
+            return HookPoint.RENDER
+    return None
+
+
+def awaiting_stage_hooks(state: SessionState, config: TurnConfig) -> HookPoint | None:
+    """The hook point whose hooks the turn waits for, if any (the shell runs them)."""
+    point = hook_point(state, config)
+    return point if point is not None and point in config.stage_hooks else None
+
+
+def hook_subject(state: SessionState, config: TurnConfig, point: HookPoint) -> HookSubject:
+    turn = state.active
+    assert turn is not None
+    match point:
+        case HookPoint.RECEIVE_INPUT:
+            last = next((m for m in reversed(state.history) if m.role == "user"), None)
+            return HookSubject(text=last.text if last else "")
+        case HookPoint.SEND_REQUEST:
+            _, model = request_model(turn, config)
+            return HookSubject(request=compose_request(state, config), model=model)
+        case HookPoint.STREAM_RESPONSE:
+            response = state.history[-1] if state.history else None
+            return HookSubject(text=turn.reply, response=response)
+        case HookPoint.TOOL_RESULT:
+            return HookSubject(calls=tuple(c for c in turn.calls if c.status in EXECUTED))
+        case HookPoint.COMPACT:
+            return HookSubject(dropped=state.history[: compaction_cut(state, turn)])
+        case HookPoint.STOP | HookPoint.RENDER:
+            return HookSubject(text=turn.reply)
+
+
+def stage_hook_text(state: SessionState) -> str:
+    """The text the RECEIVE_INPUT / RENDER hooks see: the input, or the reply."""
+    turn = state.active
+    assert turn is not None
+    point = HookPoint.RENDER if turn.stage is Stage.RENDER else HookPoint.RECEIVE_INPUT
+    return hook_subject(state, TurnConfig(), point).text
+
+
+def proceed(
+    point: HookPoint,
+    b: Builder,
+    state: SessionState,
+    config: TurnConfig,
+    change: CompactionChange | None = None,
+) -> list[Event]:
+    """The event(s) that move the turn on from `point`."""
+    turn = state.active
+    assert turn is not None
+    match point:
+        case HookPoint.RECEIVE_INPUT:
+            return [b.post(Stage.RECEIVE_INPUT, "ok")]
+        case HookPoint.SEND_REQUEST:
+            return request_started(b, state, config)
+        case HookPoint.STREAM_RESPONSE:
+            return [b.post(Stage.STREAM_RESPONSE, "ok")]
+        case HookPoint.TOOL_RESULT:
+            return [b.post(Stage.TOOL_CALL, "ok")]
+        case HookPoint.COMPACT:
+            return compact(b, state, turn, change)
+        case HookPoint.STOP:
+            return [b.pre(Stage.RENDER)]
+        case HookPoint.RENDER:
+            return [render(b, turn, turn.reply)]
+
+
+def intercepted(
+    state: SessionState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
+) -> list[Event] | None:
+    """What the hooks at a point said, recorded, and the turn moved on as they said; None
+    when the turn does not wait there (a late or repeated answer)."""
+    point = HookPoint(verdict.stage)
+    turn = state.active
+    if turn is None or awaiting_stage_hooks(state, config) is not point:
+        return None
+    verdict = _valid(point, verdict)
+    b = Builder(state.session_id, turn, ctx)
+    decided = _recorded(b, point, verdict)
+    after = fold(state, decided)
+    assert after.active is not None
+    if verdict.action in ("abort_turn", "hard_abort", "veto"):
+        return decided  # `decide` ends the turn (a veto: as the failed request would have)
+    if verdict.action == "iterate":
+        return [*decided, *compose_or_stop(b, after.active, config)]
+    return [*decided, *proceed(point, b, after, config, verdict.compaction)]
+
+
+def _valid(point: HookPoint, verdict: StageHookVerdict) -> StageHookVerdict:
+    """The verdict as the point can take it: an action the point does not know, or a
+    `modify` without what it changes, changes nothing."""
+    action = verdict.action
+    payload = {
+        HookPoint.RECEIVE_INPUT: verdict.text,
+        HookPoint.RENDER: verdict.text,
+        HookPoint.SEND_REQUEST: verdict.request,
+        HookPoint.STREAM_RESPONSE: verdict.response,
+        HookPoint.TOOL_RESULT: verdict.results or None,
+        HookPoint.COMPACT: verdict.compaction,
+        HookPoint.STOP: None,
+    }[point]
+    unknown = (
+        (action == "veto" and point is not HookPoint.COMPACT)
+        or (action == "iterate" and (point is not HookPoint.STOP or verdict.text is None))
+        or (action == "modify" and payload is None)
+    )
+    if unknown:
+        return StageHookVerdict(point, "continue")
+    return verdict
+
+
+def _recorded(b: Builder, point: HookPoint, verdict: StageHookVerdict) -> list[Event]:
+    """`HookDecided` for each change the hooks made (a plain `continue` records nothing)."""
+    if point is HookPoint.TOOL_RESULT:
+        return [_call_decided(b, call) for call in verdict.results if call.action != "continue"]
+    if verdict.action == "continue":
+        return []
+    data = HookDecidedData(
+        hook=verdict.hook,
+        kind=verdict.kind,
+        stage=point.stage,
+        point=point.point,
+        action=verdict.action,
+        reason=verdict.reason,
+        timed_out=verdict.timed_out,
+        text=verdict.text,
+        request=verdict.request,
+        response=verdict.response,
+        compaction=verdict.compaction,
+    )
+    return [b.make(HookDecided, data)]
+
+
+def _call_decided(b: Builder, call: HookVerdict) -> Event:
+    data = HookDecidedData(
+        hook=call.hook,
+        kind=call.kind,
+        stage="TOOL_CALL",
+        point="post",
+        action=call.action,
+        reason=call.reason,
+        invocation_id=call.invocation_id,
+        timed_out=call.timed_out,
+        output=call.output,
+        is_error=call.is_error,
+    )
+    return b.make(HookDecided, data)
+
+
+def _would_stop(turn: ActiveTurn, config: TurnConfig) -> bool:
+    """The model answered without tool calls and the turn would render now: a stop hook
+    may ask for another round, while the turn has rounds left (not a workflow stage's Act,
+    not an interrupted turn's summary)."""
+    more = turn.stop_reason == "max_tokens" and turn.completions <= config.max_output_continuations
+    return (
+        config.stage is None
+        and not turn.requested_calls
+        and not more
+        and turn.interrupt is None
+        and turn.iteration < config.max_iterations
+    )
+
+
+def _results_in(turn: ActiveTurn) -> bool:
+    """Every call of the round is done, and some ran."""
+    calls = turn.calls
+    if not calls or len(calls) < len(turn.requested_calls):
+        return False
+    return all(c.done for c in calls) and any(c.status in EXECUTED for c in calls)
