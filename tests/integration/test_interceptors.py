@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from nats.js.errors import NoKeysError
 
 from tests.integration.conftest import running_services, settings_for
 from tests.providers.fake_servers import FakeAnthropic, Text, ToolCalls
@@ -161,3 +162,54 @@ async def test_a_response_interceptor_replaces_a_tool_call_before_it_is_proposed
     assert not [e for e in events if e.type == "ToolInvocationProposed"]
     (decided,) = [e for e in events if isinstance(e, HookDecided)]
     assert decided.data.response is not None and decided.data.response.tool_calls == []
+
+
+async def test_the_example_hooks_served_from_another_connection_change_a_demo_turn(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path
+) -> None:
+    """`examples/hooks.py` as a user runs it: the hooks answer over NATS from their own
+    connection (`serve_hooks`), registered in the hooks bucket, against the demo script."""
+    import asyncio
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "examples" / "hooks.py"
+    loaded = importlib.util.spec_from_file_location("example_hooks", path)
+    assert loaded is not None and loaded.loader is not None
+    example = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(example)
+
+    from turnstream.bus import connect
+    from turnstream.hooks.remote import serve_hooks
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / ".env").write_text("TOKEN=x\n")
+    (workspace / "notes.txt").write_text("hi\n")
+    settings = settings_for(nats_server, tmp_path)
+    other = await connect(nats_server.url, settings.subjects)
+    stop = asyncio.Event()
+    served = asyncio.create_task(serve_hooks(other.nc, example.hooks(), stop, settings.subjects))
+    try:
+        async with running_services(settings, bus, tools=ToolRegistry.load()):
+            await asyncio.sleep(0.5)  # the runner's watch of the hooks bucket hands them over
+            command = message_command("ex", "my password is hunter2")
+            outcome = await send_and_wait(bus, command, timeout=20)
+    finally:
+        stop.set()
+        await served
+        await other.close()
+    assert outcome.status == "completed", outcome
+    assert "my password is ***" in (outcome.reply or "") and "hunter2" not in (outcome.reply or "")
+    assert "notes.txt" in (outcome.reply or "") and ".env" not in (outcome.reply or "")
+    events = [s.event for s in await bus.store.read_session("ex")]
+    decided = {(e.data.hook, e.data.action) for e in events if isinstance(e, HookDecided)}
+    assert {
+        ("redact-input", "modify"),
+        ("read-only-requests", "modify"),
+        ("hide-dotfiles", "modify"),
+    } <= decided
+    started = [e for e in events if isinstance(e, ProviderRequestStarted)]
+    assert started and all("write_file" not in s.data.tools for s in started)
+    kv = await bus.js.key_value(settings.subjects.hooks_bucket)
+    with pytest.raises(NoKeysError):  # every hook unregistered on stop
+        await kv.keys()
