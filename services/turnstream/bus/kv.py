@@ -4,26 +4,58 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 log = logging.getLogger("turnstream.bus")
+RETRY_S = 0.5
 
 
-async def watch(kv: Any, stop: asyncio.Event, on_entry: Callable[[Any], None], what: str) -> None:
-    """Hand each entry of `kv` (its current values, then every change) to `on_entry` until
-    `stop` is set; a failing watch is retried, so a reconnect loses nothing."""
-    watcher = await kv.watchall()
+async def watch(
+    open_kv: Callable[[], Awaitable[Any]],
+    stop: asyncio.Event,
+    on_entry: Callable[[Any], None],
+    what: str,
+) -> None:
+    """Hand each entry of the bucket `open_kv()` opens (its current values, then every
+    change) to `on_entry` until `stop` is set. Opening it and following it are retried
+    until they work: a service must outlive a bucket that does not answer for a while (a
+    cluster electing a new leader, a reconnect)."""
+    watcher = None
+    while watcher is None and not stop.is_set():
+        try:
+            watcher = await (await open_kv()).watchall()
+        except Exception as exc:
+            log.warning("%s watch could not start (%s); retrying", what, exc)
+            await _sleep(stop, RETRY_S)
+    if watcher is None:
+        return
     try:
-        while not stop.is_set():
-            try:
-                entry = await watcher.updates(timeout=0.5)
-            except Exception as exc:  # nats-py raises its own timeout type here
-                if "timeout" not in type(exc).__name__.lower():
-                    log.warning("%s watch failed (%s); retrying", what, exc)
-                    await asyncio.sleep(0.5)
-                continue
-            if entry is not None:  # None: the end of the current values
-                on_entry(entry)
+        await _follow(watcher, stop, on_entry, what)
     finally:
-        await watcher.stop()
+        try:
+            await watcher.stop()
+        except Exception as exc:  # the connection may be gone: nothing left to stop
+            log.debug("%s watch did not stop cleanly: %s", what, exc)
+
+
+async def _follow(
+    watcher: Any, stop: asyncio.Event, on_entry: Callable[[Any], None], what: str
+) -> None:
+    while not stop.is_set():
+        try:
+            entry = await watcher.updates(timeout=RETRY_S)
+        except Exception as exc:  # nats-py raises its own timeout type here
+            if "timeout" not in type(exc).__name__.lower():
+                log.warning("%s watch failed (%s); retrying", what, exc)
+                await _sleep(stop, RETRY_S)
+            continue
+        if entry is not None:  # None: the end of the current values
+            on_entry(entry)
+
+
+async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass

@@ -181,5 +181,4 @@ class LeaseTable:
             if not self.holds(session_id):
                 on_expired(session_id)
 
-        kv = await self.js.key_value(self.bucket)
-        await watch(kv, stop, expired, "leases")
+        await watch(lambda: self.js.key_value(self.bucket), stop, expired, "leases")

@@ -77,8 +77,7 @@ async def watch_tools(
             return
         on_manifest(tools, str(value["digest"]))
 
-    kv = await tools_kv(bus)
-    await watch(kv, stop, apply, "tools")
+    await watch(lambda: tools_kv(bus), stop, apply, "tools")
 
 
 async def keep_published(bus: Bus, mcp: Any, base: ToolRegistry, holder: Any) -> None:

@@ -46,5 +46,4 @@ async def watch_hooks(
             return
         hooks.set_remote(entry.key, value)
 
-    kv = await bus.js.key_value(bus.subjects.hooks_bucket)
-    await watch(kv, stop, apply, "hooks")
+    await watch(lambda: bus.js.key_value(bus.subjects.hooks_bucket), stop, apply, "hooks")

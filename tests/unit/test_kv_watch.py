@@ -1,0 +1,45 @@
+"""Following a KV bucket outlives a bucket that does not answer for a while."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from turnstream.bus import kv
+
+
+class Watcher:
+    def __init__(self, entries: list[Any], stop: asyncio.Event) -> None:
+        self.entries, self.stop_event, self.stopped = list(entries), stop, False
+
+    async def updates(self, timeout: float) -> Any:
+        if self.entries:
+            return self.entries.pop(0)
+        self.stop_event.set()
+        raise TimeoutError  # nats-py's own timeout type is also named so
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+async def test_a_watch_that_cannot_start_is_retried_until_the_bucket_answers(monkeypatch) -> None:
+    monkeypatch.setattr(kv, "RETRY_S", 0.01)
+    stop = asyncio.Event()
+    entry = SimpleNamespace(key="k", value=b"v")
+    watcher = Watcher([entry], stop)
+    attempts: list[int] = []
+
+    async def open_kv() -> Any:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise TimeoutError("nats: timeout")  # e.g. a cluster electing a leader
+
+        async def watchall() -> Watcher:
+            return watcher
+
+        return SimpleNamespace(watchall=watchall)
+
+    seen: list[Any] = []
+    await asyncio.wait_for(kv.watch(open_kv, stop, seen.append, "test"), 5)
+    assert len(attempts) == 3 and seen == [entry] and watcher.stopped
