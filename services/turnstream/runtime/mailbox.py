@@ -61,12 +61,21 @@ class Actor(Protocol[Item_contra]):
         ...
 
 
+class _LetGo:
+    """Put in a resting worker's inbox to have it return: a task cancelled instead ends with
+    a `CancelledError` whose traceback holds the worker's frames, and they hold the task
+    (through the mailbox), so the actor and all it kept would wait for the cyclic collector,
+    which the services run rarely (`runtime/process.py`)."""
+
+
+_LET_GO = _LetGo()
+
+
 class _Mailbox(Generic[Item]):
     def __init__(self, actor: Actor[Item]) -> None:
         self.actor = actor
-        self.inbox: asyncio.Queue[Item] = asyncio.Queue()
+        self.inbox: asyncio.Queue[Item | _LetGo] = asyncio.Queue()
         self.closed = False
-        self.worker: asyncio.Task[None] | None = None
 
 
 class Mailboxes(Generic[Item]):
@@ -108,7 +117,7 @@ class Mailboxes(Generic[Item]):
         box = self.boxes.get(key)
         if box is None or box.closed:
             box = self.boxes[key] = _Mailbox(self.make_actor(key))
-            box.worker = self.spawn(self._work(key, box), f"session:{key}")
+            self.spawn(self._work(key, box), f"session:{key}")
         box.inbox.put_nowait(item)
 
     def deliver_later(self, key: str, item: Item, delay_s: float) -> asyncio.TimerHandle:
@@ -145,6 +154,8 @@ class Mailboxes(Generic[Item]):
                         box.closed = True  # no await between the check and this: no lost item
                         return
                     continue
+                if isinstance(item, _LetGo):
+                    return  # let go while resting (`_rest`): closed and forgotten already
                 try:
                     await box.actor.handle(item)
                 except asyncio.CancelledError:
@@ -153,9 +164,7 @@ class Mailboxes(Generic[Item]):
                     log.exception("session %s: handling failed", key)
                     await box.actor.failed(item)
                 finally:
-                    kept = self.kept.pop(id(item), None)
-                    if kept is not None:
-                        kept.stop()
+                    self._settle(item)
                 del item  # a waiting worker holds no message (its payload, its event)
                 if _cancel_swallowed():
                     raise asyncio.CancelledError
@@ -166,6 +175,13 @@ class Mailboxes(Generic[Item]):
             if self.boxes.get(key) is box:
                 del self.boxes[key]
                 self.rested.pop(key, None)
+
+    def _settle(self, item: Item) -> None:
+        """Stop the in-progress acks of a handled item (a method, so the worker's frame
+        keeps no reference to them, nor through them to the message)."""
+        kept = self.kept.pop(id(item), None)
+        if kept is not None:
+            kept.stop()
 
     def _rest(self, key: str) -> None:
         """`key`'s worker waits with nothing to do: let the least recently used such workers
@@ -180,8 +196,7 @@ class Mailboxes(Generic[Item]):
                 continue
             box.closed = True
             del self.boxes[oldest]
-            if box.worker is not None:
-                box.worker.cancel()
+            box.inbox.put_nowait(_LET_GO)  # it returns, no cancellation (see `_LetGo`)
 
 
 def _cancel_swallowed() -> bool:
