@@ -41,6 +41,7 @@ from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
 from turnstream.core.subjects import is_session_id, session_key
 from turnstream.core.summary import SessionSummary
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
+from turnstream.runtime.memory import QuietTrim
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.audit")
@@ -77,6 +78,8 @@ class AuditService:
         self.tick_s = tick_s
         self.source = source_name("audit")
         self.kv: Any = None
+        self.quiet = QuietTrim()
+        """Gives the free memory a burst of batches left back once they pause."""
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
@@ -114,6 +117,7 @@ class AuditService:
             try:
                 await self._work(queue, stop)
             finally:
+                self.quiet.cancel()
                 await sub.unsubscribe()
         finally:
             self.journal.close()
@@ -165,6 +169,7 @@ class AuditService:
             if batch:
                 await batch[-1].ack()  # the consumer acks all: one covers the batch
                 telemetry.audited(batch)
+                self.quiet.touch()
 
     async def _fill_gap(self, stop: asyncio.Event) -> bool:
         """Push deliveries lost on a reconnect count as delivered for the server, and the

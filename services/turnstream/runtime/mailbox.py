@@ -4,7 +4,8 @@ A session's facts are handled in order on its own task, so a session never does 
 things at once while different sessions proceed in parallel. An idle worker exits (its
 state is a rebuildable copy of the log); the next item for its session starts a new one.
 Idle workers are also let go beyond a number kept (`max_rested`, least recently used
-first), so memory follows the sessions at work, not every session seen in `idle_s`.
+first), so memory follows the sessions at work, not every session seen in `idle_s`; once
+no item came for a second, the free memory a burst left is given back (`QuietTrim`).
 
 A delivered message is kept with in-progress acks from its arrival until its actor is done
 with it, so the consumers' ack wait can be short (`ACK_WAIT_S`): what a dead instance had
@@ -23,6 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, durable_push
 from turnstream.core.events import Event, decode
+from turnstream.runtime.memory import QuietTrim
 
 log = logging.getLogger("turnstream")
 ACK_WAIT_S = 10.0
@@ -85,10 +87,13 @@ class Mailboxes(Generic[Item]):
         *,
         idle_s: float = 300.0,
         max_rested: int = 500,
+        quiet: QuietTrim | None = None,
     ) -> None:
         self.make_actor = make_actor
         self.idle_s = idle_s
         self.max_rested = max_rested
+        self.quiet = quiet or QuietTrim()
+        """Told of every item: gives free memory back once they pause."""
         self.boxes: dict[str, _Mailbox[Item]] = {}
         self.kept: dict[int, InProgress] = {}
         """In-progress acks of delivered messages not yet handled, by `id` of the item."""
@@ -112,6 +117,7 @@ class Mailboxes(Generic[Item]):
         if self.closing:
             return  # shutting down: an unacked message comes again, a timer is moot
         self.rested.pop(key, None)
+        self.quiet.touch()
         if isinstance(item, Delivered):
             self.kept[id(item)] = InProgress([item.msg], ACK_WAIT_S)
         box = self.boxes.get(key)
@@ -134,6 +140,7 @@ class Mailboxes(Generic[Item]):
             self.tasks = tasks
             await until.wait()
             self.closing = True  # no new worker may start while these wind down
+            self.quiet.cancel()
             for kept in self.kept.values():
                 kept.stop()
             self.kept.clear()
