@@ -225,3 +225,32 @@ async def test_a_file_of_another_log_is_kept_aside_and_a_new_chain_starts(
     seqs = journal_seqs(journal)
     assert seqs[0] == 1 and seqs[-1] == await bus.store.last_seq("fresh-chain")
     assert verify(journal.read_bytes().splitlines()).ok
+
+
+async def test_a_forgotten_session_is_read_back_when_it_comes_again(
+    bus: Bus, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(audit, "KEEP_SUMMARIES", 1)  # forgetting starts past 1.25 summaries
+    journal = settings.data_dir / audit.JOURNAL_FILE
+    service = audit.AuditService(bus, audit.check_config(settings), journal, tick_s=0.2)
+    stop = asyncio.Event()
+
+    async def forgotten() -> bool:
+        return "forget-a" not in service.auditor.summaries
+
+    async with running_services(settings, bus), asyncio.TaskGroup() as tasks:
+        tasks.create_task(service.serve(stop))
+        try:
+            for session in ("forget-a", "forget-b", "forget-c"):
+                outcome = await send_and_wait(bus, message_command(session, "hi"), timeout=15)
+                assert outcome.completed
+                await current_summary(bus, session)
+            await until(forgotten)
+            assert len(service.auditor.summaries) <= 2
+            outcome = await send_and_wait(bus, message_command("forget-a", "again"), timeout=15)
+            summary = await current_summary(bus, "forget-a")
+        finally:
+            stop.set()
+    assert (summary.turns, summary.completed, summary.tool_calls) == (2, 2, 2)
+    assert summary.last_reply == "echo: again"
+    assert await violations_of(bus, "forget-a") == []

@@ -244,6 +244,35 @@ def test_an_ended_turn_keeps_no_event_in_the_checks() -> None:
     assert kinds(auditor) == ["duplicate_terminal"]  # the count still catches a second end
 
 
+def test_written_summaries_beyond_those_changed_last_are_forgotten_with_their_ended_turns() -> None:
+    auditor = fold([*turn("s1", "t1", tools=1), *turn("s2", "t2"), start("s3", "t3")])
+    auditor = fold([*turn("s4", "t4"), *turn("s5", "t5")], auditor)
+    auditor.take_dirty()  # written
+    auditor = fold(tool_run("s1", "t1", "late"), auditor)  # s1 changed since: not written
+    assert auditor.forget(keep=4) == ["s2"]  # the one changed least recently
+    assert list(auditor.summaries) == ["s3", "s4", "s5", "s1"]
+    assert auditor.forget(keep=2) == ["s4", "s5"]  # s3 has its turn open, s1 is dirty
+    auditor.take_dirty()
+    assert auditor.forget(keep=1) == ["s1"]
+    assert auditor.forget(keep=0) == []
+    assert list(auditor.summaries) == ["s3"]
+    assert set(auditor.checks.turns) == {("s3", "t3")}  # the open turn stays, for the timer
+    assert auditor.checks.approved == set()
+
+
+def test_a_remembered_summary_goes_on_where_it_was_written_and_its_last_end_still_counts() -> None:
+    auditor = fold([*turn("s1", "t1"), *turn("s1", "t2")])
+    (written,) = auditor.take_dirty()
+    stored = written.to_json()
+    auditor.forget(keep=0)
+    assert auditor.summaries == {}
+    auditor.remember(SessionSummary.from_json(stored))
+    auditor = fold([ended("s1", "t2"), *turn("s1", "t3")], auditor)
+    assert kinds(auditor) == ["duplicate_terminal"]  # t2 ended twice
+    again = fold([*turn("s1", "t1"), *turn("s1", "t2"), ended("s1", "t2"), *turn("s1", "t3")])
+    assert auditor.summaries["s1"] == again.summaries["s1"]  # as if never forgotten
+
+
 def test_violations_are_events_of_the_contract() -> None:
     auditor = fold([*turn("s1", "t1"), ended("s1", "t1")])
     (violation,) = auditor.take_violations(T0, "audit/test")

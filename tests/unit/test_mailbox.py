@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +113,74 @@ async def test_a_delivered_message_is_kept_in_progress_until_it_is_handled(
         await asyncio.sleep(0.25)
         assert (first.beats, queued.beats) == beats  # none once handled
         assert not boxes.kept
+    finally:
+        stop.set()
+        await running
+
+
+class Forgetful:
+    """An actor that keeps nothing of what it handles."""
+
+    async def handle(self, item: Any) -> None:
+        await asyncio.sleep(0)
+
+    async def failed(self, item: Any) -> None:
+        raise AssertionError("nothing fails here")
+
+    def busy(self) -> bool:
+        return False
+
+
+@pytest.fixture
+def no_cyclic_gc() -> Any:
+    """What is freed here is freed by reference counting (the services run the cyclic
+    collector rarely: `runtime/process.py`)."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
+
+@pytest.mark.usefixtures("no_cyclic_gc")
+async def test_an_actor_let_go_is_freed_at_once_not_left_to_the_cyclic_collector() -> None:
+    made: dict[str, weakref.ref[Forgetful]] = {}
+
+    def make(key: str) -> Forgetful:
+        actor = Forgetful()
+        made[key] = weakref.ref(actor)
+        return actor
+
+    boxes: Mailboxes[int] = Mailboxes(make, max_rested=1)
+    stop = asyncio.Event()
+    running = asyncio.create_task(boxes.run(stop))
+    await asyncio.sleep(0)
+    try:
+        boxes.deliver("a", 1)
+        await settle()
+        boxes.deliver("b", 2)  # "a" rests longest: let go
+        await settle()
+        assert set(boxes.boxes) == {"b"}
+        assert made["a"]() is None  # a cancelled worker's traceback kept it (and its state)
+        assert made["b"]() is not None
+    finally:
+        stop.set()
+        await running
+
+
+@pytest.mark.usefixtures("no_cyclic_gc")
+async def test_a_resting_worker_holds_no_message_it_handled() -> None:
+    boxes: Mailboxes[Any] = Mailboxes(lambda key: Forgetful())
+    stop = asyncio.Event()
+    running = asyncio.create_task(boxes.run(stop))
+    await asyncio.sleep(0)
+    try:
+        msg = Msg()
+        handled = weakref.ref(msg)
+        boxes.deliver("s", Delivered(msg, 1, None))  # type: ignore[arg-type]
+        del msg
+        await settle()
+        assert boxes.actor("s") is not None  # the worker waits for the next item
+        assert handled() is None  # not even through its in-progress acks
     finally:
         stop.set()
         await running

@@ -8,6 +8,12 @@ whose turn started or ended, and only then ack; the other changed summaries (cou
 `lastSeq`) are put once a second, and a restart's scan rewrites them all anyway. A timer
 looks for turns open past their bound. One instance per deployment: the audit file is one
 chain.
+
+Memory follows the sessions at work, not the log: once written, the summaries beyond the
+`KEEP_SUMMARIES` sessions changed last are forgotten, with the checks' facts of their
+ended turns (`Auditor.forget`); a batch that has events of a session not in memory first
+reads its summary back from the bucket, where it was written (`Auditor.remember`). The
+scan at start still folds the whole log in memory, then forgets the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from nats.js.errors import KeyNotFoundError
+
 from turnstream.audit.api import serve_api
 from turnstream.audit.auditor import Auditor
 from turnstream.audit.checks import CheckConfig
@@ -30,7 +38,10 @@ from turnstream.audit.projections import put_all
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_push
 from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
+from turnstream.core.subjects import is_session_id, session_key
+from turnstream.core.summary import SessionSummary
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
+from turnstream.runtime.memory import QuietTrim
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.audit")
@@ -43,6 +54,11 @@ COUNTERS_S = 1.0
 """How often the summaries whose turn neither started nor ended are written: a busy
 session would otherwise be written with every batch, several times per turn."""
 RETRY_S = 0.5
+KEEP_SUMMARIES = 1000
+"""Summaries kept in memory past their write (the sessions changed last)."""
+FORGET_OVER = 1.25
+"""Forgetting starts once this many times `KEEP_SUMMARIES` are in memory (each round goes
+over the summaries, so not after every batch)."""
 
 
 class AuditService:
@@ -62,6 +78,8 @@ class AuditService:
         self.tick_s = tick_s
         self.source = source_name("audit")
         self.kv: Any = None
+        self.quiet = QuietTrim()
+        """Gives the free memory a burst of batches left back once they pause."""
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
@@ -80,6 +98,7 @@ class AuditService:
                 len(self.auditor.summaries),
                 self.journal.path,
             )
+            self._forget()
             queue: asyncio.Queue[Any] = asyncio.Queue()
 
             async def on_msg(msg: Any) -> None:
@@ -98,6 +117,7 @@ class AuditService:
             try:
                 await self._work(queue, stop)
             finally:
+                self.quiet.cancel()
                 await sub.unsubscribe()
         finally:
             self.journal.close()
@@ -129,7 +149,10 @@ class AuditService:
         while not stop.is_set():
             batch = await _next_batch(queue, min(self.tick_s, 0.5), LINGER_S)
             if batch and stream_seq(batch[0]) > self.auditor.last_seq + 1:
-                await self._fill_gap()
+                if not await self._fill_gap(stop):
+                    return
+            if not await self._recall([msg.subject for msg in batch], stop):
+                return  # stopping: the batch comes again
             for msg in batch:
                 seq = stream_seq(msg)
                 fold_message(self.auditor, self.journal, seq, msg.subject, msg.data)
@@ -142,19 +165,66 @@ class AuditService:
                 next_counters = time.monotonic() + COUNTERS_S
             if not await self._flush(stop, turned_only=not counters):
                 return  # stopping before the batch was written: it comes again
+            self._forget()
             if batch:
                 await batch[-1].ack()  # the consumer acks all: one covers the batch
                 telemetry.audited(batch)
+                self.quiet.touch()
 
-    async def _fill_gap(self) -> None:
+    async def _fill_gap(self, stop: asyncio.Event) -> bool:
         """Push deliveries lost on a reconnect count as delivered for the server, and the
-        ack of a later message covers them: read what is missing from the log itself."""
+        ack of a later message covers them: read what is missing from the log itself.
+        False: stopping before it was folded in."""
         after = self.auditor.last_seq
-        fold = partial(fold_message, self.auditor, self.journal)
-        last = await scan_log(self.bus.js, self.bus.subjects, fold, after_seq=after)
+        missed: list[tuple[int, str, bytes]] = []
+        last = await scan_log(
+            self.bus.js,
+            self.bus.subjects,
+            lambda seq, subject, data: missed.append((seq, subject, data)),
+            after_seq=after,
+        )
+        if not await self._recall([subject for _, subject, _ in missed], stop):
+            return False
+        for seq, subject, data in missed:
+            fold_message(self.auditor, self.journal, seq, subject, data)
         log.warning(
             "audit: deliveries after seq %d were lost; read up to %d from the log", after, last
         )
+        return True
+
+    async def _recall(self, log_subjects: list[str], stop: asyncio.Event) -> bool:
+        """Read back the summaries of the sessions of `log_subjects` that are not in memory
+        (forgotten once written; a new session has none); retry until they are read or
+        `stop` is set (False)."""
+        session_of = self.bus.subjects.session_of_log
+        summaries = self.auditor.summaries
+        wanted = [s for s in {session_of(x) for x in log_subjects} if s not in summaries]
+        wanted = [s for s in wanted if is_session_id(s)]  # none was written, none forgotten
+        while wanted:
+            try:
+                found = await asyncio.gather(*(self._written(s) for s in wanted))
+            except Exception as exc:  # a disconnect: nats-py reconnects, we retry
+                log.warning("audit: reading summaries back failed (%s); retrying", exc)
+                if stop.is_set():
+                    return False
+                await asyncio.sleep(RETRY_S)
+                continue
+            for summary in found:
+                if summary is not None:
+                    self.auditor.remember(summary)
+            break
+        return True
+
+    async def _written(self, session_id: str) -> SessionSummary | None:
+        try:
+            entry = await self.kv.get(session_key(session_id))
+        except KeyNotFoundError:
+            return None
+        return SessionSummary.from_json(entry.value) if entry.value else None
+
+    def _forget(self) -> None:
+        if len(self.auditor.summaries) > KEEP_SUMMARIES * FORGET_OVER:
+            self.auditor.forget(KEEP_SUMMARIES)
 
     async def _flush(self, stop: asyncio.Event, *, turned_only: bool = False) -> bool:
         """Write what the fold left behind; retry until it is written or `stop` is set."""

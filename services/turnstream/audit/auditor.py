@@ -3,6 +3,10 @@
 Pure (no I/O, the clock is an argument). The service and `turnstream audit rebuild` drive
 the same fold; the service then writes what it leaves behind: the summaries that changed
 (`take_dirty`) and the violations not yet in the log (`take_violations`).
+
+The service keeps the summaries of the sessions it saw last: once written, the others are
+forgotten (`forget`), with what the checks kept of their ended turns, and a session that
+comes back has its summary read back from the bucket first (`remember`).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from turnstream.audit.checks import CheckConfig, Checks, Finding
+from turnstream.audit.checks import CheckConfig, Checks, Finding, TurnFacts
 from turnstream.core.events import (
     AuditViolation,
     Event,
@@ -18,6 +22,7 @@ from turnstream.core.events import (
     SessionTurnStart,
     TurnEnded,
 )
+from turnstream.core.subjects import is_session_id
 from turnstream.core.summary import SessionSummary, evolve_summary
 
 
@@ -25,6 +30,7 @@ from turnstream.core.summary import SessionSummary, evolve_summary
 class Auditor:
     checks: Checks = field(default_factory=Checks)
     summaries: dict[str, SessionSummary] = field(default_factory=dict)
+    """By session, the one changed last at the end (what `forget` keeps)."""
     last_seq: int = 0
     """Everything up to this log sequence is folded in; anything at or below it is skipped."""
     dirty: set[str] = field(default_factory=set)
@@ -49,9 +55,10 @@ class Auditor:
             return False
         self.last_seq = seq
         session = event.session_id
-        summary = self.summaries.get(session)
+        summary = self.summaries.pop(session, None)
         if summary is None:
-            summary = self.summaries[session] = SessionSummary(session)
+            summary = SessionSummary(session)
+        self.summaries[session] = summary  # now the most recently changed
         evolve_summary(summary, seq, event)
         self.dirty.add(session)
         if isinstance(event, _TURNING):
@@ -63,6 +70,34 @@ class Auditor:
         for finding in self.checks.observe(seq, event):
             self._found(finding)
         return True
+
+    def forget(self, keep: int) -> list[str]:
+        """Forget the summaries of all but the `keep` sessions changed last, and what the
+        checks kept of their ended turns; returns the sessions forgotten. A session whose
+        summary is not written yet (dirty), that has a turn open, or whose summary the
+        bucket does not take (`is_session_id`) is kept: nothing but this has its state."""
+        excess = len(self.summaries) - keep
+        gone: list[str] = []
+        for session, summary in self.summaries.items():  # the least recently changed first
+            if len(gone) >= excess:
+                break
+            if session in self.dirty or summary.status == "active" or summary.open_turn:
+                continue
+            if is_session_id(session):
+                gone.append(session)
+        for session in gone:
+            del self.summaries[session]
+        self.checks.forget(set(gone))
+        return gone
+
+    def remember(self, summary: SessionSummary) -> None:
+        """Take back a forgotten session's summary, as it was written (it is current to its
+        `last_seq`): its last ended turn counts as ended again for the checks, so a second
+        `TurnEnded` of it is still a violation."""
+        self.summaries.setdefault(summary.session_id, summary)
+        if summary.last_turn is not None and summary.open_turn != summary.last_turn:
+            key = (summary.session_id, summary.last_turn)
+            self.checks.turns.setdefault(key, TurnFacts(ended=1))
 
     def tick(self, now: datetime) -> None:
         """Look for turns open past their bound (the timer)."""

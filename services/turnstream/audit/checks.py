@@ -157,6 +157,20 @@ class Checks:
                 pass
         return []
 
+    def forget(self, sessions: set[str]) -> None:
+        """Drop what is kept of `sessions`' settled work: ended turns, approvals, answered
+        replies and ended sub-turns (what is still open stays, for the timer). A second
+        end of one of them coming later is not caught (`Auditor.remember` brings back the
+        last ended turn of a session)."""
+        if not sessions:
+            return
+        self.turns = {
+            k: f for k, f in self.turns.items() if k[0] not in sessions or f.start is not None
+        }
+        self.approved = {k for k in self.approved if k[0] not in sessions}
+        self.replies = {k: r for k, r in self.replies.items() if k[0] not in sessions or not r[1]}
+        self.children = {k: c for k, c in self.children.items() if k[0] not in sessions or not c[2]}
+
     def overdue(self, now: datetime) -> list[Finding]:
         """Turns still open past their bound at `now` (run on a timer)."""
         bound = self.config.bound

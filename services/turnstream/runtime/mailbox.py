@@ -4,7 +4,8 @@ A session's facts are handled in order on its own task, so a session never does 
 things at once while different sessions proceed in parallel. An idle worker exits (its
 state is a rebuildable copy of the log); the next item for its session starts a new one.
 Idle workers are also let go beyond a number kept (`max_rested`, least recently used
-first), so memory follows the sessions at work, not every session seen in `idle_s`.
+first), so memory follows the sessions at work, not every session seen in `idle_s`; once
+no item came for a second, the free memory a burst left is given back (`QuietTrim`).
 
 A delivered message is kept with in-progress acks from its arrival until its actor is done
 with it, so the consumers' ack wait can be short (`ACK_WAIT_S`): what a dead instance had
@@ -23,6 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, durable_push
 from turnstream.core.events import Event, decode
+from turnstream.runtime.memory import QuietTrim
 
 log = logging.getLogger("turnstream")
 ACK_WAIT_S = 10.0
@@ -61,12 +63,21 @@ class Actor(Protocol[Item_contra]):
         ...
 
 
+class _LetGo:
+    """Put in a resting worker's inbox to have it return: a task cancelled instead ends with
+    a `CancelledError` whose traceback holds the worker's frames, and they hold the task
+    (through the mailbox), so the actor and all it kept would wait for the cyclic collector,
+    which the services run rarely (`runtime/process.py`)."""
+
+
+_LET_GO = _LetGo()
+
+
 class _Mailbox(Generic[Item]):
     def __init__(self, actor: Actor[Item]) -> None:
         self.actor = actor
-        self.inbox: asyncio.Queue[Item] = asyncio.Queue()
+        self.inbox: asyncio.Queue[Item | _LetGo] = asyncio.Queue()
         self.closed = False
-        self.worker: asyncio.Task[None] | None = None
 
 
 class Mailboxes(Generic[Item]):
@@ -76,10 +87,13 @@ class Mailboxes(Generic[Item]):
         *,
         idle_s: float = 300.0,
         max_rested: int = 500,
+        quiet: QuietTrim | None = None,
     ) -> None:
         self.make_actor = make_actor
         self.idle_s = idle_s
         self.max_rested = max_rested
+        self.quiet = quiet or QuietTrim()
+        """Told of every item: gives free memory back once they pause."""
         self.boxes: dict[str, _Mailbox[Item]] = {}
         self.kept: dict[int, InProgress] = {}
         """In-progress acks of delivered messages not yet handled, by `id` of the item."""
@@ -103,12 +117,13 @@ class Mailboxes(Generic[Item]):
         if self.closing:
             return  # shutting down: an unacked message comes again, a timer is moot
         self.rested.pop(key, None)
+        self.quiet.touch()
         if isinstance(item, Delivered):
             self.kept[id(item)] = InProgress([item.msg], ACK_WAIT_S)
         box = self.boxes.get(key)
         if box is None or box.closed:
             box = self.boxes[key] = _Mailbox(self.make_actor(key))
-            box.worker = self.spawn(self._work(key, box), f"session:{key}")
+            self.spawn(self._work(key, box), f"session:{key}")
         box.inbox.put_nowait(item)
 
     def deliver_later(self, key: str, item: Item, delay_s: float) -> asyncio.TimerHandle:
@@ -125,6 +140,7 @@ class Mailboxes(Generic[Item]):
             self.tasks = tasks
             await until.wait()
             self.closing = True  # no new worker may start while these wind down
+            self.quiet.cancel()
             for kept in self.kept.values():
                 kept.stop()
             self.kept.clear()
@@ -145,6 +161,8 @@ class Mailboxes(Generic[Item]):
                         box.closed = True  # no await between the check and this: no lost item
                         return
                     continue
+                if isinstance(item, _LetGo):
+                    return  # let go while resting (`_rest`): closed and forgotten already
                 try:
                     await box.actor.handle(item)
                 except asyncio.CancelledError:
@@ -153,9 +171,7 @@ class Mailboxes(Generic[Item]):
                     log.exception("session %s: handling failed", key)
                     await box.actor.failed(item)
                 finally:
-                    kept = self.kept.pop(id(item), None)
-                    if kept is not None:
-                        kept.stop()
+                    self._settle(item)
                 del item  # a waiting worker holds no message (its payload, its event)
                 if _cancel_swallowed():
                     raise asyncio.CancelledError
@@ -166,6 +182,13 @@ class Mailboxes(Generic[Item]):
             if self.boxes.get(key) is box:
                 del self.boxes[key]
                 self.rested.pop(key, None)
+
+    def _settle(self, item: Item) -> None:
+        """Stop the in-progress acks of a handled item (a method, so the worker's frame
+        keeps no reference to them, nor through them to the message)."""
+        kept = self.kept.pop(id(item), None)
+        if kept is not None:
+            kept.stop()
 
     def _rest(self, key: str) -> None:
         """`key`'s worker waits with nothing to do: let the least recently used such workers
@@ -180,8 +203,7 @@ class Mailboxes(Generic[Item]):
                 continue
             box.closed = True
             del self.boxes[oldest]
-            if box.worker is not None:
-                box.worker.cancel()
+            box.inbox.put_nowait(_LET_GO)  # it returns, no cancellation (see `_LetGo`)
 
 
 def _cancel_swallowed() -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
@@ -63,6 +64,8 @@ REACTS_TO = (
     "ToolInvocationCancelled",
 )
 """The event kinds that move a turn forward."""
+KNOWN_PATTERNS = 4096
+"""Sessions whose `sessions:` pattern is remembered (the oldest are worked out again)."""
 
 
 class Runner:
@@ -83,7 +86,8 @@ class Runner:
         self.settings = settings
         self.session_providers: dict[str, tuple[Provider, Settings]] = {}
         self.session_patterns: dict[str, str] = {}
-        """Which `sessions:` pattern applies to a session ('' for none)."""
+        """Which `sessions:` pattern applies to a session ('' for none), for the last
+        `KNOWN_PATTERNS` sessions asked about (not every session ever seen)."""
         self.session_configs: dict[str, tuple[TurnConfig, TurnConfig]] = {}
         """Per pattern: the base configuration it was made from, and the session's."""
         self.base_config = turn_config
@@ -137,9 +141,9 @@ class Runner:
             return self.provider, config
         pattern = self.session_patterns.get(session_id)
         if pattern is None:
-            pattern, settings = self.settings.session_override(session_id)
-            self.session_patterns[session_id] = pattern
+            pattern = self._pattern(session_id)
             if pattern and pattern not in self.session_providers:
+                _, settings = self.settings.session_override(session_id)
                 traced = telemetry.traced(build_provider(settings))
                 self.session_providers[pattern] = (traced, settings)
         if not pattern:
@@ -156,6 +160,16 @@ class Runner:
             )
             self.session_configs[pattern] = (config, session_config)
         return provider, session_config
+
+    def _pattern(self, session_id: str) -> str:
+        """The first `sessions:` pattern the session matches ('' for none), as
+        `Settings.session_override` finds it; remembered, the oldest forgotten first."""
+        assert self.settings is not None
+        found = next((p for p in self.settings.sessions if fnmatch.fnmatchcase(session_id, p)), "")
+        if len(self.session_patterns) >= KNOWN_PATTERNS:
+            del self.session_patterns[next(iter(self.session_patterns))]
+        self.session_patterns[session_id] = found
+        return found
 
     def agent_provider(self, agent: SessionConfiguredData) -> Provider | None:
         """The provider of an agent whose profile names a provider, a model or a fallback
