@@ -6,6 +6,7 @@ runner here is given the tools it learned from that manifest (`watch_tools`)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,7 @@ class Listed:
     """What the runner knows of a tool it learned from the manifest (it never runs it)."""
 
     def __init__(self, info: ToolInfo) -> None:
-        self.spec = ToolSpec(
-            name=info.name,
-            description=info.description,
-            parameters=info.parameters,
-            read_only=info.read_only,
-            idempotent=info.idempotent,
-            timeout_s=info.timeout_s,
-        )
+        self.spec = ToolSpec(**asdict(info))
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         raise AssertionError("the runner never runs tools")
