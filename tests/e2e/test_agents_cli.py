@@ -4,19 +4,16 @@ demo script and the shipped profiles, then `send --agent … --reply-to …` and
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import cli, running_up
+from tests.e2e.processes import cli, cli_background, pending_prompt, running_up
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).parents[2]
-CLI = (sys.executable, "-m", "turnstream.cli")
 
 
 @pytest.fixture(scope="module")
@@ -57,19 +54,10 @@ def test_a_reply_reaches_the_reply_to_session(deployment: dict[str, str]) -> Non
 
 def test_the_coordinator_delegates_to_a_sync_sub_turn(deployment: dict[str, str]) -> None:
     # the coordinator's profile says `securityMode: ask`: its spawn waits for a person
-    send = subprocess.Popen(
-        [*CLI, "send", "team", "summarise the workspace", "--agent", "coordinator"],
-        env=deployment,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    send = cli_background(
+        "send", "team", "summarise the workspace", "--agent", "coordinator", env=deployment
     )
-    deadline = time.monotonic() + 30
-    found = None
-    while found is None and time.monotonic() < deadline:
-        found = re.search(r"interaction (\S+)", cli("approvals", "team", env=deployment).stdout)
-        time.sleep(0.3)
+    found = re.search(r"interaction (\S+)", pending_prompt(deployment, "spawn", "team"))
     assert found is not None, "no approval prompt for the spawn"
     assert cli("approve", found.group(1), env=deployment).returncode == 0
     out, err = send.communicate(timeout=60)

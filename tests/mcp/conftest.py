@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,3 +65,13 @@ async def published(on: Bus) -> bytes:
     except Exception:  # no bucket or no key yet
         return b""
     return entry.value or b""
+
+
+async def manifest_with(on: Bus, name: str) -> dict[str, Any]:
+    """The published manifest once it lists tool `name`."""
+    for _ in range(150):  # the executor connects and publishes (30 s at most)
+        raw = await published(on)
+        if raw and name.encode() in raw:
+            return dict(json.loads(raw))
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no manifest with {name}")

@@ -6,12 +6,14 @@ runner here is given the tools it learned from that manifest (`watch_tools`)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.mcp.conftest import published, stdio_config
+from tests.integration.conftest import running_services, settings_for
+from tests.mcp.conftest import manifest_with, stdio_config
 from turnstream.approval import app as approval
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
@@ -32,14 +34,7 @@ class Listed:
     """What the runner knows of a tool it learned from the manifest (it never runs it)."""
 
     def __init__(self, info: ToolInfo) -> None:
-        self.spec = ToolSpec(
-            name=info.name,
-            description=info.description,
-            parameters=info.parameters,
-            read_only=info.read_only,
-            idempotent=info.idempotent,
-            timeout_s=info.timeout_s,
-        )
+        self.spec = ToolSpec(**asdict(info))
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         raise AssertionError("the runner never runs tools")
@@ -116,28 +111,12 @@ async def test_the_runner_offers_what_the_executor_publishes(
         "  - {tool_calls: [{name: t__echo, arguments: {text: parsnip}}]}\n"
         '  - {text: "the tool said: {last_tool_result:40}"}\n'
     )
-    settings = Settings(
-        nats_url=nats_server.url,
-        data_dir=tmp_path,
-        workspace=tmp_path / "workspace",
-        security_mode="auto",
-        script=script,
-        mcp=McpSettings(servers={"t": stdio_config()}),
+    settings = settings_for(
+        nats_server, tmp_path, script=script, mcp=McpSettings(servers={"t": stdio_config()})
     )
-    stop = asyncio.Event()
-    async with asyncio.TaskGroup() as tasks:
-        tasks.create_task(tool_executor.serve(settings, stop))
-        tasks.create_task(gateway.serve(settings, stop))
-        tasks.create_task(turn_runner.serve(settings, stop))
-        tasks.create_task(approval.serve(settings, stop))
-        try:
-            for _ in range(150):  # the executor connects and publishes (30 s at most)
-                if b"t__echo" in await published(bus):
-                    break
-                await asyncio.sleep(0.2)
-            await asyncio.sleep(0.5)  # the runner's watch hands it over
-            done = await send_and_wait(bus, message_command("mcp2", "echo it"), timeout=30)
-            assert done.status == "completed", done
-            assert "echo: parsnip" in (done.reply or "")
-        finally:
-            stop.set()
+    async with running_services(settings, bus):
+        await manifest_with(bus, "t__echo")
+        await asyncio.sleep(0.5)  # the runner's watch hands it over
+        done = await send_and_wait(bus, message_command("mcp2", "echo it"), timeout=30)
+        assert done.status == "completed", done
+        assert "echo: parsnip" in (done.reply or "")

@@ -6,36 +6,22 @@ service started as `up` starts them (the runner follows the manifest)."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.mcp.conftest import published, stdio_config
-from turnstream.approval import app as approval
+from tests.integration.conftest import running_services, settings_for
+from tests.mcp.conftest import manifest_with, stdio_config
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.events import ProviderRequestStarted
 from turnstream.core.turn.agent import RUNTIME_TOOLS
 from turnstream.core.turn.manifest import tools_digest
-from turnstream.gateway import app as gateway
-from turnstream.settings import McpSettings, Settings
-from turnstream.tool_executor import app as tool_executor
+from turnstream.settings import McpSettings
 from turnstream.tools.manifest import infos
-from turnstream.turn_runner import app as turn_runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
-
-
-async def _manifest_with(bus: Bus, name: str) -> dict[str, Any]:
-    for _ in range(150):  # the executor connects and publishes (30 s at most)
-        raw = await published(bus)
-        if raw and name.encode() in raw:
-            return dict(json.loads(raw))
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"no manifest with {name}")
 
 
 async def test_each_request_records_the_manifest_it_offered(
@@ -48,32 +34,18 @@ async def test_each_request_records_the_manifest_it_offered(
         '  - {text: "grown"}\n'
         '  - {text: "now with more tools"}\n'
     )
-    settings = Settings(
-        nats_url=nats_server.url,
-        data_dir=tmp_path,
-        workspace=tmp_path / "workspace",
-        security_mode="auto",
-        script=script,
-        prefix="ts",
-        mcp=McpSettings(servers={"t": stdio_config()}),
+    settings = settings_for(
+        nats_server, tmp_path, script=script, mcp=McpSettings(servers={"t": stdio_config()})
     )
-    stop = asyncio.Event()
-    async with asyncio.TaskGroup() as tasks:
-        tasks.create_task(tool_executor.serve(settings, stop))
-        tasks.create_task(gateway.serve(settings, stop))
-        tasks.create_task(turn_runner.serve(settings, stop))
-        tasks.create_task(approval.serve(settings, stop))
-        try:
-            before = await _manifest_with(bus, "t__grow")
-            await asyncio.sleep(0.5)  # the runner's watch hands it over
-            grown = await send_and_wait(bus, message_command("mf1", "grow"), timeout=30)
-            assert grown.status == "completed", grown
-            after = await _manifest_with(bus, "t__extra")
-            await asyncio.sleep(0.5)
-            more = await send_and_wait(bus, message_command("mf1", "again"), timeout=30)
-            assert more.status == "completed", more
-        finally:
-            stop.set()
+    async with running_services(settings, bus):
+        before = await manifest_with(bus, "t__grow")
+        await asyncio.sleep(0.5)  # the runner's watch hands it over
+        grown = await send_and_wait(bus, message_command("mf1", "grow"), timeout=30)
+        assert grown.status == "completed", grown
+        after = await manifest_with(bus, "t__extra")
+        await asyncio.sleep(0.5)
+        more = await send_and_wait(bus, message_command("mf1", "again"), timeout=30)
+        assert more.status == "completed", more
     events = [s.event for s in await bus.store.read_session("mf1")]
     started = [e.data for e in events if isinstance(e, ProviderRequestStarted)]
     assert len(started) == 3

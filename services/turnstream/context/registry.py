@@ -65,10 +65,6 @@ class ContextRegistry:
         """Every provider runs in this process (none is asked over NATS)."""
         return all(fn is not None for _, fn in self.providers)
 
-    @property
-    def names(self) -> list[str]:
-        return [spec.name for spec, _ in self.providers]
-
     @classmethod
     def load(
         cls,

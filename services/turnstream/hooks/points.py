@@ -35,6 +35,16 @@ TAKES: dict[HookPoint, frozenset[str]] = {
 }
 """What each point takes besides `continue`."""
 
+CHANGES: dict[HookPoint, str] = {
+    HookPoint.RECEIVE_INPUT: "text",
+    HookPoint.RENDER: "text",
+    HookPoint.SEND_REQUEST: "request",
+    HookPoint.STREAM_RESPONSE: "response",
+    HookPoint.TOOL_RESULT: "output",
+    HookPoint.COMPACT: "compaction",
+}
+"""The `HookReply` field a `modify` carries at each point that takes one."""
+
 
 async def run_point(
     registry: HookRegistry,
@@ -65,34 +75,11 @@ def _takes(hook: str, point: HookPoint, reply: HookReply) -> bool:
         problem = f"`{reply.action}`, which {point.value} does not take"
     elif reply.action == "iterate" and not reply.text:
         problem = "`iterate` without the `text` the model is to be told"
-    elif reply.action == "modify" and _change(point, reply) is None:
-        problem = f"`modify` without {_WHAT[point]}"
+    elif reply.action == "modify" and getattr(reply, CHANGES[point]) is None:
+        problem = f"`modify` without `{CHANGES[point]}`"
     if problem is not None:
         log.warning("hook %s answered %s at %s: ignored", hook, problem, point.value)
     return problem is None
-
-
-_WHAT = {
-    HookPoint.RECEIVE_INPUT: "`text`",
-    HookPoint.RENDER: "`text`",
-    HookPoint.SEND_REQUEST: "`request`",
-    HookPoint.STREAM_RESPONSE: "`response`",
-    HookPoint.TOOL_RESULT: "`output`",
-    HookPoint.COMPACT: "`compaction`",
-    HookPoint.STOP: "anything to change",
-}
-
-
-def _change(point: HookPoint, reply: HookReply) -> Any:
-    return {
-        HookPoint.RECEIVE_INPUT: reply.text,
-        HookPoint.RENDER: reply.text,
-        HookPoint.SEND_REQUEST: reply.request,
-        HookPoint.STREAM_RESPONSE: reply.response,
-        HookPoint.TOOL_RESULT: reply.output,
-        HookPoint.COMPACT: reply.compaction,
-        HookPoint.STOP: None,
-    }[point]
 
 
 def _modified(

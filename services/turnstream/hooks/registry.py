@@ -86,9 +86,8 @@ class HookRegistry:
         return cls(found, nc)
 
     def set_remote(self, key: str, value: bytes | None) -> None:
-        """Apply one entry of the hooks bucket (None = deleted)."""
-        if key.startswith("context."):
-            return  # a remote context provider's (`turnstream.context`), not a hook
+        """Apply one hook's entry of the hooks bucket (None = deleted); `watch_hooks` hands
+        the bucket's `context.<name>` entries to the context registry instead."""
         if value is None:
             self.remote.pop(key, None)
             self._refresh()

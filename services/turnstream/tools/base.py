@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from turnstream.core.turn import ToolInfo
+
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """Tool names as every provider accepts them."""
 
@@ -33,6 +35,17 @@ class ToolSpec:
             raise ValueError(f"tool name {self.name!r} must match {TOOL_NAME.pattern}")
         if not self.timeout_s > 0:
             raise ValueError(f"tool {self.name!r}: timeout_s must be > 0, got {self.timeout_s}")
+
+    def info(self) -> ToolInfo:
+        """What the turn core knows of the tool, and the manifest lists."""
+        return ToolInfo(
+            self.name,
+            self.description,
+            self.parameters,
+            self.read_only,
+            self.idempotent,
+            self.timeout_s,
+        )
 
 
 @dataclass(frozen=True)

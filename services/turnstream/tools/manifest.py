@@ -23,10 +23,7 @@ __all__ = ["digest", "entries", "infos", "manifest"]
 
 def entries(specs: list[ToolSpec]) -> list[dict[str, Any]]:
     """The manifest's tool list (as `turnstream.core.turn.manifest` lists and digests it)."""
-    return listed(
-        ToolInfo(s.name, s.description, s.parameters, s.read_only, s.idempotent, s.timeout_s)
-        for s in specs
-    )
+    return listed(s.info() for s in specs)
 
 
 def manifest(registry: ToolRegistry) -> dict[str, Any]:
