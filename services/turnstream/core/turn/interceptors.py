@@ -128,14 +128,6 @@ def hook_subject(state: SessionState, config: TurnConfig, point: HookPoint) -> H
             return HookSubject(text=turn.reply)
 
 
-def stage_hook_text(state: SessionState) -> str:
-    """The text the RECEIVE_INPUT / RENDER hooks see: the input, or the reply."""
-    turn = state.active
-    assert turn is not None
-    point = HookPoint.RENDER if turn.stage is Stage.RENDER else HookPoint.RECEIVE_INPUT
-    return hook_subject(state, TurnConfig(), point).text
-
-
 def proceed(
     point: HookPoint,
     b: Builder,
