@@ -160,7 +160,7 @@ def intercepted(
 ) -> list[Event] | None:
     """What the hooks at a point said, recorded, and the turn moved on as they said; None
     when the turn does not wait there (a late or repeated answer)."""
-    point = HookPoint(verdict.stage)
+    point = verdict.stage
     turn = state.active
     if turn is None or awaiting_stage_hooks(state, config) is not point:
         return None

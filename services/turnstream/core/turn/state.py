@@ -387,7 +387,7 @@ class HookPoint(StrEnum):
 class StageHookVerdict:
     """What the hooks at a hook point said (the shell runs them, `on_stage_hooks` records)."""
 
-    stage: HookPoint | Stage
+    stage: HookPoint
     action: HookAction
     hook: str = ""
     kind: Literal["transform", "guard", "observer"] = "guard"
