@@ -34,7 +34,6 @@ from turnstream.core.turn.state import (
     ActiveTurn,
     Context,
     HookPoint,
-    HookVerdict,
     Message,
     SessionState,
     StageHookVerdict,
@@ -50,6 +49,7 @@ from turnstream.core.turn.steps import (
     request_model,
     request_started,
 )
+from turnstream.core.turn.tool_call import call_decided
 
 EXECUTED = frozenset({"succeeded", "failed"})
 """The calls whose results the tool interceptor sees (a denied or skipped call never ran)."""
@@ -202,7 +202,11 @@ def _valid(point: HookPoint, verdict: StageHookVerdict) -> StageHookVerdict:
 def _recorded(b: Builder, point: HookPoint, verdict: StageHookVerdict) -> list[Event]:
     """`HookDecided` for each change the hooks made (a plain `continue` records nothing)."""
     if point is HookPoint.TOOL_RESULT:
-        return [_call_decided(b, call) for call in verdict.results if call.action != "continue"]
+        return [
+            call_decided(b, call, "post", output=call.output, is_error=call.is_error)
+            for call in verdict.results
+            if call.action != "continue"
+        ]
     if verdict.action == "continue":
         return []
     data = HookDecidedData(
@@ -219,22 +223,6 @@ def _recorded(b: Builder, point: HookPoint, verdict: StageHookVerdict) -> list[E
         compaction=verdict.compaction,
     )
     return [b.make(HookDecided, data)]
-
-
-def _call_decided(b: Builder, call: HookVerdict) -> Event:
-    data = HookDecidedData(
-        hook=call.hook,
-        kind=call.kind,
-        stage="TOOL_CALL",
-        point="post",
-        action=call.action,
-        reason=call.reason,
-        invocation_id=call.invocation_id,
-        timed_out=call.timed_out,
-        output=call.output,
-        is_error=call.is_error,
-    )
-    return b.make(HookDecided, data)
 
 
 def _would_stop(turn: ActiveTurn, config: TurnConfig) -> bool:
