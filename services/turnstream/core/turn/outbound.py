@@ -309,7 +309,8 @@ def record(
     events: list[Event] = []
     turn = state.active
     b = Builder(state.session_id, turn, ctx) if turn is not None else None
-    for o in [*wanted(state, config), *_went_out(state, config, keys)]:
+    listed = wanted(state, config)
+    for o in [*listed, *_went_out(state, config, keys, {o.key for o in listed})]:
         if o.key not in keys:
             continue
         sent = MessageSentData(
@@ -345,12 +346,14 @@ def record(
     return events
 
 
-def _went_out(state: SessionState, config: TurnConfig, keys: frozenset[str]) -> list[Outbound]:
-    """Messages of this turn's runtime calls in `keys` that `wanted` no longer lists."""
+def _went_out(
+    state: SessionState, config: TurnConfig, keys: frozenset[str], listed: set[str]
+) -> list[Outbound]:
+    """Messages of this turn's runtime calls in `keys` that `wanted` no longer lists
+    (`listed`: the keys it lists)."""
     turn = state.active
     if turn is None:
         return []
-    listed = {o.key for o in wanted(state, config)}
     out = []
     for call in turn.calls:
         if not is_runtime_tool(call.tool) or call.status not in ("approved", "cancelled"):
