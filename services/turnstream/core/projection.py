@@ -118,18 +118,17 @@ def build_view(session_id: str, events: Iterable[Event]) -> SessionView:
     spawned: dict[str, ChildView] = {}
     """Spawn keys → their child: a child's reply is its result, not a turn."""
     replies: dict[str, InputAccepted] = {}
+    """Children's replies by the turn id they carry (the first of each)."""
     for event in events:
         view.events += 1
         if event.turn_id is None:
             continue
         if isinstance(event, InputAccepted) and event.data.in_reply_to in spawned:
-            replies[event.id] = event
+            replies.setdefault(event.turn_id, event)
             continue
-        if event.turn_id not in view.turns and any(
-            r.turn_id == event.turn_id for r in replies.values()
-        ):
+        first = replies.get(event.turn_id)
+        if first is not None and event.turn_id not in view.turns:
             # an async child's result that became a follow-up turn: its input first
-            first = next(r for r in replies.values() if r.turn_id == event.turn_id)
             _accepted(view.turn(event.turn_id), first)
         turn = view.turn(event.turn_id)
         match event:

@@ -17,7 +17,6 @@ from turnstream.core.turn.interceptors import (
     HookSubject,
     awaiting_stage_hooks,
     hook_subject,
-    stage_hook_text,
 )
 from turnstream.core.turn.provider import (
     ProviderFailure,
@@ -27,7 +26,6 @@ from turnstream.core.turn.provider import (
     Retry,
 )
 from turnstream.core.turn.state import (
-    STAGE_HOOK_POINTS,
     ActiveTurn,
     Context,
     Decision,
@@ -46,7 +44,6 @@ from turnstream.core.turn.steps import compose_request
 from turnstream.core.turn.tool_call import awaiting_hooks, dispatchable
 
 __all__ = [
-    "STAGE_HOOK_POINTS",
     "ActiveTurn",
     "Context",
     "Decision",
@@ -76,5 +73,4 @@ __all__ = [
     "on_provider_result",
     "on_stage_hooks",
     "on_tool_call_ready",
-    "stage_hook_text",
 ]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import partial
-from typing import Any, assert_never
+from typing import assert_never
 
 from turnstream.core.events import (
     AssistantMessage,
@@ -33,8 +33,6 @@ from turnstream.core.events import (
     FailureClass,
     FollowUpQueued,
     FollowUpQueuedData,
-    HookDecided,
-    HookDecidedData,
     ProviderRequestCompleted,
     ProviderRequestCompletedData,
     ProviderRequestFailed,
@@ -86,6 +84,7 @@ from turnstream.core.turn.state import (
 )
 from turnstream.core.turn.steps import compose_or_stop
 from turnstream.core.turn.tool_call import (
+    call_decided,
     executable,
     propose_calls,
     requested,
@@ -224,33 +223,13 @@ def on_hook_verdicts(
         if verdict.action != "continue" or runtime:
             # a runtime call's pass is recorded too: the runner runs it, nobody requests it
             args = verdict.args if verdict.action == "modify" else None
-            decided = _hook_decided(
-                b, Stage.TOOL_CALL, verdict, invocation_id=call.invocation_id, args=args
-            )
-            events.append(decided)
+            events.append(call_decided(b, verdict, "pre", args=args))
         if verdict.action in ("abort_turn", "hard_abort"):
             break
         if verdict.action in ("continue", "modify") and not runtime:
             args = verdict.args if verdict.action == "modify" and verdict.args else call.args
             events.append(requested(b, call, config, args))
     return decide(fold(state, events), config, ctx).after(events)
-
-
-def _hook_decided(
-    b: Builder, stage: Stage, verdict: HookVerdict | StageHookVerdict, **changed: Any
-) -> Event:
-    """The record of a hook decision that changes the turn (`changed`: what it changed)."""
-    data = HookDecidedData(
-        hook=verdict.hook,
-        kind=verdict.kind,
-        stage=stage.value,
-        point="pre",
-        action=verdict.action,
-        reason=verdict.reason,
-        timed_out=verdict.timed_out,
-        **changed,
-    )
-    return b.make(HookDecided, data)
 
 
 def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:

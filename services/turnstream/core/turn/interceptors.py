@@ -34,7 +34,6 @@ from turnstream.core.turn.state import (
     ActiveTurn,
     Context,
     HookPoint,
-    HookVerdict,
     Message,
     SessionState,
     StageHookVerdict,
@@ -50,6 +49,7 @@ from turnstream.core.turn.steps import (
     request_model,
     request_started,
 )
+from turnstream.core.turn.tool_call import call_decided
 
 EXECUTED = frozenset({"succeeded", "failed"})
 """The calls whose results the tool interceptor sees (a denied or skipped call never ran)."""
@@ -128,14 +128,6 @@ def hook_subject(state: SessionState, config: TurnConfig, point: HookPoint) -> H
             return HookSubject(text=turn.reply)
 
 
-def stage_hook_text(state: SessionState) -> str:
-    """The text the RECEIVE_INPUT / RENDER hooks see: the input, or the reply."""
-    turn = state.active
-    assert turn is not None
-    point = HookPoint.RENDER if turn.stage is Stage.RENDER else HookPoint.RECEIVE_INPUT
-    return hook_subject(state, TurnConfig(), point).text
-
-
 def proceed(
     point: HookPoint,
     b: Builder,
@@ -168,7 +160,7 @@ def intercepted(
 ) -> list[Event] | None:
     """What the hooks at a point said, recorded, and the turn moved on as they said; None
     when the turn does not wait there (a late or repeated answer)."""
-    point = HookPoint(verdict.stage)
+    point = verdict.stage
     turn = state.active
     if turn is None or awaiting_stage_hooks(state, config) is not point:
         return None
@@ -210,7 +202,11 @@ def _valid(point: HookPoint, verdict: StageHookVerdict) -> StageHookVerdict:
 def _recorded(b: Builder, point: HookPoint, verdict: StageHookVerdict) -> list[Event]:
     """`HookDecided` for each change the hooks made (a plain `continue` records nothing)."""
     if point is HookPoint.TOOL_RESULT:
-        return [_call_decided(b, call) for call in verdict.results if call.action != "continue"]
+        return [
+            call_decided(b, call, "post", output=call.output, is_error=call.is_error)
+            for call in verdict.results
+            if call.action != "continue"
+        ]
     if verdict.action == "continue":
         return []
     data = HookDecidedData(
@@ -227,22 +223,6 @@ def _recorded(b: Builder, point: HookPoint, verdict: StageHookVerdict) -> list[E
         compaction=verdict.compaction,
     )
     return [b.make(HookDecided, data)]
-
-
-def _call_decided(b: Builder, call: HookVerdict) -> Event:
-    data = HookDecidedData(
-        hook=call.hook,
-        kind=call.kind,
-        stage="TOOL_CALL",
-        point="post",
-        action=call.action,
-        reason=call.reason,
-        invocation_id=call.invocation_id,
-        timed_out=call.timed_out,
-        output=call.output,
-        is_error=call.is_error,
-    )
-    return b.make(HookDecided, data)
 
 
 def _would_stop(turn: ActiveTurn, config: TurnConfig) -> bool:

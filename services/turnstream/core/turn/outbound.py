@@ -309,7 +309,8 @@ def record(
     events: list[Event] = []
     turn = state.active
     b = Builder(state.session_id, turn, ctx) if turn is not None else None
-    for o in [*wanted(state, config), *_went_out(state, config, keys)]:
+    listed = wanted(state, config)
+    for o in [*listed, *_went_out(state, config, keys, {o.key for o in listed})]:
         if o.key not in keys:
             continue
         sent = MessageSentData(
@@ -345,12 +346,14 @@ def record(
     return events
 
 
-def _went_out(state: SessionState, config: TurnConfig, keys: frozenset[str]) -> list[Outbound]:
-    """Messages of this turn's runtime calls in `keys` that `wanted` no longer lists."""
+def _went_out(
+    state: SessionState, config: TurnConfig, keys: frozenset[str], listed: set[str]
+) -> list[Outbound]:
+    """Messages of this turn's runtime calls in `keys` that `wanted` no longer lists
+    (`listed`: the keys it lists)."""
     turn = state.active
     if turn is None:
         return []
-    listed = {o.key for o in wanted(state, config)}
     out = []
     for call in turn.calls:
         if not is_runtime_tool(call.tool) or call.status not in ("approved", "cancelled"):
@@ -377,58 +380,70 @@ def _sender(state: SessionState) -> dict[str, str]:
 
 def _reply(state: SessionState, turn: ActiveTurn) -> Outbound:
     assert turn.reply_to is not None and turn.ended is not None
-    key = reply_key(turn.turn_id)
     if turn.ended == "completed":
         text = turn.reply or "(the turn completed with no text)"
     else:
         why = f" ({turn.failure})" if turn.failure else ""
         text = f"turn {turn.ended}{why}: {turn.end_reason or 'no reason given'}"
-    outcome = {"turnId": turn.turn_id, "status": turn.ended, "failureClass": turn.failure}
-    command = {
-        "type": "message",
-        "sessionId": turn.reply_to,
-        "chatId": turn.reply_to,
-        "sender": _sender(state),
-        "text": text[:MAX_TEXT_CHARS],
-        "idempotencyKey": key,
-        "inReplyTo": turn.input_key or None,
-        "hops": turn.hops + 1,
-        "outcome": {k: v for k, v in outcome.items() if v is not None},
-    }
-    return Outbound(
-        key,
+    return _answer(
+        state,
+        turn.turn_id,
         turn.reply_to,
-        _compact(command),
-        "replyTo",
-        hops=turn.hops + 1,
-        in_reply_to=turn.input_key or None,
+        turn.input_key,
+        turn.hops,
+        text,
+        turn.ended,
+        turn.failure,
     )
 
 
 def _rejection(state: SessionState, rejected: Unanswered) -> Outbound:
-    key = reply_key(rejected.turn_id)
+    return _answer(
+        state,
+        rejected.turn_id,
+        rejected.reply_to,
+        rejected.key,
+        rejected.hops,
+        f"turn failed (invalid_input): {rejected.reason}",
+        "failed",
+        FailureClass.INVALID_INPUT,
+        rejected,
+    )
+
+
+def _answer(
+    state: SessionState,
+    turn_id: str,
+    to: str,
+    in_reply_to: str,
+    hops: int,
+    text: str,
+    status: str,
+    failure: str | None,
+    rejected: Unanswered | None = None,
+) -> Outbound:
+    """The message that answers a turn's input at its `replyTo` (the turn's reply, or the
+    gateway's rejection of it), `inReplyTo` the input's key."""
+    key = reply_key(turn_id)
+    outcome = {"turnId": turn_id, "status": status, "failureClass": failure}
     command = {
         "type": "message",
-        "sessionId": rejected.reply_to,
-        "chatId": rejected.reply_to,
+        "sessionId": to,
+        "chatId": to,
         "sender": _sender(state),
-        "text": f"turn failed (invalid_input): {rejected.reason}"[:MAX_TEXT_CHARS],
+        "text": text[:MAX_TEXT_CHARS],
         "idempotencyKey": key,
-        "inReplyTo": rejected.key or None,
-        "hops": rejected.hops + 1,
-        "outcome": {
-            "turnId": rejected.turn_id,
-            "status": "failed",
-            "failureClass": "invalid_input",
-        },
+        "inReplyTo": in_reply_to or None,
+        "hops": hops + 1,
+        "outcome": {k: v for k, v in outcome.items() if v is not None},
     }
     return Outbound(
         key,
-        rejected.reply_to,
+        to,
         _compact(command),
         "replyTo",
-        hops=rejected.hops + 1,
-        in_reply_to=rejected.key or None,
+        hops=hops + 1,
+        in_reply_to=in_reply_to or None,
         rejected=rejected,
     )
 

@@ -383,14 +383,11 @@ class HookPoint(StrEnum):
         return next((p for p in cls if (p.stage, p.point) == (stage, point)), None)
 
 
-STAGE_HOOK_POINTS: frozenset[HookPoint] = frozenset(HookPoint)
-
-
 @dataclass(frozen=True)
 class StageHookVerdict:
     """What the hooks at a hook point said (the shell runs them, `on_stage_hooks` records)."""
 
-    stage: HookPoint | Stage
+    stage: HookPoint
     action: HookAction
     hook: str = ""
     kind: Literal["transform", "guard", "observer"] = "guard"

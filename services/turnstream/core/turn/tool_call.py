@@ -6,9 +6,13 @@ everything before it is done; always in the model's call order.
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from turnstream.core.events import (
     Event,
     FailureClass,
+    HookDecided,
+    HookDecidedData,
     Stage,
     StageEnvelope,
     ToolError,
@@ -25,6 +29,7 @@ from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.state import (
     ActiveTurn,
+    HookVerdict,
     SessionState,
     ToolCall,
     ToolCallState,
@@ -186,3 +191,22 @@ def requested(
         iteration=b.turn.iteration,
     )
     return b.make(ToolInvocationRequested, data)
+
+
+def call_decided(
+    b: Builder, verdict: HookVerdict, point: Literal["pre", "post"], **changed: Any
+) -> Event:
+    """`HookDecided` for one call: the tool hooks' (`pre`, `args`) or the tool interceptor's
+    (`post`, `output` and `is_error`), with what it changed (`changed`)."""
+    data = HookDecidedData(
+        hook=verdict.hook,
+        kind=verdict.kind,
+        stage=Stage.TOOL_CALL.value,
+        point=point,
+        action=verdict.action,
+        reason=verdict.reason,
+        invocation_id=verdict.invocation_id,
+        timed_out=verdict.timed_out,
+        **changed,
+    )
+    return b.make(HookDecided, data)
