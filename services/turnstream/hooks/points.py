@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from turnstream.core.events import RequestChange, ResponseChange, ToolUseBlock
 from turnstream.core.turn import HookPoint, HookSubject, HookVerdict, StageHookVerdict
+from turnstream.core.turn.interceptors import CHANGES, refusal
 from turnstream.core.turn.steps import history_message
 from turnstream.hooks.base import CompactionView, HookCall, HookReply, RequestView
 
@@ -23,27 +24,6 @@ if TYPE_CHECKING:
     from turnstream.hooks.registry import HookRegistry
 
 log = logging.getLogger("turnstream.hooks")
-
-TAKES: dict[HookPoint, frozenset[str]] = {
-    HookPoint.RECEIVE_INPUT: frozenset({"modify", "abort_turn", "hard_abort"}),
-    HookPoint.SEND_REQUEST: frozenset({"modify", "abort_turn", "hard_abort"}),
-    HookPoint.STREAM_RESPONSE: frozenset({"modify", "abort_turn", "hard_abort"}),
-    HookPoint.TOOL_RESULT: frozenset({"modify", "abort_turn", "hard_abort"}),
-    HookPoint.COMPACT: frozenset({"modify", "veto", "abort_turn", "hard_abort"}),
-    HookPoint.STOP: frozenset({"iterate", "abort_turn", "hard_abort"}),
-    HookPoint.RENDER: frozenset({"modify", "abort_turn", "hard_abort"}),
-}
-"""What each point takes besides `continue`."""
-
-CHANGES: dict[HookPoint, str] = {
-    HookPoint.RECEIVE_INPUT: "text",
-    HookPoint.RENDER: "text",
-    HookPoint.SEND_REQUEST: "request",
-    HookPoint.STREAM_RESPONSE: "response",
-    HookPoint.TOOL_RESULT: "output",
-    HookPoint.COMPACT: "compaction",
-}
-"""The `HookReply` field a `modify` carries at each point that takes one."""
 
 
 async def run_point(
@@ -70,13 +50,8 @@ async def run_point(
 
 def _takes(hook: str, point: HookPoint, reply: HookReply) -> bool:
     """Whether `point` can take this answer; logged when it cannot (it changes nothing)."""
-    problem = None
-    if reply.action not in TAKES[point]:
-        problem = f"`{reply.action}`, which {point.value} does not take"
-    elif reply.action == "iterate" and not reply.text:
-        problem = "`iterate` without the `text` the model is to be told"
-    elif reply.action == "modify" and getattr(reply, CHANGES[point]) is None:
-        problem = f"`modify` without `{CHANGES[point]}`"
+    change = getattr(reply, CHANGES[point]) if point in CHANGES else None
+    problem = refusal(point, reply.action, change, reply.text)
     if problem is not None:
         log.warning("hook %s answered %s at %s: ignored", hook, problem, point.value)
     return problem is None

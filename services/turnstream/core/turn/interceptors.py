@@ -176,25 +176,50 @@ def intercepted(
     return [*decided, *proceed(point, b, after, config, verdict.compaction)]
 
 
+TAKES: dict[HookPoint, frozenset[str]] = {
+    HookPoint.RECEIVE_INPUT: frozenset({"modify", "abort_turn", "hard_abort"}),
+    HookPoint.SEND_REQUEST: frozenset({"modify", "abort_turn", "hard_abort"}),
+    HookPoint.STREAM_RESPONSE: frozenset({"modify", "abort_turn", "hard_abort"}),
+    HookPoint.TOOL_RESULT: frozenset({"modify", "abort_turn", "hard_abort"}),
+    HookPoint.COMPACT: frozenset({"modify", "veto", "abort_turn", "hard_abort"}),
+    HookPoint.STOP: frozenset({"iterate", "abort_turn", "hard_abort"}),
+    HookPoint.RENDER: frozenset({"modify", "abort_turn", "hard_abort"}),
+}
+"""What each point takes besides `continue`."""
+
+CHANGES: dict[HookPoint, str] = {
+    HookPoint.RECEIVE_INPUT: "text",
+    HookPoint.RENDER: "text",
+    HookPoint.SEND_REQUEST: "request",
+    HookPoint.STREAM_RESPONSE: "response",
+    HookPoint.TOOL_RESULT: "output",
+    HookPoint.COMPACT: "compaction",
+}
+"""What a `modify` carries at each point that takes one (the `HookReply` field)."""
+
+
+def refusal(point: HookPoint, action: str, change: object, text: str | None) -> str | None:
+    """Why `point` cannot take this answer (None: it can). `change` is what a `modify`
+    carries, `text` what an `iterate` tells the model."""
+    if action == "continue":
+        return None
+    if action not in TAKES[point]:
+        return f"`{action}`, which {point.value} does not take"
+    if action == "iterate" and not text:
+        return "`iterate` without the `text` the model is to be told"
+    if action == "modify" and change is None:
+        return f"`modify` without `{CHANGES[point]}`"
+    return None
+
+
 def _valid(point: HookPoint, verdict: StageHookVerdict) -> StageHookVerdict:
-    """The verdict as the point can take it: an action the point does not know, or a
-    `modify` without what it changes, changes nothing."""
-    action = verdict.action
-    payload = {
-        HookPoint.RECEIVE_INPUT: verdict.text,
-        HookPoint.RENDER: verdict.text,
-        HookPoint.SEND_REQUEST: verdict.request,
-        HookPoint.STREAM_RESPONSE: verdict.response,
-        HookPoint.TOOL_RESULT: verdict.results or None,
-        HookPoint.COMPACT: verdict.compaction,
-        HookPoint.STOP: None,
-    }[point]
-    unknown = (
-        (action == "veto" and point is not HookPoint.COMPACT)
-        or (action == "iterate" and (point is not HookPoint.STOP or verdict.text is None))
-        or (action == "modify" and payload is None)
-    )
-    if unknown:
+    """The verdict as the point can take it (the registry refuses the same answers per
+    hook; this is the core's own guard): one it cannot take changes nothing."""
+    if point is HookPoint.TOOL_RESULT:
+        change: object = verdict.results or None
+    else:
+        change = getattr(verdict, CHANGES.get(point, "text"), None)
+    if refusal(point, verdict.action, change, verdict.text) is not None:
         return StageHookVerdict(point, "continue")
     return verdict
 
