@@ -62,13 +62,9 @@ async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator
     bus, hub = ctx.bus, ctx.hub
     limit = ctx.options.replay_page
     if hub.log_replicas == 1:
-        while True:
-            page, more = await hub.direct.page(session_id, after=after, limit=limit)
-            for record in page:
-                yield record
-            if not more or not page:
-                return
-            after = page[-1].seq
+        async for record in hub.direct.records(session_id, after=after, limit=limit):
+            yield record
+        return
     target = await log_last_seq(bus.js, bus.subjects, bus.subjects.log_session(session_id))
     deadline = time.monotonic() + CATCH_UP_S
     while after < target:

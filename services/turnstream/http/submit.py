@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
 from turnstream.core.commands import COMMAND_ADAPTER
-from turnstream.core.events import FailureClass, InputRejected, decode, encode
+from turnstream.core.events import FailureClass, InputRejected, decode
 from turnstream.http.context import HttpContext
 from turnstream.http.hub import Feed, LogItem
 from turnstream.http.outcome import FOLLOWED_TYPES, Follow, Seen
@@ -96,8 +96,8 @@ async def publish(
     follow = Follow(int(ack.seq))
     reader = Reader(follow, feed)
     if ack.duplicate:  # a retry: its outcome may be in the log already
-        for stored in await bus.store.read_session(session_id):
-            reader.take(stored.seq, stored.event.type, encode(stored.event))
+        async for record in ctx.hub.direct.records(session_id, after=0):
+            reader.take(*record)
     deadline = time.monotonic() + ctx.options.accept_timeout_s
     if not await reader.until(lambda: follow.decided, deadline):
         raise Problem(
