@@ -125,12 +125,16 @@ async def resume_after(
     after: Annotated[int | None, Query(ge=0, description="TS_LOG sequence to resume after")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> int:
+    return resume_seq(after or 0, last_event_id)
+
+
+def resume_seq(after: int, last_event_id: str | None) -> int:
     """`Last-Event-ID` (a reconnecting EventSource) wins over `?after=`."""
     if last_event_id:
         if not last_event_id.strip().isdigit():
             raise invalid_input("Last-Event-ID must be a TS_LOG sequence (digits)")
         return int(last_event_id)
-    return after or 0
+    return after
 
 
 @router.get(
@@ -146,16 +150,15 @@ async def stream(
     start: Annotated[int, Depends(resume_after)],
     tokens: Annotated[bool, Query(description="Also send token deltas (`event: token`)")] = True,
 ) -> SSEResponse:
-    ctx = await context(request)
-    if not ctx.hub.started:
-        await ctx.hub.start()  # a 503 now, while a status code can still say it
-    return open_stream(ctx, request, session, start, tokens)
+    return await open_stream(await context(request), request, session, start, tokens)
 
 
-def open_stream(
+async def open_stream(
     ctx: HttpContext, request: Request, session: str, after: int, tokens: bool
 ) -> SSEResponse:
     """The stream of a checked caller (the route's, and `fast.FastPaths`')."""
+    if not ctx.hub.started:
+        await ctx.hub.start()  # a 503 now, while a status code can still say it
 
     async def body() -> AsyncIterator[bytes]:
         async with ctx.hub.feed(session, tokens=tokens) as feed:
