@@ -24,7 +24,7 @@ from starlette.responses import StreamingResponse
 from turnstream.bus.scan import log_last_seq
 from turnstream.http.context import HttpContext, SessionId, context
 from turnstream.http.direct import LogRecord
-from turnstream.http.hub import Closed, Feed, LogItem
+from turnstream.http.hub import Closed, Feed
 from turnstream.http.problems import invalid_input
 
 router = APIRouter(prefix="/v1/sessions/{id}", tags=["stream"])
@@ -98,7 +98,7 @@ async def events(
             if await request.is_disconnected():
                 return
             yield PING
-        elif isinstance(item, LogItem):
+        elif isinstance(item, LogRecord):
             if item.seq > last:  # at the seam: sent by the replay already
                 last = item.seq
                 yield log_event(item.seq, item.event_type, item.data)

@@ -14,7 +14,8 @@ from starlette.responses import JSONResponse, Response
 from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import FailureClass, InputRejected, decode
 from turnstream.http.context import HttpContext
-from turnstream.http.hub import Feed, LogItem
+from turnstream.http.direct import LogRecord
+from turnstream.http.hub import Feed
 from turnstream.http.outcome import FOLLOWED_TYPES, Follow, Seen
 from turnstream.http.problems import Problem, invalid_input
 
@@ -74,7 +75,7 @@ class Reader:
             async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
                 while not done():
                     item = await self.feed.get()
-                    if isinstance(item, LogItem):
+                    if isinstance(item, LogRecord):
                         self.take(item.seq, item.event_type, item.data)
         except TimeoutError:
             return bool(done())
