@@ -99,8 +99,6 @@ class Hub:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.feeds: dict[str, set[Feed]] = {}
-        self.last_seq = 0
-        """The last log sequence the hub has routed."""
         self._subs: list[Any] = []
         self._closing = False
         self._starting = asyncio.Lock()
@@ -134,12 +132,10 @@ class Hub:
         async def on_log(msg: Any) -> None:
             subject: str = msg.subject
             dot = subject.rindex(".")
-            seq = stream_seq(msg)
-            self.last_seq = seq
             feeds = self.feeds.get(subject[prefix_len:dot])
             if feeds:
                 kind = subject[dot + 1 :]
-                item = LogRecord(seq, kind, msg.data)
+                item = LogRecord(stream_seq(msg), kind, msg.data)
                 for feed in list(feeds):
                     if feed.kinds is None or kind in feed.kinds:
                         feed.put(item)
