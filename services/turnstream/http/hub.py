@@ -103,7 +103,8 @@ class Hub:
         self._closing = False
         self._starting = asyncio.Lock()
         self.direct = DirectGets(bus)
-        """Pages of a session's log (replays, `/events`, A2A) on one shared inbox."""
+        """Pages of a session's log (replays, `/events`, A2A, an answer's prompt check, a
+        retried POST) on one shared inbox."""
         self.log_replicas = 0
         """The log stream's replicas, read when the hub subscribes (0 before)."""
 
