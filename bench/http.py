@@ -43,7 +43,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from turnstream.bus import Bus, connect  # noqa: E402
-from turnstream.bus.embedded import EmbeddedServer  # noqa: E402
+from turnstream.bus.embedded import EmbeddedServer, free_port  # noqa: E402
 from turnstream.bus.streams import StreamLimits  # noqa: E402
 from turnstream.client import message_command  # noqa: E402
 from turnstream.core.events import Stage, StagePreFired, StagePreFiredData  # noqa: E402
@@ -63,12 +63,6 @@ def rss_kb(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def marker(session: str) -> StagePreFired:

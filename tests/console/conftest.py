@@ -138,3 +138,39 @@ def artifacts(request: pytest.FixtureRequest) -> Iterator[Path]:
 async def client(url: str, key: str | None = None) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return httpx.AsyncClient(base_url=url, timeout=30, headers=headers)
+
+
+@contextlib.asynccontextmanager
+async def open_page(
+    browser: Any, url: str, width: int = 1360, height: int = 900
+) -> AsyncIterator[Any]:
+    """A page in a browser context of its own, the errors it logs in `page.errors`."""
+    context = await browser.new_context(base_url=url, viewport={"width": width, "height": height})
+    page = await context.new_page()
+    page.errors = Errors()
+    page.errors.watch(page)
+    try:
+        yield page
+    finally:
+        await context.close()
+
+
+@pytest.fixture(scope="module")
+async def app(settings: Settings, bus: Any) -> AsyncIterator[App]:
+    """The stack on the module's `settings` (a module that needs another defines its own)."""
+    async with stack(settings, bus) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+async def http(app: App) -> AsyncIterator[httpx.AsyncClient]:
+    async with await client(app.url) as http:
+        yield http
+
+
+@pytest.fixture
+async def page(browser: Any, app: App) -> AsyncIterator[Any]:
+    """A fresh page per test, which must log no JavaScript error."""
+    async with open_page(browser, app.url) as page:
+        yield page
+    assert page.errors == [], page.errors

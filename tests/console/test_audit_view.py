@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.console.conftest import App, Errors, playwright
+from tests.console.conftest import App, open_page, playwright
 from tests.integration.conftest import settings_for
 from tests.unit.audit_events import ended, start, tool_run, turn
 from turnstream.audit import app as audit
@@ -57,11 +57,7 @@ async def app(
 async def test_each_violation_links_to_its_event(
     browser: Any, app: App, bus: Bus, artifacts: Path
 ) -> None:
-    context = await browser.new_context(base_url=app.url, viewport={"width": 1360, "height": 900})
-    page = await context.new_page()
-    errors = Errors()
-    errors.watch(page)
-    try:
+    async with open_page(browser, app.url) as page:
         for _ in range(100):  # the audit service folds the log and appends its findings
             page_ = await bus.store.read_session("bad-log")
             if sum(s.event.type == "AuditViolation" for s in page_) >= 3:
@@ -85,6 +81,4 @@ async def test_each_violation_links_to_its_event(
         await expect(page.locator(".lane.at .call")).to_contain_text("read_file")
         await expect(page.locator("#replay-state .replay-grid")).to_contain_text("t2")
         await page.screenshot(path=artifacts / "audit-linked-event.png")
-    finally:
-        await context.close()
-    assert errors == []
+    assert page.errors == []

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.console.conftest import REPO, App, Errors, client, playwright, script, stack
+from tests.console.conftest import REPO, App, open_page, playwright, script
 from tests.integration.conftest import settings_for
-from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.settings import Settings
 
@@ -51,31 +49,6 @@ def settings(nats_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFacto
         security_mode="ask",
         workflows=REPO / "workflows",
     )
-
-
-@pytest.fixture(scope="module")
-async def app(settings: Settings, bus: Bus) -> AsyncIterator[App]:
-    async with stack(settings, bus) as app:
-        yield app
-
-
-@pytest.fixture(scope="module")
-async def http(app: App) -> AsyncIterator[httpx.AsyncClient]:
-    async with await client(app.url) as http:
-        yield http
-
-
-@pytest.fixture
-async def page(browser: Any, app: App) -> AsyncIterator[Any]:
-    context = await browser.new_context(base_url=app.url, viewport={"width": 1360, "height": 900})
-    page = await context.new_page()
-    page.errors = Errors()
-    page.errors.watch(page)
-    try:
-        yield page
-    finally:
-        await context.close()
-    assert page.errors == [], page.errors
 
 
 async def test_a_session_appears_live_while_its_turn_runs(
@@ -218,11 +191,7 @@ async def test_the_audit_view_runs_its_checks(page: Any, artifacts: Path) -> Non
 
 
 async def test_phone_width_is_readable(browser: Any, app: App, artifacts: Path) -> None:
-    context = await browser.new_context(base_url=app.url, viewport={"width": 390, "height": 844})
-    page = await context.new_page()
-    errors = Errors()
-    errors.watch(page)
-    try:
+    async with open_page(browser, app.url, 390, 844) as page:
         for name, url in [("sessions", "/"), ("session", "/#/s/chat-1")]:
             await page.goto(url)
             await expect(page.locator("main h1").first).to_be_visible()
@@ -230,9 +199,7 @@ async def test_phone_width_is_readable(browser: Any, app: App, artifacts: Path) 
             width = await page.evaluate("document.documentElement.scrollWidth")
             assert width <= 390, f"{name}: the page scrolls sideways ({width}px)"
             await page.screenshot(path=artifacts / f"phone-{name}.png", full_page=True)
-    finally:
-        await context.close()
-    assert errors == []
+    assert page.errors == []
 
 
 async def test_the_stream_resumes_after_the_server_restarts(

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.console.conftest import App, Errors, client, playwright, script, stack
+from tests.console.conftest import App, client, open_page, playwright, script
 from tests.integration.conftest import settings_for
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
@@ -42,12 +42,6 @@ def settings(nats_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="module")
-async def app(settings: Settings, bus: Bus) -> AsyncIterator[App]:
-    async with stack(settings, bus) as app:
-        yield app
-
-
-@pytest.fixture(scope="module")
 async def http(app: App) -> AsyncIterator[httpx.AsyncClient]:
     async with await client(app.url, KEY) as http:
         yield http
@@ -56,14 +50,8 @@ async def http(app: App) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture(scope="module")
 async def page(browser: Any, app: App) -> AsyncIterator[Any]:
     """One signed-in page for the module (the key stays in its local storage)."""
-    context = await browser.new_context(base_url=app.url, viewport={"width": 1360, "height": 900})
-    page = await context.new_page()
-    page.errors = Errors()
-    page.errors.watch(page)
-    try:
+    async with open_page(browser, app.url) as page:
         yield page
-    finally:
-        await context.close()
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,6 @@ shows each session's agent. No page logs a JavaScript error."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -14,9 +13,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.console.conftest import REPO, App, Errors, client, playwright, stack
+from tests.console.conftest import REPO, playwright
 from tests.integration.conftest import settings_for
-from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.settings import Settings
 
@@ -35,31 +33,6 @@ def settings(nats_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFacto
     return settings_for(
         nats_server, tmp, script=tmp / "script.yaml", agents=REPO / "agents", security_mode="ask"
     )
-
-
-@pytest.fixture(scope="module")
-async def app(settings: Settings, bus: Bus) -> AsyncIterator[App]:
-    async with stack(settings, bus) as app:
-        yield app
-
-
-@pytest.fixture(scope="module")
-async def http(app: App) -> AsyncIterator[httpx.AsyncClient]:
-    async with await client(app.url) as http:
-        yield http
-
-
-@pytest.fixture
-async def page(browser: Any, app: App) -> AsyncIterator[Any]:
-    context = await browser.new_context(base_url=app.url, viewport={"width": 1360, "height": 900})
-    page = await context.new_page()
-    page.errors = Errors()
-    page.errors.watch(page)
-    try:
-        yield page
-    finally:
-        await context.close()
-    assert page.errors == [], page.errors
 
 
 async def test_a_sync_child_is_drawn_under_its_spawn_call_and_opens(

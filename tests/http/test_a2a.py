@@ -279,21 +279,20 @@ async def test_unknown_task_and_bad_context(url: str) -> None:
             await send(client, message("hi", context="bad context!"))
 
 
-async def test_a_v0_3_client_is_answered_on_the_same_url(url: str) -> None:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "message/send",
-        "params": {
-            "message": {
-                "kind": "message",
-                "role": "user",
-                "messageId": str(uuid_utils.uuid7()),
-                "contextId": "a2a-v03",
-                "parts": [{"kind": "text", "text": "old"}],
-            }
-        },
+def v03_request(method: str, context: str, text: str) -> dict[str, Any]:
+    """A JSON-RPC request of an A2A v0.3 client: `method` with one text message."""
+    message = {
+        "kind": "message",
+        "role": "user",
+        "messageId": str(uuid_utils.uuid7()),
+        "contextId": context,
+        "parts": [{"kind": "text", "text": text}],
     }
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}}
+
+
+async def test_a_v0_3_client_is_answered_on_the_same_url(url: str) -> None:
+    body = v03_request("message/send", "a2a-v03", "old")
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         r = await http.post("/a2a", json=body)
         result = r.json()["result"]
@@ -360,20 +359,7 @@ async def test_two_replicas_writing_one_task_merge(services: Settings, bus: Bus)
 
 
 async def test_a_v0_3_client_streams_too(url: str) -> None:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "message/stream",
-        "params": {
-            "message": {
-                "kind": "message",
-                "role": "user",
-                "messageId": str(uuid_utils.uuid7()),
-                "contextId": "a2a-v03-stream",
-                "parts": [{"kind": "text", "text": "old stream"}],
-            }
-        },
-    }
+    body = v03_request("message/stream", "a2a-v03-stream", "old stream")
     results = []
     async with (
         httpx.AsyncClient(base_url=url, timeout=30) as http,

@@ -42,7 +42,6 @@ from turnstream.core.events import FailureClass
 from turnstream.http.problems import Problem
 
 Scope = Literal["send", "read", "approve", "admin"]
-TICKET_TTL_S = 60.0
 
 
 class KeySpec(BaseModel):

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from starlette.responses import Response
 
-from turnstream.core.events import InteractionAnswered, InteractionRequested
+from turnstream.core.events import InteractionAnswered, InteractionRequested, decode
 from turnstream.http.auth import Principal
 from turnstream.http.context import HttpContext, OnSession
 from turnstream.http.problems import Problem, invalid_input
@@ -192,13 +192,18 @@ async def post_answer(
     return await submit(ctx, session, cmd)
 
 
+PROMPT_TYPES = frozenset(("InteractionRequested", "InteractionAnswered"))
+
+
 async def _check_prompt(ctx: HttpContext, session_id: str, interaction_id: str, key: str) -> None:
     """404 for a prompt the session's log never asked; 409 for one answered already by
     another command (the same command again is a retry: it answers as the first did)."""
     asked = False
     answered: str | None = None
-    for stored in await ctx.bus.store.read_session(session_id):
-        event = stored.event
+    async for _, event_type, data in ctx.hub.direct.records(session_id, after=0):
+        if event_type not in PROMPT_TYPES:
+            continue  # a session's other events are not decoded
+        event = decode(data)
         if isinstance(event, InteractionRequested) and event.data.interaction_id == interaction_id:
             asked = True
         elif isinstance(event, InteractionAnswered) and event.data.interaction_id == interaction_id:

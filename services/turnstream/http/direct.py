@@ -7,13 +7,15 @@ says how many more there are; 404 when there is none. The log stream allows dire
 clients resuming at once cost the server no consumer state (an ordered consumer per
 replay would linger until its inactivity threshold). `DirectGets` answers them all on one
 inbox subscription (a reply subject per request), so a replay costs one request and no
-subscribe/unsubscribe; `read_page` is the one-off form. Could move to `bus/`.
+subscribe/unsubscribe. `bus.scan.direct_read` is the same request read to the end on an
+inbox of its own, a callback per event (the event store's session reads).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
 import orjson
@@ -58,26 +60,10 @@ async def _collect(replies: asyncio.Queue[Any], session_id: str) -> tuple[list[L
             out.append(LogRecord(seq, subject[subject.rindex(".") + 1 :], msg.data))
 
 
-async def read_page(
-    bus: Bus, session_id: str, *, after: int, limit: int
-) -> tuple[list[LogRecord], int]:
-    """Up to `limit` (≤ 1000) of the session's events after `after`, and how many more
-    there were after them when the server answered."""
-    nc = bus.nc
-    inbox = nc.new_inbox()
-    replies: asyncio.Queue[Any] = asyncio.Queue()
-    sub = await nc.subscribe(inbox, cb=replies.put)
-    try:
-        api = f"$JS.API.DIRECT.GET.{bus.subjects.log_stream}"
-        await nc.publish(api, _request(bus, session_id, after, limit), reply=inbox)
-        return await _collect(replies, session_id)
-    finally:
-        await sub.unsubscribe()
-
-
 class DirectGets:
-    """`read_page` for a whole process: one wildcard inbox subscription, subscribed on
-    first use, routes each reply to its request by the last token of its subject."""
+    """Pages of sessions' logs for a whole process: one wildcard inbox subscription,
+    subscribed on first use, routes each reply to its request by the last token of its
+    subject."""
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
@@ -101,7 +87,8 @@ class DirectGets:
                 self._sub = await self.bus.nc.subscribe(f"{self._prefix}.*", cb=on_reply)
 
     async def page(self, session_id: str, *, after: int, limit: int) -> tuple[list[LogRecord], int]:
-        """As `read_page`."""
+        """Up to `limit` (≤ 1000) of the session's events after `after`, and how many more
+        there were after them when the server answered."""
         if self._sub is None:
             await self._start()
         token = str(next(self._ids))
@@ -116,6 +103,19 @@ class DirectGets:
             return await _collect(replies, session_id)
         finally:
             del self._waiting[token]
+
+    async def records(
+        self, session_id: str, *, after: int, limit: int = 500
+    ) -> AsyncIterator[LogRecord]:
+        """The session's events after `after`, `limit` a page, until a page says there are
+        no more (the end the answering server knows of)."""
+        while True:
+            page, more = await self.page(session_id, after=after, limit=limit)
+            for record in page:
+                yield record
+            if not more or not page:
+                return
+            after = page[-1].seq
 
     async def stop(self) -> None:
         if self._sub is not None:

@@ -28,8 +28,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from turnstream.core.subjects import is_session_id
 from turnstream.http.commands import MessageIn, command
 from turnstream.http.context import HttpContext
-from turnstream.http.problems import Problem, invalid_input, problem_response
-from turnstream.http.sse import open_stream
+from turnstream.http.problems import Problem, problem_response
+from turnstream.http.sse import open_stream, resume_seq
 from turnstream.http.submit import submit, wait_bounded
 
 PATH = re.compile(r"^/v1/sessions/([A-Za-z0-9_:-]{1,128})/(messages|stream)$")
@@ -66,16 +66,9 @@ class FastPaths:
             )
             scope.setdefault("state", {})["principal"] = who.name
             who.require("read", session)
-            after = query["after"]
-            last_event_id = headers.get("last-event-id")
-            if last_event_id:
-                if not last_event_id.strip().isdigit():
-                    raise invalid_input("Last-Event-ID must be a TS_LOG sequence (digits)")
-                after = int(last_event_id)
-            if not ctx.hub.started:
-                await ctx.hub.start()  # a 503 now, while a status code can still say it
+            after = resume_seq(query["after"], headers.get("last-event-id"))
             request = Request(scope, receive)
-            response: Any = open_stream(ctx, request, session, after, query["tokens"])
+            response: Any = await open_stream(ctx, request, session, after, query["tokens"])
         except Problem as problem:
             response = problem_response(problem, scope["path"])
         await response(scope, receive, send)

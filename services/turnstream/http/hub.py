@@ -29,20 +29,13 @@ from nats.js.errors import NotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.scan import stream_seq
-from turnstream.http.direct import DirectGets
+from turnstream.http.direct import DirectGets, LogRecord
 from turnstream.http.problems import Problem
 
 log = logging.getLogger("turnstream.http")
 FEED_LIMIT = 10_000
 """Items a feed may hold before its reader is too slow: the feed is closed (a client
 resumes with `Last-Event-ID`), memory stays bounded."""
-
-
-@dataclass(frozen=True, slots=True)
-class LogItem:
-    seq: int
-    event_type: str
-    data: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +60,12 @@ class Feed:
     kinds: frozenset[str] | None = None
     """Only these event types (None: all): a waiting POST wakes for its verdict and its
     turn's end, not for each of the turn's dozen other events."""
-    queue: asyncio.Queue[LogItem | TokenItem | Closed] = field(
+    queue: asyncio.Queue[LogRecord | TokenItem | Closed] = field(
         default_factory=lambda: asyncio.Queue(FEED_LIMIT + 1)
     )
     closed: bool = False
 
-    def put(self, item: LogItem | TokenItem | Closed) -> None:
+    def put(self, item: LogRecord | TokenItem | Closed) -> None:
         if self.closed:
             return
         if isinstance(item, Closed):
@@ -82,7 +75,7 @@ class Feed:
             item = Closed(f"reader fell {FEED_LIMIT} items behind; resume with Last-Event-ID")
         self.queue.put_nowait(item)
 
-    async def get(self, timeout: float | None = None) -> LogItem | TokenItem | None:
+    async def get(self, timeout: float | None = None) -> LogRecord | TokenItem | None:
         """The next item; `None` after `timeout` seconds without one; `Closed` raised."""
         try:
             item = self.queue.get_nowait()  # the common case under load: no timer at all
@@ -106,13 +99,12 @@ class Hub:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.feeds: dict[str, set[Feed]] = {}
-        self.last_seq = 0
-        """The last log sequence the hub has routed."""
         self._subs: list[Any] = []
         self._closing = False
         self._starting = asyncio.Lock()
         self.direct = DirectGets(bus)
-        """Pages of a session's log (replays, `/events`, A2A) on one shared inbox."""
+        """Pages of a session's log (replays, `/events`, A2A, an answer's prompt check, a
+        retried POST) on one shared inbox."""
         self.log_replicas = 0
         """The log stream's replicas, read when the hub subscribes (0 before)."""
 
@@ -141,12 +133,10 @@ class Hub:
         async def on_log(msg: Any) -> None:
             subject: str = msg.subject
             dot = subject.rindex(".")
-            seq = stream_seq(msg)
-            self.last_seq = seq
             feeds = self.feeds.get(subject[prefix_len:dot])
             if feeds:
                 kind = subject[dot + 1 :]
-                item = LogItem(seq, kind, msg.data)
+                item = LogRecord(stream_seq(msg), kind, msg.data)
                 for feed in list(feeds):
                     if feed.kinds is None or kind in feed.kinds:
                         feed.put(item)

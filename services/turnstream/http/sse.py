@@ -24,7 +24,7 @@ from starlette.responses import StreamingResponse
 from turnstream.bus.scan import log_last_seq
 from turnstream.http.context import HttpContext, SessionId, context
 from turnstream.http.direct import LogRecord
-from turnstream.http.hub import Closed, Feed, LogItem
+from turnstream.http.hub import Closed, Feed
 from turnstream.http.problems import invalid_input
 
 router = APIRouter(prefix="/v1/sessions/{id}", tags=["stream"])
@@ -62,13 +62,9 @@ async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator
     bus, hub = ctx.bus, ctx.hub
     limit = ctx.options.replay_page
     if hub.log_replicas == 1:
-        while True:
-            page, more = await hub.direct.page(session_id, after=after, limit=limit)
-            for record in page:
-                yield record
-            if not more or not page:
-                return
-            after = page[-1].seq
+        async for record in hub.direct.records(session_id, after=after, limit=limit):
+            yield record
+        return
     target = await log_last_seq(bus.js, bus.subjects, bus.subjects.log_session(session_id))
     deadline = time.monotonic() + CATCH_UP_S
     while after < target:
@@ -102,7 +98,7 @@ async def events(
             if await request.is_disconnected():
                 return
             yield PING
-        elif isinstance(item, LogItem):
+        elif isinstance(item, LogRecord):
             if item.seq > last:  # at the seam: sent by the replay already
                 last = item.seq
                 yield log_event(item.seq, item.event_type, item.data)
@@ -129,12 +125,16 @@ async def resume_after(
     after: Annotated[int | None, Query(ge=0, description="TS_LOG sequence to resume after")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> int:
+    return resume_seq(after or 0, last_event_id)
+
+
+def resume_seq(after: int, last_event_id: str | None) -> int:
     """`Last-Event-ID` (a reconnecting EventSource) wins over `?after=`."""
     if last_event_id:
         if not last_event_id.strip().isdigit():
             raise invalid_input("Last-Event-ID must be a TS_LOG sequence (digits)")
         return int(last_event_id)
-    return after or 0
+    return after
 
 
 @router.get(
@@ -150,16 +150,15 @@ async def stream(
     start: Annotated[int, Depends(resume_after)],
     tokens: Annotated[bool, Query(description="Also send token deltas (`event: token`)")] = True,
 ) -> SSEResponse:
-    ctx = await context(request)
-    if not ctx.hub.started:
-        await ctx.hub.start()  # a 503 now, while a status code can still say it
-    return open_stream(ctx, request, session, start, tokens)
+    return await open_stream(await context(request), request, session, start, tokens)
 
 
-def open_stream(
+async def open_stream(
     ctx: HttpContext, request: Request, session: str, after: int, tokens: bool
 ) -> SSEResponse:
     """The stream of a checked caller (the route's, and `fast.FastPaths`')."""
+    if not ctx.hub.started:
+        await ctx.hub.start()  # a 503 now, while a status code can still say it
 
     async def body() -> AsyncIterator[bytes]:
         async with ctx.hub.feed(session, tokens=tokens) as feed:

@@ -12,9 +12,10 @@ from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
 from turnstream.core.commands import COMMAND_ADAPTER
-from turnstream.core.events import FailureClass, InputRejected, decode, encode
+from turnstream.core.events import FailureClass, InputRejected, decode
 from turnstream.http.context import HttpContext
-from turnstream.http.hub import Feed, LogItem
+from turnstream.http.direct import LogRecord
+from turnstream.http.hub import Feed
 from turnstream.http.outcome import FOLLOWED_TYPES, Follow, Seen
 from turnstream.http.problems import Problem, invalid_input
 
@@ -74,7 +75,7 @@ class Reader:
             async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
                 while not done():
                     item = await self.feed.get()
-                    if isinstance(item, LogItem):
+                    if isinstance(item, LogRecord):
                         self.take(item.seq, item.event_type, item.data)
         except TimeoutError:
             return bool(done())
@@ -96,8 +97,8 @@ async def publish(
     follow = Follow(int(ack.seq))
     reader = Reader(follow, feed)
     if ack.duplicate:  # a retry: its outcome may be in the log already
-        for stored in await bus.store.read_session(session_id):
-            reader.take(stored.seq, stored.event.type, encode(stored.event))
+        async for record in ctx.hub.direct.records(session_id, after=0):
+            reader.take(*record)
     deadline = time.monotonic() + ctx.options.accept_timeout_s
     if not await reader.until(lambda: follow.decided, deadline):
         raise Problem(

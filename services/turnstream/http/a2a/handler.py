@@ -113,17 +113,13 @@ class Handler(RequestHandler):
     async def _catch_up(self, record: TaskRecord) -> None:
         view = record.view
         before = view.last_seq
-        while True:
-            page, more = await self.ctx.hub.direct.page(
-                view.session_id, after=view.last_seq, limit=500
-            )
-            for seq, event_type, data in page:
-                if event_type in ACTED_ON:
-                    view.feed(seq, decode(data))
-                else:
-                    view.last_seq = max(view.last_seq, seq)
-            if not more or not page:
-                break
+        async for seq, event_type, data in self.ctx.hub.direct.records(
+            view.session_id, after=view.last_seq
+        ):
+            if event_type in ACTED_ON:
+                view.feed(seq, decode(data))
+            else:
+                view.last_seq = max(view.last_seq, seq)
         if view.last_seq != before:
             await self.store.put(record)
 
