@@ -111,6 +111,8 @@ class Replayed(NamedTuple):
     events: list[Event]
     last_seq: int
     """The log sequence of the last event folded (0: none)."""
+    head_seq: int = 0
+    """The session's last log sequence, folded or not (0: the session has no events)."""
 
 
 async def replay_session(
@@ -125,7 +127,9 @@ async def replay_session(
         if (at_seq is None or s.seq <= at_seq) and (at_time is None or s.event.time <= at_time)
     ]
     events = [s.event for s in kept]
-    return Replayed(fold(SessionState(session_id), events), events, kept[-1].seq if kept else 0)
+    last = kept[-1].seq if kept else 0
+    head = stored[-1].seq if stored else 0
+    return Replayed(fold(SessionState(session_id), events), events, last, head)
 
 
 async def pending_prompts(bus: Bus, session_id: str | None = None) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ import orjson
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from turnstream.bus.scan import log_last_seq
 from turnstream.client import live_state, replay_session
 from turnstream.core.session import state_from_json
 from turnstream.core.workflow.state import WorkflowRun
@@ -41,10 +40,8 @@ async def get_replay(
 ) -> Response:
     who.require("read", session)
     # the same rebuild as `turnstream replay --at` (it reads an archived part first)
-    state, events, last = await replay_session(ctx.bus, session, at_seq=at)
-    bus = ctx.bus
-    head = await log_last_seq(bus.js, bus.subjects, bus.subjects.log_session(session))
-    if not events and not head:
+    state, events, last, head = await replay_session(ctx.bus, session, at_seq=at)
+    if not head:
         raise Problem(404, "not_found", "Not found", f"session {session} has no events")
     pending = open_prompt_rows(session, events)
     active = state.active
@@ -54,7 +51,7 @@ async def get_replay(
             "at": last,
             "event": _head(events[-1]) if events else None,
             "events": len(events),
-            "lastSeq": max(head, last),
+            "lastSeq": head,
             "turnsEnded": state.turns_ended,
             "lastStatus": state.last_status,
             "active": None
@@ -80,7 +77,7 @@ async def get_replay(
 )
 async def get_verify(ctx: Ctx, who: Caller, session: SessionId) -> Response:
     who.require("read", session)
-    rebuilt, events, last = await replay_session(ctx.bus, session)
+    rebuilt, events, last, _ = await replay_session(ctx.bus, session)
     try:
         live = await live_state(ctx.bus, session)
         if b'"error"' in live[:20]:
