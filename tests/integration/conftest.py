@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
 from turnstream.context import ContextRegistry
+from turnstream.core.events import Event
 from turnstream.core.subjects import Subjects
 from turnstream.gateway import app as gateway
 from turnstream.hooks import HookRegistry
@@ -67,3 +69,23 @@ def settings_for(server: EmbeddedServer, tmp: Path, **overrides: object) -> Sett
     values: dict[str, object] = {"workspace": tmp / "workspace", "security_mode": "auto"}
     values.update(overrides)
     return Settings(nats_url=server.url, data_dir=tmp, **values)  # type: ignore[arg-type]
+
+
+async def events_of(bus: Bus, session: str) -> list[Event]:
+    return [s.event for s in await bus.store.read_session(session)]
+
+
+def only(events: list[Event], cls: type) -> list[Any]:
+    return [e for e in events if isinstance(e, cls)]
+
+
+async def wait_for(
+    bus: Bus, session: str, found: Callable[[list[Event]], Any], timeout: float = 30
+) -> list[Event]:
+    """The session's events once `found(events)` holds."""
+    async with asyncio.timeout(timeout):
+        while True:
+            events = await events_of(bus, session)
+            if found(events):
+                return events
+            await asyncio.sleep(0.05)
