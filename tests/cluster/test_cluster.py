@@ -96,6 +96,16 @@ async def ended_in_log(operator: Bus, sessions: Iterable[str], timeout: float) -
         await asyncio.sleep(0.5)
 
 
+async def not_ended_once(operator: Bus, sessions: Iterable[str]) -> dict[str, list[str]]:
+    """The sessions whose log does not hold exactly one `TurnEnded`, with their events' types."""
+    unended: dict[str, list[str]] = {}
+    for session in sessions:
+        kinds = [s.event.type for s in await operator.store.read_session(session)]
+        if kinds.count("TurnEnded") != 1:
+            unended[session] = kinds
+    return unended
+
+
 async def leader(operator: Bus) -> int:
     info = await operator.js.stream_info(SUBJECTS.log_stream)
     return int(info.cluster.leader.removeprefix("nats"))
@@ -143,11 +153,7 @@ async def test_killing_the_log_leader_loses_no_turn(cluster: Cluster, tmp_path: 
             assert orjson.loads(stored.data)["sessionId"] == session
         # every turn ended exactly once in the log itself: a TurnEnded a subscriber saw is
         # not enough (a publish reaches core subscribers even when the stream refused it)
-        unended: dict[str, list[str]] = {}
-        for session in acked:
-            kinds = [s.event.type for s in await operator.store.read_session(session)]
-            if kinds.count("TurnEnded") != 1:
-                unended[session] = kinds
+        unended = await not_ended_once(operator, acked)
         assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
         print(f"\n{TURNS} turns, leader nats{killed} killed: {TURNS / elapsed:.0f} turns/s")
     finally:
@@ -213,11 +219,7 @@ async def test_two_runners_one_killed_every_turn_ends_once(
                 if runner.poll() is None:
                     runner.terminate()
                 runner.wait(timeout=10)
-        unended: dict[str, list[str]] = {}
-        for session in sessions:
-            kinds = [s.event.type for s in await operator.store.read_session(session)]
-            if kinds.count("TurnEnded") != 1:
-                unended[session] = kinds
+        unended = await not_ended_once(operator, sessions)
         assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
         runners_of = {
             s.event.source
