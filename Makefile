@@ -36,8 +36,8 @@ lint: $(BIN)/turnstream
 typecheck: $(BIN)/turnstream
 	$(BIN)/mypy
 
-## turn latency and throughput next to the raw JetStream floor; audit rebuild vs raw read;
-## recovery after a runner kill
+## every benchmark in bench/ with its defaults (the figures, and how each was run:
+## docs/performance.md)
 bench: $(BIN)/turnstream
 	$(BIN)/python bench/pure_core.py
 	$(BIN)/python bench/append.py
@@ -55,6 +55,7 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/telemetry.py
 	$(BIN)/python bench/subturns.py
 	$(BIN)/python bench/context_providers.py
+	$(BIN)/python bench/memory.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export

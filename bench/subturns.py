@@ -29,6 +29,7 @@ import orjson
 import stack
 from rich.console import Console
 from rich.table import Table
+from turns import pct
 
 from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
@@ -78,11 +79,6 @@ async def _stuck(bus: Bus, parents: int, arrived: set[str]) -> None:
             child = [c.event.type for c in await bus.store.read_session(e.data.child_session_id)]
             console.print(f"  child {e.data.child_session_id}: {' '.join(child[-8:])}")
         return
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def latencies(bus: Bus, kind: str, agent: str | None, n: int) -> list[float]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import os
-import secrets
 import signal
 import subprocess
 import time
@@ -23,14 +22,11 @@ import orjson
 import pytest
 
 from turnstream.bus.embedded import free_port, server_binary
-from turnstream.cli.secure import OTHER_USERS, password_variable
-from turnstream.cli.secure import USERS as SERVICE_USERS
+from turnstream.cli.secure import dev_secrets, password_variable
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
-USERS = (*SERVICE_USERS.values(), *OTHER_USERS)
-"""Every user of ops/accounts.conf."""
 
 
 def templated(n: int, ports: dict[int, tuple[int, int, int]], store: Path) -> str:
@@ -106,7 +102,7 @@ class Cluster:
 
 def start_cluster(root: Path) -> Cluster:
     """The three nodes under `root`, running, with a JetStream meta leader."""
-    cluster = Cluster(root, {u: "pw" + secrets.token_hex(16) for u in USERS})
+    cluster = Cluster(root, dev_secrets(root / "secrets.env"))  # every user's, generated
     cluster.ports = {n: (free_port(), free_port(), free_port()) for n in (1, 2, 3)}
     for n in (1, 2, 3):
         folder = root / f"nats{n}"

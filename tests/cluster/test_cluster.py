@@ -11,7 +11,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import nats.errors
@@ -20,6 +21,7 @@ import pytest
 from nats.js.errors import NoStreamResponseError
 
 from tests.cluster.conftest import Cluster
+from tests.integration.conftest import running_services
 from turnstream.approval import app as approval
 from turnstream.bus import Bus, connect
 from turnstream.bus.scan import subject_counts
@@ -28,8 +30,6 @@ from turnstream.core.subjects import Subjects
 from turnstream.gateway import app as gateway
 from turnstream.runtime.connection import stream_limits
 from turnstream.settings import Settings
-from turnstream.tool_executor import app as tool_executor
-from turnstream.turn_runner import app as turn_runner
 
 SUBJECTS = Subjects("ts")
 TURNS = 200
@@ -53,19 +53,8 @@ def settings(cluster: Cluster, user: str, tmp: Path) -> Settings:
     )
 
 
-@contextlib.asynccontextmanager
-async def services(cluster: Cluster, tmp: Path) -> AsyncIterator[None]:
-    stop = asyncio.Event()
-    async with asyncio.TaskGroup() as tasks:
-        tasks.create_task(gateway.serve(settings(cluster, "gateway", tmp), stop))
-        tasks.create_task(turn_runner.serve(settings(cluster, "turn-runner", tmp), stop))
-        tasks.create_task(approval.serve(settings(cluster, "approval", tmp), stop))
-        tasks.create_task(tool_executor.serve(settings(cluster, "tool-executor", tmp), stop))
-        await asyncio.sleep(1.0)
-        try:
-            yield
-        finally:
-            stop.set()
+def services(cluster: Cluster, tmp: Path) -> AbstractAsyncContextManager[None]:
+    return running_services(lambda user: settings(cluster, user, tmp), settle_s=1.0)
 
 
 async def send_retrying(client: Bus, command: dict[str, object]) -> int:
@@ -94,6 +83,16 @@ async def ended_in_log(operator: Bus, sessions: Iterable[str], timeout: float) -
         if ended == wanted or time.monotonic() > deadline:
             return ended
         await asyncio.sleep(0.5)
+
+
+async def not_ended_once(operator: Bus, sessions: Iterable[str]) -> dict[str, list[str]]:
+    """The sessions whose log does not hold exactly one `TurnEnded`, with their events' types."""
+    unended: dict[str, list[str]] = {}
+    for session in sessions:
+        kinds = [s.event.type for s in await operator.store.read_session(session)]
+        if kinds.count("TurnEnded") != 1:
+            unended[session] = kinds
+    return unended
 
 
 async def leader(operator: Bus) -> int:
@@ -143,11 +142,7 @@ async def test_killing_the_log_leader_loses_no_turn(cluster: Cluster, tmp_path: 
             assert orjson.loads(stored.data)["sessionId"] == session
         # every turn ended exactly once in the log itself: a TurnEnded a subscriber saw is
         # not enough (a publish reaches core subscribers even when the stream refused it)
-        unended: dict[str, list[str]] = {}
-        for session in acked:
-            kinds = [s.event.type for s in await operator.store.read_session(session)]
-            if kinds.count("TurnEnded") != 1:
-                unended[session] = kinds
+        unended = await not_ended_once(operator, acked)
         assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
         print(f"\n{TURNS} turns, leader nats{killed} killed: {TURNS / elapsed:.0f} turns/s")
     finally:
@@ -213,11 +208,7 @@ async def test_two_runners_one_killed_every_turn_ends_once(
                 if runner.poll() is None:
                     runner.terminate()
                 runner.wait(timeout=10)
-        unended: dict[str, list[str]] = {}
-        for session in sessions:
-            kinds = [s.event.type for s in await operator.store.read_session(session)]
-            if kinds.count("TurnEnded") != 1:
-                unended[session] = kinds
+        unended = await not_ended_once(operator, sessions)
         assert not unended, f"{len(unended)} of {TURNS} turns not ended once in the log: {unended}"
         runners_of = {
             s.event.source

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from turnstream.approval import app as approval
+from turnstream.audit import app as audit
 from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
 from turnstream.context import ContextRegistry
+from turnstream.core.events import Event
 from turnstream.core.subjects import Subjects
 from turnstream.gateway import app as gateway
 from turnstream.hooks import HookRegistry
@@ -41,22 +44,31 @@ async def bus(nats_server: EmbeddedServer) -> AsyncIterator[Bus]:
 
 @contextlib.asynccontextmanager
 async def running_services(
-    settings: Settings,
-    bus: Bus,
+    settings: Settings | Callable[[str], Settings],
+    bus: Bus | None = None,
     *,
     tools: ToolRegistry | None = None,
     hooks: HookRegistry | None = None,
     context: ContextRegistry | None = None,
+    with_audit: bool = False,
+    settle_s: float = 0.4,
 ) -> AsyncIterator[None]:
-    """Every service as a task on its own connection, stopped on exit."""
+    """Every service as a task on its own connection, and the audit service `with_audit`;
+    stopped on exit. `settings` is every service's, or a function giving each service's from
+    its name (`gateway`, `turn-runner`, …: its NATS user in `ops/accounts.conf`)."""
+    of = settings if callable(settings) else lambda _service: settings
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
-        tasks.create_task(gateway.serve(settings, stop, tools=tools))
-        runner = turn_runner.serve(settings, stop, tools=tools, hooks=hooks, context=context)
+        tasks.create_task(gateway.serve(of("gateway"), stop, tools=tools))
+        runner = turn_runner.serve(
+            of("turn-runner"), stop, tools=tools, hooks=hooks, context=context
+        )
         tasks.create_task(runner)
-        tasks.create_task(approval.serve(settings, stop))
-        tasks.create_task(tool_executor.serve(settings, stop, tools=tools))
-        await asyncio.sleep(0.4)
+        tasks.create_task(approval.serve(of("approval"), stop))
+        tasks.create_task(tool_executor.serve(of("tool-executor"), stop, tools=tools))
+        if with_audit:
+            tasks.create_task(audit.serve(of("audit"), stop))
+        await asyncio.sleep(settle_s)
         try:
             yield
         finally:
@@ -67,3 +79,23 @@ def settings_for(server: EmbeddedServer, tmp: Path, **overrides: object) -> Sett
     values: dict[str, object] = {"workspace": tmp / "workspace", "security_mode": "auto"}
     values.update(overrides)
     return Settings(nats_url=server.url, data_dir=tmp, **values)  # type: ignore[arg-type]
+
+
+async def events_of(bus: Bus, session: str) -> list[Event]:
+    return [s.event for s in await bus.store.read_session(session)]
+
+
+def only(events: list[Event], cls: type) -> list[Any]:
+    return [e for e in events if isinstance(e, cls)]
+
+
+async def wait_for(
+    bus: Bus, session: str, found: Callable[[list[Event]], Any], timeout: float = 30
+) -> list[Event]:
+    """The session's events once `found(events)` holds."""
+    async with asyncio.timeout(timeout):
+        while True:
+            events = await events_of(bus, session)
+            if found(events):
+                return events
+            await asyncio.sleep(0.05)

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.integration.conftest import running_services, settings_for
+from tests.integration.conftest import events_of, only, running_services, settings_for
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, publish_command, send_and_wait
@@ -67,14 +67,6 @@ def script(tmp: Path, *replies: str) -> Path:
     path = tmp / "script.yaml"
     path.write_text("replies:\n" + "".join(f"  - {r}\n" for r in replies))
     return path
-
-
-async def events_of(bus: Bus, session: str):
-    return [s.event for s in await bus.store.read_session(session)]
-
-
-def only(events, cls):
-    return [e for e in events if isinstance(e, cls)]
 
 
 @pytest.fixture

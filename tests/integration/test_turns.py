@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.integration.conftest import running_services, settings_for
+from tests.integration.conftest import events_of, running_services, settings_for
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, publish_command, send_and_wait
@@ -47,10 +47,6 @@ async def services(nats_server: EmbeddedServer, bus: Bus, script: Path, tmp_path
     )
     async with running_services(settings, bus):
         yield settings
-
-
-async def events_of(bus: Bus, session: str):
-    return [s.event for s in await bus.store.read_session(session)]
 
 
 async def test_one_message_gives_exactly_one_completed_turn(bus: Bus, services) -> None:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import running_services, settings_for
+from tests.integration.conftest import (
+    events_of,
+    only,
+    running_services,
+    settings_for,
+    wait_for,
+)
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import answer_command, attach_command, publish_command
@@ -37,25 +42,6 @@ from turnstream.core.workflow.view import stage_rows
 from turnstream.hooks import HookCall, HookRegistry, HookReply, HookSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "workflows"
-
-
-async def events_of(bus: Bus, session: str) -> list[Event]:
-    return [s.event for s in await bus.store.read_session(session)]
-
-
-async def wait_for(
-    bus: Bus, session: str, found: Callable[[list[Event]], Any], timeout: float = 30
-) -> list[Event]:
-    async with asyncio.timeout(timeout):
-        while True:
-            events = await events_of(bus, session)
-            if found(events):
-                return events
-            await asyncio.sleep(0.1)
-
-
-def only(events: list[Event], cls: type) -> list[Any]:
-    return [e for e in events if isinstance(e, cls)]
 
 
 def exited(events: list[Event]) -> bool:

@@ -5,26 +5,21 @@ under its own user, and wrong credentials say which user was refused."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.http.conftest import http_app
+from tests.integration.conftest import running_services
 from tests.integration.test_tools_path import ROUND_TRIP, registry, script
 from tests.security.conftest import SecureServer
-from turnstream.approval import app as approval
-from turnstream.audit import app as audit
 from turnstream.bus import Bus, connect
 from turnstream.bus.streams import StreamLimits
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.subjects import Subjects
-from turnstream.gateway import app as gateway
 from turnstream.settings import Settings
-from turnstream.tool_executor import app as tool_executor
-from turnstream.turn_runner import app as turn_runner
 
 SUBJECTS = Subjects("ts")
 
@@ -35,27 +30,15 @@ def settings(server: SecureServer, user: str, tmp: Path, **overrides: object) ->
     return Settings(nats_url=server.url(user), data_dir=tmp, **values)  # type: ignore[arg-type]
 
 
-@contextlib.asynccontextmanager
-async def services_as_themselves(server: SecureServer, tmp: Path) -> AsyncIterator[None]:
+def services_as_themselves(server: SecureServer, tmp: Path) -> AbstractAsyncContextManager[None]:
     """The five services in-process, each on its own connection as its own user."""
-    tools = registry()
-    scripted = {"script": script(tmp, *ROUND_TRIP)}
-    stop = asyncio.Event()
-    async with asyncio.TaskGroup() as tasks:
-        tasks.create_task(gateway.serve(settings(server, "gateway", tmp), stop, tools=tools))
-        tasks.create_task(
-            turn_runner.serve(settings(server, "turn-runner", tmp, **scripted), stop, tools=tools)
-        )
-        tasks.create_task(approval.serve(settings(server, "approval", tmp), stop))
-        tasks.create_task(
-            tool_executor.serve(settings(server, "tool-executor", tmp), stop, tools=tools)
-        )
-        tasks.create_task(audit.serve(settings(server, "audit", tmp), stop))
-        await asyncio.sleep(0.6)
-        try:
-            yield
-        finally:
-            stop.set()
+    scripted = script(tmp, *ROUND_TRIP)
+    return running_services(
+        lambda user: settings(server, user, tmp, script=scripted),
+        tools=registry(),
+        with_audit=True,
+        settle_s=0.6,
+    )
 
 
 @pytest.fixture
