@@ -41,6 +41,7 @@ import stack  # noqa: E402
 import uuid_utils  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
+from turns import pct  # noqa: E402
 
 from turnstream.bus import Bus, connect  # noqa: E402
 from turnstream.bus.embedded import EmbeddedServer, free_port  # noqa: E402
@@ -51,11 +52,6 @@ from turnstream.core.subjects import Subjects  # noqa: E402
 
 console = Console(highlight=False)
 SCRIPT = 'replies:\n  - {text: "ok {input:20}", chunks: whole}\n'
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def rss_kb(pid: int) -> int:
