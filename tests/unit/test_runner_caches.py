@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from turnstream.core.inputs import Tick
+from turnstream.core.session.decider import Providers, TimeTurns
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import TurnConfig
 from turnstream.providers import ScriptedProvider, load_script
 from turnstream.settings import Settings
-from turnstream.turn_runner import app
+from turnstream.turn_runner import app, session
 from turnstream.turn_runner.app import Runner
+from turnstream.turn_runner.session import SessionActor
 
 
 def test_the_sessions_patterns_are_remembered_for_a_bounded_number_of_sessions(
@@ -31,3 +37,47 @@ def test_the_sessions_patterns_are_remembered_for_a_bounded_number_of_sessions(
     assert list(runner.session_providers) == ["vip-*"]  # built once, not per session
     assert runner.for_session("vip-0-x")[0] is runner.for_session("vip-49-x")[0]
     assert runner.for_session("a-x")[0] is runner.session_providers["*-x"][0]
+
+
+def _timed_actor() -> tuple[SessionActor, list[asyncio.TimerHandle], list[object]]:
+    """An actor whose timers are real loop timers; what they deliver is recorded."""
+    loop = asyncio.get_running_loop()
+    timers: list[asyncio.TimerHandle] = []
+    delivered: list[object] = []
+
+    def deliver_later(key: str, item: object, delay_s: float) -> asyncio.TimerHandle:
+        timers.append(loop.call_later(delay_s, delivered.append, item))
+        return timers[-1]
+
+    ctx: Any = SimpleNamespace(
+        deliver_later=deliver_later,
+        session=lambda _: (None, TurnConfig(max_turn_seconds=600)),
+        now=lambda: datetime.now(UTC),
+    )
+    return SessionActor(ctx, "s-1"), timers, delivered
+
+
+async def test_a_turns_wall_time_timer_goes_once_no_turn_is_live(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    actor, timers, delivered = _timed_actor()
+    await actor.perform([Providers(frozenset({"t1"}), ()), TimeTurns(frozenset({"t1"}))])
+    await actor.perform(
+        [Providers(frozenset({"t1", "t2"}), ()), TimeTurns(frozenset({"t1", "t2"}))]
+    )
+    assert len(timers) == 2 and not any(t.cancelled() for t in timers)
+    await actor.perform([Providers(frozenset(), ())])  # the turns ended
+    assert all(t.cancelled() for t in timers)  # a finished session keeps no timer
+    monkeypatch.setattr(session, "RETRY_S", 0.01)
+    await actor.failed(Tick())  # our own input failed: it must still come back
+    await asyncio.sleep(0.05)
+    assert delivered == [Tick()]
+
+
+async def test_a_session_let_go_keeps_no_wall_time_timer() -> None:
+    actor, timers, _ = _timed_actor()
+    await actor.perform([Providers(frozenset({"t1"}), ()), TimeTurns(frozenset({"t1"}))])
+    await actor.let_go(Tick())
+    assert timers[0].cancelled()
+    await actor.perform([Providers(frozenset({"t1"}), ()), TimeTurns(frozenset({"t1"}))])
+    assert len(timers) == 2 and not timers[1].cancelled()  # taken again: timed again

@@ -82,6 +82,9 @@ class SessionActor:
         self.provider_tasks: dict[str, asyncio.Task[None]] = {}
         """Provider calls in flight by turn id (a workflow's parallel stages call at once)."""
         self.timed_turns: frozenset[str] = frozenset()
+        self.turn_timers: list[asyncio.TimerHandle] = []
+        """The wall-time timers of the live turns: cancelled once none is live, so a quiet
+        session keeps no timer (nor is reloaded from the log when it would fire)."""
         self.wakeup: datetime | None = None
 
     def busy(self) -> bool:
@@ -126,7 +129,7 @@ class SessionActor:
         for task in self.provider_tasks.values():
             task.cancel()
         self.provider_tasks.clear()
-        self.timed_turns = frozenset()
+        self.untime_turns()
         self.wakeup = None
         if isinstance(item, Delivered):
             await item.msg.nak(delay=self.ctx.lease_retry_s)
@@ -258,7 +261,8 @@ class SessionActor:
                 case TimeTurns(live=live):
                     if live - self.timed_turns:
                         bound = self.config.max_turn_seconds
-                        self.ctx.deliver_later(self.session_id, Tick(), bound + 0.05)
+                        timer = self.ctx.deliver_later(self.session_id, Tick(), bound + 0.05)
+                        self.turn_timers.append(timer)
                     self.timed_turns = live
                 case WakeAt(at=at):
                     if at != self.wakeup:
@@ -268,10 +272,17 @@ class SessionActor:
                 case Deliver(messages=wanted):
                     messages = wanted
         if not any(isinstance(e, TimeTurns) for e in effects):
-            self.timed_turns = frozenset()
+            self.untime_turns()
         if answer is None and messages:
             answer = await self.deliver(messages)
         return answer
+
+    def untime_turns(self) -> None:
+        """No turn is live (or the session is let go): its wall-time timers are moot."""
+        for timer in self.turn_timers:
+            timer.cancel()
+        self.turn_timers.clear()
+        self.timed_turns = frozenset()
 
     async def deliver(self, messages: tuple[Outbound, ...]) -> Input:
         """Publish each message to its session's inbound subject, its key as `Nats-Msg-Id`
