@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from turnstream.core.events import SessionConfiguredData
 from turnstream.core.inputs import Tick
 from turnstream.core.session.decider import Providers, TimeTurns
 from turnstream.core.subjects import Subjects
@@ -81,3 +82,14 @@ async def test_a_session_let_go_keeps_no_wall_time_timer() -> None:
     assert timers[0].cancelled()
     await actor.perform([Providers(frozenset({"t1"}), ()), TimeTurns(frozenset({"t1"}))])
     assert len(timers) == 2 and not timers[1].cancelled()  # taken again: timed again
+
+
+def test_an_agents_own_provider_is_traced_like_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    traced: list[object] = []
+    monkeypatch.setattr(app.telemetry, "traced", lambda p: traced.append(p) or p)
+    bus = SimpleNamespace(js=None, nc=None, subjects=Subjects())
+    runner = Runner(bus, ScriptedProvider(load_script(None)), TurnConfig(), settings=Settings())  # type: ignore[arg-type]
+    agent = SessionConfiguredData(agent="a", provider="scripted", idempotency_key="k")
+    provider = runner.agent_provider(agent)
+    assert provider is not None and traced == [provider]
+    assert runner.agent_provider(agent) is provider and len(traced) == 1  # built once
