@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from turnstream.core.events import SessionConfiguredData
-from turnstream.core.inputs import Tick
+from turnstream.core.inputs import Tick, WakeAt
 from turnstream.core.session.decider import Providers, TimeTurns
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import TurnConfig
@@ -93,3 +93,20 @@ def test_an_agents_own_provider_is_traced_like_the_others(monkeypatch: pytest.Mo
     provider = runner.agent_provider(agent)
     assert provider is not None and traced == [provider]
     assert runner.agent_provider(agent) is provider and len(traced) == 1  # built once
+
+
+async def test_a_wake_up_no_longer_asked_keeps_no_timer() -> None:
+    actor, timers, _ = _timed_actor()
+    idle = Providers(frozenset(), ())
+    soon = datetime.now(UTC) + timedelta(seconds=300)  # say a sub-turn's deadline
+    await actor.perform([idle, WakeAt(soon)])
+    await actor.perform([idle, WakeAt(soon)])  # asked again: the same timer
+    assert len(timers) == 1
+    await actor.perform([idle, WakeAt(soon - timedelta(seconds=100))])  # an earlier one first
+    assert len(timers) == 2 and timers[0].cancelled() and not timers[1].cancelled()
+    await actor.perform([idle])  # nothing to wake for (the child ended)
+    assert timers[1].cancelled()
+    await actor.perform([idle, WakeAt(soon)])  # asked again later: timed again
+    assert len(timers) == 3 and not timers[2].cancelled()
+    await actor.let_go(Tick())
+    assert timers[2].cancelled()
