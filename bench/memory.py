@@ -105,7 +105,10 @@ def main() -> None:
     assert isinstance(first, dict) and isinstance(last, dict)
     console.print(f"\nRSS after wave {len(rows)} over wave 1 ({platform.python_version()}):")
     for name in first:
-        ratio = last[name] / first[name] if first[name] else 0.0
+        if not first[name] or not last[name]:
+            console.print(f"  {name:14} not running (no RSS to compare)")
+            continue
+        ratio = last[name] / first[name]
         mark = "ok" if ratio <= 1.10 else "grows"
         change = f"{first[name]:7.1f} -> {last[name]:7.1f} MiB  x{ratio:.2f}"
         console.print(f"  {name:14} {change} {mark}")

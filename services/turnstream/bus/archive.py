@@ -5,9 +5,13 @@ drops old events for good). Archiving keeps them and frees the stream: a session
 last event is older than a cutoff, with no turn or workflow open, is written to the
 `ts_blobs` object store as `archive/<session key>.jsonl` (one `{"seq", "event"}` per line,
 the event exactly as the log held it), read back and compared, and only then purged from
-the stream. `replay` and the other readers of a whole session fall back to the archive
-read the archived part first, then what the log has (`read_archived`). A session that gets
-a new message after being archived goes on in the log; archiving it again adds to its file.
+the stream. `replay` and the other readers of a whole session read the archived part
+first, then what the log has (`read_archived`). A session that gets a new message after
+being archived goes on in the log; archiving it again adds to its file.
+
+Which sessions to archive is found without reading them: the server counts each
+session's events, and a session's last event is one request; only a session that goes is
+read whole.
 """
 
 from __future__ import annotations
@@ -38,10 +42,15 @@ def archive_name(session_id: str) -> str:
     return f"{ARCHIVE_PREFIX}{session_key(session_id)}.jsonl"
 
 
-async def sessions_in_log(bus: Bus) -> set[str]:
+async def sessions_in_log(bus: Bus) -> dict[str, int]:
+    """Each session in the log and how many events it has there (no event read)."""
     subjects = bus.subjects
     counts = await subject_counts(bus.nc, subjects.log_stream, subjects.log_all)
-    return {subjects.session_of_log(subject) for subject in counts}
+    sessions: dict[str, int] = {}
+    for subject, n in counts.items():
+        session_id = subjects.session_of_log(subject)
+        sessions[session_id] = sessions.get(session_id, 0) + n
+    return sessions
 
 
 async def archive_sessions(
@@ -49,15 +58,31 @@ async def archive_sessions(
 ) -> list[Archived]:
     """Archive every ended session whose last event is older than `older_than`."""
     busy = await open_sessions(bus.nc, bus.subjects)
+    in_log = await sessions_in_log(bus)
     done = []
-    for session_id in sorted(await sessions_in_log(bus) - busy):
+    for session_id in sorted(in_log.keys() - busy):
+        last = await _last_time(bus, session_id)
+        if last is None or last >= older_than:
+            continue
+        if dry_run:
+            done.append(Archived(session_id, in_log[session_id], last))
+            continue
         stored = await bus.store.read_session(session_id)
         if not stored or stored[-1].event.time >= older_than:
-            continue
-        if not dry_run:
-            await _archive(bus, session_id, stored)
+            continue  # talked to meanwhile
+        await _archive(bus, session_id, stored)
         done.append(Archived(session_id, len(stored), stored[-1].event.time))
     return done
+
+
+async def _last_time(bus: Bus, session_id: str) -> datetime | None:
+    """When the session's last event in the log happened (None: it has none)."""
+    subjects = bus.subjects
+    try:
+        msg = await bus.js.get_last_msg(subjects.log_stream, subjects.log_session(session_id))
+    except NotFoundError:
+        return None
+    return decode(msg.data).time
 
 
 async def _archive(bus: Bus, session_id: str, stored: list[StoredEvent]) -> None:

@@ -1,4 +1,5 @@
-"""Following a KV bucket: every change of its entries, handed on as it comes."""
+"""Opening a KV bucket a service may be the first to need, and following one: every
+change of its entries, handed on as it comes."""
 
 from __future__ import annotations
 
@@ -8,8 +9,24 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from nats.js.errors import BadRequestError
+
 log = logging.getLogger("turnstream.bus")
 RETRY_S = 0.5
+
+
+async def open_or_create(js: Any, config: Any) -> Any:
+    """The bucket `config` (a `KeyValueConfig`) names: opened as it is when it exists (an
+    older one keeps its settings), else created; another process creating it meanwhile
+    is fine."""
+    try:
+        return await js.key_value(config.bucket)
+    except Exception:  # BucketNotFoundError, or no permission to look it up
+        pass
+    try:
+        return await js.create_key_value(config=config)
+    except BadRequestError:  # created meanwhile, with other settings
+        return await js.key_value(config.bucket)
 
 
 async def watch(

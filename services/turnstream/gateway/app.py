@@ -33,6 +33,8 @@ ACK_WAIT_S = 5.0
 """A command not acked this long is redelivered: how long a sender waits for its
 `InputAccepted` when the gateway holding the command died (a live gateway keeps its batch
 with in-progress acks however long the append takes)."""
+KNOWN_AGENTS = 4096
+"""Sessions whose agent the gateway remembers (not every agent session it ever saw)."""
 
 
 async def serve(
@@ -65,14 +67,20 @@ async def _consume(
         return profile
 
     session_agents: dict[str, str] = {}
-    """Sessions' agents seen by this gateway (a session's agent never changes)."""
+    """Agents of the `KNOWN_AGENTS` sessions seen last (a session's agent never changes;
+    one forgotten is read from the log again)."""
+
+    def know(session_id: str, agent: str) -> None:
+        if session_id not in session_agents and len(session_agents) >= KNOWN_AGENTS:
+            del session_agents[next(iter(session_agents))]  # the oldest
+        session_agents[session_id] = agent
 
     async def agent_of(session_id: str) -> str | None:
         if session_id not in session_agents:
             found = await _session_agent(bus, session_id)
             if found is None:
                 return None
-            session_agents[session_id] = found
+            know(session_id, found)
         return session_agents[session_id]
 
     async def decide(msg: Any) -> list[EventBase]:
@@ -106,7 +114,7 @@ async def _consume(
             claims, first.session_id, first.correlation_id, raw.seq
         ):
             if isinstance(first, SessionConfigured):  # the next message of the batch sees it
-                session_agents[first.session_id] = first.data.agent
+                know(first.session_id, first.data.agent)
             return decided
         return []  # a key this session already used: its first command's events answer
 

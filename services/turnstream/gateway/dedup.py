@@ -21,8 +21,9 @@ import logging
 from typing import Any
 
 from nats.js import api
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
+from turnstream.bus.kv import open_or_create
 from turnstream.core.subjects import session_key
 
 log = logging.getLogger("turnstream.gateway")
@@ -45,10 +46,7 @@ async def open_bucket(js: Any, bucket: str, max_age_days: float, replicas: int) 
         replicas=replicas,
         description="turnstream idempotency keys: <session>.<sha256(key)> -> inbound seq",
     )
-    try:
-        return await js.create_key_value(config=config)
-    except BadRequestError:  # it exists with other settings (an older TTL): use it
-        return await js.key_value(bucket)
+    return await open_or_create(js, config)  # an older bucket keeps its TTL
 
 
 async def first_time(kv: Any, session_id: str, idempotency_key: str, seq: int) -> bool:

@@ -14,10 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from nats.js.errors import BadRequestError, KeyNotFoundError
+from nats.js.errors import KeyNotFoundError
 
 from turnstream.bus import Bus
-from turnstream.bus.kv import watch
+from turnstream.bus.kv import open_or_create, watch
 from turnstream.core.turn import ToolInfo
 from turnstream.tools.manifest import infos, manifest
 from turnstream.tools.registry import ToolRegistry
@@ -34,16 +34,8 @@ async def tools_kv(bus: Bus) -> Any:
     """The manifest bucket, created if missing (idempotent, like `ensure_streams`)."""
     from nats.js import api
 
-    name = bucket_name(bus)
-    try:
-        return await bus.js.key_value(name)
-    except Exception:
-        pass
-    config = api.KeyValueConfig(bucket=name, history=1, storage=api.StorageType.FILE)
-    try:
-        return await bus.js.create_key_value(config=config)
-    except BadRequestError:  # created meanwhile by another executor
-        return await bus.js.key_value(name)
+    config = api.KeyValueConfig(bucket=bucket_name(bus), history=1, storage=api.StorageType.FILE)
+    return await open_or_create(bus.js, config)
 
 
 async def publish(bus: Bus, registry: ToolRegistry) -> str:

@@ -2,11 +2,10 @@
 
 glibc's malloc keeps what a burst freed (a wave of sessions: their messages, events and
 tasks at once) in its heap for the next one, so a service's resident set stays near its
-busiest moment. `malloc_trim(0)` hands the free pages back; it takes well under a
-millisecond here, so a service calls it when its work pauses (`QuietTrim`), not on a
-timer. Python's own allocator (pymalloc, for objects up to 512 bytes) returns an arena
-only once all of it is free; that part of a peak stays (docs/performance.md, "Memory
-over many sessions").
+busiest moment. `malloc_trim(0)` hands the free pages back; a service calls it once its
+work pauses (`QuietTrim`), never in the middle of a burst nor on a timer. Python's own
+allocator (pymalloc, for objects up to 512 bytes) returns an arena only once all of it is
+free; that part of a peak stays (docs/performance.md, "Memory over many sessions").
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ _active: Telemetry | None = None
 # --- ids: pure, no OpenTelemetry ------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=4096)  # asked for every event appended (parsing costs ~2 µs)
+@functools.lru_cache(maxsize=4096)  # asked for every event appended, per turn the same
 def trace_id_of(trace_id: str) -> int:
     """The W3C trace id of an envelope's `traceId`: its 128 bits when it is a UUID (the
     gateway's are UUIDv7), else the first 128 bits of its BLAKE2b digest."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -318,31 +318,13 @@ class Executor:
         """Append a fact, retried until the broker takes it: the tool has run, and losing
         its result would turn a success into `interrupted, mayHaveRun` (the event id
         dedups a retry that was stored after all)."""
-        delay = 0.5
-        while True:
-            try:
-                await self.bus.store.append_facts([event])
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("append of %s failed (%r); retrying in %.1f s", event.type, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+        await _until_done(f"append of {event.type}", lambda: self.bus.store.append_facts([event]))
 
     async def _done(self, invocation_id: str) -> None:
         """Mark the claim done, retried like an append."""
-        delay = 0.5
-        while True:
-            try:
-                await self.kv.put(invocation_id, DONE)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("claim %s: put done failed (%r); retrying", invocation_id, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+        await _until_done(
+            f"claim {invocation_id}: put done", lambda: self.kv.put(invocation_id, DONE)
+        )
 
     async def _on_turn_end(self, msg: Any) -> None:
         """A hard abort ends its turn `failed, interrupted`: cancel what that turn runs."""
@@ -355,6 +337,21 @@ class Executor:
             if request.turn_id == event.turn_id:
                 self.aborted.add(request.data.invocation_id)
                 task.cancel()
+
+
+async def _until_done(what: str, attempt: Callable[[], Awaitable[Any]]) -> None:
+    """`attempt()` again, backing off up to `RETRY_MAX_S`, until it succeeds."""
+    delay = 0.5
+    while True:
+        try:
+            await attempt()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s failed (%r); retrying in %.1f s", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
 
 
 async def _ack(msg: Any) -> None:

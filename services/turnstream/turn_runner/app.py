@@ -188,7 +188,8 @@ class Runner:
                 changes["fallback_model"] = agent.fallback_model
                 changes["fallback_provider"] = agent.fallback_provider or agent.provider
                 changes["fallback_base_url"] = None
-            self.agent_providers[key] = build_provider(settings.model_copy(update=changes))
+            provider = build_provider(settings.model_copy(update=changes))
+            self.agent_providers[key] = telemetry.traced(provider)  # as every other one
         return self.agent_providers[key]
 
     async def publish_inbound(self, session_id: str, payload: bytes, msg_id: str) -> None:

@@ -45,7 +45,8 @@ class ActorContext:
     JetStream acknowledged it."""
     hooks: HookRegistry
     deliver: Callable[[str, Item], None]
-    deliver_later: Callable[[str, Item, float], object]
+    deliver_later: Callable[[str, Item, float], asyncio.TimerHandle]
+    """Deliver an item after a delay; the handle cancels it."""
     spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
     observe: Callable[[list[Event]], None]
     """Hand appended stage events to observer hooks."""

@@ -82,7 +82,12 @@ class SessionActor:
         self.provider_tasks: dict[str, asyncio.Task[None]] = {}
         """Provider calls in flight by turn id (a workflow's parallel stages call at once)."""
         self.timed_turns: frozenset[str] = frozenset()
+        self.turn_timers: list[asyncio.TimerHandle] = []
+        """The wall-time timers of the live turns: cancelled once none is live, so a quiet
+        session keeps no timer (nor is reloaded from the log when it would fire)."""
         self.wakeup: datetime | None = None
+        self.wake_timer: asyncio.TimerHandle | None = None
+        """The timer for `wakeup`: cancelled once the state asks another wake-up or none."""
 
     def busy(self) -> bool:
         """Work in flight or open: the mailbox must not retire this actor (its timers and
@@ -126,8 +131,8 @@ class SessionActor:
         for task in self.provider_tasks.values():
             task.cancel()
         self.provider_tasks.clear()
-        self.timed_turns = frozenset()
-        self.wakeup = None
+        self.untime_turns()
+        self.unwake()
         if isinstance(item, Delivered):
             await item.msg.nak(delay=self.ctx.lease_retry_s)
 
@@ -258,20 +263,39 @@ class SessionActor:
                 case TimeTurns(live=live):
                     if live - self.timed_turns:
                         bound = self.config.max_turn_seconds
-                        self.ctx.deliver_later(self.session_id, Tick(), bound + 0.05)
+                        timer = self.ctx.deliver_later(self.session_id, Tick(), bound + 0.05)
+                        self.turn_timers.append(timer)
                     self.timed_turns = live
                 case WakeAt(at=at):
                     if at != self.wakeup:
+                        self.unwake()
                         self.wakeup = at
                         delay = max((at - self.ctx.now()).total_seconds(), 0.0)
-                        self.ctx.deliver_later(self.session_id, Tick(), delay + 0.05)
+                        self.wake_timer = self.ctx.deliver_later(
+                            self.session_id, Tick(), delay + 0.05
+                        )
                 case Deliver(messages=wanted):
                     messages = wanted
         if not any(isinstance(e, TimeTurns) for e in effects):
-            self.timed_turns = frozenset()
+            self.untime_turns()
+        if not any(isinstance(e, WakeAt) for e in effects):
+            self.unwake()  # e.g. the sub-turn whose deadline it timed has ended
         if answer is None and messages:
             answer = await self.deliver(messages)
         return answer
+
+    def untime_turns(self) -> None:
+        """No turn is live (or the session is let go): its wall-time timers are moot."""
+        for timer in self.turn_timers:
+            timer.cancel()
+        self.turn_timers.clear()
+        self.timed_turns = frozenset()
+
+    def unwake(self) -> None:
+        """The state asks no wake-up at `wakeup` any more (or the session is let go)."""
+        if self.wake_timer is not None:
+            self.wake_timer.cancel()
+        self.wake_timer = self.wakeup = None
 
     async def deliver(self, messages: tuple[Outbound, ...]) -> Input:
         """Publish each message to its session's inbound subject, its key as `Nats-Msg-Id`
