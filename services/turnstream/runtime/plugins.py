@@ -8,6 +8,7 @@ from typing import Any
 
 from turnstream.bus import Bus
 from turnstream.bus.kv import watch
+from turnstream.context.registry import REMOTE_PREFIX
 from turnstream.core.turn import ToolInfo
 from turnstream.hooks import HookRegistry
 from turnstream.tools import ToolRegistry
@@ -15,17 +16,7 @@ from turnstream.tools import ToolRegistry
 
 def tool_infos(registry: ToolRegistry) -> tuple[ToolInfo, ...]:
     """What the turn core needs to know of each registered tool."""
-    return tuple(
-        ToolInfo(
-            name=spec.name,
-            description=spec.description,
-            parameters=spec.parameters,
-            read_only=spec.read_only,
-            idempotent=spec.idempotent,
-            timeout_s=spec.timeout_s,
-        )
-        for spec in registry.specs()
-    )
+    return tuple(spec.info() for spec in registry.specs())
 
 
 async def watch_hooks(
@@ -40,7 +31,7 @@ async def watch_hooks(
     def apply(entry: Any) -> None:
         deleted = entry.operation in ("DEL", "PURGE") or entry.value is None
         value = None if deleted else entry.value
-        if entry.key.startswith("context."):
+        if entry.key.startswith(REMOTE_PREFIX):
             if on_context is not None:
                 on_context(entry.key, value)
             return

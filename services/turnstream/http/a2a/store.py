@@ -24,6 +24,7 @@ from nats.js.errors import (
 )
 
 from turnstream.bus import Bus
+from turnstream.bus.kv import open_or_create
 from turnstream.http.a2a.view import TurnView
 
 MAX_AGE_S = 30 * 24 * 3600.0
@@ -72,23 +73,15 @@ class TaskStore:
 
     async def _open(self) -> Any:
         js = self.bus.js
-        name = bucket_name(self.bus)
-        try:
-            return await js.key_value(name)
-        except Exception:  # BucketNotFoundError, or no permission to look it up
-            pass
         info = await js.stream_info(self.bus.subjects.log_stream)
         config = api.KeyValueConfig(
-            bucket=name,
+            bucket=bucket_name(self.bus),
             history=1,
             ttl=MAX_AGE_S,
             storage=api.StorageType.FILE,
             replicas=info.config.num_replicas or 1,
         )
-        try:
-            return await js.create_key_value(config=config)
-        except BadRequestError:  # another replica created it first
-            return await js.key_value(name)
+        return await open_or_create(js, config)
 
     async def get(self, task_id: str) -> TaskRecord | None:
         if not _valid_key(task_id):
