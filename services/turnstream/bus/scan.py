@@ -147,36 +147,52 @@ async def direct_read(
         replies.put_nowait(msg)
 
     last = after_seq
+
+    def handed(seq: int, subject_: str, data: bytes) -> None:
+        nonlocal last
+        on_event(seq, subject_, data)
+        last = seq
+
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=arrived)
     try:
         while True:
-            request = {"seq": last + 1, "next_by_subj": subject, "batch": batch}
-            await nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), reply=inbox)
-            while True:
-                async with asyncio.timeout(DIRECT_TIMEOUT_S):
-                    msg = await replies.get()
-                headers = msg.headers or {}
-                status = headers.get("Status")
-                if status is None:
-                    seq = int(headers["Nats-Sequence"])
-                    on_event(seq, headers.get("Nats-Subject", ""), msg.data)
-                    last = seq
-                    continue
-                if status == "404":
-                    return last
-                if status == "204":  # end of this batch
-                    break
-                raise DirectGetError(
-                    f"direct get on {stream} {subject}: {status} {headers.get('Description')}"
-                )
-            if int(headers.get("Nats-Num-Pending", "0") or 0) == 0:
+            await nc.publish(
+                f"$JS.API.DIRECT.GET.{stream}", direct_request(subject, last, batch), reply=inbox
+            )
+            if not await direct_batch(replies, handed, f"{stream} {subject}"):
                 return last
     finally:
         # on a closed connection this raises, and must not replace what is on its way out
         # (a cancellation above all)
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+
+
+def direct_request(subject: str, after_seq: int, batch: int) -> bytes:
+    """The body of a batched direct get of `subject`'s messages after `after_seq`."""
+    return orjson.dumps({"seq": after_seq + 1, "next_by_subj": subject, "batch": batch})
+
+
+async def direct_batch(
+    replies: asyncio.Queue[Any], on_event: Callable[[int, str, bytes], None], what: str
+) -> int:
+    """Read one batch of direct-get replies from `replies`, handing each message to
+    `on_event(seq, subject, data)`; return how many messages remain after it (0 when
+    there were none at all). Each reply is awaited at most `DIRECT_TIMEOUT_S`."""
+    while True:
+        async with asyncio.timeout(DIRECT_TIMEOUT_S):
+            msg = await replies.get()
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status is None:
+            on_event(int(headers["Nats-Sequence"]), headers.get("Nats-Subject", ""), msg.data)
+            continue
+        if status == "404":
+            return 0
+        if status == "204":  # end of this batch
+            return int(headers.get("Nats-Num-Pending", "0") or 0)
+        raise DirectGetError(f"direct get on {what}: {status} {headers.get('Description')}")
 
 
 async def subject_counts(nc: Any, stream: str, subjects_filter: str) -> dict[str, int]:

@@ -7,8 +7,8 @@ says how many more there are; 404 when there is none. The log stream allows dire
 clients resuming at once cost the server no consumer state (an ordered consumer per
 replay would linger until its inactivity threshold). `DirectGets` answers them all on one
 inbox subscription (a reply subject per request), so a replay costs one request and no
-subscribe/unsubscribe. `bus.scan.direct_read` is the same request read to the end on an
-inbox of its own, a callback per event (the event store's session reads).
+subscribe/unsubscribe. The request and the reading of a batch are `bus.scan`'s; its
+`direct_read` reads to the end on an inbox of its own (the event store's session reads).
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ import itertools
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
-import orjson
-
 from turnstream.bus import Bus
+from turnstream.bus.scan import direct_batch, direct_request
 
-TIMEOUT_S = 10.0
 MAX_BATCH = 1000
 
 
@@ -30,34 +28,6 @@ class LogRecord(NamedTuple):
     seq: int
     event_type: str
     data: bytes
-
-
-def _request(bus: Bus, session_id: str, after: int, limit: int) -> bytes:
-    return orjson.dumps(
-        {
-            "seq": after + 1,
-            "next_by_subj": bus.subjects.log_session(session_id),
-            "batch": max(1, min(limit, MAX_BATCH)),
-        }
-    )
-
-
-async def _collect(replies: asyncio.Queue[Any], session_id: str) -> tuple[list[LogRecord], int]:
-    out: list[LogRecord] = []
-    async with asyncio.timeout(TIMEOUT_S):
-        while True:
-            msg = await replies.get()
-            headers = msg.headers or {}
-            status = headers.get("Status")
-            if status == "404":
-                return out, 0
-            if status is not None:
-                if status != "204":
-                    raise RuntimeError(f"direct get of {session_id}: status {status}")
-                return out, int(headers.get("Nats-Num-Pending", 0))
-            subject = headers["Nats-Subject"]
-            seq = int(headers["Nats-Sequence"])
-            out.append(LogRecord(seq, subject[subject.rindex(".") + 1 :], msg.data))
 
 
 class DirectGets:
@@ -95,12 +65,21 @@ class DirectGets:
         replies: asyncio.Queue[Any] = asyncio.Queue()
         self._waiting[token] = replies
         try:
+            subjects = self.bus.subjects
             await self.bus.nc.publish(
-                f"$JS.API.DIRECT.GET.{self.bus.subjects.log_stream}",
-                _request(self.bus, session_id, after, limit),
+                f"$JS.API.DIRECT.GET.{subjects.log_stream}",
+                direct_request(
+                    subjects.log_session(session_id), after, max(1, min(limit, MAX_BATCH))
+                ),
                 reply=f"{self._prefix}.{token}",
             )
-            return await _collect(replies, session_id)
+            out: list[LogRecord] = []
+
+            def add(seq: int, subject: str, data: bytes) -> None:
+                out.append(LogRecord(seq, subject[subject.rindex(".") + 1 :], data))
+
+            pending = await direct_batch(replies, add, f"the log of {session_id}")
+            return out, pending
         finally:
             del self._waiting[token]
 
