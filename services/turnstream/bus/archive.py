@@ -88,7 +88,7 @@ async def _last_time(bus: Bus, session_id: str) -> datetime | None:
 async def _archive(bus: Bus, session_id: str, stored: list[StoredEvent]) -> None:
     earlier = await _read(bus, session_id)  # archived before, then talked to again
     everything = [*earlier, *stored]
-    store = await bus.js.object_store(bus.subjects.blobs_bucket)
+    store = await bus.blobs()
     await store.put(archive_name(session_id), _lines(everything))
     back = await _read(bus, session_id)
     if [(s.seq, s.event.id) for s in back] != [(s.seq, s.event.id) for s in everything]:
@@ -102,7 +102,7 @@ async def read_archived(bus: Bus, session_id: str) -> list[StoredEvent]:
 
 
 async def _read(bus: Bus, session_id: str) -> list[StoredEvent]:
-    store = await bus.js.object_store(bus.subjects.blobs_bucket)
+    store = await bus.blobs()
     try:
         result = await store.get(archive_name(session_id))
     except NotFoundError:

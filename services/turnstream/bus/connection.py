@@ -45,9 +45,16 @@ class Bus:
     js: Any
     subjects: Subjects
     store: JetStreamEventStore = field(init=False)
+    _blobs: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.store = JetStreamEventStore(self.nc, self.js, self.subjects)
+
+    async def blobs(self) -> Any:
+        """The object store of large results and archived sessions (looked up once)."""
+        if self._blobs is None:
+            self._blobs = await self.js.object_store(self.subjects.blobs_bucket)
+        return self._blobs
 
     async def close(self) -> None:
         """Drain and close; with the broker away (no drain possible), just close."""
