@@ -130,3 +130,43 @@ def test_a_failing_hook_is_logged_and_never_breaks_the_service(
             telemetry.shutdown()
     assert "telemetry hook turn_events failed" in caplog.text
     assert "no traceparent for TurnEnded" in caplog.text
+
+
+async def test_a_chat_span_names_the_model_asked_for_and_the_one_that_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An LLM interceptor's model (`request.model`) is the requested one; a call the
+    fallback model answered says so in `gen_ai.response.model`."""
+    from dataclasses import replace
+
+    from tests.unit.factories import failure, success
+    from turnstream.core.turn import Message, ProviderRequest
+    from turnstream.core.turn.provider import Fallback
+
+    class Answering:
+        name, model = "anthropic", "claude-big"
+
+        async def complete(self, request, on_delta, on_tool_call=None):  # type: ignore[no-untyped-def]
+            switch = Fallback("anthropic/claude-big", "openai/gpt-small", failure())
+            return replace(success("hi"), fallback=switch)
+
+        async def close(self) -> None:
+            pass
+
+    request = ProviderRequest("s1", TURN, 1, 0, None, (Message("user", "hi"),), model="claude-mid")
+    with otlp_receiver() as (endpoint, received):
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)  # the exporter reads it
+        assert telemetry.setup("test", {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+        try:
+            await telemetry.traced(Answering()).complete(request, _no_delta)
+        finally:
+            telemetry.shutdown()
+        spans = received.wait(lambda s: any(x.name.startswith("chat") for x in s))
+    (chat,) = [s for s in spans if s.name.startswith("chat")]
+    assert chat.name == "chat claude-mid"
+    assert chat.attributes["gen_ai.request.model"] == "claude-mid"
+    assert chat.attributes["gen_ai.response.model"] == "gpt-small"
+
+
+async def _no_delta(_: str) -> None:
+    pass

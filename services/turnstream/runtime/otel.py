@@ -336,7 +336,7 @@ class Telemetry:
         on_tool_call: ToolCallSink | None,
     ) -> ProviderOutcome:
         """`provider.complete(...)` in a `chat` span, recording the two client metrics."""
-        model = provider.model
+        model = request.model or provider.model  # an LLM interceptor may ask for another
         common: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider.name,
@@ -393,6 +393,8 @@ class Telemetry:
                 self.duration.record(
                     time.perf_counter() - began, {**common, "error.type": error_class}
                 )
+        if outcome.fallback is not None:  # the fallback model answered (ProviderFallback)
+            span.set_attribute("gen_ai.response.model", outcome.fallback.to_model.split("/", 1)[-1])
         span.end()
         return outcome
 
