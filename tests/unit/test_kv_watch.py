@@ -43,3 +43,24 @@ async def test_a_watch_that_cannot_start_is_retried_until_the_bucket_answers(mon
     seen: list[Any] = []
     await asyncio.wait_for(kv.watch(open_kv, stop, seen.append, "test"), 5)
     assert len(attempts) == 3 and seen == [entry] and watcher.stopped
+
+
+async def test_a_bucket_the_cluster_cannot_place_yet_is_asked_for_again(monkeypatch) -> None:
+    from nats.js.errors import BadRequestError, BucketNotFoundError
+
+    monkeypatch.setattr(kv, "RETRY_S", 0.01)
+    created: list[int] = []
+
+    class Js:
+        async def key_value(self, bucket: str) -> Any:
+            raise BucketNotFoundError
+
+        async def create_key_value(self, config: Any) -> Any:
+            created.append(1)
+            if len(created) < 3:  # a node of the cluster still joining
+                raise BadRequestError(code=400, err_code=10005, description="peer offline")
+            return "bucket"
+
+    config = SimpleNamespace(bucket="b")
+    assert await asyncio.wait_for(kv.open_or_create(Js(), config), 5) == "bucket"
+    assert len(created) == 3

@@ -15,18 +15,31 @@ log = logging.getLogger("turnstream.bus")
 RETRY_S = 0.5
 
 
+PLACEMENT_WITHIN_S = 30.0
+NO_PLACEMENT = 10005
+"""JetStream's `no suitable peers for placement`: a cluster with a peer not (yet) online."""
+
+
 async def open_or_create(js: Any, config: Any) -> Any:
     """The bucket `config` (a `KeyValueConfig`) names: opened as it is when it exists (an
     older one keeps its settings), else created; another process creating it meanwhile
-    is fine."""
-    try:
-        return await js.key_value(config.bucket)
-    except Exception:  # BucketNotFoundError, or no permission to look it up
-        pass
-    try:
-        return await js.create_key_value(config=config)
-    except BadRequestError:  # created meanwhile, with other settings
-        return await js.key_value(config.bucket)
+    is fine. A cluster that cannot place its replicas yet (a node still joining or
+    restarting) is asked again for up to `PLACEMENT_WITHIN_S`."""
+    deadline = asyncio.get_running_loop().time() + PLACEMENT_WITHIN_S
+    while True:
+        try:
+            return await js.key_value(config.bucket)
+        except Exception:  # BucketNotFoundError, or no permission to look it up
+            pass
+        try:
+            return await js.create_key_value(config=config)
+        except BadRequestError as exc:
+            if exc.err_code != NO_PLACEMENT:
+                return await js.key_value(config.bucket)  # created meanwhile, other settings
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("bucket %s cannot be placed yet (%s); asking again", config.bucket, exc)
+            await asyncio.sleep(RETRY_S)
 
 
 async def watch(

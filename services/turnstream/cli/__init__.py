@@ -235,7 +235,7 @@ def replay(
         replayed = await replay_session(bus, session, at_seq=at, at_time=cutoff)
         return replayed, (await live_state(bus, session) if verify else None)
 
-    (state, events, _), live = run_on_bus(settings_of(nats_url, data_dir), work)
+    (state, events, _, _), live = run_on_bus(settings_of(nats_url, data_dir), work)
     if verify:
         assert live is not None
         if b'"error"' in live[:20]:
