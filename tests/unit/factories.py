@@ -16,16 +16,10 @@ from turnstream.core.events import (
     Usage,
 )
 from turnstream.core.inputs import Tick
-from turnstream.core.session import fold
+from turnstream.core.session import SessionState, fold
 from turnstream.core.session.decider import Input, ProviderDone
 from turnstream.core.session.decider import decide as session_decide
-from turnstream.core.turn import (
-    Context,
-    ProviderFailure,
-    ProviderSuccess,
-    SessionState,
-    TurnConfig,
-)
+from turnstream.core.turn import Context, ProviderFailure, ProviderSuccess, TurnConfig
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

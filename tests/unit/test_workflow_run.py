@@ -6,6 +6,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import orjson
+
 from tests.unit.factories import T0, Ids, accepted, ctx, fact, interrupt, succeed, success
 from turnstream.core.events import (
     Event,
@@ -28,15 +30,15 @@ from turnstream.core.events import (
     WorkflowExit,
 )
 from turnstream.core.inputs import Tick
-from turnstream.core.session import evolve, fold, state_from_json, state_to_json
+from turnstream.core.session import SessionState, evolve, fold, state_from_json, state_to_json
 from turnstream.core.session.decider import Input, ProviderDone, Providers, effects_of
 from turnstream.core.session.decider import decide as session_decide
 from turnstream.core.session.run import lane_step, next_wakeup, on_assert, turn_views
 from turnstream.core.turn import (
+    ChatState,
     Context,
     Decision,
     ProviderSuccess,
-    SessionState,
     ToolCall,
     ToolInfo,
     TurnConfig,
@@ -409,6 +411,22 @@ def test_the_state_round_trips_through_json_mid_run_and_replays_the_same() -> No
     for event in sim.log:
         replayed = evolve(replayed, event)
     assert replayed == sim.state
+
+
+def test_a_snapshot_whose_lanes_were_session_states_still_loads() -> None:
+    """Snapshots written before the lanes were `ChatState`s carry `"workflow": null` in
+    each lane: loading one ignores it."""
+    sim = Sim(workflow(Step(("a", "b"), join="c"), stages=[stage("a"), stage("b"), stage("c")]))
+    sim.answer("a", complete("submit_a", summary="A"))
+    dumped = orjson.loads(state_to_json(sim.state))
+    lanes = [ex["lane"] for ex in dumped["workflow"]["executions"]]
+    assert len(lanes) == 2 and all("workflow" not in lane for lane in lanes)
+    for lane in lanes:
+        lane["workflow"] = None
+    loaded = state_from_json(orjson.dumps(dumped))
+    assert loaded == sim.state
+    assert loaded.workflow is not None
+    assert all(type(ex.lane) is ChatState for ex in loaded.workflow.executions)
 
 
 def test_a_second_attach_waits_for_the_running_one_then_starts() -> None:

@@ -26,6 +26,7 @@ import orjson
 from turnstream.bus import AppendConflict
 from turnstream.bus.leases import Ownership
 from turnstream.core.inputs import Fact, Tick, WakeAt
+from turnstream.core.session import SessionState, session_of
 from turnstream.core.session.decider import (
     AssertSaid,
     Deliver,
@@ -49,7 +50,6 @@ from turnstream.core.turn import (
     Decision,
     ProviderFailure,
     ProviderRequest,
-    SessionState,
     ToolCall,
     TurnConfig,
 )
@@ -187,7 +187,7 @@ class SessionActor:
                 decide(self.state, item, self.config, self.context())
             )
             if not decision:
-                self.state = decision.state
+                self.state = session_of(decision.state)
                 return decision
             try:
                 last = await store.append_decision(
@@ -199,7 +199,7 @@ class SessionActor:
                 await self.reload()
                 item = _refold(item)
                 continue
-            self.state, self.last_seq = decision.state, last
+            self.state, self.last_seq = session_of(decision.state), last
             self.ctx.observe(decision)
             if not leases.holds(self.session_id):
                 # paused past the TTL while appending: the next holder goes on from the log
@@ -218,7 +218,7 @@ class SessionActor:
             if isinstance(effect, GatherContext):
                 found = await context.gather(effect.request)
                 answer = ContextGathered(effect.turn_id, found)
-                more = decide(decision.state, answer, self.config, self.context())
+                more = decide(session_of(decision.state), answer, self.config, self.context())
                 combined = more.after(list(decision))
                 combined.effects = more.effects
                 return combined
