@@ -35,10 +35,10 @@ from turnstream.bus.streams import StreamLimits  # noqa: E402
 from turnstream.client import message_command, send_and_wait  # noqa: E402
 from turnstream.context import ContextRegistry, ContextSpec  # noqa: E402
 from turnstream.core.inputs import Tick  # noqa: E402
-from turnstream.core.session import fold  # noqa: E402
+from turnstream.core.session import SessionState, fold  # noqa: E402
 from turnstream.core.session.decider import decide  # noqa: E402
 from turnstream.core.subjects import Subjects  # noqa: E402
-from turnstream.core.turn import Context, SessionState, TurnConfig  # noqa: E402
+from turnstream.core.turn import Context, TurnConfig  # noqa: E402
 from turnstream.core.turn.context import ContextGathered, ContextRequest, GatherContext  # noqa: E402
 from turnstream.gateway import app as gateway  # noqa: E402
 from turnstream.settings import Settings  # noqa: E402

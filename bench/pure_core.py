@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from tests.unit.factories import Ids, accepted, ctx, success
 from turnstream.core.immutable import with_changes
 from turnstream.core.inputs import Tick
-from turnstream.core.session import decide, fold
+from turnstream.core.session import SessionState, decide, fold
 from turnstream.core.session.decider import ProviderDone
 from turnstream.core.session.decider import decide as decide_input
-from turnstream.core.turn import SessionState, TurnConfig, on_provider_result
+from turnstream.core.turn import TurnConfig, on_provider_result
 from turnstream.core.turn.state import ActiveTurn
 
 N = 20_000

@@ -26,9 +26,8 @@ from turnstream.core.events import (
     TurnStatus,
     decode,
 )
-from turnstream.core.session import fold
+from turnstream.core.session import SessionState, fold
 from turnstream.core.subjects import REJECTED_SESSION, is_session_id
-from turnstream.core.turn import SessionState
 
 EventSink = Callable[[Event], Awaitable[None] | None]
 DeltaSink = Callable[[str], Awaitable[None] | None]

@@ -20,8 +20,8 @@ from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, send_and_wait
 from turnstream.context import ContextRegistry, ContextSpec
 from turnstream.core.events import ContextProvided, ContextSkipped
-from turnstream.core.session import fold
-from turnstream.core.turn import SessionState, compose_request
+from turnstream.core.session import SessionState, fold
+from turnstream.core.turn import compose_request
 from turnstream.core.turn.context import ContextRequest
 from turnstream.settings import ContextProviderSetting, ContextSettings
 

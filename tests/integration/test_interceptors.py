@@ -17,8 +17,8 @@ from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.events import HookDecided, ProviderRequestStarted, RequestChange
-from turnstream.core.session import fold
-from turnstream.core.turn import SessionState, compose_request
+from turnstream.core.session import SessionState, fold
+from turnstream.core.turn import compose_request
 from turnstream.hooks import HookCall, HookRegistry, HookReply, HookSpec
 from turnstream.tools import ToolRegistry
 

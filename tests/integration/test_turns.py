@@ -20,9 +20,8 @@ from turnstream.core.events import (
     SessionTurnStart,
     TurnEnded,
 )
-from turnstream.core.session import fold, state_from_json
+from turnstream.core.session import SessionState, fold, state_from_json
 from turnstream.core.subjects import REJECTED_SESSION, session_key
-from turnstream.core.turn import SessionState
 
 SCRIPT = """
 replies:

@@ -36,8 +36,7 @@ from turnstream.core.events import (
     TurnEnded,
     WorkflowExit,
 )
-from turnstream.core.session import fold
-from turnstream.core.turn import SessionState
+from turnstream.core.session import SessionState, fold
 from turnstream.core.workflow.view import stage_rows
 from turnstream.hooks import HookCall, HookRegistry, HookReply, HookSpec
 

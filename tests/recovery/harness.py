@@ -24,9 +24,8 @@ from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
 from turnstream.client import live_state
 from turnstream.core.events import Event
-from turnstream.core.session import fold, state_from_json
+from turnstream.core.session import SessionState, fold, state_from_json
 from turnstream.core.subjects import Subjects
-from turnstream.core.turn import SessionState
 
 ROOT = Path(__file__).parents[2]
 SERVICES = ("gateway", "turn_runner", "approval", "tool_executor")

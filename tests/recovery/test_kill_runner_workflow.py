@@ -11,8 +11,7 @@ import pytest
 from tests.recovery.harness import Witness, check_invariants, deployment, wait_for
 from turnstream.client import attach_command, live_state, publish_command
 from turnstream.core.events import WorkflowExit
-from turnstream.core.session import fold, state_from_json
-from turnstream.core.turn import SessionState
+from turnstream.core.session import SessionState, fold, state_from_json
 from turnstream.core.workflow.view import stage_rows
 
 pytestmark = pytest.mark.e2e

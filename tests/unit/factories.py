@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,16 +18,11 @@ from turnstream.core.events import (
     Usage,
 )
 from turnstream.core.inputs import Tick
-from turnstream.core.session import fold
-from turnstream.core.session.decider import Input, ProviderDone
+from turnstream.core.session import SessionState, fold
+from turnstream.core.session.decider import Effect, Input, ProviderDone, Providers
 from turnstream.core.session.decider import decide as session_decide
-from turnstream.core.turn import (
-    Context,
-    ProviderFailure,
-    ProviderSuccess,
-    SessionState,
-    TurnConfig,
-)
+from turnstream.core.turn import Context, Decision, ProviderFailure, ProviderSuccess, TurnConfig
+from turnstream.runtime.interpreter import run_until_quiet
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -128,25 +125,66 @@ def failure() -> ProviderFailure:
     )
 
 
+Reply = ProviderSuccess | ProviderFailure
+
+
+class InMemory:
+    """A session driven as the runner's actor drives it (the same loop,
+    `turnstream.runtime.interpreter.run_until_quiet`): each decision of the session decider
+    is committed to an in-memory log, and the model calls it asks for are answered with
+    scripted `replies`, in order."""
+
+    def __init__(
+        self,
+        state: SessionState,
+        config: TurnConfig | None = None,
+        ids: Ids | None = None,
+        replies: Iterable[Reply] = (),
+    ) -> None:
+        self.state = state
+        self.config = config or TurnConfig()
+        self.ids = ids or Ids()
+        self.replies = list(replies)
+        self.log: list[Event] = []
+        self.decisions: list[list[Event]] = []
+        """Each batch of events the runner would commit together, in order."""
+
+    def run(self, item: Input, max_rounds: int = 1) -> None:
+        """`item` decided and committed, then each answer to what it asks, up to
+        `max_rounds` decisions in all."""
+        asyncio.run(run_until_quiet(self, item, max_rounds))
+
+    def apply(self, events: list[Event]) -> None:
+        """Append `events` to the log and fold them in."""
+        folded = fold(self.state, events)
+        if isinstance(events, Decision):  # the state the shell takes instead of folding again
+            assert events.state == folded
+        self.state = folded
+        self.log += events
+        if events:
+            self.decisions.append(list(events))
+
+    async def commit(self, item: Input) -> Decision:
+        decision = session_decide(self.state, item, self.config, ctx(self.ids))
+        self.apply(decision)
+        return decision
+
+    async def perform(self, effects: list[Effect]) -> Input | None:
+        """The next scripted reply to the model call the state asks for, if any."""
+        calls = next((e.calls for e in effects if isinstance(e, Providers)), ())
+        if not calls or not self.replies:
+            return None
+        return ProviderDone(calls[0].turn_id, self.replies.pop(0))
+
+
 def run_turn(
     state: SessionState,
-    replies: list[ProviderSuccess | ProviderFailure],
+    replies: list[Reply],
     config: TurnConfig | None = None,
     ids: Ids | None = None,
 ) -> tuple[SessionState, list[Event]]:
     """Drive the session decider as the shell would, answering its model calls with
     `replies`."""
-    config = config or TurnConfig()
-    c = ctx(ids or Ids())
-    log: list[Event] = []
-    item: Input = Tick()
-    for reply in [None, *replies]:
-        if reply is not None:
-            if state.active is None or not state.active.awaiting_provider:
-                break
-            item = ProviderDone(state.active.turn_id, reply)
-        events = session_decide(state, item, config, c)
-        state = fold(state, events)
-        assert events.state == state  # the state the shell takes instead of folding again
-        log += events
-    return state, log
+    session = InMemory(state, config, ids, replies)
+    session.run(Tick(), max_rounds=len(replies) + 1)
+    return session.state, session.log

@@ -9,9 +9,9 @@ from tests.unit.factories import Ids, accepted, ctx, success
 from turnstream.core.events import ContextCompacted, ContextCompactedData, ContextProvided, Event
 from turnstream.core.immutable import with_changes
 from turnstream.core.inputs import Tick
-from turnstream.core.session import fold
+from turnstream.core.session import SessionState, fold
 from turnstream.core.session.decider import ProviderDone, decide
-from turnstream.core.turn import SessionState, TurnConfig, compose_request
+from turnstream.core.turn import TurnConfig, compose_request
 from turnstream.core.turn.context import (
     ContextGathered,
     Contributed,

@@ -17,14 +17,8 @@ from turnstream.core.events import (
     decode,
     encode,
 )
-from turnstream.core.session import fold
-from turnstream.core.turn import (
-    ProviderFailure,
-    ProviderSuccess,
-    SessionState,
-    TurnConfig,
-    compose_request,
-)
+from turnstream.core.session import SessionState, fold
+from turnstream.core.turn import ProviderFailure, ProviderSuccess, TurnConfig, compose_request
 from turnstream.core.turn.fallback import falls_back
 from turnstream.core.turn.provider import Fallback, Retry
 from turnstream.settings import Settings

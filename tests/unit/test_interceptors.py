@@ -27,7 +27,7 @@ from turnstream.core.events import (
     TurnEnded,
 )
 from turnstream.core.inputs import Fact
-from turnstream.core.session import fold
+from turnstream.core.session import SessionState, fold
 from turnstream.core.session.decider import (
     Input,
     ProviderDone,
@@ -42,7 +42,6 @@ from turnstream.core.turn import (
     HookVerdict,
     ProviderFailure,
     ProviderSuccess,
-    SessionState,
     StageHookVerdict,
     ToolCall,
     ToolInfo,

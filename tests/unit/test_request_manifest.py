@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from tests.unit.factories import accepted, run_turn, success
 from turnstream.core.events import ProviderRequestStarted
-from turnstream.core.session import fold
-from turnstream.core.turn import SessionState, ToolInfo, TurnConfig
+from turnstream.core.session import SessionState, fold
+from turnstream.core.turn import ToolInfo, TurnConfig
 from turnstream.core.turn.agent import RUNTIME_TOOLS
 from turnstream.core.turn.manifest import tools_digest
 from turnstream.runtime.plugins import tool_infos

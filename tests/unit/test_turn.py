@@ -22,9 +22,8 @@ from turnstream.core.events import (
     SteeringInjected,
     TurnEnded,
 )
-from turnstream.core.session import decide, evolve, fold
+from turnstream.core.session import SessionState, decide, evolve, fold
 from turnstream.core.turn import (
-    SessionState,
     TurnConfig,
     compose_request,
     needs_provider_call,

@@ -19,10 +19,9 @@ from turnstream.core.events import (
     ToolInvocationRequested,
     TurnEnded,
 )
-from turnstream.core.session import decide, fold
+from turnstream.core.session import SessionState, decide, fold
 from turnstream.core.turn import (
     HookVerdict,
-    SessionState,
     ToolCall,
     ToolInfo,
     TurnConfig,

@@ -6,7 +6,19 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from tests.unit.factories import T0, Ids, accepted, ctx, fact, interrupt, succeed, success
+import orjson
+
+from tests.unit.factories import (
+    T0,
+    Ids,
+    InMemory,
+    accepted,
+    ctx,
+    fact,
+    interrupt,
+    succeed,
+    success,
+)
 from turnstream.core.events import (
     Event,
     FollowUpQueued,
@@ -28,15 +40,13 @@ from turnstream.core.events import (
     WorkflowExit,
 )
 from turnstream.core.inputs import Tick
-from turnstream.core.session import evolve, fold, state_from_json, state_to_json
-from turnstream.core.session.decider import Input, ProviderDone, Providers, effects_of
-from turnstream.core.session.decider import decide as session_decide
+from turnstream.core.session import SessionState, evolve, state_from_json, state_to_json
+from turnstream.core.session.decider import Effect, Input, ProviderDone, Providers, effects_of
 from turnstream.core.session.run import lane_step, next_wakeup, on_assert, turn_views
 from turnstream.core.turn import (
+    ChatState,
     Context,
-    Decision,
     ProviderSuccess,
-    SessionState,
     ToolCall,
     ToolInfo,
     TurnConfig,
@@ -76,16 +86,11 @@ def workflow(*steps: Step, stages: list[StageDef], on_fail: dict[str, str] | Non
     return WorkflowDef("wf", steps, {s.id: s for s in stages}, on_fail or {})
 
 
-class Sim:
+class Sim(InMemory):
     """Drives the session as the turn-runner would, answering models by stage."""
 
     def __init__(self, definition: WorkflowDef, wf_ctx: dict[str, Any] | None = None) -> None:
-        self.ids = Ids()
-        self.config = TurnConfig(tools=TOOLS)
-        self.state = SessionState("s1")
-        self.log: list[Event] = []
-        self.decisions: list[list[Event]] = []
-        """Each batch of events the runner would commit together, in order."""
+        super().__init__(SessionState("s1"), TurnConfig(tools=TOOLS))
         self.apply(
             [
                 WorkflowAttached(
@@ -114,18 +119,13 @@ class Sim:
     def c(self) -> Context:
         return ctx(self.ids)
 
-    def apply(self, events: list[Event]) -> None:
-        folded = fold(self.state, events)
-        if isinstance(events, Decision):  # what the shell takes instead of folding again
-            assert events.state == folded
-        self.state = folded
-        self.log += events
-        if events:
-            self.decisions.append(list(events))
-
     def decide(self, input: Input | None = None) -> None:
         """What the runner does with one input: the session decider's decision."""
-        self.apply(session_decide(self.state, input or Tick(), self.config, self.c))
+        self.run(input or Tick())
+
+    async def perform(self, effects: list[Effect]) -> Input | None:
+        """Nothing: the tests answer each stage's model themselves (`answer`)."""
+        return None
 
     def waiting(self) -> dict[str, str]:
         """Stage turns waiting for the model (the calls the decider asks the shell for):
@@ -409,6 +409,22 @@ def test_the_state_round_trips_through_json_mid_run_and_replays_the_same() -> No
     for event in sim.log:
         replayed = evolve(replayed, event)
     assert replayed == sim.state
+
+
+def test_a_snapshot_whose_lanes_were_session_states_still_loads() -> None:
+    """Snapshots written before the lanes were `ChatState`s carry `"workflow": null` in
+    each lane: loading one ignores it."""
+    sim = Sim(workflow(Step(("a", "b"), join="c"), stages=[stage("a"), stage("b"), stage("c")]))
+    sim.answer("a", complete("submit_a", summary="A"))
+    dumped = orjson.loads(state_to_json(sim.state))
+    lanes = [ex["lane"] for ex in dumped["workflow"]["executions"]]
+    assert len(lanes) == 2 and all("workflow" not in lane for lane in lanes)
+    for lane in lanes:
+        lane["workflow"] = None
+    loaded = state_from_json(orjson.dumps(dumped))
+    assert loaded == sim.state
+    assert loaded.workflow is not None
+    assert all(type(ex.lane) is ChatState for ex in loaded.workflow.executions)
 
 
 def test_a_second_attach_waits_for_the_running_one_then_starts() -> None:

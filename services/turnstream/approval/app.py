@@ -12,10 +12,11 @@ import orjson
 
 from turnstream.bus import Bus
 from turnstream.core import approval
-from turnstream.core.approval import ApprovalConfig, ApprovalState
+from turnstream.core.approval import ApprovalConfig, ApprovalDecision, ApprovalState
 from turnstream.core.events import TurnEnded
 from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
+from turnstream.runtime.interpreter import run_until_quiet
 from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
 from turnstream.settings import Settings
 
@@ -55,6 +56,16 @@ class ApprovalActor:
             stored = await self.service.bus.store.read_session(self.session_id)
             self.state = approval.fold(ApprovalState(self.session_id), [s.event for s in stored])
             self.loaded = True
+        # one round: an approval decision's one effect (its deadline's timer) has no
+        # answer. The timer is set before the ack now: the message is still acked only once
+        # the decision is in the log, and a wake-up it brings waits in the inbox until this
+        # item is done
+        await run_until_quiet(self, item, max_rounds=1)
+        if isinstance(item, Delivered):
+            await item.msg.ack()
+
+    async def commit(self, item: Item) -> ApprovalDecision:
+        """Decide `item` (a fact, or a wake-up) and append what it decides."""
         svc = self.service
         fact = Fact(item.event) if isinstance(item, Delivered) else Tick()
         decision = approval.decide_input(self.state, fact, svc.config, svc.clock(), svc.source)
@@ -62,11 +73,9 @@ class ApprovalActor:
             await svc.bus.store.append_facts(decision.events)
             telemetry.approval_waits(self.state, item, decision.events)
         self.state = decision.state
-        if isinstance(item, Delivered):
-            await item.msg.ack()
-        self.perform(decision.effects)
+        return decision
 
-    def perform(self, effects: list[WakeAt]) -> None:
+    async def perform(self, effects: list[WakeAt]) -> None:
         """Time the open prompt's deadline (the only effect an approval decision has)."""
         if self.timer is not None:
             self.timer.cancel()

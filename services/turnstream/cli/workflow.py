@@ -37,8 +37,7 @@ from turnstream.core.events import (
     WorkflowExit,
     decode,
 )
-from turnstream.core.session import fold
-from turnstream.core.turn import SessionState
+from turnstream.core.session import SessionState, fold
 from turnstream.core.workflow.state import WorkflowRun
 from turnstream.core.workflow.view import stage_rows
 

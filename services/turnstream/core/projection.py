@@ -1,6 +1,6 @@
 """A session's turns as people read them: a fold over all its events (replay, audits).
 
-Unlike `turn.SessionState` (what the decider needs), this view keeps every turn with its
+Unlike `session.SessionState` (what the decider needs), this view keeps every turn with its
 stage timeline, outcome and usage, including turns the gateway rejected.
 """
 

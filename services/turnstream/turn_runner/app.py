@@ -26,8 +26,8 @@ from turnstream.core.events import (
 )
 from turnstream.core.ids import IdFactory
 from turnstream.core.inputs import Tick
-from turnstream.core.session import state_to_json
-from turnstream.core.turn import SessionState, ToolInfo, TurnConfig
+from turnstream.core.session import SessionState, state_to_json
+from turnstream.core.turn import ToolInfo, TurnConfig
 from turnstream.hooks import HookCall, HookRegistry
 from turnstream.providers import Provider, build_provider
 from turnstream.runtime import (

@@ -4,9 +4,10 @@ Each mailbox item is an input for `turnstream.core.session.decider.decide`. The 
 appends the decision's events (as one batch, conditional on `last_seq`; on a conflict it
 reloads the session and decides the same input again), performs the effects the new
 state asks for (model calls, hooks, timers), and feeds a hook's answer back as the next
-input, until the session is quiet. A model call runs on a side task; its outcome (and
-each tool call it streams) comes back through the inbox, so an input that arrives
-meanwhile is handled (queued or steered) while the model streams.
+input, until the session is quiet (`turnstream.runtime.interpreter.run_until_quiet`). A
+model call runs on a side task; its outcome (and each tool call it streams) comes back
+through the inbox, so an input that arrives meanwhile is handled (queued or steered)
+while the model streams.
 
 Bookkeeping: `last_seq` is the session's last log sequence we know (the condition of our
 next append); `input_mark` is the highest sequence of a delivered fact folded, so a
@@ -26,6 +27,7 @@ import orjson
 from turnstream.bus import AppendConflict
 from turnstream.bus.leases import Ownership
 from turnstream.core.inputs import Fact, Tick, WakeAt
+from turnstream.core.session import SessionState, session_of
 from turnstream.core.session.decider import (
     AssertSaid,
     Deliver,
@@ -49,7 +51,6 @@ from turnstream.core.turn import (
     Decision,
     ProviderFailure,
     ProviderRequest,
-    SessionState,
     ToolCall,
     TurnConfig,
 )
@@ -57,6 +58,7 @@ from turnstream.core.turn.context import ContextGathered, GatherContext
 from turnstream.core.turn.outbound import Outbound
 from turnstream.core.turn.subturns import waiting_on
 from turnstream.core.workflow.definition import GATE
+from turnstream.runtime.interpreter import run_until_quiet
 from turnstream.runtime.mailbox import Delivered
 from turnstream.turn_runner import snapshots
 from turnstream.turn_runner.context import ActorContext, Item
@@ -160,13 +162,9 @@ class SessionActor:
             await self.reload()
         return Tick()
 
-    async def run(self, item: Input | None) -> None:
+    async def run(self, item: Input) -> None:
         """Decide `item`, append, perform; a hook's answer is decided next, and so on."""
-        for _ in range(MAX_HOOK_ROUNDS):
-            if item is None:
-                return
-            decision = await self.commit(item)
-            item = await self.perform(decision.effects)
+        await run_until_quiet(self, item, MAX_HOOK_ROUNDS)
 
     async def commit(self, item: Input) -> Decision:
         """Append what `item` decides, conditional on `last_seq`; on conflict reload, redo.
@@ -187,7 +185,7 @@ class SessionActor:
                 decide(self.state, item, self.config, self.context())
             )
             if not decision:
-                self.state = decision.state
+                self.state = session_of(decision.state)
                 return decision
             try:
                 last = await store.append_decision(
@@ -199,7 +197,7 @@ class SessionActor:
                 await self.reload()
                 item = _refold(item)
                 continue
-            self.state, self.last_seq = decision.state, last
+            self.state, self.last_seq = session_of(decision.state), last
             self.ctx.observe(decision)
             if not leases.holds(self.session_id):
                 # paused past the TTL while appending: the next holder goes on from the log
@@ -218,7 +216,7 @@ class SessionActor:
             if isinstance(effect, GatherContext):
                 found = await context.gather(effect.request)
                 answer = ContextGathered(effect.turn_id, found)
-                more = decide(decision.state, answer, self.config, self.context())
+                more = decide(session_of(decision.state), answer, self.config, self.context())
                 combined = more.after(list(decision))
                 combined.effects = more.effects
                 return combined

@@ -13,9 +13,8 @@ from typing import Any
 
 import orjson
 
-from turnstream.core.session import evolve, state_from_json, state_to_json
+from turnstream.core.session import SessionState, evolve, state_from_json, state_to_json
 from turnstream.core.subjects import session_key
-from turnstream.core.turn import SessionState
 
 log = logging.getLogger("turnstream.turn_runner")
 EVERY = 200

@@ -1,7 +1,8 @@
 """A session: a fold over its log, and the one decider of what comes next (DESIGN §1.3).
 
 Dependencies go one way: session → workflow → turn. A session without a workflow is its
-turns (`turnstream.core.turn`); with one, each stage runs as a turn of its own in a lane
+chat's turns (`turnstream.core.turn`, whose `ChatState` the session's `SessionState`
+extends with the attached run); with one, each stage runs as a turn of its own in a lane
 of the run (`turnstream.core.workflow` holds the definitions and the run's state), and
 `run.py` here decides the stage lifecycle around them.
 """
@@ -12,7 +13,7 @@ from pydantic import TypeAdapter
 
 from turnstream.core.session.fold import evolve, fold
 from turnstream.core.session.run import decide
-from turnstream.core.turn.state import SessionState
+from turnstream.core.session.state import SessionState, session_of
 
 _STATE_ADAPTER: TypeAdapter[SessionState] = TypeAdapter(SessionState)
 
@@ -26,4 +27,12 @@ def state_from_json(data: bytes) -> SessionState:
     return _STATE_ADAPTER.validate_json(data)
 
 
-__all__ = ["decide", "evolve", "fold", "state_from_json", "state_to_json"]
+__all__ = [
+    "SessionState",
+    "decide",
+    "evolve",
+    "fold",
+    "session_of",
+    "state_from_json",
+    "state_to_json",
+]

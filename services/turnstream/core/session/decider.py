@@ -51,7 +51,9 @@ from turnstream.core.session.run import (
     turn_views,
 )
 from turnstream.core.session.run import decide as decide_session
+from turnstream.core.session.state import SessionState, session_of
 from turnstream.core.turn import (
+    ChatState,
     Context,
     Decision,
     HookPoint,
@@ -59,7 +61,6 @@ from turnstream.core.turn import (
     HookVerdict,
     ProviderOutcome,
     ProviderRequest,
-    SessionState,
     StageHookVerdict,
     ToolCall,
     ToolCallState,
@@ -220,8 +221,8 @@ def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) 
             decision = decide_session(fold(state, sent), config, ctx).after(sent)
         case _:
             step = _step(state, input, config, ctx)
-            decision = decide_session(step.state, config, ctx).after(step)
-    decision.effects = effects_of(decision.state, config, ctx.now)
+            decision = decide_session(session_of(step.state), config, ctx).after(step)
+    decision.effects = effects_of(session_of(decision.state), config, ctx.now)
     return decision
 
 
@@ -277,7 +278,7 @@ def effects_of(state: SessionState, config: TurnConfig, now: datetime) -> list[E
 
 def _awaiting_hook(
     state: SessionState,
-    views: list[tuple[SessionState, TurnConfig]],
+    views: list[tuple[ChatState, TurnConfig]],
     config: TurnConfig,
     now: datetime,
 ) -> HookEffect | None:

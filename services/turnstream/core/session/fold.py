@@ -23,8 +23,9 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
+from turnstream.core.session.state import SessionState, session_of
 from turnstream.core.turn.evolve import evolve as evolve_turn
-from turnstream.core.turn.state import SessionState
+from turnstream.core.turn.state import ChatState
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 
@@ -37,7 +38,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             return with_changes(state, workflow=with_changes(run, queued=(*run.queued, event)))
         return with_changes(state, workflow=_attached(event))
     if run is None:
-        return evolve_turn(state, event)
+        return session_of(evolve_turn(state, event))
     changed = _evolve_run(run, event)
     if changed is not None:
         return with_changes(state, workflow=changed)
@@ -50,7 +51,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 if ex.running and ex.lane.active is not None:
                     run = _replace(run, with_changes(ex, lane=evolve_turn(ex.lane, event)))
             state = with_changes(state, workflow=run)
-        return evolve_turn(state, event)
+        return session_of(evolve_turn(state, event))
     lane = evolve_turn(ex.lane, event)
     failure = ex.failure
     if isinstance(event, TurnEnded) and ex.running and event.data.status != "completed":
@@ -83,7 +84,7 @@ def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
                 stage_id=data.stage,
                 execution_id=data.stage_execution_id,
                 step=data.step,
-                lane=SessionState(event.session_id),
+                lane=ChatState(event.session_id),
                 system=data.system,
                 entered_at=event.time,
                 role="recover" if data.recovers else _role(run, data.stage, data.step),
@@ -95,7 +96,7 @@ def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
                 stage_id=data.stage,
                 execution_id=data.stage_execution_id,
                 step=data.step,
-                lane=SessionState(event.session_id),
+                lane=ChatState(event.session_id),
                 system="",
                 entered_at=event.time,
                 role="recover" if data.recovers else _role(run, data.stage, data.step),

@@ -35,9 +35,10 @@ from turnstream.core.events import (
 from turnstream.core.fold import until_quiet
 from turnstream.core.immutable import with_changes
 from turnstream.core.session.fold import fold
+from turnstream.core.session.state import SessionState, session_of
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import decide as decide_turn
-from turnstream.core.turn.state import Context, Decision, SessionState, StageSpec, TurnConfig
+from turnstream.core.turn.state import ChatState, Context, Decision, StageSpec, TurnConfig
 from turnstream.core.workflow.build import (
     assert_events,
     cancel,
@@ -64,10 +65,18 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
         return decide_turn(state, config, ctx)
     out: list[Event] = []
     if state.active is not None:
-        out = decide_turn(state, config, ctx)  # a chat turn finishes before the run starts
-        state = out.state
+        # a chat turn finishes before the run starts
+        out = decide_turn(state, chat_config(state, config), ctx)
+        state = session_of(out.state)
     step = partial(_next_step, config=config, ctx=ctx)
     return Decision(*until_quiet(state, step, fold, out))
+
+
+def chat_config(state: SessionState, config: TurnConfig) -> TurnConfig:
+    """The configuration of the session's own chat turn: while a run is open, a new input
+    waits for it (`TurnConfig.hold_inputs`)."""
+    run = state.workflow
+    return with_changes(config, hold_inputs=True) if run is not None and run.open else config
 
 
 def lane_config(config: TurnConfig, run: WorkflowRun, ex: StageRun) -> TurnConfig:
@@ -85,9 +94,9 @@ def lane_config(config: TurnConfig, run: WorkflowRun, ex: StageRun) -> TurnConfi
     return with_changes(config, stage=spec, system_prompt=ex.system, stage_hooks=frozenset())
 
 
-def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[SessionState, TurnConfig]]:
+def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[ChatState, TurnConfig]]:
     """Each live turn of the session with its configuration: the chat turn, stage turns."""
-    views = [(state, config)] if state.active is not None else []
+    views: list[tuple[ChatState, TurnConfig]] = [] if state.active is None else [(state, config)]
     run = state.workflow
     if run is not None:
         for ex in run.executions:
@@ -101,7 +110,7 @@ def lane_step(
     turn_id: str,
     config: TurnConfig,
     ctx: Context,
-    step: Callable[[SessionState, TurnConfig], Decision],
+    step: Callable[[ChatState, TurnConfig], Decision],
 ) -> Decision:
     """Apply a turn-level step (a provider result, hook verdicts) to the turn `turn_id`,
     the chat turn or a stage's, then decide what follows for the whole session."""
@@ -110,10 +119,11 @@ def lane_step(
     if ex is None or run is None:
         if state.active is None or state.active.turn_id != turn_id:
             return Decision([], state)
-        events = step(state, config)  # the chat turn's fold is the session's
+        # the chat turn's fold is the session's
+        events = step(state, chat_config(state, config))
         if run is None or not run.open:
             return events  # the turn's decider has decided everything that follows
-        return decide(events.state, config, ctx).after(events)
+        return decide(session_of(events.state), config, ctx).after(events)
     if ex.status != "act":
         return Decision([], state)
     events = step(ex.lane, lane_config(config, run, ex))
@@ -380,6 +390,7 @@ __all__ = [
     "ASSERT",
     "GATE",
     "awaiting_workflow_hooks",
+    "chat_config",
     "decide",
     "lane_config",
     "lane_step",

@@ -1,7 +1,9 @@
 """The turn state machine: a turn's stages as a fold (`evolve`) and steps (`decide`).
 
-The session-level fold and decider, which run a workflow's stage turns as lanes of these
-turns, are `turnstream.core.session`'s: import `evolve`, `fold` and `decide` from there.
+The state here is a chat's (`ChatState`): the session's own, or a workflow stage's lane.
+The session-level state, fold and decider, which run a workflow's stage turns as lanes of
+these turns, are `turnstream.core.session`'s: import `SessionState`, `evolve`, `fold` and
+`decide` from there.
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ from turnstream.core.turn.provider import (
 )
 from turnstream.core.turn.state import (
     ActiveTurn,
+    ChatState,
     Context,
     Decision,
     HookPoint,
     HookVerdict,
     Message,
     PendingInput,
-    SessionState,
     StageHookVerdict,
     ToolCall,
     ToolCallState,
@@ -45,6 +47,7 @@ from turnstream.core.turn.tool_call import awaiting_hooks, dispatchable
 
 __all__ = [
     "ActiveTurn",
+    "ChatState",
     "Context",
     "Decision",
     "HookPoint",
@@ -57,7 +60,6 @@ __all__ = [
     "ProviderRequest",
     "ProviderSuccess",
     "Retry",
-    "SessionState",
     "StageHookVerdict",
     "ToolCall",
     "ToolCallState",

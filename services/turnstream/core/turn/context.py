@@ -24,7 +24,7 @@ from turnstream.core.events import (
     Stage,
 )
 from turnstream.core.turn.builder import Builder
-from turnstream.core.turn.state import Message, SessionState, TurnConfig
+from turnstream.core.turn.state import ChatState, Message, TurnConfig
 
 SUMMARY_CHARS = 4000
 """The running summary keeps this much (the most recent part) of what compaction dropped."""
@@ -66,7 +66,7 @@ def tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def awaiting_context(state: SessionState, config: TurnConfig) -> ContextRequest | None:
+def awaiting_context(state: ChatState, config: TurnConfig) -> ContextRequest | None:
     """The request for the providers when the turn waits for its context, else None."""
     turn = state.active
     if not config.context_providers or turn is None or turn.ended or turn.abort:

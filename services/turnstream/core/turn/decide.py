@@ -72,12 +72,12 @@ from turnstream.core.turn.provider import (
 )
 from turnstream.core.turn.state import (
     ActiveTurn,
+    ChatState,
     Context,
     Decision,
     HookPoint,
     HookVerdict,
     PendingInput,
-    SessionState,
     StageHookVerdict,
     ToolCall,
     TurnConfig,
@@ -97,18 +97,18 @@ SUMMARY_REQUEST = (
 )
 
 
-def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
+def decide(state: ChatState, config: TurnConfig, ctx: Context) -> Decision:
     """Every event that follows from `state` without an outside effect, in order."""
     return Decision(*until_quiet(state, partial(_next_step, config=config, ctx=ctx), fold))
 
 
-def needs_provider_call(state: SessionState) -> bool:
+def needs_provider_call(state: ChatState) -> bool:
     """True when the active turn waits for a provider response the shell must fetch."""
     return state.active is not None and state.active.awaiting_provider
 
 
 def on_stage_hooks(
-    state: SessionState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
+    state: ChatState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
 ) -> Decision:
     """Record what the hooks at a hook point decided, move the turn on, go on."""
     events = intercepted(state, verdict, config, ctx)
@@ -118,7 +118,7 @@ def on_stage_hooks(
 
 
 def on_provider_result(
-    state: SessionState, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
+    state: ChatState, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
 ) -> Decision:
     """The events that record a provider outcome, then whatever follows from them."""
     turn = state.active
@@ -164,7 +164,7 @@ def on_provider_result(
 
 
 def on_context(
-    state: SessionState, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
+    state: ChatState, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
 ) -> Decision:
     """The context providers' answers for the turn's COMPOSE_REQUEST, then what follows."""
     turn = state.active
@@ -177,7 +177,7 @@ def on_context(
 
 
 def on_tool_call_ready(
-    state: SessionState,
+    state: ChatState,
     call: ToolCall,
     first_byte_at: datetime,
     config: TurnConfig,
@@ -206,7 +206,7 @@ def on_tool_call_ready(
 
 
 def on_hook_verdicts(
-    state: SessionState, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
+    state: ChatState, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
 ) -> Decision:
     """Record what the tool hooks decided, request the calls they let through, go on."""
     turn = state.active
@@ -232,13 +232,13 @@ def on_hook_verdicts(
     return decide(fold(state, events), config, ctx).after(events)
 
 
-def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
+def _next_step(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event]:
     children = subturns.step(state, ctx) or outbound.rejections_dropped(state, config, ctx)
     if children:
         return children
     turn = state.active
     if turn is None:
-        if state.workflow is not None and state.workflow.open:
+        if config.hold_inputs:
             return []  # a workflow attached or running goes first: inputs wait for it
         return _start_turn(state, ctx)
     waiting = [p for p in state.pending if not p.queued]
@@ -357,7 +357,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Ev
             return [b.pre(Stage.SEND_REQUEST)]
 
 
-def _start_turn(state: SessionState, ctx: Context) -> list[Event]:
+def _start_turn(state: ChatState, ctx: Context) -> list[Event]:
     if not state.pending:
         return []
     nxt = state.pending[0]

@@ -67,17 +67,17 @@ from turnstream.core.turn.context import running_summary
 from turnstream.core.turn.state import (
     ActiveTurn,
     CallStatus,
+    ChatState,
     ChildResult,
     Message,
     PendingInput,
-    SessionState,
     ToolCall,
     ToolCallState,
     Unanswered,
 )
 
 
-def evolve(state: SessionState, event: Event) -> SessionState:
+def evolve(state: ChatState, event: Event) -> ChatState:
     """Fold one event into the session state."""
     match event:
         case InputAccepted(data=data):
@@ -409,11 +409,11 @@ def _denied(text: str) -> dict[str, object]:
     return {"status": "denied", "result": text, "is_error": True}
 
 
-def _is_active(state: SessionState, event: EventBase) -> bool:
+def _is_active(state: ChatState, event: EventBase) -> bool:
     return state.active is not None and state.active.turn_id == event.turn_id
 
 
-def _turn(state: SessionState, event: EventBase, **changes: object) -> SessionState:
+def _turn(state: ChatState, event: EventBase, **changes: object) -> ChatState:
     if not _is_active(state, event):
         return state
     assert state.active is not None
@@ -421,12 +421,12 @@ def _turn(state: SessionState, event: EventBase, **changes: object) -> SessionSt
 
 
 def _call(
-    state: SessionState,
+    state: ChatState,
     event: EventBase,
     invocation_id: str,
     from_status: frozenset[str] | set[str],
     **changes: object,
-) -> SessionState:
+) -> ChatState:
     """Move one call of the active turn on, if it is in one of `from_status` (idempotent)."""
     if not _is_active(state, event):
         return state
@@ -441,7 +441,7 @@ def _call(
     return state
 
 
-def _hook(state: SessionState, event: EventBase, data: HookDecidedData) -> SessionState:
+def _hook(state: ChatState, event: EventBase, data: HookDecidedData) -> ChatState:
     why = data.reason or "no reason given"
     if data.action in ("abort_turn", "hard_abort"):
         return _turn(state, event, abort=(data.action, f"hook {data.hook}: {why}"))
@@ -475,7 +475,7 @@ def _hook(state: SessionState, event: EventBase, data: HookDecidedData) -> Sessi
     return _turn(state, event)
 
 
-def _result_changed(state: SessionState, event: EventBase, data: HookDecidedData) -> SessionState:
+def _result_changed(state: ChatState, event: EventBase, data: HookDecidedData) -> ChatState:
     """A tool interceptor changed an executed call's result (before the model sees it)."""
     if data.invocation_id is None or data.output is None or state.active is None:
         return _turn(state, event)
@@ -485,7 +485,7 @@ def _result_changed(state: SessionState, event: EventBase, data: HookDecidedData
     return _call(state, event, data.invocation_id, {"succeeded", "failed"}, **changes)
 
 
-def _response_changed(state: SessionState, event: EventBase, data: HookDecidedData) -> SessionState:
+def _response_changed(state: ChatState, event: EventBase, data: HookDecidedData) -> ChatState:
     """A response interceptor replaced the round's response: the history's last message,
     the reply and the calls to make are the replacement's."""
     turn = state.active
@@ -511,8 +511,8 @@ def _response_changed(state: SessionState, event: EventBase, data: HookDecidedDa
 
 
 def _completion_checked(
-    state: SessionState, event: EventBase, data: StageCompletionCheckedData
-) -> SessionState:
+    state: ChatState, event: EventBase, data: StageCompletionCheckedData
+) -> ChatState:
     """A stage's completion channel judged a response: answer its calls, or steer."""
     if not _is_active(state, event):
         return state
@@ -531,7 +531,7 @@ def _completion_checked(
     return _turn(state, event, checked_round=data.iteration, act_done=done, requested_calls=())
 
 
-def _append_tool_results(state: SessionState) -> SessionState:
+def _append_tool_results(state: ChatState) -> ChatState:
     """The round's results join the history in the model's call order."""
     assert state.active is not None
     results = tuple(
@@ -541,7 +541,7 @@ def _append_tool_results(state: SessionState) -> SessionState:
     return with_changes(state, history=state.history + results)
 
 
-def _drop_pending(state: SessionState, input_id: str) -> SessionState:
+def _drop_pending(state: ChatState, input_id: str) -> ChatState:
     return with_changes(state, pending=tuple(p for p in state.pending if p.input_id != input_id))
 
 

@@ -32,10 +32,10 @@ from turnstream.core.turn.evolve import fold
 from turnstream.core.turn.provider import ProviderRequest
 from turnstream.core.turn.state import (
     ActiveTurn,
+    ChatState,
     Context,
     HookPoint,
     Message,
-    SessionState,
     StageHookVerdict,
     ToolCallState,
     TurnConfig,
@@ -72,7 +72,7 @@ class HookSubject:
     """COMPACT: the messages compaction would drop."""
 
 
-def hook_point(state: SessionState, config: TurnConfig) -> HookPoint | None:
+def hook_point(state: ChatState, config: TurnConfig) -> HookPoint | None:
     """The hook point the active turn stands at, hooks registered there or not."""
     turn = state.active
     if turn is None or turn.ended or turn.abort or turn.awaiting_provider:
@@ -101,13 +101,13 @@ def hook_point(state: SessionState, config: TurnConfig) -> HookPoint | None:
     return None
 
 
-def awaiting_stage_hooks(state: SessionState, config: TurnConfig) -> HookPoint | None:
+def awaiting_stage_hooks(state: ChatState, config: TurnConfig) -> HookPoint | None:
     """The hook point whose hooks the turn waits for, if any (the shell runs them)."""
     point = hook_point(state, config)
     return point if point is not None and point in config.stage_hooks else None
 
 
-def hook_subject(state: SessionState, config: TurnConfig, point: HookPoint) -> HookSubject:
+def hook_subject(state: ChatState, config: TurnConfig, point: HookPoint) -> HookSubject:
     turn = state.active
     assert turn is not None
     match point:
@@ -131,7 +131,7 @@ def hook_subject(state: SessionState, config: TurnConfig, point: HookPoint) -> H
 def proceed(
     point: HookPoint,
     b: Builder,
-    state: SessionState,
+    state: ChatState,
     config: TurnConfig,
     change: CompactionChange | None = None,
 ) -> list[Event]:
@@ -156,7 +156,7 @@ def proceed(
 
 
 def intercepted(
-    state: SessionState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
+    state: ChatState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
 ) -> list[Event] | None:
     """What the hooks at a point said, recorded, and the turn moved on as they said; None
     when the turn does not wait there (a late or repeated answer)."""

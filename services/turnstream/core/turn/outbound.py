@@ -48,9 +48,9 @@ from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.state import (
     ActiveTurn,
+    ChatState,
     Child,
     Context,
-    SessionState,
     ToolCallState,
     TurnConfig,
     Unanswered,
@@ -95,7 +95,7 @@ def child_session_id(parent: str, invocation_id: str) -> str:
     return name if len(name) <= 128 else f"sub-{digest}"
 
 
-def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
+def wanted(state: ChatState, config: TurnConfig) -> list[Outbound]:
     """Every message `state` wants delivered and has not recorded as delivered."""
     out: list[Outbound] = []
     turn = state.active
@@ -119,7 +119,7 @@ def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
     return out
 
 
-def rejections_dropped(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
+def rejections_dropped(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event]:
     """Rejections whose reply would pass the hop limit: not sent."""
     return [
         filed(
@@ -149,7 +149,7 @@ def runtime_calls(turn: ActiveTurn, config: TurnConfig) -> list[ToolCallState]:
 
 
 def judged(
-    state: SessionState, turn: ActiveTurn, config: TurnConfig
+    state: ChatState, turn: ActiveTurn, config: TurnConfig
 ) -> list[tuple[ToolCallState, ToolError | None]]:
     """Each runtime call the turn may run now, and why it cannot (None: it can); spawns
     that go out together count against the running-children limit in call order."""
@@ -157,7 +157,7 @@ def judged(
 
 
 def _judged(
-    state: SessionState, turn: ActiveTurn, config: TurnConfig
+    state: ChatState, turn: ActiveTurn, config: TurnConfig
 ) -> list[tuple[ToolCallState, ToolError | None, int]]:
     """`judged`, with the budget share each spawn that can go would give its child."""
     out: list[tuple[ToolCallState, ToolError | None, int]] = []
@@ -172,14 +172,14 @@ def _judged(
     return out
 
 
-def budget_left(state: SessionState, turn: ActiveTurn, config: TurnConfig, spent: int = 0) -> int:
+def budget_left(state: ChatState, turn: ActiveTurn, config: TurnConfig, spent: int = 0) -> int:
     """Sub-turns this turn may still start, below it included."""
     total = turn.budget if turn.budget is not None else config.max_subturns_per_root
     used = sum(1 + c.budget for c in state.children if c.turn_id == turn.turn_id)
     return total - used - spent
 
 
-def budget_share(state: SessionState, turn: ActiveTurn, config: TurnConfig, spent: int) -> int:
+def budget_share(state: ChatState, turn: ActiveTurn, config: TurnConfig, spent: int) -> int:
     """What a new child gets of what is left after itself: a fair part, so a tree never
     starts more than its root's budget."""
     left = budget_left(state, turn, config, spent) - 1
@@ -187,7 +187,7 @@ def budget_share(state: SessionState, turn: ActiveTurn, config: TurnConfig, spen
 
 
 def problem(
-    state: SessionState,
+    state: ChatState,
     turn: ActiveTurn,
     call: ToolCallState,
     config: TurnConfig,
@@ -266,7 +266,7 @@ def problem(
     return None
 
 
-def refuse(b: Builder, state: SessionState, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+def refuse(b: Builder, state: ChatState, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
     """The failures of approved runtime calls that cannot run (bad arguments, a limit);
     past the hop limit, the message is `MessageDropped` first."""
     events: list[Event] = []
@@ -299,9 +299,7 @@ def reply_dropped(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Even
     return [b.make(MessageDropped, data)]
 
 
-def record(
-    state: SessionState, keys: frozenset[str], config: TurnConfig, ctx: Context
-) -> list[Event]:
+def record(state: ChatState, keys: frozenset[str], config: TurnConfig, ctx: Context) -> list[Event]:
     """The events that record the messages in `keys` as delivered: those `state` wants,
     and a call's message that went out just before its turn stopped wanting it (e.g. an
     interrupt folded in a reload between the publish and this record: the child exists, so
@@ -347,7 +345,7 @@ def record(
 
 
 def _went_out(
-    state: SessionState, config: TurnConfig, keys: frozenset[str], listed: set[str]
+    state: ChatState, config: TurnConfig, keys: frozenset[str], listed: set[str]
 ) -> list[Outbound]:
     """Messages of this turn's runtime calls in `keys` that `wanted` no longer lists
     (`listed`: the keys it lists)."""
@@ -374,11 +372,11 @@ def _succeeded(b: Builder, o: Outbound, output: str) -> Event:
     return b.make(ToolInvocationSucceeded, data)
 
 
-def _sender(state: SessionState) -> dict[str, str]:
+def _sender(state: ChatState) -> dict[str, str]:
     return {"kind": "agent", "id": state.session_id}
 
 
-def _reply(state: SessionState, turn: ActiveTurn) -> Outbound:
+def _reply(state: ChatState, turn: ActiveTurn) -> Outbound:
     assert turn.reply_to is not None and turn.ended is not None
     if turn.ended == "completed":
         text = turn.reply or "(the turn completed with no text)"
@@ -397,7 +395,7 @@ def _reply(state: SessionState, turn: ActiveTurn) -> Outbound:
     )
 
 
-def _rejection(state: SessionState, rejected: Unanswered) -> Outbound:
+def _rejection(state: ChatState, rejected: Unanswered) -> Outbound:
     return _answer(
         state,
         rejected.turn_id,
@@ -412,7 +410,7 @@ def _rejection(state: SessionState, rejected: Unanswered) -> Outbound:
 
 
 def _answer(
-    state: SessionState,
+    state: ChatState,
     turn_id: str,
     to: str,
     in_reply_to: str,
@@ -449,7 +447,7 @@ def _answer(
 
 
 def _for_call(
-    state: SessionState,
+    state: ChatState,
     turn: ActiveTurn,
     call: ToolCallState,
     config: TurnConfig,
@@ -523,7 +521,7 @@ def _for_call(
     )
 
 
-def _interrupt(state: SessionState, child: Child) -> Outbound:
+def _interrupt(state: ChatState, child: Child) -> Outbound:
     key = f"interrupt:{child.invocation_id}"
     command = {
         "type": "interrupt",

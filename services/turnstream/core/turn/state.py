@@ -1,4 +1,4 @@
-"""What the decider knows: session and turn state, and its configuration."""
+"""What the turn decider knows: a chat and its turns, and its configuration."""
 
 from __future__ import annotations
 
@@ -234,8 +234,13 @@ class Child:
 
 
 @dataclass(frozen=True)
-class SessionState:
-    """Everything the decider knows about a session; a fold over its log."""
+class ChatState:
+    """A conversation and its turns: the session's own chat, or a workflow stage's lane,
+    whose history is the stage-local transcript; a fold over the events of its turns.
+
+    The session's state (`turnstream.core.session.SessionState`) is one of these with the
+    attached workflow added.
+    """
 
     session_id: str
     pending: tuple[PendingInput, ...] = ()
@@ -245,8 +250,6 @@ class SessionState:
     turns_ended: int = 0
     last_turn_id: str | None = None
     last_status: TurnStatus | None = None
-    workflow: WorkflowRun | None = None
-    """The workflow attached to the session (its stage turns run as lanes inside it)."""
     agent: SessionConfiguredData | None = None
     """The session's agent (`SessionConfigured`); None: the deployment's default agent."""
     children: tuple[Child, ...] = ()
@@ -261,7 +264,8 @@ class SessionState:
 
 
 class Decision(list[Event]):
-    """A decider's events, in order, and `state`: the session with them folded in.
+    """A decider's events, in order, and `state`: the state it was given with them folded
+    in (a session's stays a `SessionState`: `turnstream.core.session.session_of`).
 
     The deciders fold as they go (each step decides from the state the last one left), so
     they hand that state on and the shell need not fold the same events again. It is a
@@ -270,7 +274,7 @@ class Decision(list[Event]):
 
     __slots__ = ("effects", "state")
 
-    def __init__(self, events: Iterable[Event], state: SessionState) -> None:
+    def __init__(self, events: Iterable[Event], state: ChatState) -> None:
         super().__init__(events)
         self.state = state
         self.effects: list[Any] = []
@@ -333,6 +337,9 @@ class TurnConfig:
     """The fallback model's `(provider, model)` (`TURNSTREAM_FALLBACK_MODEL`), if any."""
     context_providers: bool = False
     """Context providers are configured: the shell gathers each turn's context."""
+    hold_inputs: bool = False
+    """A workflow attached or running goes first: a new input waits (the session's decider
+    sets it while a run is open)."""
 
     def tool(self, name: str) -> ToolInfo | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -416,8 +423,3 @@ class HookVerdict:
     output: str | None = None
     """TOOL_RESULT with `modify`: the result the model sees instead (`is_error` with it)."""
     is_error: bool | None = None
-
-
-# Workflow runs hold their stage turns as nested session states (lanes): imported last
-# because `turnstream.core.workflow.state` refers back to `SessionState`.
-from turnstream.core.workflow.state import WorkflowRun  # noqa: E402

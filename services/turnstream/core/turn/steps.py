@@ -27,14 +27,14 @@ from turnstream.core.turn.manifest import tools_digest
 from turnstream.core.turn.provider import ProviderRequest
 from turnstream.core.turn.state import (
     ActiveTurn,
+    ChatState,
     Message,
-    SessionState,
     ToolCall,
     TurnConfig,
 )
 
 
-def compose_request(state: SessionState, config: TurnConfig) -> ProviderRequest:
+def compose_request(state: ChatState, config: TurnConfig) -> ProviderRequest:
     """The provider request for the active turn, built from the session history (and what
     an LLM interceptor changed in it, `ActiveTurn.request_change`)."""
     turn = state.active
@@ -81,7 +81,7 @@ def request_model(turn: ActiveTurn, config: TurnConfig) -> tuple[str, str]:
     return provider, model
 
 
-def request_started(b: Builder, state: SessionState, config: TurnConfig) -> list[Event]:
+def request_started(b: Builder, state: ChatState, config: TurnConfig) -> list[Event]:
     """`ProviderRequestStarted`: what the shell is about to ask the model, recorded first."""
     turn = state.active
     assert turn is not None
@@ -122,7 +122,7 @@ def estimate_tokens(messages: tuple[Message, ...]) -> int:
     return sum(len(m.text) + 20 * len(m.tool_calls) for m in messages) // 4 + 1
 
 
-def compaction_cut(state: SessionState, turn: ActiveTurn) -> int:
+def compaction_cut(state: ChatState, turn: ActiveTurn) -> int:
     """How many messages a compaction drops: the oldest half of the earlier turns (whole
     turns); 0 when there is nothing but this turn (compaction cannot help)."""
     earlier = state.history[: turn.history_start]
@@ -134,7 +134,7 @@ def compaction_cut(state: SessionState, turn: ActiveTurn) -> int:
 
 
 def compact(
-    b: Builder, state: SessionState, turn: ActiveTurn, change: CompactionChange | None = None
+    b: Builder, state: ChatState, turn: ActiveTurn, change: CompactionChange | None = None
 ) -> list[Event]:
     """Drop the oldest messages before this turn (as `change` says, if a compaction
     interceptor changed it), then ask again once."""

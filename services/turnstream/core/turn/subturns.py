@@ -41,11 +41,11 @@ from turnstream.core.events import (
 )
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.state import (
+    ChatState,
     Child,
     ChildResult,
     Context,
     PendingInput,
-    SessionState,
 )
 
 SUBTURN_INPUT = "subturn:"
@@ -55,7 +55,7 @@ SUBTURN_INPUT = "subturn:"
 # -- fold -----------------------------------------------------------------------------
 
 
-def spawned(state: SessionState, event: SubTurnSpawned) -> SessionState:
+def spawned(state: ChatState, event: SubTurnSpawned) -> ChatState:
     data = event.data
     if any(c.invocation_id == data.invocation_id for c in state.children):
         return state
@@ -82,14 +82,14 @@ def spawned(state: SessionState, event: SubTurnSpawned) -> SessionState:
     return with_changes(state, children=(*state.children, child))
 
 
-def child_for_reply(state: SessionState, in_reply_to: str | None) -> Child | None:
+def child_for_reply(state: ChatState, in_reply_to: str | None) -> Child | None:
     """The child whose reply an input is (None: an ordinary input)."""
     if in_reply_to is None:
         return None
     return next((c for c in state.children if c.key == in_reply_to), None)
 
 
-def spawning(state: SessionState, in_reply_to: str | None) -> bool:
+def spawning(state: ChatState, in_reply_to: str | None) -> bool:
     """Whether an input answers a `spawn` call of the active turn not yet recorded as
     spawned (its child answered before the parent's record of it was appended)."""
     turn = state.active
@@ -98,20 +98,20 @@ def spawning(state: SessionState, in_reply_to: str | None) -> bool:
     return any(c.tool == "spawn" and in_reply_to == f"spawn:{c.invocation_id}" for c in turn.calls)
 
 
-def replied_early(state: SessionState, key: str, result: ChildResult) -> SessionState:
+def replied_early(state: ChatState, key: str, result: ChildResult) -> ChatState:
     if any(k == key for k, _ in state.early):
         return state
     return with_changes(state, early=(*state.early, (key, result)))
 
 
-def replied(state: SessionState, child: Child, result: ChildResult) -> SessionState:
+def replied(state: ChatState, child: Child, result: ChildResult) -> ChatState:
     """A child's reply arrived: kept until `SubTurnEnded` records it (first reply wins)."""
     if child.status != "running" or child.result is not None:
         return state
     return _replace(state, with_changes(child, result=result))
 
 
-def ended(state: SessionState, event: SubTurnEnded) -> SessionState:
+def ended(state: ChatState, event: SubTurnEnded) -> ChatState:
     child = _find(state, event.data.invocation_id)
     if child is None or child.status != "running":
         return state
@@ -129,7 +129,7 @@ def ended(state: SessionState, event: SubTurnEnded) -> SessionState:
     )
 
 
-def delivered(state: SessionState, event: SubTurnResultDelivered) -> SessionState:
+def delivered(state: ChatState, event: SubTurnResultDelivered) -> ChatState:
     child = _find(state, event.data.invocation_id)
     if child is None or child.status != "ended":
         return state
@@ -155,7 +155,7 @@ def delivered(state: SessionState, event: SubTurnResultDelivered) -> SessionStat
     return with_changes(state, pending=(*state.pending, follow))
 
 
-def interrupted(state: SessionState, turn_id: str, mode: str) -> SessionState:
+def interrupted(state: ChatState, turn_id: str, mode: str) -> ChatState:
     """The parent turn was interrupted: its running children must be too."""
     if mode not in ("graceful", "hard"):
         return state
@@ -168,7 +168,7 @@ def interrupted(state: SessionState, turn_id: str, mode: str) -> SessionState:
     return with_changes(state, children=children)
 
 
-def interrupt_sent(state: SessionState, invocation_id: str | None) -> SessionState:
+def interrupt_sent(state: ChatState, invocation_id: str | None) -> ChatState:
     child = _find(state, invocation_id or "")
     if child is None:
         return state
@@ -178,7 +178,7 @@ def interrupt_sent(state: SessionState, invocation_id: str | None) -> SessionSta
 # -- decide ---------------------------------------------------------------------------
 
 
-def step(state: SessionState, ctx: Context) -> list[Event]:
+def step(state: ChatState, ctx: Context) -> list[Event]:
     """The next sub-turn events: a child's end, then its result's delivery."""
     for child in state.children:
         if child.status == "running" and child.result is not None:
@@ -206,13 +206,13 @@ def step(state: SessionState, ctx: Context) -> list[Event]:
     return []
 
 
-def next_deadline(state: SessionState) -> datetime | None:
+def next_deadline(state: ChatState) -> datetime | None:
     """When the first running child's deadline passes (the shell wakes the session)."""
     times = [c.deadline for c in state.children if c.status == "running" and c.result is None]
     return min(times) if times else None
 
 
-def waiting_on(state: SessionState) -> bool:
+def waiting_on(state: ChatState) -> bool:
     """Children still to end or deliver: the session has open work."""
     return any(c.status != "delivered" for c in state.children)
 
@@ -227,7 +227,7 @@ def result_text(child: Child) -> str:
     return f"[sub-turn {child.session_id} {r.status}{why}] {r.reply}"
 
 
-def _deliver(state: SessionState, child: Child, ctx: Context) -> list[Event]:
+def _deliver(state: ChatState, child: Child, ctx: Context) -> list[Event]:
     r = child.result
     assert r is not None
     turn = state.active
@@ -313,10 +313,10 @@ def _child_sender(child: Child) -> Sender:
     return Sender(kind="agent", id=child.session_id)
 
 
-def _find(state: SessionState, invocation_id: str) -> Child | None:
+def _find(state: ChatState, invocation_id: str) -> Child | None:
     return next((c for c in state.children if c.invocation_id == invocation_id), None)
 
 
-def _replace(state: SessionState, child: Child) -> SessionState:
+def _replace(state: ChatState, child: Child) -> ChatState:
     children = tuple(child if c.invocation_id == child.invocation_id else c for c in state.children)
     return with_changes(state, children=children)

@@ -29,15 +29,15 @@ from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.state import (
     ActiveTurn,
+    ChatState,
     HookVerdict,
-    SessionState,
     ToolCall,
     ToolCallState,
     TurnConfig,
 )
 
 
-def awaiting_hooks(state: SessionState, config: TurnConfig) -> list[ToolCallState]:
+def awaiting_hooks(state: ChatState, config: TurnConfig) -> list[ToolCallState]:
     """Approved calls ready to go that the tool hooks must see first (the shell runs them)."""
     turn = state.active
     if not config.tool_hooks or turn is None or turn.ended or turn.abort:

@@ -33,7 +33,7 @@ from turnstream.core.events import (
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import schema_errors
-from turnstream.core.turn.state import ActiveTurn, Context, SessionState
+from turnstream.core.turn.state import ActiveTurn, ChatState, Context
 from turnstream.core.workflow.definition import StageDef
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 from turnstream.core.workflow.template import TemplateError, render
@@ -190,7 +190,7 @@ def cancel(
 
 
 def enter(
-    state: SessionState,
+    state: ChatState,
     run: WorkflowRun,
     stage_id: str,
     step: int,
@@ -263,7 +263,7 @@ def lane_start(b: Builder, run: WorkflowRun, stage_id: str, execution_id: str) -
 
 
 def exit_run(
-    state: SessionState,
+    state: ChatState,
     run: WorkflowRun,
     status: Literal["completed", "failed", "cancelled"],
     failure: str | None,

@@ -1,6 +1,6 @@
 """A workflow run as the decider sees it: a fold over the session's workflow events.
 
-Each stage execution keeps its turn in a lane: a nested `SessionState` whose history is
+Each stage execution keeps its turn in a lane: a `ChatState` of its own whose history is
 the stage-local transcript (never part of the session's history) and whose active turn
 has the stage execution id as its `turnId`.
 """
@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from turnstream.core.events import StageResult, WorkflowAttached
+from turnstream.core.turn.state import ChatState
 from turnstream.core.workflow.definition import Step, WorkflowDef
 
 StageStatus = Literal["gate", "act", "exited", "cancelled", "init_failed"]
@@ -24,7 +25,7 @@ class StageRun:
     stage_id: str
     execution_id: str
     step: int
-    lane: SessionState
+    lane: ChatState
     system: str
     entered_at: datetime
     role: Literal["stage", "join", "recover"] = "stage"
@@ -86,8 +87,3 @@ class WorkflowRun:
 
     def step_def(self) -> Step:
         return self.definition.steps[self.step]
-
-
-# `SessionState` holds a `WorkflowRun` and a run holds lanes: the two modules import each
-# other last, once their own classes exist.
-from turnstream.core.turn.state import SessionState  # noqa: E402
