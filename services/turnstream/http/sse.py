@@ -2,7 +2,9 @@
 
 `id:` is the event's TS_LOG sequence, `event:` its type, `data:` its JSON; token deltas of
 the running turn come as `event: token` without an `id` (they are not in the log). A
-client that reconnects sends `Last-Event-ID` (or `?after=`) and gets what follows it.
+client that reconnects sends `Last-Event-ID` (or `?after=`) and gets what follows it; the
+stream's first frame is a `retry:` drawn at random for each stream (`Options.retry_ms`),
+so the clients of a restarted server come back spread out, not in one burst.
 
 The seam between replay and live, with no gap and no duplicate: the stream's hub feed is
 registered *first* (from then on every new event is buffered), the log is read up to its
@@ -13,6 +15,7 @@ appended before the feed existed is in the replay; one appended after is in the 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -84,6 +87,7 @@ async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator
 async def events(
     ctx: HttpContext, request: Request, feed: Feed, session_id: str, after: int
 ) -> AsyncIterator[bytes]:
+    yield format_sse_event(retry=random.randint(*ctx.options.retry_ms))
     last = after
     async for seq, event_type, data in replay(ctx, session_id, after):
         last = seq
