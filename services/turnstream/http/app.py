@@ -142,7 +142,8 @@ async def readyz(ctx: Ctx) -> Response:
         {
             "status": "ready",
             "feeds": ctx.hub.open_feeds,
-            "natsSubscriptions": len(bus.nc._subs),  # the hub keeps 3 (log, live, direct gets)
+            "following": ctx.hub.following,
+            "natsSubscriptions": len(bus.nc._subs),  # the hub's consumers, live, direct gets
         }
     )
 
