@@ -32,6 +32,8 @@ from turnstream.http.problems import invalid_input
 
 router = APIRouter(prefix="/v1/sessions/{id}", tags=["stream"])
 PING = format_sse_event(comment="ping")
+CHUNK_BYTES = 64 * 1024
+"""Replayed frames are sent in chunks of about this size."""
 CATCH_UP_S = 5.0
 """How long a replay waits for a lagging replica before the stream fails (and is resumed)."""
 
@@ -87,11 +89,20 @@ async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator
 async def events(
     ctx: HttpContext, request: Request, feed: Feed, session_id: str, after: int
 ) -> AsyncIterator[bytes]:
-    yield format_sse_event(retry=random.randint(*ctx.options.retry_ms))
+    # the replay goes out in chunks, not a write per event (500 streams opened at once
+    # each paid a socket write per frame), the `retry:` with its first
+    chunk = [format_sse_event(retry=random.randint(*ctx.options.retry_ms))]
+    size = 0
     last = after
     async for seq, event_type, data in replay(ctx, session_id, after):
         last = seq
-        yield log_event(seq, event_type, data)
+        chunk.append(log_event(seq, event_type, data))
+        size += len(chunk[-1])
+        if size >= CHUNK_BYTES:
+            yield b"".join(chunk)
+            chunk, size = [], 0
+    if chunk:
+        yield b"".join(chunk)
     while True:
         try:
             item = await feed.get(ctx.options.ping_s)
