@@ -316,15 +316,18 @@ async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
         out["alone"] = alone
         await asyncio.sleep(0.5)
         # the floor: N plain requests at once, no NATS and no stream (uvicorn + FastAPI)
+        before = cpu_s(pid)
         out["plain"] = list(await asyncio.gather(*(plain_request(url) for _ in range(n))))
+        out["plain_cpu_ms"] = (cpu_s(pid) - before) / n * 1000
         await asyncio.sleep(0.5)
         rss_before = rss_kb(pid)
         stop = asyncio.Event()
         all_streams = [Stream(s) for s in sessions]
-        start = time.perf_counter()
+        start, before = time.perf_counter(), cpu_s(pid)
         tasks = [asyncio.create_task(s.run(url, stop)) for s in all_streams]
         await asyncio.gather(*(s.ready.wait() for s in all_streams))
         out["burst_s"] = time.perf_counter() - start
+        out["burst_cpu_ms"] = (cpu_s(pid) - before) / n * 1000
         out["burst"] = [(s.first_at - s.opened_at) * 1000 for s in all_streams]
         await asyncio.sleep(1.0)
         out["rss_per_stream_kb"] = (rss_kb(pid) - rss_before) / n
@@ -453,6 +456,10 @@ async def measure(
             v = s[key]
             table.add_row(label, f"{pct(v, 0.5):.1f}", f"{pct(v, 0.99):.1f}", f"{max(v):.1f}")
         console.print(table)
+        console.print(
+            f"HTTP process CPU per stream opened at once {s['burst_cpu_ms']:.2f} ms, per plain "
+            f"request at once {s['plain_cpu_ms']:.2f} ms"
+        )
         console.print(
             f"{n} streams opened in {s['burst_s']:.2f} s; HTTP process RSS "
             f"{s['rss_per_stream_kb']:.1f} KB per open stream; TS_LOG consumers (all clients) "

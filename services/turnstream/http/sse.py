@@ -23,6 +23,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import format_sse_event
 from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from turnstream.bus.scan import log_last_seq
 from turnstream.http.context import HttpContext, SessionId, context
@@ -54,6 +55,12 @@ class SSEResponse(StreamingResponse):
     def __init__(self, content: AsyncIterator[bytes]) -> None:
         # no-cache, and no buffering by an nginx in front (as FastAPI's SSE sets them)
         super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Starlette would run a task group with a second task listening for the client's
+        # disconnect (uvicorn says ASGI 2.3); the stream learns of it at its next ping
+        # instead (`events`), and a burst of streams opening costs a task group less each
+        await self.stream_response(send)
 
 
 async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator[LogRecord]:
