@@ -6,12 +6,17 @@ Starts an embedded nats-server and every service as its own process (as `turnstr
 does, the HTTP face included), then measures:
   turn      a text turn (scripted provider, zero delay), one at a time, alternating:
             NATS  publish to `ts.in.<s>` → its `TurnEnded` seen on a subscription
+            NATS  the same, `TurnEnded` read from the log by an ordered consumer (as the
+                  HTTP face reads it)
             HTTP  `POST /v1/sessions/<s>/messages?wait=true` → the 200 with `TurnEnded`
-            p50 / p99 of each, their difference and ratio
+            p50 / p99 of each, their difference and ratio, and the HTTP process's CPU
+            per turn of each path (on a NATS turn: the hub following the log)
   streams   N concurrent SSE streams on one HTTP process, each on a session with one event:
             open→first event (replay) when N open at once, and when opened one at a time;
             next to N plain `GET /healthz` at once (the HTTP server's own floor);
             live fan-out: one event appended to every session, append→arrival per stream;
+            the HTTP process restarted: each client back after the `retry:` its stream sent
+            (as EventSource does), resuming with `Last-Event-ID`: open→first event;
             the HTTP process's RSS per open stream; TS_LOG consumers and the app's NATS
             subscriptions before and with N streams open
 """
@@ -29,6 +34,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH] + [str(
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import socket  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -39,6 +45,7 @@ import httpx  # noqa: E402
 import orjson  # noqa: E402
 import stack  # noqa: E402
 import uuid_utils  # noqa: E402
+from nats.js.api import ConsumerConfig, DeliverPolicy  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from turns import pct  # noqa: E402
@@ -76,14 +83,29 @@ def marker(session: str) -> StagePreFired:
 
 
 class TurnWatcher:
-    """One subscription to every TurnEnded; resolves the waiter of each correlation id."""
+    """One subscription to every TurnEnded; resolves the waiter of each correlation id.
 
-    def __init__(self, bus: Bus) -> None:
+    `from_log`: read them from the log with an ordered consumer, as the HTTP face does (a
+    plain subscription hears an event as the server routes it; a consumer, once the stream
+    has stored it and the consumer delivers it)."""
+
+    def __init__(self, bus: Bus, *, from_log: bool = False) -> None:
         self.bus = bus
+        self.from_log = from_log
         self.waiters: dict[str, asyncio.Future[float]] = {}
 
     async def start(self) -> None:
-        await self.bus.nc.subscribe(self.bus.subjects.log_kind("TurnEnded"), cb=self.on_msg)
+        subject = self.bus.subjects.log_kind("TurnEnded")
+        if self.from_log:
+            await self.bus.js.subscribe(
+                subject,
+                stream=self.bus.subjects.log_stream,
+                cb=self.on_msg,
+                ordered_consumer=True,
+                config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
+            )
+        else:
+            await self.bus.nc.subscribe(subject, cb=self.on_msg)
 
     async def on_msg(self, msg: Any) -> None:
         at = time.perf_counter()
@@ -163,46 +185,73 @@ class RawHttp:
         return elapsed
 
 
-async def turns(bus: Bus, client: httpx.AsyncClient, url: str, n: int) -> dict[str, list[float]]:
-    watcher = TurnWatcher(bus)
+def cpu_s(pid: int) -> float:
+    """The CPU time of the process's main thread so far, to the nanosecond (`/proc/<pid>/
+    stat` counts in 10 ms ticks, too coarse for one turn)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+NATS, NATS_LOG, RAW, HTTPX, FLOOR = (
+    "NATS",
+    "NATS, TurnEnded read from the log",
+    "HTTP (raw client)",
+    "HTTP (httpx)",
+    "floor: GET /healthz (raw client)",
+)
+
+
+async def turns(
+    bus: Bus, client: httpx.AsyncClient, url: str, n: int, pid: int
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Each path's latencies, and the HTTP process's CPU per turn of each path."""
+    watcher, log_watcher = TurnWatcher(bus), TurnWatcher(bus, from_log=True)
     await watcher.start()
+    await log_watcher.start()
     raw = RawHttp(url)
-    for i in range(30):  # warm both paths (and every process) up
-        await watcher.turn(f"warm-n{i}")
-        await http_turn(client, f"warm-h{i}")
-        await raw.turn(f"warm-r{i}")
-    out: dict[str, list[float]] = {
-        "NATS": [],
-        "HTTP (raw client)": [],
-        "HTTP (httpx)": [],
-        "floor: GET /healthz (raw client)": [],
+    paths: dict[str, Any] = {
+        NATS: watcher.turn,
+        NATS_LOG: log_watcher.turn,
+        RAW: raw.turn,
+        HTTPX: lambda session: http_turn(client, session),
     }
+    for i in range(30):  # warm every path (and every process) up
+        for name, turn in paths.items():
+            await turn(f"warm-{name[:4]}-{i}")
+    out: dict[str, list[float]] = {name: [] for name in [*paths, FLOOR]}
+    cpu = dict.fromkeys(paths, 0.0)
     for i in range(n):  # interleaved, one at a time: the same load for each
-        out["NATS"].append(await watcher.turn(f"nats-{i % 20}"))
-        out["HTTP (raw client)"].append(await raw.turn(f"raw-{i % 20}"))
-        out["HTTP (httpx)"].append(await http_turn(client, f"http-{i % 20}"))
-        out["floor: GET /healthz (raw client)"].append(await raw.healthz())
-    return out
+        for name, turn in paths.items():
+            before = cpu_s(pid)
+            out[name].append(await turn(f"{name[:4]}-{i % 20}"))
+            cpu[name] += cpu_s(pid) - before
+        out[FLOOR].append(await raw.healthz())
+    return out, {name: total / n * 1000 for name, total in cpu.items()}
 
 
 class Stream:
     """One SSE stream read on a bare asyncio connection (500 httpx streams would measure
     httpx): when its first event came, and when each later one did."""
 
-    def __init__(self, session: str) -> None:
+    def __init__(self, session: str, last_event_id: str | None = None) -> None:
         self.session = session
+        self.last_event_id = last_event_id
         self.opened_at = 0.0
         self.first_at = 0.0
+        self.first_id = ""
+        self.retry_ms = 0
         self.arrivals: list[float] = []
         self.ready = asyncio.Event()
         self.live = asyncio.Event()
 
     async def run(self, url: str, stop: asyncio.Event) -> None:
+        """Read the stream until it ends (or, once `stop` is set, until the next event)."""
         host, port = url.removeprefix("http://").split(":")
         self.opened_at = time.perf_counter()
         reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
+        resume = f"Last-Event-ID: {self.last_event_id}\r\n" if self.last_event_id else ""
         writer.write(
-            f"GET /v1/sessions/{self.session}/stream HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+            f"GET /v1/sessions/{self.session}/stream HTTP/1.1\r\nHost: {host}\r\n{resume}"
+            "\r\n".encode()
         )
         try:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -211,7 +260,10 @@ class Stream:
                 line = await reader.readline()
                 if not line:
                     return
-                if line.startswith(b"id:"):
+                if line.startswith(b"retry:"):
+                    self.retry_ms = int(line[6:])
+                elif line.startswith(b"id:"):
+                    self.first_id = self.first_id or line[3:].strip().decode()
                     now = time.perf_counter()
                     if not self.ready.is_set():
                         self.first_at = now
@@ -264,15 +316,18 @@ async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
         out["alone"] = alone
         await asyncio.sleep(0.5)
         # the floor: N plain requests at once, no NATS and no stream (uvicorn + FastAPI)
+        before = cpu_s(pid)
         out["plain"] = list(await asyncio.gather(*(plain_request(url) for _ in range(n))))
+        out["plain_cpu_ms"] = (cpu_s(pid) - before) / n * 1000
         await asyncio.sleep(0.5)
         rss_before = rss_kb(pid)
         stop = asyncio.Event()
         all_streams = [Stream(s) for s in sessions]
-        start = time.perf_counter()
+        start, before = time.perf_counter(), cpu_s(pid)
         tasks = [asyncio.create_task(s.run(url, stop)) for s in all_streams]
         await asyncio.gather(*(s.ready.wait() for s in all_streams))
         out["burst_s"] = time.perf_counter() - start
+        out["burst_cpu_ms"] = (cpu_s(pid) - before) / n * 1000
         out["burst"] = [(s.first_at - s.opened_at) * 1000 for s in all_streams]
         await asyncio.sleep(1.0)
         out["rss_per_stream_kb"] = (rss_kb(pid) - rss_before) / n
@@ -295,7 +350,39 @@ async def streams(bus: Bus, url: str, pid: int, n: int) -> dict[str, Any]:
         await asyncio.wait_for(asyncio.gather(*(s.live.wait() for s in all_streams)), 30)
         out["fanout"] = [(s.arrivals[0] - appended) * 1000 for s in all_streams]
         await asyncio.gather(*tasks, return_exceptions=True)
+    out["streams"] = all_streams
     return out
+
+
+def restart_http(supervisor: Any) -> None:
+    """Stop the HTTP process (it ends its open streams) and start it again."""
+    child = supervisor.children["http"]
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=30)
+    supervisor.start("http")
+
+
+async def reconnect(url: str, restart: Any, closed: list[Stream]) -> list[float]:
+    """The HTTP process restarts while `closed` were open: each client comes back after the
+    `retry:` its stream asked for (and again after it, while the port refuses), resuming
+    after its first event, as a browser's EventSource does. Open→first event of each."""
+
+    async def come_back(old: Stream) -> float:
+        while True:
+            await asyncio.sleep(old.retry_ms / 1000)
+            again = Stream(old.session, old.first_id)
+            reading = asyncio.create_task(again.run(url, asyncio.Event()))
+            first = asyncio.create_task(again.ready.wait())
+            await asyncio.wait([reading, first], return_when=asyncio.FIRST_COMPLETED)
+            first.cancel()
+            reading.cancel()
+            await asyncio.gather(reading, first, return_exceptions=True)
+            if again.ready.is_set():
+                return (again.first_at - again.opened_at) * 1000
+            # refused (not listening yet) or closed (shutting down): again after the delay
+
+    await asyncio.to_thread(restart)
+    return list(await asyncio.gather(*(come_back(s) for s in closed)))
 
 
 async def until_ready(url: str) -> None:
@@ -310,32 +397,49 @@ async def until_ready(url: str) -> None:
     raise RuntimeError("the HTTP face did not come up")
 
 
-async def measure(server: EmbeddedServer, url: str, pid: int, args: argparse.Namespace) -> None:
+async def measure(
+    server: EmbeddedServer, url: str, supervisor: Any, args: argparse.Namespace
+) -> None:
+    pid = supervisor.children["http"].pid
     bus = await connect(server.url, Subjects("ts"), ensure=StreamLimits())
     try:
         await until_ready(url)
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-            measured = await turns(bus, client, url, args.turns)
-        table = Table("path", "turns", "p50 ms", "p99 ms")
+            measured, cpu = await turns(bus, client, url, args.turns, pid)
+        table = Table("path", "turns", "p50 ms", "p99 ms", "HTTP process CPU ms/turn")
         for name, values in measured.items():
             table.add_row(
-                name, str(len(values)), f"{pct(values, 0.5):.2f}", f"{pct(values, 0.99):.2f}"
+                name,
+                str(len(values)),
+                f"{pct(values, 0.5):.2f}",
+                f"{pct(values, 0.99):.2f}",
+                f"{cpu[name]:.2f}" if name in cpu else "",
             )
         console.print(table)
-        nats50 = pct(measured["NATS"], 0.5)
-        floor = pct(measured["floor: GET /healthz (raw client)"], 0.5)
+        nats50, log50 = pct(measured[NATS], 0.5), pct(measured[NATS_LOG], 0.5)
+        floor = pct(measured[FLOOR], 0.5)
         console.print(
             f"the HTTP round trip alone (GET /healthz, keep-alive) p50 {floor:.2f} ms: the "
             "part of any HTTP turn's extra that is the HTTP server's, not the face's work"
         )
-        for name in ("HTTP (raw client)", "HTTP (httpx)"):
+        console.print(
+            f"reading TurnEnded from the log (as the face does) instead of a subscription: "
+            f"+{log50 - nats50:.2f} ms"
+        )
+        console.print(
+            f"the face's own CPU per waited POST: {cpu[RAW] - cpu[NATS]:.2f} ms (the HTTP "
+            f"process's CPU on an HTTP turn less on a NATS turn, {cpu[NATS]:.2f} ms: the hub "
+            "following the log)"
+        )
+        for name in (RAW, HTTPX):
             http50 = pct(measured[name], 0.5)
             console.print(
                 f"[bold]POST ?wait=true[/] {name} text turn p50 {http50:.2f} ms vs NATS "
                 f"{nats50:.2f} ms: +{http50 - nats50:.2f} ms (×{http50 / nats50:.2f}); "
-                "target: within 1.5 ms"
+                f"target: within 1.5 ms; vs NATS reading the log +{http50 - log50:.2f} ms"
             )
         s = await streams(bus, url, pid, args.streams)
+        s["reconnect"] = await reconnect(url, lambda: restart_http(supervisor), s["streams"])
         n = args.streams
         table = Table("SSE, one HTTP process", "p50 ms", "p99 ms", "max ms")
         for label, key in [
@@ -344,10 +448,18 @@ async def measure(server: EmbeddedServer, url: str, pid: int, args: argparse.Nam
             (f"floor: open→response, {n} GET /healthz at once", "plain"),
             (f"open→first event, one at a time with {n} open", "joined"),
             (f"live fan-out to {n} streams (append→arrival)", "fanout"),
+            (
+                f"open→first event, {n} coming back after a restart (each after its `retry:`)",
+                "reconnect",
+            ),
         ]:
             v = s[key]
             table.add_row(label, f"{pct(v, 0.5):.1f}", f"{pct(v, 0.99):.1f}", f"{max(v):.1f}")
         console.print(table)
+        console.print(
+            f"HTTP process CPU per stream opened at once {s['burst_cpu_ms']:.2f} ms, per plain "
+            f"request at once {s['plain_cpu_ms']:.2f} ms"
+        )
         console.print(
             f"{n} streams opened in {s['burst_s']:.2f} s; HTTP process RSS "
             f"{s['rss_per_stream_kb']:.1f} KB per open stream; TS_LOG consumers (all clients) "
@@ -372,9 +484,8 @@ def main() -> None:
         os.environ["TURNSTREAM_LOG_LEVEL"] = "WARNING"
         stack.workspace(root, "auto")
         with stack.running(server, root, script, console) as supervisor:
-            pid = supervisor.children["http"].pid
             console.print(f"[dim]{os.cpu_count()} cores[/]")
-            asyncio.run(measure(server, f"http://127.0.0.1:{port}", pid, args))
+            asyncio.run(measure(server, f"http://127.0.0.1:{port}", supervisor, args))
 
 
 if __name__ == "__main__":

@@ -261,6 +261,8 @@ async def test_the_fast_paths_and_the_routes_answer_alike(client: httpx.AsyncCli
             assert stream.status_code == 200
             assert stream.headers["content-type"].startswith("text/event-stream")
             lines = stream.aiter_lines()
+            assert (await anext(lines)).startswith("retry: ")
+            assert await anext(lines) == ""
             assert (await anext(lines)).startswith("event: ")
 
 

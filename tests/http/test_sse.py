@@ -14,6 +14,7 @@ import uuid_utils
 from tests.http.sse_client import Sse, read_sse
 from turnstream.bus import Bus
 from turnstream.core.events import Stage, StagePreFired, StagePreFiredData
+from turnstream.http.context import Options
 
 pytestmark = pytest.mark.integration
 
@@ -131,6 +132,22 @@ async def test_token_deltas_come_without_ids(client: httpx.AsyncClient) -> None:
 async def test_an_idle_stream_is_pinged(client: httpx.AsyncClient) -> None:
     got = await collect(client, "sse-idle", lambda e: "ping" in e.comments, timeout=5)
     assert got[-1].comments == ["ping"] and got[-1].id is None
+
+
+async def test_each_stream_asks_for_its_own_reconnection_delay(
+    client: httpx.AsyncClient,
+) -> None:
+    """The first frame is `retry:`, drawn per stream within `Options.retry_ms`: when a
+    restart closes every stream, their clients come back spread out, not all at once."""
+    low, high = Options().retry_ms
+    delays = set()
+    for _ in range(8):
+        async with client.stream("GET", "/v1/sessions/sse-retry/stream") as response:
+            first = await anext(response.aiter_lines())
+        name, _, value = first.partition(": ")
+        assert name == "retry" and low <= int(value) <= high, first
+        delays.add(int(value))
+    assert len(delays) > 1
 
 
 async def test_no_gap_and_no_duplicate_at_the_seam_under_load(

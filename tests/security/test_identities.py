@@ -141,7 +141,10 @@ async def test_the_http_face_runs_under_its_own_identity(
             events = (await http.get("/v1/sessions/web-1/events?limit=500")).json()["items"]
             assert events[-1]["event"]["type"] in ("TurnEnded", "SessionTurnEnd")
             async with http.stream("GET", "/v1/sessions/web-1/stream?tokens=false") as stream:
-                first = await anext(stream.aiter_lines())
+                lines = stream.aiter_lines()
+                assert (await anext(lines)).startswith("retry: ")
+                assert await anext(lines) == ""
+                first = await anext(lines)
                 assert first.startswith(("id:", "event:")), first
             await asyncio.sleep(0.5)  # the audit projection
             assert (await http.get("/v1/sessions")).status_code == 200

@@ -64,7 +64,8 @@ def create_app(
             if own:
                 await the_bus.close()
 
-    app = FastAPI(
+    app = App(
+        settings.max_input_bytes,
         title="turnstream",
         summary="LLM agent turns as event-sourced services: send, stream, approve over HTTP",
         version="0.1.0",
@@ -81,10 +82,21 @@ def create_app(
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["ops"])
     a2a.mount(app)  # /a2a and /.well-known/agent-card.json
     console.mount(app)  # the web console at / (static files, a client of the routes above)
-    app.add_middleware(FastPaths)  # the hot POST and stream without FastAPI's per-request cost
-    app.add_middleware(BodyLimit, max_bytes=settings.max_input_bytes)
-    app.add_middleware(AccessLog)
     return app
+
+
+class App(FastAPI):
+    """FastAPI with the face's own layers outermost: the access log, the body limit, and
+    the hot POST and stream (`FastPaths`), which so skip FastAPI's per-request machinery
+    and its own middleware (error pages, telemetry, body limit) as well as its routing."""
+
+    def __init__(self, max_input_bytes: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_input_bytes = max_input_bytes
+
+    def build_middleware_stack(self) -> ASGIApp:
+        routes = super().build_middleware_stack()
+        return AccessLog(BodyLimit(FastPaths(routes), max_bytes=self.max_input_bytes))
 
 
 class TicketIn(BaseModel):
@@ -130,7 +142,8 @@ async def readyz(ctx: Ctx) -> Response:
         {
             "status": "ready",
             "feeds": ctx.hub.open_feeds,
-            "natsSubscriptions": len(bus.nc._subs),  # the hub keeps 3 (log, live, direct gets)
+            "following": ctx.hub.following,
+            "natsSubscriptions": len(bus.nc._subs),  # the hub's consumers, live, direct gets
         }
     )
 

@@ -28,6 +28,11 @@ class Options:
     wait_max_s: float = 300.0
     ping_s: float = 15.0
     """A comment line on an idle SSE stream this often (keeps proxies from closing it)."""
+    retry_ms: tuple[int, int] = (1_000, 5_000)
+    """The reconnection delay a stream asks its client for (`retry:`), drawn at random in
+    this range for each stream: when a restart closes every open stream, their clients come
+    back spread over it, not all in the same instant (a browser's default is one delay,
+    ~3 s, for all)."""
     ticket_ttl_s: float = 60.0
     replay_page: int = 500
 

@@ -1,17 +1,22 @@
-"""One process-wide feed of the log and the live tokens, fanned out in memory.
+"""Process-wide feeds of the log and the live tokens, fanned out in memory.
 
 Every open SSE stream and every waiting `POST` would otherwise hold a NATS consumer or
-subscription of its own. The hub holds two for the whole process, whatever the number of
-streams: one ordered push consumer on `<prefix>.log.>` (ephemeral, flow-controlled; it
-carries each event's stream sequence, which core NATS does not) and one core
-subscription on `<prefix>.live.>`. Each `Feed` is an in-memory queue of one session's
-items; the hub routes by the session token of the subject and reads no event it does not
-route. It subscribes when the first feed opens, not at startup: an HTTP face nobody uses
-(say under `turnstream up`) costs the server no delivery of every event.
+subscription of its own. The hub holds a few for the whole process, whatever the number
+of streams: an ordered push consumer on `<prefix>.log.>` for the feeds that read every
+event (streams; ephemeral, flow-controlled; it carries each event's stream sequence,
+which core NATS does not), one filtered to the few event types a waiting `POST` reads,
+and one core subscription on `<prefix>.live.>` for the token deltas. Each `Feed` is an
+in-memory queue of one session's items; the hub routes by the session token of the
+subject and reads no event it does not route.
+
+Each source is created when its first feed opens and let go `LINGER_S` after its last
+one closed: an HTTP face that only answers `POST`s is not sent every event of the
+deployment (a dozen a turn), and one nobody uses costs the server nothing.
 
 ```
-NATS ──ordered consumer──► Hub ──by session──► Feed (queue) ──► SSE stream / POST waiter
-     ──core sub (live)───►
+NATS ──ordered consumer (all)──────► Hub ──by session──► Feed (queue) ──► SSE stream
+     ──ordered consumer (verdicts, ends)─►                             ──► POST waiter
+     ──core sub (live)──────────────►
 ```
 """
 
@@ -93,41 +98,64 @@ class Feed:
         return item
 
 
+LINGER_S = 30.0
+"""A source whose last feed closed is kept this long: the next stream or POST soon after
+finds it running, and a steady trickle of requests does not create a consumer each."""
+
+Kinds = frozenset[str] | None
+"""The event types a source carries and its feeds read (None: all)."""
+
+
 class Hub:
     """Routes the log and the live tokens to the feeds of their sessions."""
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, *, linger_s: float = LINGER_S) -> None:
         self.bus = bus
+        self.linger_s = linger_s
         self.feeds: dict[str, set[Feed]] = {}
-        self._subs: list[Any] = []
+        self._sources: dict[Kinds, Any] = {}
+        """The subscription of each source running, by the kinds it carries."""
+        self._users: dict[Kinds | str, int] = {}
+        """Open feeds by the source they need (`LIVE` for the token subscription)."""
+        self._retiring: dict[Kinds | str, asyncio.TimerHandle] = {}
+        self._live: Any = None
         self._closing = False
-        self._starting = asyncio.Lock()
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.direct = DirectGets(bus)
         """Pages of a session's log (replays, `/events`, A2A, an answer's prompt check, a
         retried POST) on one shared inbox."""
         self.log_replicas = 0
-        """The log stream's replicas, read when the hub subscribes (0 before)."""
+        """The log stream's replicas, read when a source first subscribes (0 before)."""
 
-    async def start(self) -> None:
-        """Subscribe (once); every event appended after this returns reaches the hub.
-        A 503 problem while the log stream does not exist (the services create it)."""
-        async with self._starting:
-            if not self._subs:
-                try:
-                    await self._subscribe()
-                except NotFoundError:
-                    raise Problem(
-                        503,
-                        "not_ready",
-                        "Not ready",
-                        f"stream {self.bus.subjects.log_stream} does not exist yet: the "
-                        "services create it when they start (turnstream up)",
-                    ) from None
+    async def start(self, kinds: Kinds = None, *, tokens: bool = False) -> None:
+        """Have the source of `kinds` (and the live tokens, if asked) running; every event
+        appended after this returns reaches it. A 503 problem while the log stream does
+        not exist (the services create it)."""
+        if kinds in self._sources and (self._live is not None or not tokens):
+            return
+        async with self._lock:
+            try:
+                if kinds not in self._sources:
+                    self._sources[kinds] = await self._subscribe(kinds)
+                    self._idle(kinds)  # started ahead of any feed (a stream's early 503)
+            except NotFoundError:
+                raise Problem(
+                    503,
+                    "not_ready",
+                    "Not ready",
+                    f"stream {self.bus.subjects.log_stream} does not exist yet: the "
+                    "services create it when they start (turnstream up)",
+                ) from None
+            if tokens and self._live is None:
+                self._live = await self._subscribe_live()
+                self._idle(LIVE)
 
-    async def _subscribe(self) -> None:
+    async def _subscribe(self, kinds: Kinds) -> Any:
         subjects = self.bus.subjects
-        info = await self.bus.js.stream_info(subjects.log_stream)
-        self.log_replicas = int(info.config.num_replicas or 1)
+        if not self.log_replicas:
+            info = await self.bus.js.stream_info(subjects.log_stream)
+            self.log_replicas = int(info.config.num_replicas or 1)
         prefix_len = len(subjects.prefix) + 5  # "<prefix>.log."
 
         async def on_log(msg: Any) -> None:
@@ -135,12 +163,34 @@ class Hub:
             dot = subject.rindex(".")
             feeds = self.feeds.get(subject[prefix_len:dot])
             if feeds:
-                kind = subject[dot + 1 :]
-                item = LogRecord(stream_seq(msg), kind, msg.data)
+                item = LogRecord(stream_seq(msg), subject[dot + 1 :], msg.data)
                 for feed in list(feeds):
-                    if feed.kinds is None or kind in feed.kinds:
+                    if feed.kinds == kinds:
                         feed.put(item)
 
+        if kinds is None:
+            config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW)
+        else:
+            config = api.ConsumerConfig(
+                deliver_policy=api.DeliverPolicy.NEW,
+                filter_subjects=sorted(subjects.log_kind(kind) for kind in kinds),
+            )
+        sub = await self.bus.js.subscribe(
+            subjects.log_all if kinds is None else None,
+            stream=subjects.log_stream,
+            cb=on_log,
+            ordered_consumer=True,
+            config=config,
+            pending_msgs_limit=1_000_000,
+            pending_bytes_limit=512 * 1024 * 1024,
+        )
+        # the consumer exists on the server from here on: every event appended after
+        # this point reaches the hub, which is what the replay/live seam relies on
+        log.info("hub following %s", "every event" if kinds is None else sorted(kinds))
+        return sub
+
+    async def _subscribe_live(self) -> Any:
+        subjects = self.bus.subjects
         live_len = len(subjects.prefix) + 6  # "<prefix>.live."
 
         async def on_live(msg: Any) -> None:
@@ -152,28 +202,12 @@ class Hub:
                     if feed.tokens:
                         feed.put(item)
 
-        self._subs.append(
-            await self.bus.js.subscribe(
-                subjects.log_all,
-                stream=subjects.log_stream,
-                cb=on_log,
-                ordered_consumer=True,
-                config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW),
-                pending_msgs_limit=1_000_000,
-                pending_bytes_limit=512 * 1024 * 1024,
-            )
+        return await self.bus.nc.subscribe(
+            f"{subjects.prefix}.live.>",
+            cb=on_live,
+            pending_msgs_limit=1_000_000,
+            pending_bytes_limit=256 * 1024 * 1024,
         )
-        self._subs.append(
-            await self.bus.nc.subscribe(
-                f"{subjects.prefix}.live.>",
-                cb=on_live,
-                pending_msgs_limit=1_000_000,
-                pending_bytes_limit=256 * 1024 * 1024,
-            )
-        )
-        # the consumer exists on the server from here on: every event appended after
-        # this point reaches the hub, which is what the replay/live seam relies on
-        log.info("hub following %s and %s.live.>", subjects.log_all, subjects.prefix)
 
     @contextlib.asynccontextmanager
     async def feed(
@@ -181,13 +215,16 @@ class Hub:
     ) -> AsyncIterator[Feed]:
         """A feed of `session_id` (of the event types `kinds` only, if given), registered
         for as long as the block runs."""
-        if not self._subs:
-            await self.start()
         feed = Feed(session_id, tokens, kinds)
         if self._closing:
             feed.put(Closed("the server is shutting down"))
+        # in use before the await: a source retiring meanwhile sees it and stays
+        needs: list[Kinds | str] = [kinds, LIVE] if tokens else [kinds]
+        for need in needs:
+            self._use(need)
         self.feeds.setdefault(session_id, set()).add(feed)
         try:
+            await self.start(kinds, tokens=tokens)
             yield feed
         finally:
             feeds = self.feeds.get(session_id)
@@ -195,10 +232,56 @@ class Hub:
                 feeds.discard(feed)
                 if not feeds:
                     del self.feeds[session_id]
+            for need in needs:
+                self._release(need)
+
+    def _use(self, need: Kinds | str) -> None:
+        self._users[need] = self._users.get(need, 0) + 1
+        timer = self._retiring.pop(need, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _release(self, need: Kinds | str) -> None:
+        self._users[need] -= 1
+        self._idle(need)
+
+    def _idle(self, need: Kinds | str) -> None:
+        """With no feed needing it, the source is let go after `linger_s`."""
+        if self._users.get(need, 0) == 0 and need not in self._retiring and not self._closing:
+            loop = asyncio.get_running_loop()
+            self._retiring[need] = loop.call_later(self.linger_s, self._retire_soon, need)
+
+    def _retire_soon(self, need: Kinds | str) -> None:
+        self._retiring.pop(need, None)
+        task = asyncio.create_task(self._retire(need))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _retire(self, need: Kinds | str) -> None:
+        """Let the source go if still no feed needs it (one may have opened meanwhile)."""
+        async with self._lock:
+            if self._users.get(need, 0) > 0:
+                return
+            if isinstance(need, str):
+                sub, self._live = self._live, None
+            else:
+                sub = self._sources.pop(need, None)
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+                log.info("hub let go of %s: no feed for %.0f s", need, self.linger_s)
 
     @property
     def started(self) -> bool:
-        return bool(self._subs)
+        """The source of every event is running (what a stream reads)."""
+        return None in self._sources
+
+    @property
+    def following(self) -> list[str]:
+        """What the hub follows now: "every event" and/or the types a waiting POST reads,
+        and "live tokens" (`/readyz` shows it)."""
+        names = ["every event" if k is None else ", ".join(sorted(k)) for k in self._sources]
+        return sorted(names + (["live tokens"] if self._live is not None else []))
 
     @property
     def open_feeds(self) -> int:
@@ -213,9 +296,21 @@ class Hub:
 
     async def stop(self) -> None:
         self.close_feeds()
+        for timer in self._retiring.values():
+            timer.cancel()
+        self._retiring.clear()
+        for task in list(self._tasks):
+            task.cancel()
         await self.direct.stop()
-        async with self._starting:
-            for sub in self._subs:
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
-            self._subs.clear()
+        async with self._lock:
+            subs = [*self._sources.values(), self._live]
+            self._sources.clear()
+            self._live = None
+            for sub in subs:
+                if sub is not None:
+                    with contextlib.suppress(Exception):
+                        await sub.unsubscribe()
+
+
+LIVE = "live"
+"""The need of a feed that reads token deltas (the live subscription)."""

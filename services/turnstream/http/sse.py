@@ -2,7 +2,9 @@
 
 `id:` is the event's TS_LOG sequence, `event:` its type, `data:` its JSON; token deltas of
 the running turn come as `event: token` without an `id` (they are not in the log). A
-client that reconnects sends `Last-Event-ID` (or `?after=`) and gets what follows it.
+client that reconnects sends `Last-Event-ID` (or `?after=`) and gets what follows it; the
+stream's first frame is a `retry:` drawn at random for each stream (`Options.retry_ms`),
+so the clients of a restarted server come back spread out, not in one burst.
 
 The seam between replay and live, with no gap and no duplicate: the stream's hub feed is
 registered *first* (from then on every new event is buffered), the log is read up to its
@@ -13,6 +15,7 @@ appended before the feed existed is in the replay; one appended after is in the 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -20,6 +23,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import format_sse_event
 from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from turnstream.bus.scan import log_last_seq
 from turnstream.http.context import HttpContext, SessionId, context
@@ -29,6 +33,8 @@ from turnstream.http.problems import invalid_input
 
 router = APIRouter(prefix="/v1/sessions/{id}", tags=["stream"])
 PING = format_sse_event(comment="ping")
+CHUNK_BYTES = 64 * 1024
+"""Replayed frames are sent in chunks of about this size."""
 CATCH_UP_S = 5.0
 """How long a replay waits for a lagging replica before the stream fails (and is resumed)."""
 
@@ -49,6 +55,12 @@ class SSEResponse(StreamingResponse):
     def __init__(self, content: AsyncIterator[bytes]) -> None:
         # no-cache, and no buffering by an nginx in front (as FastAPI's SSE sets them)
         super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Starlette would run a task group with a second task listening for the client's
+        # disconnect (uvicorn says ASGI 2.3); the stream learns of it at its next ping
+        # instead (`events`), and a burst of streams opening costs a task group less each
+        await self.stream_response(send)
 
 
 async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator[LogRecord]:
@@ -84,10 +96,20 @@ async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator
 async def events(
     ctx: HttpContext, request: Request, feed: Feed, session_id: str, after: int
 ) -> AsyncIterator[bytes]:
+    # the replay goes out in chunks, not a write per event (500 streams opened at once
+    # each paid a socket write per frame), the `retry:` with its first
+    chunk = [format_sse_event(retry=random.randint(*ctx.options.retry_ms))]
+    size = 0
     last = after
     async for seq, event_type, data in replay(ctx, session_id, after):
         last = seq
-        yield log_event(seq, event_type, data)
+        chunk.append(log_event(seq, event_type, data))
+        size += len(chunk[-1])
+        if size >= CHUNK_BYTES:
+            yield b"".join(chunk)
+            chunk, size = [], 0
+    if chunk:
+        yield b"".join(chunk)
     while True:
         try:
             item = await feed.get(ctx.options.ping_s)

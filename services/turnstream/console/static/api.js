@@ -126,7 +126,8 @@ export function follow(session, on, after = 0) {
     if (stopped) return;
     on.status?.("reconnecting");
     clearTimeout(timer);
-    timer = setTimeout(open, delay);
+    // jittered: after a restart of the server, its consoles do not all come back at once
+    timer = setTimeout(open, delay * (0.5 + Math.random()));
     delay = Math.min(delay * 2, 5000);
   }
 
