@@ -102,6 +102,32 @@ async def test_a_stale_decision_raises_a_conflict_and_appends_nothing(store) -> 
     assert len(await store.read_session(s)) == 2
 
 
+async def test_a_plain_subscriber_also_hears_a_refused_decision(bus: Bus) -> None:
+    """Why the HTTP face (and the contract's advice) reads the log with a consumer: core
+    NATS routes a refused append's messages to plain subscribers all the same."""
+    s = session()
+    heard: list[str] = []
+    all_four = asyncio.Event()
+
+    async def on_msg(msg: object) -> None:
+        heard.append(getattr(msg, "subject", ""))
+        if len(heard) == 4:
+            all_four.set()
+
+    sub = await bus.nc.subscribe(bus.subjects.log_session(s), cb=on_msg)
+    try:
+        first = await bus.store.append(s, [ev(s)])
+        await bus.store.append(s, [ev(s)])
+        with pytest.raises(AppendConflict):
+            await bus.store.append_decision(s, [ev(s), ev(s)], expected_last_seq=first[-1])
+        async with asyncio.timeout(5):
+            await all_four.wait()
+    finally:
+        await sub.unsubscribe()
+    assert len(await bus.store.read_session(s)) == 2  # the log: the two appends only
+    assert len(heard) == 4  # the subscriber: those, and the refused decision's two
+
+
 async def test_new_session_must_be_empty_for_expected_zero(store) -> None:
     s = session()
     await store.append(s, [ev(s)])
