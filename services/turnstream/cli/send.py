@@ -95,8 +95,8 @@ class SendScreen:
             self._settled(event)
         elif isinstance(event, ContextSkipped):
             self.end_tokens()
-            d = event.data
-            skipped = f"context provider {escape(d.provider)} skipped: {escape(d.reason)}"
+            skip = event.data
+            skipped = f"context provider {escape(skip.provider)} skipped: {escape(skip.reason)}"
             err.print(f"[yellow]warning:[/] {skipped}")
         elif isinstance(event, ProviderFallback):
             self.end_tokens()  # a warning on stderr even with --quiet: the answer's model changed

@@ -41,7 +41,7 @@ async def run_point(
         reply = await registry.call(spec, call.model_copy(update={"hook": spec.name}))
         if reply is None or reply.action == "continue" or not _takes(spec.name, point, reply):
             continue
-        said = {"hook": spec.name, "kind": spec.kind, "reason": reply.reason}
+        said: dict[str, Any] = {"hook": spec.name, "kind": spec.kind, "reason": reply.reason}
         if reply.action != "modify":
             return StageHookVerdict(point, reply.action, text=reply.text, **said)
         verdict, call = _modified(point, verdict, call, reply, said)
@@ -143,8 +143,8 @@ def _call(session_id: str, turn_id: str, point: HookPoint, subject: HookSubject)
             return base.model_copy(update={"response": response})
         case HookPoint.COMPACT:
             dropped = [history_message(m) for m in subject.dropped]
-            view = CompactionView(dropped_messages=len(dropped), messages=dropped)
-            return base.model_copy(update={"compaction": view})
+            compaction = CompactionView(dropped_messages=len(dropped), messages=dropped)
+            return base.model_copy(update={"compaction": compaction})
     return base
 
 

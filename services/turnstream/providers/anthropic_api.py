@@ -25,6 +25,9 @@ from turnstream.providers.errors import (
 from turnstream.providers.sdk import SdkProvider
 from turnstream.providers.wire import anthropic_messages, anthropic_tools
 
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (anthropic.APIConnectionError, *TRANSPORT_ERRORS)
+"""A call that could not reach the API, or whose stream broke off."""
+
 _STOPS: dict[str, StopReason] = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
@@ -83,7 +86,7 @@ class AnthropicProvider(SdkProvider):
             if exc.status_code == 200:  # an error event inside the stream
                 return stream_failure(getattr(exc, "type", None), _message(exc))
             return status_failure(exc.status_code, _message(exc), exc.response.headers)
-        except (anthropic.APIConnectionError, *TRANSPORT_ERRORS) as exc:
+        except CONNECTION_ERRORS as exc:
             return connection_failure(exc)
         now = datetime.now(UTC)
         text = "".join(b.text for b in final.content if b.type == "text")
@@ -104,5 +107,5 @@ class AnthropicProvider(SdkProvider):
 
 def _message(exc: anthropic.APIStatusError) -> str:
     body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
-    return str(error.get("message") or exc.message)
+    error = body.get("error")
+    return str((error.get("message") if isinstance(error, dict) else None) or exc.message)

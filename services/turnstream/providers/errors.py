@@ -8,12 +8,12 @@ from typing import Any
 from turnstream.core.turn import ProviderFailure
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
+def _transport_errors() -> tuple[type[Exception], ...]:
     """What a broken connection raises: httpx's errors, and httpx2's (which the
     anthropic SDK uses and does not wrap when a stream breaks off)."""
     import httpx
 
-    errors: list[type[BaseException]] = [httpx.HTTPError]
+    errors: list[type[Exception]] = [httpx.HTTPError]
     try:
         import httpx2
 

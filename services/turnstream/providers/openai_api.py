@@ -28,6 +28,9 @@ from turnstream.providers.errors import (
 from turnstream.providers.sdk import SdkProvider
 from turnstream.providers.wire import openai_messages, openai_tools
 
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (openai.APIConnectionError, *TRANSPORT_ERRORS)
+"""A call that could not reach the API, or whose stream broke off."""
+
 _STOPS: dict[str, StopReason] = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -112,7 +115,7 @@ class OpenAIProvider(SdkProvider):
         except openai.APIStatusError as exc:
             code = _code(exc)
             return status_failure(exc.status_code, _message(exc), exc.response.headers, code)
-        except (openai.APIConnectionError, *TRANSPORT_ERRORS) as exc:
+        except CONNECTION_ERRORS as exc:
             return connection_failure(exc)
         except openai.APIError as exc:  # an error event inside the stream
             return stream_failure(_code(exc) or getattr(exc, "type", None), exc.message)

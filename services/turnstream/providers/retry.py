@@ -22,7 +22,7 @@ class RetryPolicy:
     max_delay_s: float = 20.0
 
     def delay(self, attempt: int, retry_after_s: float | None) -> float:
-        backoff = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        backoff = min(self.max_delay_s, self.base_delay_s * 2.0 ** (attempt - 1))
         if retry_after_s is not None:
             return min(self.max_delay_s, max(backoff, retry_after_s))
         return backoff

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -222,7 +222,7 @@ async def serve_sessions(
     kinds: Sequence[str],
     to_item: Callable[[Any, Event], Item],
     stop: asyncio.Event,
-    resume: Callable[[], Awaitable[None]],
+    resume: Callable[[], Coroutine[Any, Any, None]],
 ) -> None:
     """Consume `kinds` from the log into per-session mailboxes until `stop`.
 

@@ -23,8 +23,10 @@ from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, durable_push
 from turnstream.core.events import (
     FailureClass,
+    ToolInvocationFailed,
     ToolInvocationFailedData,
     ToolInvocationRequested,
+    ToolInvocationSucceeded,
     TurnEnded,
     decode,
 )
@@ -229,6 +231,7 @@ class Executor:
         def took() -> float:
             return (time.perf_counter() - start) * 1000
 
+        event: ToolInvocationFailed | ToolInvocationSucceeded
         try:
             async with asyncio.timeout(timeout):
                 output = await tool.run(dict(data.args), ctx)

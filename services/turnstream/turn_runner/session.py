@@ -245,14 +245,14 @@ class SessionActor:
                     answer = StageHooksSaid(turn_id, said)
                 case RunWorkflowHook(point=point, execution=ex):
                     hooks = self.ctx.hooks
-                    said = await hooks.run_workflow_hook(self.session_id, point, ex.stage_id, ex)
+                    hook = await hooks.run_workflow_hook(self.session_id, point, ex.stage_id, ex)
                     if point == GATE:
                         answer = GateSaid(
-                            ex.execution_id, said.gate_outcome(), said.hook, said.reason
+                            ex.execution_id, hook.gate_outcome(), hook.hook, hook.reason
                         )
                     else:
                         answer = AssertSaid(
-                            ex.execution_id, said.assert_verdict(), said.hook, said.reason
+                            ex.execution_id, hook.assert_verdict(), hook.hook, hook.reason
                         )
                 case GatherContext(turn_id=turn_id, request=request):
                     context = self.ctx.context
