@@ -81,6 +81,16 @@ def settings_for(server: EmbeddedServer, tmp: Path, **overrides: object) -> Sett
     return Settings(nats_url=server.url, data_dir=tmp, **values)  # type: ignore[arg-type]
 
 
+def anthropic_settings(
+    server: EmbeddedServer, tmp: Path, base_url: str, **overrides: object
+) -> Settings:
+    """Settings for turns answered by a fake Anthropic server (`tests.providers`) at
+    `base_url`, as model `claude-fake-1`."""
+    return settings_for(
+        server, tmp, provider="anthropic", model="claude-fake-1", base_url=base_url, **overrides
+    )
+
+
 async def events_of(bus: Bus, session: str) -> list[Event]:
     return [s.event for s in await bus.store.read_session(session)]
 

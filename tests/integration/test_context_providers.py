@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.integration.conftest import running_services, settings_for
+from tests.integration.conftest import anthropic_settings, running_services, settings_for
 from tests.providers.fake_servers import FakeAnthropic, Text
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
@@ -60,12 +60,10 @@ async def test_providers_add_context_to_every_request_and_the_log(
         "nobody": ContextProviderSetting(subject="ctx.nobody", priority=5, timeout_ms=200),
     }
     async with FakeAnthropic([Text("Bonjour."), Text("Encore.")]) as fake:
-        settings = settings_for(
+        settings = anthropic_settings(
             nats_server,
             tmp_path,
-            provider="anthropic",
-            model="claude-fake-1",
-            base_url=fake.base_url,
+            fake.base_url,
             system_prompt="Be brief.",
             context=ContextSettings(providers=providers),
         )

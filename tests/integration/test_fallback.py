@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import running_services, settings_for
+from tests.integration.conftest import anthropic_settings, running_services
 from tests.providers.fake_servers import Error, FakeAnthropic, FakeOpenAI, Text, ToolCalls
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
@@ -41,12 +41,10 @@ async def test_an_overloaded_primary_hands_the_turn_to_the_fallback_model(
         ]
     )
     async with primary, fallback:
-        settings = settings_for(
+        settings = anthropic_settings(
             nats_server,
             tmp_path,
-            provider="anthropic",
-            model="claude-fake-1",
-            base_url=primary.base_url,
+            primary.base_url,
             provider_max_retries=1,
             provider_retry_base_s=0.01,
             fallback_model="gpt-fake-mini",
@@ -88,12 +86,10 @@ async def test_a_bad_request_does_not_fall_back(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-primary")
     async with FakeAnthropic([Error(400, "invalid_request_error", "bad tools")]) as primary:
         async with FakeAnthropic([]) as fallback:
-            settings = settings_for(
+            settings = anthropic_settings(
                 nats_server,
                 tmp_path,
-                provider="anthropic",
-                model="claude-fake-1",
-                base_url=primary.base_url,
+                primary.base_url,
                 fallback_model="claude-fake-small",
                 fallback_base_url=fallback.base_url,
             )
@@ -120,12 +116,10 @@ async def test_an_agent_profile_brings_its_own_fallback_model(
             "fallbackModel: gpt-fake-steady\nfallbackProvider: openai\n---\nBe steady.\n"
         )
         monkeypatch.setenv("OPENAI_BASE_URL", fallback.base_url + "/v1")  # the SDK's default
-        settings = settings_for(
+        settings = anthropic_settings(
             nats_server,
             tmp_path,
-            provider="anthropic",
-            model="claude-fake-1",
-            base_url=primary.base_url,
+            primary.base_url,
             provider_max_retries=0,
             agents=agents,
         )

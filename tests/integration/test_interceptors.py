@@ -11,7 +11,7 @@ import orjson
 import pytest
 from nats.js.errors import NoKeysError
 
-from tests.integration.conftest import running_services, settings_for
+from tests.integration.conftest import anthropic_settings, running_services, settings_for
 from tests.providers.fake_servers import FakeAnthropic, Text, ToolCalls
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
@@ -73,12 +73,10 @@ async def test_interceptors_change_what_the_model_gets_and_the_log_says_so(
         Text("checked: the password is ***."),
     ]
     async with FakeAnthropic(script) as fake:
-        settings = settings_for(
+        settings = anthropic_settings(
             nats_server,
             tmp_path,
-            provider="anthropic",
-            model="claude-fake-1",
-            base_url=fake.base_url,
+            fake.base_url,
             system_prompt="Be brief.",
         )
         async with running_services(settings, bus, tools=ToolRegistry.load(), hooks=hooks):
@@ -146,12 +144,10 @@ async def test_a_response_interceptor_replaces_a_tool_call_before_it_is_proposed
         ToolCalls([("tu1", "write_file", {"path": "x.txt", "content": "hi"})], text="Writing.")
     ]
     async with FakeAnthropic(script) as fake:
-        settings = settings_for(
+        settings = anthropic_settings(
             nats_server,
             tmp_path,
-            provider="anthropic",
-            model="claude-fake-1",
-            base_url=fake.base_url,
+            fake.base_url,
         )
         async with running_services(settings, bus, tools=ToolRegistry.load(), hooks=hooks):
             outcome = await send_and_wait(bus, message_command("resp", "write x.txt"), timeout=20)
