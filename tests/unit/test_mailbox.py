@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.mailboxes import Forgetful, running
 from turnstream.runtime import mailbox
 from turnstream.runtime.mailbox import Delivered, Mailboxes
 
@@ -52,10 +53,7 @@ async def test_idle_workers_beyond_the_number_kept_are_let_go_least_recently_use
         return actors[key]
 
     boxes: Mailboxes[int] = Mailboxes(make, max_rested=2)
-    stop = asyncio.Event()
-    running = asyncio.create_task(boxes.run(stop))
-    await asyncio.sleep(0)
-    try:
+    async with running(boxes):
         boxes.deliver("a", 1)
         await settle()
         actors["a"].in_flight = True  # a call in flight: never let go while it runs
@@ -72,9 +70,6 @@ async def test_idle_workers_beyond_the_number_kept_are_let_go_least_recently_use
         boxes.deliver("a", 7)
         await settle()
         assert made.count("a") == 1 and actors["a"].items == [1, 7]
-    finally:
-        stop.set()
-        await running
 
 
 class Msg:
@@ -98,11 +93,8 @@ async def test_a_delivered_message_is_kept_in_progress_until_it_is_handled(
             await release.wait()
 
     boxes: Mailboxes[Any] = Mailboxes(lambda key: Slow(key, made, handled))
-    stop = asyncio.Event()
-    running = asyncio.create_task(boxes.run(stop))
-    await asyncio.sleep(0)
     first, queued = Msg(), Msg()
-    try:
+    async with running(boxes):
         boxes.deliver("s", Delivered(first, 1, None))  # type: ignore[arg-type]
         boxes.deliver("s", Delivered(queued, 2, None))  # type: ignore[arg-type]
         await asyncio.sleep(0.45)
@@ -113,22 +105,6 @@ async def test_a_delivered_message_is_kept_in_progress_until_it_is_handled(
         await asyncio.sleep(0.25)
         assert (first.beats, queued.beats) == beats  # none once handled
         assert not boxes.kept
-    finally:
-        stop.set()
-        await running
-
-
-class Forgetful:
-    """An actor that keeps nothing of what it handles."""
-
-    async def handle(self, item: Any) -> None:
-        await asyncio.sleep(0)
-
-    async def failed(self, item: Any) -> None:
-        raise AssertionError("nothing fails here")
-
-    def busy(self) -> bool:
-        return False
 
 
 @pytest.fixture
@@ -151,10 +127,7 @@ async def test_an_actor_let_go_is_freed_at_once_not_left_to_the_cyclic_collector
         return actor
 
     boxes: Mailboxes[int] = Mailboxes(make, max_rested=1)
-    stop = asyncio.Event()
-    running = asyncio.create_task(boxes.run(stop))
-    await asyncio.sleep(0)
-    try:
+    async with running(boxes):
         boxes.deliver("a", 1)
         await settle()
         boxes.deliver("b", 2)  # "a" rests longest: let go
@@ -162,18 +135,12 @@ async def test_an_actor_let_go_is_freed_at_once_not_left_to_the_cyclic_collector
         assert set(boxes.boxes) == {"b"}
         assert made["a"]() is None  # a cancelled worker's traceback kept it (and its state)
         assert made["b"]() is not None
-    finally:
-        stop.set()
-        await running
 
 
 @pytest.mark.usefixtures("no_cyclic_gc")
 async def test_a_resting_worker_holds_no_message_it_handled() -> None:
     boxes: Mailboxes[Any] = Mailboxes(lambda key: Forgetful())
-    stop = asyncio.Event()
-    running = asyncio.create_task(boxes.run(stop))
-    await asyncio.sleep(0)
-    try:
+    async with running(boxes):
         msg = Msg()
         handled = weakref.ref(msg)
         boxes.deliver("s", Delivered(msg, 1, None))  # type: ignore[arg-type]
@@ -181,6 +148,3 @@ async def test_a_resting_worker_holds_no_message_it_handled() -> None:
         await settle()
         assert boxes.actor("s") is not None  # the worker waits for the next item
         assert handled() is None  # not even through its in-progress acks
-    finally:
-        stop.set()
-        await running

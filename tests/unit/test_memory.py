@@ -7,6 +7,7 @@ import platform
 
 import pytest
 
+from tests.unit.mailboxes import Forgetful, running
 from turnstream.runtime import memory
 from turnstream.runtime.mailbox import Mailboxes
 from turnstream.runtime.memory import QuietTrim
@@ -35,32 +36,15 @@ def test_trim_calls_glibc() -> None:
     assert memory.trim()
 
 
-class Quick:
-    async def handle(self, item: int) -> None:
-        await asyncio.sleep(0)
-
-    async def failed(self, item: int) -> None:
-        raise AssertionError("nothing fails here")
-
-    def busy(self) -> bool:
-        return False
-
-
 async def test_mailboxes_give_memory_back_once_their_items_pause() -> None:
     released: list[int] = []
     boxes: Mailboxes[int] = Mailboxes(
-        lambda key: Quick(), quiet=QuietTrim(0.05, lambda: released.append(1))
+        lambda key: Forgetful(), quiet=QuietTrim(0.05, lambda: released.append(1))
     )
-    stop = asyncio.Event()
-    running = asyncio.create_task(boxes.run(stop))
-    await asyncio.sleep(0)
-    try:
+    async with running(boxes):
         for n in range(100):
             boxes.deliver(f"s{n % 7}", n)
         await asyncio.sleep(0.02)
         assert released == []
         await asyncio.sleep(0.1)
         assert released == [1]
-    finally:
-        stop.set()
-        await running
