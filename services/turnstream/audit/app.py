@@ -27,14 +27,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from nats.js.errors import KeyNotFoundError
-
 from turnstream.audit.api import serve_api
 from turnstream.audit.auditor import Auditor
 from turnstream.audit.checks import CheckConfig
 from turnstream.audit.fold import fold_message
 from turnstream.audit.journal import Journal
-from turnstream.audit.projections import put_all
+from turnstream.audit.projections import put_all, read_summary
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_push
 from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
@@ -216,11 +214,8 @@ class AuditService:
         return True
 
     async def _written(self, session_id: str) -> SessionSummary | None:
-        try:
-            entry = await self.kv.get(session_key(session_id))
-        except KeyNotFoundError:
-            return None
-        return SessionSummary.from_json(entry.value) if entry.value else None
+        found = await read_summary(self.kv, session_key(session_id))
+        return found[0] if found else None
 
     def _forget(self) -> None:
         if len(self.auditor.summaries) > KEEP_SUMMARIES * FORGET_OVER:

@@ -48,7 +48,7 @@ async def put_newer(kv: Any, summaries: Sequence[SessionSummary]) -> int:
 async def _put_if_newer(kv: Any, summary: SessionSummary) -> bool:
     key, value = session_key(summary.session_id), summary.to_json()
     while True:
-        current = await _get(kv, key)
+        current = await read_summary(kv, key)
         try:
             if current is None:
                 await kv.create(key, value)
@@ -62,7 +62,9 @@ async def _put_if_newer(kv: Any, summary: SessionSummary) -> bool:
             continue  # written meanwhile: look again
 
 
-async def _get(kv: Any, key: str) -> tuple[SessionSummary | None, int] | None:
+async def read_summary(kv: Any, key: str) -> tuple[SessionSummary | None, int] | None:
+    """The summary at `key` and its revision; None when there is none, `(None, revision)`
+    when it cannot be read (whoever writes next overwrites it)."""
     try:
         entry = await kv.get(key)
     except KeyNotFoundError:
