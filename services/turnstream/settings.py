@@ -227,15 +227,19 @@ class Settings(BaseSettings):
             YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file),
         )
 
+    def session_pattern(self, session_id: str) -> str:
+        """The first `sessions:` pattern a session matches ('' for none)."""
+        return next((p for p in self.sessions if fnmatch.fnmatchcase(session_id, p)), "")
+
     def session_override(self, session_id: str) -> tuple[str, Settings]:
         """The pattern that applies to a session ('' for none) and the settings it gets."""
-        for pattern, override in self.sessions.items():
-            if fnmatch.fnmatchcase(session_id, pattern):
-                changes = override.model_dump(exclude_none=True)
-                if "provider" in changes and "model" not in changes:
-                    changes["model"] = None  # the other provider's default model
-                return pattern, self.model_copy(update=changes)
-        return "", self
+        pattern = self.session_pattern(session_id)
+        if not pattern:
+            return "", self
+        changes = self.sessions[pattern].model_dump(exclude_none=True)
+        if "provider" in changes and "model" not in changes:
+            changes["model"] = None  # the other provider's default model
+        return pattern, self.model_copy(update=changes)
 
     def secret(self, name: str) -> str | None:
         """A secret from the environment, else from the secrets file."""

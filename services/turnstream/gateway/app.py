@@ -67,8 +67,8 @@ async def _consume(
         return profile
 
     session_agents: dict[str, str] = {}
-    """Agents of the `KNOWN_AGENTS` sessions seen last (a session's agent never changes;
-    one forgotten is read from the log again)."""
+    """Agents of at most `KNOWN_AGENTS` sessions, the first seen forgotten first (a
+    session's agent never changes; one forgotten is read from the log again)."""
 
     def know(session_id: str, agent: str) -> None:
         if session_id not in session_agents and len(session_agents) >= KNOWN_AGENTS:

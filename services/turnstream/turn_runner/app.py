@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
@@ -86,8 +85,8 @@ class Runner:
         self.settings = settings
         self.session_providers: dict[str, tuple[Provider, Settings]] = {}
         self.session_patterns: dict[str, str] = {}
-        """Which `sessions:` pattern applies to a session ('' for none), for the last
-        `KNOWN_PATTERNS` sessions asked about (not every session ever seen)."""
+        """Which `sessions:` pattern applies to a session ('' for none), for at most
+        `KNOWN_PATTERNS` sessions (the first asked about is forgotten first)."""
         self.session_configs: dict[str, tuple[TurnConfig, TurnConfig]] = {}
         """Per pattern: the base configuration it was made from, and the session's."""
         self.base_config = turn_config
@@ -162,10 +161,9 @@ class Runner:
         return provider, session_config
 
     def _pattern(self, session_id: str) -> str:
-        """The first `sessions:` pattern the session matches ('' for none), as
-        `Settings.session_override` finds it; remembered, the oldest forgotten first."""
+        """`Settings.session_pattern`, remembered (the first remembered forgotten first)."""
         assert self.settings is not None
-        found = next((p for p in self.settings.sessions if fnmatch.fnmatchcase(session_id, p)), "")
+        found = self.settings.session_pattern(session_id)
         if len(self.session_patterns) >= KNOWN_PATTERNS:
             del self.session_patterns[next(iter(self.session_patterns))]
         self.session_patterns[session_id] = found
