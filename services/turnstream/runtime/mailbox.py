@@ -209,8 +209,8 @@ class Mailboxes(Generic[Item]):
 def _cancel_swallowed() -> bool:
     """Whether this task was cancelled and the cancellation never reached it. nats-py waits
     for a request's reply with `asyncio.wait_for`, which on Python 3.11 returns a reply that
-    came with the cancellation instead of raising it; a worker cancelled at shutdown (or
-    let go) in a handler then went back to its inbox for `idle_s`, and the shutdown waited."""
+    came with the cancellation instead of raising it; a worker cancelled at shutdown in a
+    handler then went back to its inbox for `idle_s`, and the shutdown waited."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
 
