@@ -15,8 +15,9 @@ does, the HTTP face included), then measures:
             open→first event (replay) when N open at once, and when opened one at a time;
             next to N plain `GET /healthz` at once (the HTTP server's own floor);
             live fan-out: one event appended to every session, append→arrival per stream;
-            the HTTP process restarted: each client back after the `retry:` its stream sent
-            (as EventSource does), resuming with `Last-Event-ID`: open→first event;
+            N streams open, then the HTTP process restarted: each client back after the
+            `retry:` its stream sent (3 s without one, a browser's default), resuming with
+            `Last-Event-ID` as EventSource does: open→first event;
             the HTTP process's RSS per open stream; TS_LOG consumers and the app's NATS
             subscriptions before and with N streams open
 """
@@ -362,27 +363,37 @@ def restart_http(supervisor: Any) -> None:
     supervisor.start("http")
 
 
-async def reconnect(url: str, restart: Any, closed: list[Stream]) -> list[float]:
-    """The HTTP process restarts while `closed` were open: each client comes back after the
-    `retry:` its stream asked for (and again after it, while the port refuses), resuming
-    after its first event, as a browser's EventSource does. Open→first event of each."""
+BROWSER_RETRY_MS = 3000
+"""How long a browser's EventSource waits to reconnect when the server sent no `retry:`."""
 
-    async def come_back(old: Stream) -> float:
+
+async def reconnect(url: str, restart: Any, sessions: list[str]) -> list[float]:
+    """A stream open on each of `sessions`; the HTTP process restarts, which ends them all;
+    each client comes back after the `retry:` its stream asked for (a browser's default
+    without one), and again after it while the port refuses, resuming after its first
+    event, as EventSource does. Open→first event of each coming back."""
+    held = [Stream(session) for session in sessions]
+    reading = [asyncio.create_task(s.run(url, asyncio.Event())) for s in held]
+    await asyncio.gather(*(s.ready.wait() for s in held))
+
+    async def come_back(old: Stream, ended: asyncio.Task[None]) -> float:
+        await asyncio.gather(ended, return_exceptions=True)  # the restart ends the stream
         while True:
-            await asyncio.sleep(old.retry_ms / 1000)
+            await asyncio.sleep((old.retry_ms or BROWSER_RETRY_MS) / 1000)
             again = Stream(old.session, old.first_id)
-            reading = asyncio.create_task(again.run(url, asyncio.Event()))
+            task = asyncio.create_task(again.run(url, asyncio.Event()))
             first = asyncio.create_task(again.ready.wait())
-            await asyncio.wait([reading, first], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([task, first], return_when=asyncio.FIRST_COMPLETED)
             first.cancel()
-            reading.cancel()
-            await asyncio.gather(reading, first, return_exceptions=True)
+            task.cancel()
+            await asyncio.gather(task, first, return_exceptions=True)
             if again.ready.is_set():
                 return (again.first_at - again.opened_at) * 1000
             # refused (not listening yet) or closed (shutting down): again after the delay
 
+    coming_back = asyncio.gather(*(come_back(s, t) for s, t in zip(held, reading, strict=True)))
     await asyncio.to_thread(restart)
-    return list(await asyncio.gather(*(come_back(s) for s in closed)))
+    return list(await coming_back)
 
 
 async def until_ready(url: str) -> None:
@@ -439,7 +450,8 @@ async def measure(
                 f"target: within 1.5 ms; vs NATS reading the log +{http50 - log50:.2f} ms"
             )
         s = await streams(bus, url, pid, args.streams)
-        s["reconnect"] = await reconnect(url, lambda: restart_http(supervisor), s["streams"])
+        sessions = [stream.session for stream in s["streams"]]
+        s["reconnect"] = await reconnect(url, lambda: restart_http(supervisor), sessions)
         n = args.streams
         table = Table("SSE, one HTTP process", "p50 ms", "p99 ms", "max ms")
         for label, key in [
@@ -449,7 +461,7 @@ async def measure(
             (f"open→first event, one at a time with {n} open", "joined"),
             (f"live fan-out to {n} streams (append→arrival)", "fanout"),
             (
-                f"open→first event, {n} coming back after a restart (each after its `retry:`)",
+                f"open→first event, {n} open coming back after a restart (each after its `retry:`)",
                 "reconnect",
             ),
         ]:
