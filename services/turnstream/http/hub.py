@@ -113,12 +113,12 @@ class Hub:
         self.bus = bus
         self.linger_s = linger_s
         self.feeds: dict[str, set[Feed]] = {}
-        self._sources: dict[Kinds, Any] = {}
-        """The subscription of each source running, by the kinds it carries."""
+        self._sources: dict[Kinds | str, Any] = {}
+        """The subscription of each source running: by the kinds it carries, `LIVE` for
+        the token deltas."""
         self._users: dict[Kinds | str, int] = {}
-        """Open feeds by the source they need (`LIVE` for the token subscription)."""
+        """Open feeds by the source they need."""
         self._retiring: dict[Kinds | str, asyncio.TimerHandle] = {}
-        self._live: Any = None
         self._closing = False
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -132,7 +132,7 @@ class Hub:
         """Have the source of `kinds` (and the live tokens, if asked) running; every event
         appended after this returns reaches it. A 503 problem while the log stream does
         not exist (the services create it)."""
-        if kinds in self._sources and (self._live is not None or not tokens):
+        if kinds in self._sources and (LIVE in self._sources or not tokens):
             return
         async with self._lock:
             try:
@@ -147,8 +147,8 @@ class Hub:
                     f"stream {self.bus.subjects.log_stream} does not exist yet: the "
                     "services create it when they start (turnstream up)",
                 ) from None
-            if tokens and self._live is None:
-                self._live = await self._subscribe_live()
+            if tokens and LIVE not in self._sources:
+                self._sources[LIVE] = await self._subscribe_live()
                 self._idle(LIVE)
 
     async def _subscribe(self, kinds: Kinds) -> Any:
@@ -262,10 +262,7 @@ class Hub:
         async with self._lock:
             if self._users.get(need, 0) > 0:
                 return
-            if isinstance(need, str):
-                sub, self._live = self._live, None
-            else:
-                sub = self._sources.pop(need, None)
+            sub = self._sources.pop(need, None)
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
@@ -280,8 +277,7 @@ class Hub:
     def following(self) -> list[str]:
         """What the hub follows now: "every event" and/or the types a waiting POST reads,
         and "live tokens" (`/readyz` shows it)."""
-        names = ["every event" if k is None else ", ".join(sorted(k)) for k in self._sources]
-        return sorted(names + (["live tokens"] if self._live is not None else []))
+        return sorted(_name(source) for source in self._sources)
 
     @property
     def open_feeds(self) -> int:
@@ -303,14 +299,20 @@ class Hub:
             task.cancel()
         await self.direct.stop()
         async with self._lock:
-            subs = [*self._sources.values(), self._live]
+            subs = list(self._sources.values())
             self._sources.clear()
-            self._live = None
             for sub in subs:
-                if sub is not None:
-                    with contextlib.suppress(Exception):
-                        await sub.unsubscribe()
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
 
 
 LIVE = "live"
-"""The need of a feed that reads token deltas (the live subscription)."""
+"""The source of token deltas (a core subscription on `<prefix>.live.>`)."""
+
+
+def _name(source: Kinds | str) -> str:
+    if source is None:
+        return "every event"
+    if isinstance(source, str):
+        return "live tokens"
+    return ", ".join(sorted(source))
