@@ -11,7 +11,7 @@ import orjson
 import pytest
 from nats.js.errors import NoKeysError
 
-from tests.integration.conftest import anthropic_settings, running_services, settings_for
+from tests.integration.conftest import anthropic_settings, events_of, running_services, settings_for
 from tests.providers.fake_servers import FakeAnthropic, Text, ToolCalls
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
@@ -96,7 +96,7 @@ async def test_interceptors_change_what_the_model_gets_and_the_log_says_so(
     asked = bodies[2]["messages"][-1]
     assert asked["role"] == "user" and "Did you check?" in str(asked["content"])
 
-    events = [s.event for s in await bus.store.read_session("icpt")]
+    events = await events_of(bus, "icpt")
     decided = [
         (e.data.hook, e.data.stage, e.data.point, e.data.action)
         for e in events
@@ -154,7 +154,7 @@ async def test_a_response_interceptor_replaces_a_tool_call_before_it_is_proposed
     assert outcome.status == "completed"
     assert outcome.reply == "I would have written a file, but writes are off today."
     assert not (tmp_path / "workspace" / "x.txt").exists()
-    events = [s.event for s in await bus.store.read_session("resp")]
+    events = await events_of(bus, "resp")
     assert not [e for e in events if e.type == "ToolInvocationProposed"]
     (decided,) = [e for e in events if isinstance(e, HookDecided)]
     assert decided.data.response is not None and decided.data.response.tool_calls == []
@@ -197,7 +197,7 @@ async def test_the_example_hooks_served_from_another_connection_change_a_demo_tu
     assert outcome.status == "completed", outcome
     assert "my password is ***" in (outcome.reply or "") and "hunter2" not in (outcome.reply or "")
     assert "notes.txt" in (outcome.reply or "") and ".env" not in (outcome.reply or "")
-    events = [s.event for s in await bus.store.read_session("ex")]
+    events = await events_of(bus, "ex")
     decided = {(e.data.hook, e.data.action) for e in events if isinstance(e, HookDecided)}
     assert {
         ("redact-input", "modify"),

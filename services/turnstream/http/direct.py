@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
 from turnstream.bus import Bus
-from turnstream.bus.scan import direct_batch, direct_request
+from turnstream.bus.scan import DIRECT_BATCH, direct_batch, direct_request
 
 MAX_BATCH = 1000
 
@@ -84,7 +84,7 @@ class DirectGets:
             del self._waiting[token]
 
     async def records(
-        self, session_id: str, *, after: int, limit: int = 500
+        self, session_id: str, *, after: int, limit: int = DIRECT_BATCH
     ) -> AsyncIterator[LogRecord]:
         """The session's events after `after`, `limit` a page, until a page says there are
         no more (the end the answering server knows of)."""
