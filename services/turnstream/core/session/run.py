@@ -65,8 +65,8 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
         return decide_turn(state, config, ctx)
     out: list[Event] = []
     if state.active is not None:
-        # a chat turn finishes before the run starts
-        out = decide_turn(state, chat_config(state, config), ctx)
+        # a chat turn finishes before the run starts (inputs wait for the run)
+        out = decide_turn(state, with_changes(config, hold_inputs=True), ctx)
         state = session_of(out.state)
     step = partial(_next_step, config=config, ctx=ctx)
     return Decision(*until_quiet(state, step, fold, out))
@@ -390,7 +390,6 @@ __all__ = [
     "ASSERT",
     "GATE",
     "awaiting_workflow_hooks",
-    "chat_config",
     "decide",
     "lane_config",
     "lane_step",

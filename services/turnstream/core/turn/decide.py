@@ -82,7 +82,7 @@ from turnstream.core.turn.state import (
     ToolCall,
     TurnConfig,
 )
-from turnstream.core.turn.steps import compose_or_stop
+from turnstream.core.turn.steps import compose_or_stop, continues
 from turnstream.core.turn.tool_call import (
     call_decided,
     executable,
@@ -336,8 +336,7 @@ def _next_step(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event
                 return compose_or_stop(b, turn, config)
             if turn.requested_calls:
                 return [b.pre(Stage.TOOL_CALL)]
-            wants_more = turn.stop_reason == "max_tokens"
-            if wants_more and turn.completions <= config.max_output_continuations:
+            if continues(turn, config):
                 return compose_or_stop(b, turn, config)
             return [b.pre(Stage.RENDER)]  # past its last round (or interrupted): no stop hook
         case Stage.TOOL_CALL, True:

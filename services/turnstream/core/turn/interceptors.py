@@ -45,6 +45,7 @@ from turnstream.core.turn.steps import (
     compaction_cut,
     compose_or_stop,
     compose_request,
+    continues,
     render,
     request_model,
     request_started,
@@ -254,11 +255,10 @@ def _would_stop(turn: ActiveTurn, config: TurnConfig) -> bool:
     """The model answered without tool calls and the turn would render now: a stop hook
     may ask for another round, while the turn has rounds left (not a workflow stage's Act,
     not an interrupted turn's summary)."""
-    more = turn.stop_reason == "max_tokens" and turn.completions <= config.max_output_continuations
     return (
         config.stage is None
         and not turn.requested_calls
-        and not more
+        and not continues(turn, config)
         and turn.interrupt is None
         and turn.iteration < config.max_iterations
     )

@@ -384,11 +384,6 @@ class HookPoint(StrEnum):
     def point(self) -> Literal["pre", "post"]:
         return "post" if self in (HookPoint.STREAM_RESPONSE, HookPoint.TOOL_RESULT) else "pre"
 
-    @classmethod
-    def of(cls, stage: str, point: str) -> HookPoint | None:
-        """The hook point a hook registered at `stage`/`point` attaches to, if any."""
-        return next((p for p in cls if (p.stage, p.point) == (stage, point)), None)
-
 
 @dataclass(frozen=True)
 class StageHookVerdict:

@@ -157,6 +157,11 @@ def render(b: Builder, turn: ActiveTurn, text: str) -> Event:
     return b.make(RenderEmitted, RenderEmittedData(text=text, reply_to=turn.reply_to))
 
 
+def continues(turn: ActiveTurn, config: TurnConfig) -> bool:
+    """The response stopped at `max_tokens` and the model may be asked to go on."""
+    return turn.stop_reason == "max_tokens" and turn.completions <= config.max_output_continuations
+
+
 def compose_or_stop(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
     """Another round, unless the turn (or a workflow stage's Act) has used its bound."""
     spec = config.stage
