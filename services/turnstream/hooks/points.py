@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from turnstream.core.events import RequestChange, ResponseChange, ToolUseBlock
+from turnstream.core.events import RequestChange, ResponseChange
 from turnstream.core.turn import HookPoint, HookSubject, HookVerdict, StageHookVerdict
 from turnstream.core.turn.interceptors import CHANGES, refusal
 from turnstream.core.turn.steps import history_message
@@ -135,10 +135,7 @@ def _call(session_id: str, turn_id: str, point: HookPoint, subject: HookSubject)
             )
             return base.model_copy(update={"request": view})
         case HookPoint.STREAM_RESPONSE if subject.response is not None:
-            calls = [
-                ToolUseBlock(id=c.id, name=c.name, input=c.arguments)
-                for c in subject.response.tool_calls
-            ]
+            calls = [c.block() for c in subject.response.tool_calls]
             response = ResponseChange(text=subject.response.text, tool_calls=calls)
             return base.model_copy(update={"response": response})
         case HookPoint.COMPACT:

@@ -46,7 +46,6 @@ from turnstream.core.events import (
     SteeringInjected,
     SteeringInjectedData,
     TextBlock,
-    ToolUseBlock,
 )
 from turnstream.core.fold import until_quiet
 from turnstream.core.turn import outbound, subturns
@@ -135,9 +134,7 @@ def on_provider_result(
             content: list[ContentBlock] = []
             if outcome.text:
                 content.append(TextBlock(text=outcome.text))
-            content += [
-                ToolUseBlock(id=c.id, name=c.name, input=c.arguments) for c in outcome.tool_calls
-            ]
+            content += [c.block() for c in outcome.tool_calls]
             data = ProviderRequestCompletedData(
                 message=AssistantMessage(content=content),
                 usage=outcome.usage,

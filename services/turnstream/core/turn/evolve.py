@@ -227,7 +227,7 @@ def evolve(state: ChatState, event: Event) -> ChatState:
                 return state
             assert state.active is not None
             turn, message = state.active, data.message
-            calls = tuple(ToolCall(b.id, b.name, b.input) for b in message.tool_calls)
+            calls = tuple(ToolCall.of(b) for b in message.tool_calls)
             entry = Message("assistant", message.text, tool_calls=calls)
             state = with_changes(state, history=(*state.history, entry))
             # a new round (after tool calls, a stop hook's `iterate`) starts a new paragraph
@@ -492,7 +492,7 @@ def _response_changed(state: ChatState, event: EventBase, data: HookDecidedData)
     if not _is_active(state, event) or turn is None or turn.round_reply is None:
         return state
     assert data.response is not None
-    calls = tuple(ToolCall(c.id, c.name, c.input) for c in data.response.tool_calls)
+    calls = tuple(ToolCall.of(c) for c in data.response.tool_calls)
     entry = Message("assistant", data.response.text, tool_calls=calls)
     history = state.history
     if history and history[-1].role == "assistant":

@@ -21,6 +21,7 @@ from turnstream.core.events import (
     SpawnMode,
     Stage,
     StopReason,
+    ToolUseBlock,
     TurnStatus,
 )
 from turnstream.core.ids import IdFactory
@@ -33,6 +34,15 @@ class ToolCall:
     id: str
     name: str
     arguments: dict[str, Any]
+
+    @classmethod
+    def of(cls, block: ToolUseBlock) -> ToolCall:
+        """The call a `tool_use` block of a recorded response names."""
+        return cls(block.id, block.name, block.input)
+
+    def block(self) -> ToolUseBlock:
+        """The call as a `tool_use` block, as responses are recorded."""
+        return ToolUseBlock(id=self.id, name=self.name, input=self.arguments)
 
 
 @dataclass(frozen=True)

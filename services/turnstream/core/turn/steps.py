@@ -18,7 +18,6 @@ from turnstream.core.events import (
     Stage,
     StageCompletionChecked,
     StageCompletionCheckedData,
-    ToolUseBlock,
 )
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import completion_tool
@@ -104,16 +103,14 @@ def history_message(message: Message) -> HistoryMessage:
     return HistoryMessage(
         role=message.role,
         text=message.text,
-        tool_calls=[
-            ToolUseBlock(id=c.id, name=c.name, input=c.arguments) for c in message.tool_calls
-        ],
+        tool_calls=[c.block() for c in message.tool_calls],
         tool_call_id=message.tool_call_id,
         is_error=message.is_error,
     )
 
 
 def message_of(message: HistoryMessage) -> Message:
-    calls = tuple(ToolCall(c.id, c.name, c.input) for c in message.tool_calls)
+    calls = tuple(ToolCall.of(c) for c in message.tool_calls)
     return Message(message.role, message.text, calls, message.tool_call_id, message.is_error)
 
 
