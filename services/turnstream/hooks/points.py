@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from turnstream.core.events import RequestChange, ResponseChange
 from turnstream.core.turn import HookPoint, HookSubject, HookVerdict, StageHookVerdict
-from turnstream.core.turn.interceptors import CHANGES, refusal
+from turnstream.core.turn.interceptors import change_of, refusal
 from turnstream.core.turn.steps import history_message
 from turnstream.hooks.base import CompactionView, HookCall, HookReply, RequestView
 
@@ -50,8 +50,7 @@ async def run_point(
 
 def _takes(hook: str, point: HookPoint, reply: HookReply) -> bool:
     """Whether `point` can take this answer; logged when it cannot (it changes nothing)."""
-    change = getattr(reply, CHANGES[point]) if point in CHANGES else None
-    problem = refusal(point, reply.action, change, reply.text)
+    problem = refusal(point, reply.action, change_of(point, reply), reply.text)
     if problem is not None:
         log.warning("hook %s answered %s at %s: ignored", hook, problem, point.value)
     return problem is None

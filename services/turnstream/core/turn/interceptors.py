@@ -199,6 +199,11 @@ CHANGES: dict[HookPoint, str] = {
 """What a `modify` carries at each point that takes one (the `HookReply` field)."""
 
 
+def change_of(point: HookPoint, answer: object) -> object:
+    """What a `modify` in `answer` (a hook's reply, the hooks' verdict) carries at `point`."""
+    return getattr(answer, CHANGES[point], None) if point in CHANGES else None
+
+
 def refusal(point: HookPoint, action: str, change: object, text: str | None) -> str | None:
     """Why `point` cannot take this answer (None: it can). `change` is what a `modify`
     carries, `text` what an `iterate` tells the model."""
@@ -216,10 +221,10 @@ def refusal(point: HookPoint, action: str, change: object, text: str | None) -> 
 def _valid(point: HookPoint, verdict: StageHookVerdict) -> StageHookVerdict:
     """The verdict as the point can take it (the registry refuses the same answers per
     hook; this is the core's own guard): one it cannot take changes nothing."""
-    if point is HookPoint.TOOL_RESULT:
+    if point is HookPoint.TOOL_RESULT:  # the verdict carries each call's, not one output
         change: object = verdict.results or None
     else:
-        change = getattr(verdict, CHANGES.get(point, "text"), None)
+        change = change_of(point, verdict)
     if refusal(point, verdict.action, change, verdict.text) is not None:
         return StageHookVerdict(point, "continue")
     return verdict
