@@ -192,22 +192,17 @@ async def post_answer(
     return await submit(ctx, session, cmd)
 
 
-PROMPT_TYPES = frozenset(("InteractionRequested", "InteractionAnswered"))
-
-
 async def _check_prompt(ctx: HttpContext, session_id: str, interaction_id: str, key: str) -> None:
     """404 for a prompt the session's log never asked; 409 for one answered already by
-    another command (the same command again is a retry: it answers as the first did)."""
+    another command (the same command again is a retry: it answers as the first did).
+    Only the two event types are read, each by its own subject."""
+    direct = ctx.hub.direct
     asked = False
-    answered: str | None = None
-    async for _, event_type, data in ctx.hub.direct.records(session_id, after=0):
-        if event_type not in PROMPT_TYPES:
-            continue  # a session's other events are not decoded
-        event = decode(data)
+    async for record in direct.records(session_id, after=0, kind="InteractionRequested"):
+        event = decode(record.data)
         if isinstance(event, InteractionRequested) and event.data.interaction_id == interaction_id:
             asked = True
-        elif isinstance(event, InteractionAnswered) and event.data.interaction_id == interaction_id:
-            answered = answered or event.data.idempotency_key
+            break
     if not asked:
         raise Problem(
             404,
@@ -215,6 +210,12 @@ async def _check_prompt(ctx: HttpContext, session_id: str, interaction_id: str, 
             "Unknown interaction",
             f"session {session_id} has no prompt {interaction_id!r}; see /v1/approvals",
         )
+    answered: str | None = None
+    async for record in direct.records(session_id, after=0, kind="InteractionAnswered"):
+        event = decode(record.data)
+        if isinstance(event, InteractionAnswered) and event.data.interaction_id == interaction_id:
+            answered = event.data.idempotency_key
+            break
     if answered is not None and answered != key:
         raise Problem(
             409, "answered", "Already answered", f"prompt {interaction_id!r} was answered already"

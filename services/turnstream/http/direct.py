@@ -56,9 +56,11 @@ class DirectGets:
 
                 self._sub = await self.bus.nc.subscribe(f"{self._prefix}.*", cb=on_reply)
 
-    async def page(self, session_id: str, *, after: int, limit: int) -> tuple[list[LogRecord], int]:
-        """Up to `limit` (≤ 1000) of the session's events after `after`, and how many more
-        there were after them when the server answered."""
+    async def page(
+        self, session_id: str, *, after: int, limit: int, kind: str | None = None
+    ) -> tuple[list[LogRecord], int]:
+        """Up to `limit` (≤ 1000) of the session's events (of type `kind` only, if given)
+        after `after`, and how many more there were after them when the server answered."""
         if self._sub is None:
             await self._start()
         token = str(next(self._ids))
@@ -69,7 +71,9 @@ class DirectGets:
             await self.bus.nc.publish(
                 f"$JS.API.DIRECT.GET.{subjects.log_stream}",
                 direct_request(
-                    subjects.log_session(session_id), after, max(1, min(limit, MAX_BATCH))
+                    subjects.log(session_id, kind) if kind else subjects.log_session(session_id),
+                    after,
+                    max(1, min(limit, MAX_BATCH)),
                 ),
                 reply=f"{self._prefix}.{token}",
             )
@@ -84,12 +88,12 @@ class DirectGets:
             del self._waiting[token]
 
     async def records(
-        self, session_id: str, *, after: int, limit: int = DIRECT_BATCH
+        self, session_id: str, *, after: int, limit: int = DIRECT_BATCH, kind: str | None = None
     ) -> AsyncIterator[LogRecord]:
-        """The session's events after `after`, `limit` a page, until a page says there are
-        no more (the end the answering server knows of)."""
+        """The session's events (of type `kind` only, if given) after `after`, `limit` a
+        page, until a page says there are no more (the end the answering server knows of)."""
         while True:
-            page, more = await self.page(session_id, after=after, limit=limit)
+            page, more = await self.page(session_id, after=after, limit=limit, kind=kind)
             for record in page:
                 yield record
             if not more or not page:
