@@ -64,3 +64,23 @@ async def test_a_bucket_the_cluster_cannot_place_yet_is_asked_for_again(monkeypa
     config = SimpleNamespace(bucket="b")
     assert await asyncio.wait_for(kv.open_or_create(Js(), config), 5) == "bucket"
     assert len(created) == 3
+
+
+async def test_streams_the_cluster_cannot_place_yet_are_asked_for_again(monkeypatch) -> None:
+    """At start-up too, not only for the buckets opened later (`bus.connection`)."""
+    from nats.js.errors import BadRequestError
+
+    from turnstream.bus import connection
+    from turnstream.bus.streams import StreamLimits
+    from turnstream.core.subjects import Subjects
+
+    tries: list[int] = []
+
+    async def ensure_streams(js: Any, subjects: Any, limits: Any) -> None:
+        tries.append(1)
+        if len(tries) < 3:
+            raise BadRequestError(code=400, err_code=10005, description="peer offline")
+
+    monkeypatch.setattr(connection, "ensure_streams", ensure_streams)
+    await connection._ensure_within(None, Subjects("ts"), StreamLimits(), 5)
+    assert len(tries) == 3

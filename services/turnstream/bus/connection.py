@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import nats
 from nats.aio.client import Client
 
+from turnstream.bus.kv import cannot_place
 from turnstream.bus.store import JetStreamEventStore
 from turnstream.bus.streams import StreamLimits, ensure_streams
 from turnstream.core.subjects import Subjects
@@ -139,8 +140,10 @@ async def _ensure_within(js: Any, subjects: Subjects, limits: StreamLimits, with
         try:
             await ensure_streams(js, subjects, limits)
             return
-        except nats.errors.TimeoutError:
+        except Exception as exc:
+            if not isinstance(exc, nats.errors.TimeoutError) and not cannot_place(exc):
+                raise
             if asyncio.get_running_loop().time() > deadline:
                 raise
-            log.warning("JetStream did not answer (a cluster electing its leader?); asking again")
+            log.warning("JetStream cannot set up the streams yet (%s); asking again", exc)
             await asyncio.sleep(0.5)

@@ -20,6 +20,12 @@ NO_PLACEMENT = 10005
 """JetStream's `no suitable peers for placement`: a cluster with a peer not (yet) online."""
 
 
+def cannot_place(exc: BaseException) -> bool:
+    """A cluster cannot place a stream's or bucket's replicas yet (a node joining or
+    restarting): worth asking again."""
+    return isinstance(exc, BadRequestError) and exc.err_code == NO_PLACEMENT
+
+
 async def open_or_create(js: Any, config: Any) -> Any:
     """The bucket `config` (a `KeyValueConfig`) names: opened as it is when it exists (an
     older one keeps its settings), else created; another process creating it meanwhile
@@ -34,7 +40,7 @@ async def open_or_create(js: Any, config: Any) -> Any:
         try:
             return await js.create_key_value(config=config)
         except BadRequestError as exc:
-            if exc.err_code != NO_PLACEMENT:
+            if not cannot_place(exc):
                 return await js.key_value(config.bucket)  # created meanwhile, other settings
             if asyncio.get_running_loop().time() > deadline:
                 raise
