@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from tests.unit.factories import Ids, accepted, ctx, fact, succeed, success
+from tests.unit.factories import Ids, InMemory, accepted, fact, succeed, success
 from turnstream.core.events import (
     CompactionChange,
     ContextCompacted,
-    Event,
     FailureClass,
     HistoryMessage,
     HookDecided,
@@ -26,17 +25,18 @@ from turnstream.core.events import (
     ToolUseBlock,
     TurnEnded,
 )
-from turnstream.core.inputs import Fact
+from turnstream.core.inputs import Fact, Tick
 from turnstream.core.session import SessionState, fold
 from turnstream.core.session.decider import (
+    Effect,
     Input,
     ProviderDone,
     Providers,
     RunStageHooks,
     StageHooksSaid,
-    decide,
 )
 from turnstream.core.turn import (
+    Decision,
     HookPoint,
     HookSubject,
     HookVerdict,
@@ -57,10 +57,10 @@ Answer = Callable[[HookSubject], StageHookVerdict]
 TOO_LONG = ProviderFailure("prompt_too_long", "prompt is too long", False, success().finished_at)
 
 
-class Shell:
-    """Plays the turn-runner, approval service and executor in memory: runs the hooks it
-    is given, answers model calls from `replies`, approves every call, answers each with
-    `outputs[tool]`."""
+class Shell(InMemory):
+    """Plays the turn-runner, approval service and executor in memory, through the
+    runner's loop (`InMemory`): runs the hooks it is given, answers model calls from
+    `replies`, approves every call, answers each with `outputs[tool]`."""
 
     def __init__(
         self,
@@ -70,58 +70,51 @@ class Shell:
         outputs: dict[str, str] | None = None,
         state: SessionState | None = None,
     ) -> None:
-        self.config = replace(config, stage_hooks=frozenset(hooks))
-        self.hooks, self.replies, self.outputs = hooks, list(replies), outputs or {}
-        self.c = ctx(Ids("h"))
-        self.state = state or SessionState("s1")
-        self.log: list[Event] = []
+        config = replace(config, stage_hooks=frozenset(hooks))
+        super().__init__(state or SessionState("s1"), config, Ids("h"), replies)
+        self.hooks, self.outputs = hooks, outputs or {}
         self.seen: dict[HookPoint, list[HookSubject]] = {}
         self.requests: list = []
+        self.queue: list[Input] = []
+        """Answers waiting their turn: other services' facts, hook verdicts, model replies."""
 
-    def run(self, item: Input) -> None:
-        queue: list[Input] = [item]
-        while queue:
-            item = queue.pop(0)
-            if isinstance(item, Fact):
-                self.log.append(item.event)  # what another service appended
-            decision = decide(self.state, item, self.config, self.c)
-            self.state = decision.state
-            self.log += decision
-            for event in decision:
-                if isinstance(event, ToolInvocationProposed) and event.data.known:
-                    inv = event.data.invocation_id
-                    queue.append(
-                        Fact(
-                            fact(
-                                ToolCallApproved,
-                                ToolCallApprovedData,
-                                invocation_id=inv,
-                                authority="mode",
-                            )
-                        )
-                    )
-                if isinstance(event, ToolInvocationRequested):
-                    out = self.outputs.get(event.data.tool, "ok")
-                    queue.append(Fact(succeed(event.data.invocation_id, out)))
-            for effect in decision.effects:
-                if isinstance(effect, RunStageHooks):
-                    self.seen.setdefault(effect.stage, []).append(effect.subject)
-                    said = self.hooks[effect.stage](effect.subject)
-                    queue.append(StageHooksSaid(effect.turn_id, said))
-                if isinstance(effect, Providers) and effect.calls and self.replies:
-                    request = effect.calls[0]
-                    self.requests.append(request)
-                    queue.append(ProviderDone(request.turn_id, self.replies.pop(0)))
+    def run(self, item: Input, max_rounds: int = 1000) -> None:
+        super().run(item, max_rounds)
+
+    async def commit(self, item: Input) -> Decision:
+        if isinstance(item, Fact):  # what another service appended
+            self.apply([item.event])
+            item = Tick()
+        decision = await super().commit(item)
+        for event in decision:
+            if isinstance(event, ToolInvocationProposed) and event.data.known:
+                inv = event.data.invocation_id
+                approved = fact(
+                    ToolCallApproved, ToolCallApprovedData, invocation_id=inv, authority="mode"
+                )
+                self.queue.append(Fact(approved))
+            if isinstance(event, ToolInvocationRequested):
+                out = self.outputs.get(event.data.tool, "ok")
+                self.queue.append(Fact(succeed(event.data.invocation_id, out)))
+        return decision
+
+    async def perform(self, effects: list[Effect]) -> Input | None:
+        for effect in effects:
+            if isinstance(effect, RunStageHooks):
+                self.seen.setdefault(effect.stage, []).append(effect.subject)
+                said = self.hooks[effect.stage](effect.subject)
+                self.queue.append(StageHooksSaid(effect.turn_id, said))
+            if isinstance(effect, Providers) and effect.calls and self.replies:
+                request = effect.calls[0]
+                self.requests.append(request)
+                self.queue.append(ProviderDone(request.turn_id, self.replies.pop(0)))
+        return self.queue.pop(0) if self.queue else None
 
     def events(self, cls: type) -> list:
         return [e for e in self.log if isinstance(e, cls)]
 
     def replayed(self) -> SessionState:
         return fold(SessionState("s1"), self.log)
-
-
-def go_on(_: HookSubject) -> StageHookVerdict:
-    raise AssertionError("not expected here")
 
 
 def start(shell: Shell, text: str = "hello") -> Shell:
@@ -296,7 +289,7 @@ def history(n_turns: int) -> SessionState:
     state = SessionState("s1")
     for n in range(1, n_turns + 1):
         shell = Shell(TurnConfig(), {}, [success(f"reply {n} " + "x" * 100)], state=state)
-        shell.c = ctx(Ids(f"t{n}"))
+        shell.ids = Ids(f"t{n}")
         shell.run(Fact(accepted(n, f"message {n}")))
         state = shell.state
     return state
