@@ -113,7 +113,7 @@ def on_stage_hooks(
     events = intercepted(state, verdict, config, ctx)
     if events is None:
         return Decision([], state)
-    return decide(fold(state, events), config, ctx).after(events)
+    return decide(events.state, config, ctx).after(events)
 
 
 def on_provider_result(

@@ -34,6 +34,7 @@ from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
     Context,
+    Decision,
     HookPoint,
     Message,
     StageHookVerdict,
@@ -158,9 +159,10 @@ def proceed(
 
 def intercepted(
     state: ChatState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
-) -> list[Event] | None:
-    """What the hooks at a point said, recorded, and the turn moved on as they said; None
-    when the turn does not wait there (a late or repeated answer)."""
+) -> Decision | None:
+    """What the hooks at a point said, recorded, and the turn moved on as they said (with
+    the state they fold to); None when the turn does not wait there (a late or repeated
+    answer)."""
     point = verdict.stage
     turn = state.active
     if turn is None or awaiting_stage_hooks(state, config) is not point:
@@ -171,10 +173,13 @@ def intercepted(
     after = fold(state, decided)
     assert after.active is not None
     if verdict.action in ("abort_turn", "hard_abort", "veto"):
-        return decided  # `decide` ends the turn (a veto: as the failed request would have)
+        # `decide` ends the turn (a veto: as the failed request would have)
+        return Decision(decided, after)
     if verdict.action == "iterate":
-        return [*decided, *compose_or_stop(b, after.active, config)]
-    return [*decided, *proceed(point, b, after, config, verdict.compaction)]
+        moved = compose_or_stop(b, after.active, config)
+    else:
+        moved = proceed(point, b, after, config, verdict.compaction)
+    return Decision([*decided, *moved], fold(after, moved))
 
 
 TAKES: dict[HookPoint, frozenset[str]] = {
