@@ -121,14 +121,24 @@ def send(
     ] = None,
     steer: Annotated[bool, typer.Option(help="Send as a steer command.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the turn.")] = 120.0,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the reply.")] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Print only the reply. On a terminal no approval prompt is asked inline "
+            "(answer with `turnstream approve`); a piped answer is still read.",
+        ),
+    ] = False,
     nats_url: NatsUrl = None,
     data_dir: DataDir = None,
 ) -> None:
     """Send a message, stream its tokens and stages, print the reply.
 
     Exits 0 when the turn completed, 1 when it failed or was denied, 130 on Ctrl-C (which
-    stops watching; the turn goes on). Approval prompts are asked inline on a terminal.
+    stops watching; the turn goes on). Approval prompts are asked inline on a terminal, or
+    answered by the lines of a piped stdin (`echo y | turnstream send …`); without either,
+    answer with `turnstream approve`.
     """
     require_session_id(session)
     kind, _, sender_id = sender.partition(":")
@@ -156,7 +166,7 @@ def tail(
     nats_url: NatsUrl = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Follow events as they are appended, one readable line each (Ctrl-C stops)."""
+    """Follow events as they are appended, one readable line each (Ctrl-C stops: exit 130)."""
 
     def show(event: Event) -> None:
         if as_json:
@@ -182,10 +192,7 @@ def tail(
             with contextlib.suppress(Exception):  # the server may be away
                 await sub.unsubscribe()
 
-    try:
-        run_on_bus(settings_of(nats_url, data_dir), follow)
-    except KeyboardInterrupt:
-        pass
+    run_on_bus(settings_of(nats_url, data_dir), follow)  # until Ctrl-C: exit 130
 
 
 async def watch_connection(bus: Bus, every_s: float = 0.5) -> None:

@@ -63,8 +63,16 @@ async def _close(bus: Bus) -> None:
             await bus.nc.close()
 
 
+class Interrupted(typer.Exit):
+    """Ctrl-C: the command ends quietly with exit 130 (a command may say more first)."""
+
+    def __init__(self) -> None:
+        super().__init__(130)
+
+
 def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
-    """Connect, run `work`, close; a connection problem exits 2 with its message."""
+    """Connect, run `work`, close; a connection problem exits 2 with its message, Ctrl-C
+    exits 130 (`Interrupted`) without a traceback."""
 
     async def main() -> T:
         bus = await connect_service(settings, "cli")
@@ -78,6 +86,8 @@ def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(main())
+    except KeyboardInterrupt:
+        raise Interrupted() from None
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
         # a request to a service (approval, turn-runner) that is down or busy
         err.print(

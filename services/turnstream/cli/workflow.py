@@ -22,11 +22,11 @@ from turnstream.cli.common import (
     run_on_bus,
     settings_of,
 )
+from turnstream.cli.prompt import Prompts, answer_source
 from turnstream.client import attach_command, publish_command
 from turnstream.core.events import (
     Event,
     InputRejected,
-    InteractionRequested,
     StageAssertOutcome,
     StageCancelled,
     StageCompletionChecked,
@@ -107,11 +107,15 @@ async def _attach_and_follow(
     bus: Bus, session: str, command: dict[str, Any], name: str, timeout: float
 ) -> int:
     """Print the run's stage events as they are appended (subscribed before the command
-    goes out, so none is missed); the exit code when the run ends."""
+    goes out, so none is missed), asking its approval prompts inline as `send` does; the
+    exit code when the run ends."""
     ended: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    prompts = Prompts(session, answer_source(quiet=False))
 
     async def on_log(msg: Any) -> None:
-        code = _show(decode(msg.data), command["idempotencyKey"])
+        event = decode(msg.data)
+        prompts.see(event, bus)
+        code = _show(event, command["idempotencyKey"])
         if code is not None and not ended.done():
             ended.set_result(code)
 
@@ -125,6 +129,7 @@ async def _attach_and_follow(
         err.print(f"[yellow]still running after {timeout:.0f} s[/]; `turnstream workflow status`")
         return 3
     finally:
+        await prompts.close()
         await sub.unsubscribe()
 
 
@@ -144,11 +149,6 @@ def _show(event: Event, key: str) -> int | None:
             console.print(f"  {data.stage}: completion {data.outcome}")
         case StageAssertOutcome(data=data):
             console.print(f"  {data.stage}: assert {data.verdict} (attempt {data.attempt})")
-        case InteractionRequested(data=data):
-            console.print(
-                f"[yellow]? {data.prompt}[/]\n  answer: turnstream approve {data.interaction_id}"
-                f"  |  turnstream deny {data.interaction_id}"
-            )
         case StageGranted(data=data):
             console.print(f"  {data.stage}: granted {data.tool}")
         case StageCancelled(data=data):

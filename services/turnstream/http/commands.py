@@ -133,7 +133,13 @@ async def post_message(
     call: OnSession,
     body: MessageIn,
     idempotency_key: IdempotencyHeader = None,
-    wait: Annotated[bool, Query(description="Answer 200 with TurnEnded when it ends")] = False,
+    wait: Annotated[
+        bool,
+        Query(
+            description="Answer 200 with TurnEnded when it ends, or 202 {status: waiting, "
+            "interactionId, answer} as soon as it waits on a person's approval"
+        ),
+    ] = False,
     timeout: Annotated[
         float | None, Query(gt=0, description="Seconds `wait` waits (default 30, max 300)")
     ] = None,
