@@ -70,5 +70,13 @@ def test_the_coordinator_delegates_to_a_sync_sub_turn(deployment: dict[str, str]
 
 def test_an_unknown_agent_is_rejected(deployment: dict[str, str]) -> None:
     result = cli("send", "nope", "hi", "--agent", "nobody", env=deployment)
-    assert result.returncode == 1
-    assert "invalid_input" in result.stderr and "no agent 'nobody'" in result.stderr
+    assert result.returncode == 2  # refused before publishing, as over HTTP
+    assert "no agent 'nobody'" in result.stderr and "researcher" in result.stderr
+    assert "nothing was sent" in result.stderr
+    assert cli("replay", "nope", env=deployment).returncode == 1  # no events: no failed turn
+
+
+def test_a_message_of_only_spaces_is_not_sent(deployment: dict[str, str]) -> None:
+    result = cli("send", "blank", "   ", env=deployment)
+    assert result.returncode == 2 and "only spaces" in result.stderr, result.stderr
+    assert cli("replay", "blank", env=deployment).returncode == 1

@@ -122,6 +122,20 @@ async def test_bad_input_is_a_problem(
     assert await bus.store.read_session("bad-1") == []  # nothing was published
 
 
+async def test_bad_input_is_worded_for_the_sender(client: httpx.AsyncClient) -> None:
+    s = "/v1/sessions/bad-2"
+    r = await client.post(f"{s}/messages", content=b'{"text": "hi"}')  # no Content-Type
+    assert r.status_code == 422 and "Content-Type: application/json" in r.json()["detail"]
+    r = await client.post(f"{s}/messages", json={"txt": "hi"})
+    assert r.status_code == 422 and "unknown field 'txt'" in r.json()["detail"], r.text
+    r = await client.post(f"{s}/steer", json={"text": "go", "mode": "hard"})
+    assert r.status_code == 422 and "unknown field 'mode'" in r.json()["detail"], r.text
+    r = await client.post(f"{s}/messages", json={"text": "   "})
+    assert r.status_code == 422 and "only spaces" in r.json()["detail"], r.text
+    r = await client.post(f"{s}/messages", json={"text": "hi", "agent": "nobody"})
+    assert "unknown field" not in r.text  # a field of the contract passes through
+
+
 async def test_unknown_routes_and_methods_are_problems(client: httpx.AsyncClient) -> None:
     r = await client.get("/v1/nothing")
     assert r.status_code == 404 and r.headers["content-type"] == PROBLEM

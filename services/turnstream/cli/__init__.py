@@ -22,6 +22,7 @@ from turnstream.cli.common import (
     NatsUrl,
     console,
     err,
+    require_known_agent,
     require_session_id,
     run_on_bus,
     settings_of,
@@ -141,6 +142,12 @@ def send(
     answer with `turnstream approve`.
     """
     require_session_id(session)
+    settings = settings_of(nats_url, data_dir)
+    if not text.strip():
+        err.print("[red]error:[/] the message is empty (or only spaces); nothing was sent")
+        raise typer.Exit(2)
+    if agent is not None:
+        require_known_agent(agent, settings.agents)
     kind, _, sender_id = sender.partition(":")
     command = message_command(
         session,
@@ -153,7 +160,7 @@ def send(
         kind="steer" if steer else "message",
         agent=agent,
     )
-    run_send(settings_of(nats_url, data_dir), command, quiet=quiet, timeout=timeout)
+    run_send(settings, command, quiet=quiet, timeout=timeout)
 
 
 @app.command()

@@ -43,6 +43,21 @@ def require_session_id(session: str) -> None:
         raise typer.Exit(2)
 
 
+def require_known_agent(agent: str, folder: Path) -> None:
+    """Exit 2 naming the profiles when `folder` has profiles and none is `agent` (sent, a
+    typo would be recorded as the session's failed first turn)."""
+    from turnstream.agents import load_all
+
+    profiles, _ = load_all(folder) if folder.is_dir() else ({}, [])
+    if profiles and agent not in profiles:
+        known = ", ".join(sorted(profiles))
+        err.print(
+            f"[red]error:[/] no agent {agent!r} in {folder} (it has: {known}); "
+            "`turnstream agents` lists them; nothing was sent"
+        )
+        raise typer.Exit(2)
+
+
 def settings_of(nats_url: str | None = None, data_dir: Path | None = None, **more: Any) -> Settings:
     """The settings, with what the command line gave overriding env and file."""
     overrides: dict[str, Any] = {k: v for k, v in more.items() if v is not None}

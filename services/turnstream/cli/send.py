@@ -200,6 +200,8 @@ def run_send(
         return
     failure = escape(f"[{outcome.failure_class}] {outcome.reason}")
     err.print(f"[red]✘ {outcome.status}[/] {failure}")
-    if outcome.next_action:
+    if outcome.failure_class == "invalid_input":  # the wire's advice, said for the CLI
+        err.print("[yellow]next:[/] fix what the error names and run the command again")
+    elif outcome.next_action:
         err.print(f"[yellow]next:[/] {escape(outcome.next_action)}")
     raise typer.Exit(1)
