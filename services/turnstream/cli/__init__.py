@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
-import uuid_utils
 
-from turnstream.bus import Bus
 from turnstream.cli.agents import register as register_agents
 from turnstream.cli.archive import register as register_archive
 from turnstream.cli.audit import register as register_audit
@@ -27,25 +22,15 @@ from turnstream.cli.common import (
     run_on_bus,
     settings_of,
 )
-from turnstream.cli.render import event_line, print_prompt, print_session, print_status
-from turnstream.cli.send import run_send
-from turnstream.cli.workflow import print_run, workflow_app
-from turnstream.client import (
-    Replayed,
-    answer_command,
-    live_state,
-    message_command,
-    pending_prompts,
-    publish_command,
-    replay_session,
-)
-from turnstream.core.events import (
-    Event,
-    decode,
-)
-from turnstream.core.projection import build_view
-from turnstream.core.schemas import exported_schemas
-from turnstream.settings import Settings
+from turnstream.cli.workflow import workflow_app
+
+# Each command imports what it uses when it runs: `turnstream --help`, `send --help` and
+# `tail --help` start without the bus, the client or the core (bench/cli_start.py).
+if TYPE_CHECKING:
+    from turnstream.bus import Bus
+    from turnstream.client import Replayed
+    from turnstream.core.events import Event
+    from turnstream.settings import Settings
 
 app = typer.Typer(
     help="turnstream: LLM agent turns as event-sourced services on NATS JetStream.",
@@ -148,6 +133,9 @@ def send(
         raise typer.Exit(2)
     if agent is not None:
         require_known_agent(agent, settings.agents)
+    from turnstream.cli.send import run_send
+    from turnstream.client import message_command
+
     kind, _, sender_id = sender.partition(":")
     command = message_command(
         session,
@@ -174,6 +162,10 @@ def tail(
     data_dir: DataDir = None,
 ) -> None:
     """Follow events as they are appended, one readable line each (Ctrl-C stops: exit 130)."""
+    import contextlib
+
+    from turnstream.cli.render import event_line
+    from turnstream.core.events import decode
 
     def show(event: Event) -> None:
         if as_json:
@@ -205,6 +197,8 @@ def tail(
 async def watch_connection(bus: Bus, every_s: float = 0.5) -> None:
     """Forever: one line when the connection to NATS drops (the client retries on its own,
     quietly) and one when it is back."""
+    import asyncio
+
     connected = True
     while True:
         await asyncio.sleep(every_s)
@@ -241,6 +235,10 @@ def replay(
 ) -> None:
     """Rebuild a session from the log (no model or tool is called): its turns with a
     stage timeline and durations, as of now or of a point in the past."""
+    from turnstream.cli.render import print_session
+    from turnstream.cli.workflow import print_run
+    from turnstream.client import live_state, replay_session
+    from turnstream.core.projection import build_view
     from turnstream.core.session import state_from_json, state_to_json
 
     cutoff = at_time.replace(tzinfo=at_time.tzinfo or UTC) if at_time else None
@@ -281,6 +279,8 @@ def schemas_export(
     ] = False,
 ) -> None:
     """Write the JSON Schema of inbound commands and log events."""
+    from turnstream.core.schemas import exported_schemas
+
     stale = []
     for name, content in exported_schemas().items():
         path = out / name
@@ -301,6 +301,8 @@ def streams(
     replicas: Annotated[int, typer.Option(help="Stream replicas.")] = 1,
 ) -> None:
     """Print the stream definitions services create (ops/streams.json is this output)."""
+    import orjson
+
     from turnstream.bus.streams import StreamLimits, describe
     from turnstream.runtime import stream_limits
 
@@ -323,6 +325,10 @@ def interrupt(
     data_dir: DataDir = None,
 ) -> None:
     """Interrupt the running turn of a session."""
+    import uuid_utils
+
+    from turnstream.client import publish_command
+
     require_session_id(session)
     mode = "hard" if hard else "graceful"
     command = {
@@ -344,6 +350,9 @@ def approvals(
     data_dir: DataDir = None,
 ) -> None:
     """List the approval prompts waiting for an answer."""
+    from turnstream.cli.render import print_prompt
+    from turnstream.client import pending_prompts
+
     pending = run_on_bus(settings_of(nats_url, data_dir), lambda bus: pending_prompts(bus, session))
     if not pending:
         console.print("no pending approvals")
@@ -357,6 +366,8 @@ def approvals(
 
 
 def _answer(interaction_id: str, decision: str, reason: str | None, settings: Settings) -> None:
+    from turnstream.client import answer_command, pending_prompts, publish_command
+
     async def work(bus: Bus) -> str | None:
         pending = await pending_prompts(bus)
         found = next((p for p in pending if p["interactionId"] == interaction_id), None)
@@ -414,6 +425,10 @@ def status(
     """The turn-runner's live view of a session: its active turn, queue and history.
 
     Exits 1 for a session with no events (like `replay`)."""
+    import orjson
+
+    from turnstream.cli.render import print_status
+    from turnstream.client import live_state
 
     async def work(bus: Bus) -> tuple[int, bytes]:
         return await bus.store.last_seq(session), await live_state(bus, session)

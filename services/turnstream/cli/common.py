@@ -9,16 +9,14 @@ import shutil
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import nats.errors
 import typer
 from rich.console import Console
 
-from turnstream.bus import Bus
-from turnstream.core.subjects import is_reserved_session, is_session_id
-from turnstream.runtime import connect_service
-from turnstream.settings import Settings
+if TYPE_CHECKING:  # imported where used: `turnstream --help` starts without them
+    from turnstream.bus import Bus
+    from turnstream.settings import Settings
 
 T = TypeVar("T")
 console = Console(highlight=False)
@@ -35,6 +33,8 @@ DataDir = Annotated[
 
 def require_session_id(session: str) -> None:
     """Exit 2 with the rule when `session` cannot be a session id."""
+    from turnstream.core.subjects import is_reserved_session, is_session_id
+
     if not is_session_id(session):
         err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
         raise typer.Exit(2)
@@ -60,6 +60,8 @@ def require_known_agent(agent: str, folder: Path) -> None:
 
 def settings_of(nats_url: str | None = None, data_dir: Path | None = None, **more: Any) -> Settings:
     """The settings, with what the command line gave overriding env and file."""
+    from turnstream.settings import Settings
+
     overrides: dict[str, Any] = {k: v for k, v in more.items() if v is not None}
     if nats_url:
         overrides["nats_url"] = nats_url
@@ -88,6 +90,9 @@ class Interrupted(typer.Exit):
 def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
     """Connect, run `work`, close; a connection problem exits 2 with its message, Ctrl-C
     exits 130 (`Interrupted`) without a traceback."""
+    import nats.errors
+
+    from turnstream.runtime import connect_service
 
     async def main() -> T:
         bus = await connect_service(settings, "cli")
