@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from turnstream.cli.audit import sessions_table
-from turnstream.cli.render import plural, print_prompt
+from turnstream.cli.render import print_prompt
+from turnstream.cli.session_view import plural
 from turnstream.core.summary import SessionSummary
 
 

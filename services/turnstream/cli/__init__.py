@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from turnstream.cli.agents import register as register_agents
+from turnstream.cli.approvals import register as register_approvals
 from turnstream.cli.archive import register as register_archive
 from turnstream.cli.audit import register as register_audit
 from turnstream.cli.common import (
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from turnstream.bus import Bus
     from turnstream.client import Replayed
     from turnstream.core.events import Event
-    from turnstream.settings import Settings
 
 app = typer.Typer(
     help="turnstream: LLM agent turns as event-sourced services on NATS JetStream.",
@@ -235,7 +235,7 @@ def replay(
 ) -> None:
     """Rebuild a session from the log (no model or tool is called): its turns with a
     stage timeline and durations, as of now or of a point in the past."""
-    from turnstream.cli.render import print_session
+    from turnstream.cli.session_view import print_session
     from turnstream.cli.workflow import print_run
     from turnstream.client import live_state, replay_session
     from turnstream.core.projection import build_view
@@ -344,76 +344,6 @@ def interrupt(
 
 
 @app.command()
-def approvals(
-    session: Annotated[str | None, typer.Argument(help="Only this session.")] = None,
-    nats_url: NatsUrl = None,
-    data_dir: DataDir = None,
-) -> None:
-    """List the approval prompts waiting for an answer."""
-    from turnstream.cli.render import print_prompt
-    from turnstream.client import pending_prompts
-
-    pending = run_on_bus(settings_of(nats_url, data_dir), lambda bus: pending_prompts(bus, session))
-    if not pending:
-        console.print("no pending approvals")
-        return
-    for p in pending:
-        print_prompt(console, p)
-    console.print(
-        "[dim]answer with[/] turnstream approve <interaction> [dim]or[/] turnstream deny "
-        "<interaction>"
-    )
-
-
-def _answer(interaction_id: str, decision: str, reason: str | None, settings: Settings) -> None:
-    from turnstream.client import answer_command, pending_prompts, publish_command
-
-    async def work(bus: Bus) -> str | None:
-        pending = await pending_prompts(bus)
-        found = next((p for p in pending if p["interactionId"] == interaction_id), None)
-        if found is None:
-            return None
-        session_id = found["sessionId"]
-        command = answer_command(session_id, interaction_id, decision, reason=reason)
-        await publish_command(bus, session_id, command)
-        return str(found["tool"])
-
-    tool = run_on_bus(settings, work)
-    if tool is None:
-        err.print(
-            f"[red]error:[/] no pending prompt {interaction_id}; `turnstream approvals` lists them"
-        )
-        raise typer.Exit(1)
-    done = {"approve": "approved", "deny": "denied"}[decision]
-    console.print(f"{done} {tool} ({interaction_id})")
-
-
-Reason = Annotated[str | None, typer.Option(help="Why (recorded with the answer).")]
-
-
-@app.command()
-def approve(
-    interaction_id: Annotated[str, typer.Argument(help="From `turnstream approvals`.")],
-    reason: Reason = None,
-    nats_url: NatsUrl = None,
-    data_dir: DataDir = None,
-) -> None:
-    """Allow a pending tool call."""
-    _answer(interaction_id, "approve", reason, settings_of(nats_url, data_dir))
-
-
-@app.command()
-def deny(
-    interaction_id: Annotated[str, typer.Argument(help="From `turnstream approvals`.")],
-    reason: Reason = None,
-    nats_url: NatsUrl = None,
-    data_dir: DataDir = None,
-) -> None:
-    """Refuse a pending tool call (the model is told, and may try something else)."""
-    _answer(interaction_id, "deny", reason, settings_of(nats_url, data_dir))
-
-
-@app.command()
 def status(
     session: Annotated[str, typer.Argument(help="Session to ask the turn-runner about.")],
     as_json: Annotated[
@@ -427,7 +357,7 @@ def status(
     Exits 1 for a session with no events (like `replay`)."""
     import orjson
 
-    from turnstream.cli.render import print_status
+    from turnstream.cli.session_view import print_status
     from turnstream.client import live_state
 
     async def work(bus: Bus) -> tuple[int, bytes]:
@@ -444,6 +374,7 @@ def status(
 
 
 app.add_typer(workflow_app, name="workflow")
+register_approvals(app)
 register_audit(app)
 register_agents(app)
 register_archive(app)
