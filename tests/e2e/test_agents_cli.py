@@ -49,6 +49,7 @@ def test_a_reply_reaches_the_reply_to_session(deployment: dict[str, str]) -> Non
     assert "hello.txt" in result.stdout and "scripted researcher" in result.stdout
     desk = replay_until("desk", "agent:ask-1", deployment)
     assert "input (agent:ask-1)" in desk and "hello.txt" in desk
+    assert "hops 1" in desk  # as the README has it
     assert "→ desk (replyTo" in cli("replay", "ask-1", env=deployment).stdout
 
 

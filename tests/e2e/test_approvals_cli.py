@@ -98,12 +98,14 @@ def test_the_example_workflow_from_the_cli_with_its_grant_prompt(
     assert f"approve {interaction}" in out, out  # the id whole on its line at 80 columns
     for line in ("▶ plan entered", "review-tests: completion no_call", "granted grep"):
         assert line in out, out
+    assert "without calling the completion tool" in out  # what no_call means
     assert "workflow review-and-implement completed" in out
     status = cli("workflow", "status", "wf-e2e", env=deployment)
     assert status.returncode == 0, status.stderr
     for stage in ("plan", "review-risks", "review-tests", "summarize", "implement"):
         assert stage in status.stdout
     assert status.stdout.count(" ok ") >= 5, status.stdout
+    assert "pending" not in status.stdout, status.stdout  # a completed run has none left
     replay = cli("replay", "wf-e2e", env=deployment)
     assert replay.returncode == 0, replay.stderr
     assert status.stdout.strip() in replay.stdout  # replay shows the same stage graph

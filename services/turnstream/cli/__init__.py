@@ -94,7 +94,12 @@ def http(
 @app.command()
 def send(
     session: Annotated[str, typer.Argument(help="Session id: 1-128 of [A-Za-z0-9_:-].")],
-    text: Annotated[str, typer.Argument(help="The message.")],
+    text: Annotated[
+        str | None, typer.Argument(help="The message; - reads it from stdin (or use --file).")
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Read the message from this file.")
+    ] = None,
     chat: Annotated[str | None, typer.Option(help="Chat id (default: the session id).")] = None,
     sender: Annotated[str, typer.Option(help="Sender as kind:id, e.g. agent:planner.")] = (
         "human:cli"
@@ -128,6 +133,7 @@ def send(
     """
     require_session_id(session)
     settings = settings_of(nats_url, data_dir)
+    text = message_text(text, file)
     if not text.strip():
         err.print("[red]error:[/] the message is empty (or only spaces); nothing was sent")
         raise typer.Exit(2)
@@ -149,6 +155,20 @@ def send(
         agent=agent,
     )
     run_send(settings, command, quiet=quiet, timeout=timeout)
+
+
+def message_text(text: str | None, file: Path | None) -> str:
+    """The message: the argument, stdin (`-`) or a file (`--file`), exactly one of them."""
+    if (text is None) == (file is None):
+        err.print("[red]error:[/] give the message as an argument, `-` (stdin) or --file PATH")
+        raise typer.Exit(2)
+    if file is not None:
+        try:
+            return file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            err.print(f"[red]error:[/] cannot read --file {file}: {exc}")
+            raise typer.Exit(2) from exc
+    return sys.stdin.read() if text == "-" else str(text)
 
 
 @app.command()

@@ -62,6 +62,15 @@ from turnstream.core.events import (
 )
 
 STATUS_STYLE = {"completed": "green", "failed": "red", "denied": "yellow"}
+COMPLETION_MEANS = {
+    "accepted": "the stage's result was taken",
+    "invalid": "its result did not match the stage's schema; the model is told why",
+    "batch_rejected": "the completion tool was called beside other tools; it must be alone",
+    "no_call": "the model answered without calling the completion tool; it is asked to",
+    "cap_hit": "the stage used up its turns",
+    "interrupted": "the stage was interrupted",
+}
+"""What a stage's completion check said, for a person (`StageCompletionChecked.outcome`)."""
 
 
 def clip(text: str, width: int = 60) -> str:
@@ -170,7 +179,8 @@ def summarize(event: Event) -> str:
         case StageCheckGateResult(data=d):
             return clip(f"{d.stage}: {d.outcome}" + (f" ({d.reason})" if d.reason else ""), 90)
         case StageCompletionChecked(data=d):
-            return f"{d.stage}: completion {d.outcome}"
+            means = COMPLETION_MEANS.get(d.outcome, "")
+            return f"{d.stage}: completion {d.outcome}" + (f" ({means})" if means else "")
         case StageAssertOutcome(data=d):
             return f"{d.stage}: assert {d.verdict} (attempt {d.attempt})"
         case StageGranted(data=d):

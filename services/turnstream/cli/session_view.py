@@ -14,6 +14,7 @@ from rich.text import Text
 from turnstream.cli.render import STATUS_STYLE, clip
 from turnstream.core.events import (
     Event,
+    InputAccepted,
     InteractionRequested,
     Stage,
     ToolCallApproved,
@@ -144,6 +145,11 @@ def plural(count: int, noun: str) -> str:
 
 def print_session(console: Console, view: SessionView, events: list[Event] | None = None) -> None:
     notes = tool_notes(events or [])
+    hops_of = {  # an agent's message: how many agents it went through (a cycle stops)
+        e.turn_id: e.data.hops
+        for e in events or []
+        if isinstance(e, InputAccepted) and e.turn_id and e.data.hops
+    }
     turns = plural(len(view.turns), "turn")
     console.print(f"[bold]session {view.session_id}[/]: {turns}, {plural(view.events, 'event')}")
     for turn in view.turns.values():
@@ -152,7 +158,8 @@ def print_session(console: Console, view: SessionView, events: list[Event] | Non
         for note in notes.get(turn.turn_id, []):
             console.print(Text(f"  tool: {note.line()}", style="dim", overflow="fold"))
         who = f" ({turn.sender})" if turn.sender else ""
-        console.print(f"  [dim]input{who}:[/] {clip(turn.input_text, 100)}")
+        hops = f"[dim], hops {hops_of[turn.turn_id]}[/]" if turn.turn_id in hops_of else ""
+        console.print(f"  [dim]input{who}:[/] {clip(turn.input_text, 100)}{hops}")
         if turn.reply:
             console.print(f"  [dim]reply:[/] {clip(turn.reply, 100)}")
         for child in turn.children.values():

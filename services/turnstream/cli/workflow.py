@@ -128,6 +128,7 @@ async def _attach_and_follow(
 
 
 def _show(event: Event, key: str) -> int | None:
+    from turnstream.cli.render import COMPLETION_MEANS
     from turnstream.core.events import (
         InputRejected,
         StageAssertOutcome,
@@ -152,7 +153,8 @@ def _show(event: Event, key: str) -> int | None:
         case StageInitFailed(data=data):
             console.print(f"✘ [bold]{data.stage}[/] init failed: {data.reason}")
         case StageCompletionChecked(data=data) if data.outcome != "accepted":
-            console.print(f"  {data.stage}: completion {data.outcome}")
+            means = COMPLETION_MEANS.get(data.outcome, "")
+            console.print(f"  {data.stage}: completion {data.outcome} [dim]({means})[/]")
         case StageAssertOutcome(data=data):
             console.print(f"  {data.stage}: assert {data.verdict} (attempt {data.attempt})")
         case StageGranted(data=data):
@@ -206,12 +208,15 @@ def print_run(out: Console, run: WorkflowRun) -> None:
     table = Table(title=f"workflow {run.name} ({run.status})", title_justify="left")
     for column in ("step", "stage", "role", "status", "verdict", "attempts", "duration", "reason"):
         table.add_column(column, no_wrap=column == "stage")  # a stage id is what people grep
+    ended = run.status not in ("attached", "running")
     for row in stage_rows(run):
+        # a stage an ended run never reached (a recovery nothing needed) will not run
+        status = "[dim]not run[/]" if ended and row.status == "pending" else row.status
         table.add_row(
             str(row.step),
             row.stage,
             row.role,
-            row.status,
+            status,
             row.verdict or "",
             str(row.attempts or ""),
             f"{row.duration_s:.2f} s" if row.duration_s is not None else "",
