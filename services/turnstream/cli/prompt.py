@@ -115,6 +115,8 @@ class Prompts:
     """Invocation id → how it was answered, once the log says so."""
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     lines: Lines = field(default_factory=Lines)
+    one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Two calls of one round ask one after the other (one line of input each)."""
     waited_s: float = 0.0
     """Time spent waiting for a person's answer."""
 
@@ -160,7 +162,10 @@ class Prompts:
         asked_at = time.perf_counter()
         self.on_wait(True)
         try:
-            typed = await self._typed(data.prompt, data.interaction_id, elsewhere)
+            async with self.one_at_a_time:
+                if elsewhere.done():  # answered elsewhere while another prompt was asked
+                    return
+                typed = await self._typed(data.prompt, data.interaction_id, elsewhere)
             if typed is None:
                 return
             decision = "approve" if typed.strip().lower() in ("y", "yes") else "deny"
