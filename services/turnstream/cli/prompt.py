@@ -34,6 +34,8 @@ from turnstream.core.events import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from turnstream.bus import Bus
 
 Source = Literal["terminal", "piped", "elsewhere"]
@@ -107,6 +109,8 @@ class Prompts:
 
     session: str
     source: Source
+    out: Console = console
+    """Where how to answer elsewhere is said (stderr under `--quiet`: stdout is the reply)."""
     on_wait: Callable[[bool], None] = lambda waiting: None
     """Told True when a person is asked, False when no prompt is open any more."""
     open: dict[str, InteractionRequested] = field(default_factory=dict)
@@ -202,9 +206,9 @@ class Prompts:
                     console.print()
                 console.print(f"[dim]answered elsewhere: {elsewhere.result()}[/]")
                 return None
-        ts = command_name()
-        console.print(f"[yellow]? approval needed:[/] {escape(text)}")
-        console.print(f"  answer with: {ts} approve {interaction}", soft_wrap=True)
-        console.print(f"          or: {ts} deny {interaction}", soft_wrap=True)
-        console.print(f"[dim]answered: {await elsewhere}[/]")
+        ts, out = command_name(), self.out
+        out.print(f"[yellow]? approval needed:[/] {escape(text)}")
+        out.print(f"  answer with: {ts} approve {interaction}", soft_wrap=True)
+        out.print(f"          or: {ts} deny {interaction}", soft_wrap=True)
+        out.print(f"[dim]answered: {await elsewhere}[/]")
         return None

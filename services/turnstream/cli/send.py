@@ -53,7 +53,8 @@ class SendScreen:
     """What was left of `--timeout` when a prompt paused it."""
 
     def __post_init__(self) -> None:
-        self.prompts = Prompts(self.session, self.source, on_wait=self.on_wait)
+        out = err if self.quiet else console
+        self.prompts = Prompts(self.session, self.source, out=out, on_wait=self.on_wait)
 
     # what the log says ---------------------------------------------------------------
     def on_event(self, event: Event, bus: Bus) -> Awaitable[None] | None:
