@@ -69,9 +69,11 @@ class CommandIn(BaseModel):
             unknown = sorted(k for k in value if k not in known and k not in cls.model_fields)
             if unknown:
                 takes = ", ".join(sorted(known - {"type", "sessionId"}))
+                name = cls.contract.__name__.removesuffix("Command").lower()
+                kind = f"{'an' if name[0] in 'aeiou' else 'a'} {name} command"
                 raise ValueError(
                     f"unknown field{'s' if len(unknown) > 1 else ''} "
-                    f"{', '.join(map(repr, unknown))}; a {cls.contract.__name__} takes {takes}"
+                    f"{', '.join(map(repr, unknown))}; {kind} takes {takes}"
                 )
         return value
 
