@@ -63,6 +63,7 @@ bench: $(DEV)
 	$(BIN)/python bench/subturns.py
 	$(BIN)/python bench/context_providers.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/cli_start.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export
