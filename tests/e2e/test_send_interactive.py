@@ -110,3 +110,28 @@ def test_a_piped_answer_approves_the_call(deployment: dict[str, str]) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "y (from stdin)" in result.stdout and "completed" in result.stdout
+
+
+def test_a_silent_pipe_says_what_the_prompt_waits_for_then_takes_its_answer(
+    deployment: dict[str, str],
+) -> None:
+    send = subprocess.Popen(
+        [sys.executable, "-m", "turnstream.cli", "send", "tty-6", "look"],
+        env=deployment,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert send.stdout is not None and send.stdin is not None
+    seen = ""
+    while "waiting for y or n on stdin" not in seen:
+        line = send.stdout.readline()
+        assert line, seen  # it ended without saying so
+        seen += line
+    send.stdin.write("y\n")
+    send.stdin.close()
+    out = seen + send.stdout.read()
+    send.stdout.close()
+    assert send.wait(timeout=60) == 0, out
+    assert "approve|deny" in out and "y (from stdin)" in out and "completed" in out

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from turnstream.bus import Bus
 
 Source = Literal["terminal", "piped", "elsewhere"]
+PIPE_QUIET_S = 0.5
+"""How long a piped stdin may stay silent at a prompt before the prompt says what it waits
+for (a file or /dev/null answers at once; an open pipe may never)."""
 
 
 def answer_source(quiet: bool) -> Source:
@@ -189,7 +192,19 @@ class Prompts:
             if self.source == "terminal":
                 console.print(f"? {escape(text)} \\[y/N] ", end="")
             reading = asyncio.ensure_future(self.lines.read())
-            done, _ = await asyncio.wait({reading, elsewhere}, return_when=asyncio.FIRST_COMPLETED)
+            either = {reading, elsewhere}
+            done, _ = await asyncio.wait(
+                either,
+                timeout=PIPE_QUIET_S if self.source == "piped" else None,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if not done:  # a pipe with nothing in it yet: say what it waits for
+                ts = command_name()
+                self.out.print(
+                    f"[yellow]? {escape(text)}[/] waiting for y or n on stdin", soft_wrap=True
+                )
+                self.out.print(f"  or answer with: {ts} approve|deny {interaction}", soft_wrap=True)
+                done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             if reading in done:
                 line = reading.result()
                 if self.source == "piped" and line:
