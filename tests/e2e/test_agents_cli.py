@@ -77,7 +77,11 @@ def test_an_unknown_agent_is_rejected(deployment: dict[str, str]) -> None:
     assert cli("replay", "nope", env=deployment).returncode == 1  # no events: no failed turn
 
 
-def test_a_message_of_only_spaces_is_not_sent(deployment: dict[str, str]) -> None:
+def test_a_message_the_contract_refuses_is_not_sent(deployment: dict[str, str]) -> None:
     result = cli("send", "blank", "   ", env=deployment)
     assert result.returncode == 2 and "only spaces" in result.stderr, result.stderr
+    assert cli("replay", "blank", env=deployment).returncode == 1
+    result = cli("send", "blank", "hi", "--sender", "robot:r2", env=deployment)
+    assert result.returncode == 2 and "sender.kind" in result.stderr, result.stderr
+    assert "nothing was sent" in result.stderr
     assert cli("replay", "blank", env=deployment).returncode == 1

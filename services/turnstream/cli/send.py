@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 
 from turnstream.bus import Bus
@@ -22,6 +23,7 @@ from turnstream.cli.common import Interrupted, command_name, console, err, run_o
 from turnstream.cli.prompt import Prompts, Source, answer_source
 from turnstream.cli.render import event_line
 from turnstream.client import TurnOutcome, send_and_wait
+from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import (
     ContextSkipped,
     Event,
@@ -147,6 +149,18 @@ class SendScreen:
         return "\n".join(lines)
 
 
+def require_valid(command: dict[str, Any]) -> None:
+    """Exit 2 naming each problem when the contract refuses `command`, as HTTP does."""
+    try:
+        COMMAND_ADAPTER.validate_python(command)
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            where = ".".join(str(p) for p in error["loc"][1:]) or "the message"
+            err.print(f"[red]error:[/] {escape(where)}: {escape(error['msg'])}")
+        err.print("nothing was sent")
+        raise typer.Exit(2) from None
+
+
 def run_send(
     settings: Settings,
     command: dict[str, Any],
@@ -154,7 +168,10 @@ def run_send(
     quiet: bool,
     timeout: float,
 ) -> None:
-    """Send `command`, show its turn, exit 0 when it completed, 1 when not, 130 on Ctrl-C."""
+    """Send `command`, show its turn, exit 0 when it completed, 1 when not, 130 on Ctrl-C;
+    a command the contract refuses exits 2 unsent (else its rejection would be the
+    session's failed turn)."""
+    require_valid(command)
     session = command["sessionId"]
     screen = SendScreen(session, quiet, answer_source(quiet), timeout)
     started = time.perf_counter()
