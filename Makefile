@@ -5,17 +5,24 @@ BIN    := $(VENV)/bin
 
 .PHONY: up test lint typecheck bench schemas clean
 
-# the first `make up` installs for a minute or so: each step says what it is doing, and
-# pip shows each package it collects (not --quiet)
+# `make up` installs what running needs; `make test` (and lint, typecheck, bench) adds the
+# dev tools (pytest, ruff, mypy, playwright, …). Each step says what it is doing, and pip
+# shows each package it collects (not --quiet).
 $(BIN)/turnstream: pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "turnstream needs Python 3.11+"'
 	@echo "==> [1/3] creating the virtualenv $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	@echo "==> [2/3] upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "==> [3/3] installing turnstream and its dependencies (about a minute the first time)"
-	$(BIN)/pip install --progress-bar on -e '.[dev]'
+	@echo "==> [3/3] installing turnstream and what it needs to run"
+	$(BIN)/pip install --progress-bar on -e .
 	@echo "==> installed: $(BIN)/turnstream"
+	@touch $@
+
+DEV := $(VENV)/.dev-installed
+$(DEV): $(BIN)/turnstream pyproject.toml
+	@echo "==> installing the dev tools (tests, linters, type checker, browser driver)"
+	$(BIN)/pip install --progress-bar on -e '.[dev]'
 	@touch $@
 
 ## run the embedded nats-server and every service (Ctrl-C stops)
@@ -24,21 +31,21 @@ up: $(BIN)/turnstream
 	$(BIN)/turnstream up
 
 ## lint, type-check, check the exported contract, run every test
-test: lint typecheck $(BIN)/turnstream
+test: lint typecheck $(DEV)
 	$(BIN)/turnstream schemas export --check
 	$(BIN)/pytest
 
-lint: $(BIN)/turnstream
+lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-typecheck: $(BIN)/turnstream
+typecheck: $(DEV)
 	$(BIN)/mypy
 
 ## every benchmark in bench/ with its defaults (the figures, and how each was run:
 ## docs/performance.md)
-bench: $(BIN)/turnstream
+bench: $(DEV)
 	$(BIN)/python bench/pure_core.py
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/consumers.py
@@ -56,6 +63,7 @@ bench: $(BIN)/turnstream
 	$(BIN)/python bench/subturns.py
 	$(BIN)/python bench/context_providers.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/cli_start.py
 
 schemas: $(BIN)/turnstream
 	$(BIN)/turnstream schemas export

@@ -172,6 +172,9 @@ async def test_the_workflow_graph_follows_a_running_workflow(
     await approve.click()
     await expect(page.locator("#wf-name")).to_contain_text("completed", timeout=30_000)
     await expect(page.locator('#wf-graph .wf-node[data-status="exited"]')).to_have_count(5)
+    # its onFail stage, which nothing needed, will not run now: it says so, not "pending"
+    await expect(page.locator('#wf-graph .wf-node[data-status="pending"]')).to_have_count(0)
+    await expect(page.locator('#wf-graph .wf-node[data-status="not_run"]')).to_have_count(1)
     await expect(page.locator("#state")).to_have_text("completed")  # no lane but the stages'
     await expect(page.locator(".lane")).to_have_count(5)
     await page.screenshot(path=artifacts / "workflow-done.png", full_page=True)

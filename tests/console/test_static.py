@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import re
 import typing
+from pathlib import Path
 
 import httpx
+import orjson
 
 from turnstream.console import STATIC
 from turnstream.core.events import Event
 from turnstream.http.app import create_app
 from turnstream.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def contract_types() -> set[str]:
@@ -23,6 +27,19 @@ def test_the_stream_listens_for_every_event_kind_of_the_contract() -> None:
     source = (STATIC / "api.js").read_text()
     listed = re.findall(r'"([A-Za-z]+)"', source[source.index("EVENT_TYPES = [") :])
     assert set(listed) == contract_types()
+
+
+def test_every_event_type_of_the_schemas_is_drawn_or_listed_as_shown_raw() -> None:
+    exported = orjson.loads((REPO / "schemas" / "event.schema.json").read_bytes())
+    types = {ref["$ref"].rsplit("/", 1)[-1] for ref in exported["oneOf"]}
+    source = (STATIC / "timeline.js").read_text()
+    drawn = set(re.findall(r'case "([A-Za-z]+)":', source))
+    notes = source[source.index("const STAGE_NOTE = {") :]
+    drawn |= set(re.findall(r"(\w+):", notes[: notes.index("};")]))
+    raw_list = source[source.index("SHOWN_RAW = [") :]
+    shown_raw = set(re.findall(r'"([A-Za-z]+)"', raw_list[: raw_list.index("];")]))
+    assert types - drawn - shown_raw == set(), "not drawn by timeline.js nor in SHOWN_RAW"
+    assert drawn & shown_raw == set(), "listed in SHOWN_RAW but drawn: take it off the list"
 
 
 def test_every_module_import_names_a_file_and_an_export_it_has() -> None:

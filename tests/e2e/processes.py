@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -10,6 +13,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -87,3 +92,48 @@ def interaction_id(pending: str) -> str:
     return next(
         word for line in pending.splitlines() for word in line.split() if word.count("-") == 4
     )
+
+
+class Terminal:
+    """`turnstream <args>` with a pseudo-terminal as its controlling terminal."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: stdin/stdout/stderr are the terminal
+            os.execve(sys.executable, [sys.executable, "-m", "turnstream.cli", *args], env)
+        self.pid, self.fd, self.screen = pid, fd, ""
+
+    def read_until(self, needle: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while needle not in self.screen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{needle!r} not on the screen:\n{self.screen}"
+            if select.select([self.fd], [], [], left)[0]:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:  # the child ended
+                    chunk = b""
+                if not chunk:
+                    assert needle in self.screen, f"ended without {needle!r}:\n{self.screen}"
+                self.screen += ANSI.sub("", chunk.decode(errors="replace")).replace("\r", "")
+        return self.screen
+
+    def type(self, keys: str) -> None:
+        os.write(self.fd, keys.encode())
+
+    def wait(self, timeout: float = 30) -> int:
+        """The exit code, once the command ended (everything it printed read)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if select.select([self.fd], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:
+                    chunk = b""
+                self.screen += ANSI.sub("", chunk.decode(errors="replace")).replace("\r", "")
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError(f"still running:\n{self.screen}")

@@ -49,6 +49,7 @@ def test_a_reply_reaches_the_reply_to_session(deployment: dict[str, str]) -> Non
     assert "hello.txt" in result.stdout and "scripted researcher" in result.stdout
     desk = replay_until("desk", "agent:ask-1", deployment)
     assert "input (agent:ask-1)" in desk and "hello.txt" in desk
+    assert "hops 1" in desk  # as the README has it
     assert "→ desk (replyTo" in cli("replay", "ask-1", env=deployment).stdout
 
 
@@ -70,5 +71,17 @@ def test_the_coordinator_delegates_to_a_sync_sub_turn(deployment: dict[str, str]
 
 def test_an_unknown_agent_is_rejected(deployment: dict[str, str]) -> None:
     result = cli("send", "nope", "hi", "--agent", "nobody", env=deployment)
-    assert result.returncode == 1
-    assert "invalid_input" in result.stderr and "no agent 'nobody'" in result.stderr
+    assert result.returncode == 2  # refused before publishing, as over HTTP
+    assert "no agent 'nobody'" in result.stderr and "researcher" in result.stderr
+    assert "nothing was sent" in result.stderr
+    assert cli("replay", "nope", env=deployment).returncode == 1  # no events: no failed turn
+
+
+def test_a_message_the_contract_refuses_is_not_sent(deployment: dict[str, str]) -> None:
+    result = cli("send", "blank", "   ", env=deployment)
+    assert result.returncode == 2 and "only spaces" in result.stderr, result.stderr
+    assert cli("replay", "blank", env=deployment).returncode == 1
+    result = cli("send", "blank", "hi", "--sender", "robot:r2", env=deployment)
+    assert result.returncode == 2 and "sender.kind" in result.stderr, result.stderr
+    assert "nothing was sent" in result.stderr
+    assert cli("replay", "blank", env=deployment).returncode == 1

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import cli, cli_background, interaction_id, pending_prompt, running_up
+from tests.e2e.processes import (
+    Terminal,
+    cli,
+    cli_background,
+    interaction_id,
+    pending_prompt,
+    running_up,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -78,8 +85,9 @@ def test_the_example_workflow_from_the_cli_with_its_grant_prompt(
     deployment: dict[str, str],
 ) -> None:
     task = '{"task": "write notes"}'
+    narrow = {**deployment, "COLUMNS": "80"}
     attach = cli_background(
-        "workflow", "attach", "wf-e2e", "review-and-implement", "--ctx", task, env=deployment
+        "workflow", "attach", "wf-e2e", "review-and-implement", "--ctx", task, env=narrow
     )
     pending = pending_prompt(deployment, "grep", "wf-e2e")
     assert "grep" in pending, pending
@@ -87,17 +95,32 @@ def test_the_example_workflow_from_the_cli_with_its_grant_prompt(
     assert cli("approve", interaction, env=deployment).returncode == 0
     out, errors = attach.communicate(timeout=60)
     assert attach.returncode == 0, out + errors
+    assert f"approve {interaction}" in out, out  # the id whole on its line at 80 columns
     for line in ("▶ plan entered", "review-tests: completion no_call", "granted grep"):
         assert line in out, out
+    assert "without calling the completion tool" in " ".join(out.split())  # what no_call is
     assert "workflow review-and-implement completed" in out
     status = cli("workflow", "status", "wf-e2e", env=deployment)
     assert status.returncode == 0, status.stderr
     for stage in ("plan", "review-risks", "review-tests", "summarize", "implement"):
         assert stage in status.stdout
     assert status.stdout.count(" ok ") >= 5, status.stdout
+    assert "pending" not in status.stdout, status.stdout  # a completed run has none left
     replay = cli("replay", "wf-e2e", env=deployment)
     assert replay.returncode == 0, replay.stderr
     assert status.stdout.strip() in replay.stdout  # replay shows the same stage graph
+
+
+def test_workflow_attach_on_a_terminal_asks_its_prompt_inline(
+    deployment: dict[str, str],
+) -> None:
+    task = '{"task": "write notes"}'
+    env = {**deployment, "COLUMNS": "80"}
+    term = Terminal(env, "workflow", "attach", "wf-tty", "review-and-implement", "--ctx", task)
+    term.read_until("[y/N]", timeout=60)
+    term.type("y\n")
+    term.read_until("workflow review-and-implement completed", timeout=60)
+    assert term.wait() == 0, term.screen
 
 
 def test_workflow_validate_reports_every_problem(

@@ -43,6 +43,28 @@ def test_send_streams_the_reply_and_exits_zero(deployment: dict[str, str]) -> No
     assert "SEND_REQUEST" in result.stdout and "completed" in result.stdout
 
 
+def test_send_takes_a_long_message_from_a_file_or_stdin(
+    deployment: dict[str, str], tmp_path: Path
+) -> None:
+    long = "a long message " * 40
+    (tmp_path / "message.txt").write_text(long)
+    result = cli("send", "e2e-long", "--file", str(tmp_path / "message.txt"), env=deployment)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "echo: a long message a long message" in result.stdout
+    piped = subprocess.run(
+        [sys.executable, "-m", "turnstream.cli", "send", "e2e-long-2", "-"],
+        env=deployment,
+        input="from stdin\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert piped.returncode == 0, piped.stdout + piped.stderr
+    assert "echo: from stdin" in piped.stdout
+    neither = cli("send", "e2e-long", env=deployment)
+    assert neither.returncode == 2 and "--file" in neither.stderr
+
+
 def test_replay_prints_the_turn_with_its_stage_timeline(deployment: dict[str, str]) -> None:
     assert cli("send", "e2e-2", "first", env=deployment).returncode == 0
     result = cli("replay", "e2e-2", env=deployment)

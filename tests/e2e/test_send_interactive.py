@@ -3,18 +3,15 @@ Ctrl-C, driven through a pseudo-terminal (what tmux or a real terminal gives it)
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import select
-import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.processes import cli, interaction_id, pending_prompt, running_up
+from tests.e2e.processes import Terminal, cli, interaction_id, pending_prompt, running_up
 
 pytestmark = pytest.mark.e2e
 SCRIPT = """
@@ -24,7 +21,6 @@ replies:
   - text: "one two three four five six seven eight nine ten eleven twelve"
     delay_ms: 400
 """
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @pytest.fixture(scope="module")
@@ -40,51 +36,6 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         COLUMNS="200",
     ) as (env, _):
         yield env
-
-
-class Terminal:
-    """`turnstream <args>` with a pseudo-terminal as its controlling terminal."""
-
-    def __init__(self, env: dict[str, str], *args: str) -> None:
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: stdin/stdout/stderr are the terminal
-            os.execve(sys.executable, [sys.executable, "-m", "turnstream.cli", *args], env)
-        self.pid, self.fd, self.screen = pid, fd, ""
-
-    def read_until(self, needle: str, timeout: float = 30) -> str:
-        deadline = time.monotonic() + timeout
-        while needle not in self.screen:
-            left = deadline - time.monotonic()
-            assert left > 0, f"{needle!r} not on the screen:\n{self.screen}"
-            if select.select([self.fd], [], [], left)[0]:
-                try:
-                    chunk = os.read(self.fd, 4096)
-                except OSError:  # the child ended
-                    chunk = b""
-                if not chunk:
-                    assert needle in self.screen, f"ended without {needle!r}:\n{self.screen}"
-                self.screen += ANSI.sub("", chunk.decode(errors="replace")).replace("\r", "")
-        return self.screen
-
-    def type(self, keys: str) -> None:
-        os.write(self.fd, keys.encode())
-
-    def wait(self, timeout: float = 30) -> int:
-        """The exit code, once the command ended (everything it printed read)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if select.select([self.fd], [], [], 0.2)[0]:
-                try:
-                    chunk = os.read(self.fd, 4096)
-                except OSError:
-                    chunk = b""
-                self.screen += ANSI.sub("", chunk.decode(errors="replace")).replace("\r", "")
-            done, status = os.waitpid(self.pid, os.WNOHANG)
-            if done:
-                os.close(self.fd)
-                return os.waitstatus_to_exitcode(status)
-        os.kill(self.pid, signal.SIGKILL)
-        raise AssertionError(f"still running:\n{self.screen}")
 
 
 def test_an_answer_from_another_terminal_ends_the_prompt_at_once(
@@ -132,3 +83,55 @@ def test_ctrl_c_while_tokens_stream_says_the_turn_goes_on(deployment: dict[str, 
     assert term.wait() == 130
     assert "the turn goes on" in term.screen and "tail tty-3" in term.screen
     assert "waiting for approval" not in term.screen.split("the turn goes on")[1]
+
+
+def test_ctrl_c_while_quiet_waits_for_an_approval_ends_quietly(
+    deployment: dict[str, str],
+) -> None:
+    term = Terminal(deployment, "send", "-q", "tty-4", "look")
+    term.read_until("approve")  # -q on a terminal: no inline prompt, how to answer instead
+    assert "[y/N]" not in term.screen
+    term.type("\x03")
+    assert term.wait() == 130
+    assert "Traceback" not in term.screen and "Task exception" not in term.screen, term.screen
+    assert "the turn goes on" in term.screen
+    interaction = interaction_id(pending_prompt(deployment, "tty-4", "tty-4"))
+    assert cli("deny", interaction, env=deployment).returncode == 0
+
+
+def test_a_piped_answer_approves_the_call(deployment: dict[str, str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "turnstream.cli", "send", "tty-5", "look"],
+        env=deployment,
+        input="y\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "y (from stdin)" in result.stdout and "completed" in result.stdout
+
+
+def test_a_silent_pipe_says_what_the_prompt_waits_for_then_takes_its_answer(
+    deployment: dict[str, str],
+) -> None:
+    send = subprocess.Popen(
+        [sys.executable, "-m", "turnstream.cli", "send", "tty-6", "look"],
+        env=deployment,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert send.stdout is not None and send.stdin is not None
+    seen = ""
+    while "waiting for y or n on stdin" not in seen:
+        line = send.stdout.readline()
+        assert line, seen  # it ended without saying so
+        seen += line
+    send.stdin.write("y\n")
+    send.stdin.close()
+    out = seen + send.stdout.read()
+    send.stdout.close()
+    assert send.wait(timeout=60) == 0, out
+    assert "approve|deny" in out and "y (from stdin)" in out and "completed" in out

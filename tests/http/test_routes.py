@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import orjson
@@ -121,6 +122,20 @@ async def test_bad_input_is_a_problem(
     assert await bus.store.read_session("bad-1") == []  # nothing was published
 
 
+async def test_bad_input_is_worded_for_the_sender(client: httpx.AsyncClient) -> None:
+    s = "/v1/sessions/bad-2"
+    r = await client.post(f"{s}/messages", content=b'{"text": "hi"}')  # no Content-Type
+    assert r.status_code == 422 and "Content-Type: application/json" in r.json()["detail"]
+    r = await client.post(f"{s}/messages", json={"txt": "hi"})
+    assert r.status_code == 422 and "unknown field 'txt'" in r.json()["detail"], r.text
+    r = await client.post(f"{s}/steer", json={"text": "go", "mode": "hard"})
+    assert r.status_code == 422 and "unknown field 'mode'" in r.json()["detail"], r.text
+    r = await client.post(f"{s}/messages", json={"text": "   "})
+    assert r.status_code == 422 and "only spaces" in r.json()["detail"], r.text
+    r = await client.post(f"{s}/messages", json={"text": "hi", "agent": "nobody"})
+    assert "unknown field" not in r.text  # a field of the contract passes through
+
+
 async def test_unknown_routes_and_methods_are_problems(client: httpx.AsyncClient) -> None:
     r = await client.get("/v1/nothing")
     assert r.status_code == 404 and r.headers["content-type"] == PROBLEM
@@ -152,12 +167,15 @@ async def test_steer_interrupt_and_workflow_are_accepted(client: httpx.AsyncClie
 async def test_an_approval_round_trip(client: httpx.AsyncClient) -> None:
     s = "/v1/sessions/appr"
     assert (await client.post(f"{s}/messages?wait=true", json={"text": "one"})).status_code == 200
-    # the 2nd turn asks to write a file: it waits for an answer, so `wait` runs out
-    r = await client.post(f"{s}/messages?wait=true&timeout=0.5", json={"text": "two"})
-    assert r.status_code == 504, r.text
-    problem = r.json()
-    assert problem["failureClass"] == "timeout" and problem["turnId"]
-    turn_id = problem["turnId"]
+    # the 2nd turn asks to write a file: `wait` answers as soon as it waits on a person,
+    # with what for and how to answer (not a 504 when its timeout has run out)
+    started = time.monotonic()
+    r = await client.post(f"{s}/messages?wait=true&timeout=15", json={"text": "two"})
+    assert r.status_code == 202, r.text
+    assert time.monotonic() - started < 10
+    waiting = r.json()
+    assert waiting["status"] == "waiting" and waiting["tool"] == "write_file"
+    turn_id = waiting["turnId"]
     pending: list[dict] = []
     for _ in range(50):
         pending = (await client.get("/v1/approvals", params={"session": "appr"})).json()["items"]
@@ -166,6 +184,8 @@ async def test_an_approval_round_trip(client: httpx.AsyncClient) -> None:
         await asyncio.sleep(0.1)
     assert [p["tool"] for p in pending] == ["write_file"]
     interaction = pending[0]["interactionId"]
+    assert waiting["interactionId"] == interaction
+    assert waiting["answer"]["path"] == f"{s}/answers/{interaction}"
     detail = (await client.get(f"{s}")).json()
     assert [p["interactionId"] for p in detail["pendingApprovals"]] == [interaction]
     assert (await client.post(f"{s}/answers/nope", json={"decision": "approve"})).status_code == 404

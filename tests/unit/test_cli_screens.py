@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from turnstream.cli.audit import sessions_table
-from turnstream.cli.render import plural, print_prompt
+from turnstream.cli.render import print_prompt
+from turnstream.cli.session_view import plural
 from turnstream.core.summary import SessionSummary
 
 
@@ -38,7 +39,8 @@ def test_a_prompt_shows_every_argument_in_full() -> None:
     assert "01a20787-c641-718d-a344-c85f730f5c44" in text
 
 
-def test_sessions_keep_one_line_per_session_at_80_columns() -> None:
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_sessions_keep_one_line_per_session(width: int) -> None:
     summaries = [
         SessionSummary(
             session_id=f"support-{i}",
@@ -51,8 +53,8 @@ def test_sessions_keep_one_line_per_session_at_80_columns() -> None:
         )
         for i in range(3)
     ]
-    out = screen()
-    out.print(sessions_table(summaries, 80))
+    out = screen(width)
+    out.print(sessions_table(summaries, width))
     rows = [line for line in out.export_text().splitlines() if "support-" in line]
     assert len(rows) == 3, out.export_text()
     assert all("completed" in row and "Let me look" in row for row in rows)

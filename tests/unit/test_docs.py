@@ -25,3 +25,9 @@ def test_every_docs_page_is_linked_from_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     pages = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name != "README.md")
     assert [p for p in pages if f"docs/{p}" not in readme] == []
+
+
+def test_the_readme_stays_a_newcomers_entry() -> None:
+    """What it is, the two commands, a short tour, links: reference goes to docs/."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines: move reference to docs/"

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
-import uuid_utils
 
-from turnstream.bus import Bus
 from turnstream.cli.agents import register as register_agents
+from turnstream.cli.approvals import register as register_approvals
 from turnstream.cli.archive import register as register_archive
 from turnstream.cli.audit import register as register_audit
 from turnstream.cli.common import (
@@ -22,29 +18,19 @@ from turnstream.cli.common import (
     NatsUrl,
     console,
     err,
+    require_known_agent,
     require_session_id,
     run_on_bus,
     settings_of,
 )
-from turnstream.cli.render import event_line, print_prompt, print_session, print_status
-from turnstream.cli.send import run_send
-from turnstream.cli.workflow import print_run, workflow_app
-from turnstream.client import (
-    Replayed,
-    answer_command,
-    live_state,
-    message_command,
-    pending_prompts,
-    publish_command,
-    replay_session,
-)
-from turnstream.core.events import (
-    Event,
-    decode,
-)
-from turnstream.core.projection import build_view
-from turnstream.core.schemas import exported_schemas
-from turnstream.settings import Settings
+from turnstream.cli.workflow import workflow_app
+
+# Each command imports what it uses when it runs: `turnstream --help`, `send --help` and
+# `tail --help` start without the bus, the client or the core (bench/cli_start.py).
+if TYPE_CHECKING:
+    from turnstream.bus import Bus
+    from turnstream.client import Replayed
+    from turnstream.core.events import Event
 
 app = typer.Typer(
     help="turnstream: LLM agent turns as event-sourced services on NATS JetStream.",
@@ -108,7 +94,12 @@ def http(
 @app.command()
 def send(
     session: Annotated[str, typer.Argument(help="Session id: 1-128 of [A-Za-z0-9_:-].")],
-    text: Annotated[str, typer.Argument(help="The message.")],
+    text: Annotated[
+        str | None, typer.Argument(help="The message; - reads it from stdin (or use --file).")
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Read the message from this file.")
+    ] = None,
     chat: Annotated[str | None, typer.Option(help="Chat id (default: the session id).")] = None,
     sender: Annotated[str, typer.Option(help="Sender as kind:id, e.g. agent:planner.")] = (
         "human:cli"
@@ -121,16 +112,36 @@ def send(
     ] = None,
     steer: Annotated[bool, typer.Option(help="Send as a steer command.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the turn.")] = 120.0,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the reply.")] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Print only the reply. On a terminal no approval prompt is asked inline "
+            "(answer with `turnstream approve`); a piped answer is still read.",
+        ),
+    ] = False,
     nats_url: NatsUrl = None,
     data_dir: DataDir = None,
 ) -> None:
     """Send a message, stream its tokens and stages, print the reply.
 
     Exits 0 when the turn completed, 1 when it failed or was denied, 130 on Ctrl-C (which
-    stops watching; the turn goes on). Approval prompts are asked inline on a terminal.
+    stops watching; the turn goes on). Approval prompts are asked inline on a terminal, or
+    answered by the lines of a piped stdin (`echo y | turnstream send …`); without either,
+    answer with `turnstream approve`.
     """
     require_session_id(session)
+    settings = settings_of(nats_url, data_dir)
+    text = message_text(text, file)
+    if not text.strip():
+        err.print("[red]error:[/] the message is empty (or only spaces); nothing was sent")
+        raise typer.Exit(2)
+    if agent is not None:
+        require_known_agent(agent, settings.agents)
+    from turnstream.cli.send import run_send
+    from turnstream.client import message_command
+
     kind, _, sender_id = sender.partition(":")
     command = message_command(
         session,
@@ -143,7 +154,21 @@ def send(
         kind="steer" if steer else "message",
         agent=agent,
     )
-    run_send(settings_of(nats_url, data_dir), command, quiet=quiet, timeout=timeout)
+    run_send(settings, command, quiet=quiet, timeout=timeout)
+
+
+def message_text(text: str | None, file: Path | None) -> str:
+    """The message: the argument, stdin (`-`) or a file (`--file`), exactly one of them."""
+    if (text is None) == (file is None):
+        err.print("[red]error:[/] give the message as an argument, `-` (stdin) or --file PATH")
+        raise typer.Exit(2)
+    if file is not None:
+        try:
+            return file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            err.print(f"[red]error:[/] cannot read --file {file}: {exc}")
+            raise typer.Exit(2) from exc
+    return sys.stdin.read() if text == "-" else str(text)
 
 
 @app.command()
@@ -156,7 +181,11 @@ def tail(
     nats_url: NatsUrl = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Follow events as they are appended, one readable line each (Ctrl-C stops)."""
+    """Follow events as they are appended, one readable line each (Ctrl-C stops: exit 130)."""
+    import contextlib
+
+    from turnstream.cli.render import event_line
+    from turnstream.core.events import decode
 
     def show(event: Event) -> None:
         if as_json:
@@ -182,15 +211,14 @@ def tail(
             with contextlib.suppress(Exception):  # the server may be away
                 await sub.unsubscribe()
 
-    try:
-        run_on_bus(settings_of(nats_url, data_dir), follow)
-    except KeyboardInterrupt:
-        pass
+    run_on_bus(settings_of(nats_url, data_dir), follow)  # until Ctrl-C: exit 130
 
 
 async def watch_connection(bus: Bus, every_s: float = 0.5) -> None:
     """Forever: one line when the connection to NATS drops (the client retries on its own,
     quietly) and one when it is back."""
+    import asyncio
+
     connected = True
     while True:
         await asyncio.sleep(every_s)
@@ -227,6 +255,10 @@ def replay(
 ) -> None:
     """Rebuild a session from the log (no model or tool is called): its turns with a
     stage timeline and durations, as of now or of a point in the past."""
+    from turnstream.cli.session_view import print_session
+    from turnstream.cli.workflow import print_run
+    from turnstream.client import live_state, replay_session
+    from turnstream.core.projection import build_view
     from turnstream.core.session import state_from_json, state_to_json
 
     cutoff = at_time.replace(tzinfo=at_time.tzinfo or UTC) if at_time else None
@@ -267,6 +299,8 @@ def schemas_export(
     ] = False,
 ) -> None:
     """Write the JSON Schema of inbound commands and log events."""
+    from turnstream.core.schemas import exported_schemas
+
     stale = []
     for name, content in exported_schemas().items():
         path = out / name
@@ -287,6 +321,8 @@ def streams(
     replicas: Annotated[int, typer.Option(help="Stream replicas.")] = 1,
 ) -> None:
     """Print the stream definitions services create (ops/streams.json is this output)."""
+    import orjson
+
     from turnstream.bus.streams import StreamLimits, describe
     from turnstream.runtime import stream_limits
 
@@ -309,6 +345,10 @@ def interrupt(
     data_dir: DataDir = None,
 ) -> None:
     """Interrupt the running turn of a session."""
+    import uuid_utils
+
+    from turnstream.client import publish_command
+
     require_session_id(session)
     mode = "hard" if hard else "graceful"
     command = {
@@ -324,71 +364,6 @@ def interrupt(
 
 
 @app.command()
-def approvals(
-    session: Annotated[str | None, typer.Argument(help="Only this session.")] = None,
-    nats_url: NatsUrl = None,
-    data_dir: DataDir = None,
-) -> None:
-    """List the approval prompts waiting for an answer."""
-    pending = run_on_bus(settings_of(nats_url, data_dir), lambda bus: pending_prompts(bus, session))
-    if not pending:
-        console.print("no pending approvals")
-        return
-    for p in pending:
-        print_prompt(console, p)
-    console.print(
-        "[dim]answer with[/] turnstream approve <interaction> [dim]or[/] turnstream deny "
-        "<interaction>"
-    )
-
-
-def _answer(interaction_id: str, decision: str, reason: str | None, settings: Settings) -> None:
-    async def work(bus: Bus) -> str | None:
-        pending = await pending_prompts(bus)
-        found = next((p for p in pending if p["interactionId"] == interaction_id), None)
-        if found is None:
-            return None
-        session_id = found["sessionId"]
-        command = answer_command(session_id, interaction_id, decision, reason=reason)
-        await publish_command(bus, session_id, command)
-        return str(found["tool"])
-
-    tool = run_on_bus(settings, work)
-    if tool is None:
-        err.print(
-            f"[red]error:[/] no pending prompt {interaction_id}; `turnstream approvals` lists them"
-        )
-        raise typer.Exit(1)
-    done = {"approve": "approved", "deny": "denied"}[decision]
-    console.print(f"{done} {tool} ({interaction_id})")
-
-
-Reason = Annotated[str | None, typer.Option(help="Why (recorded with the answer).")]
-
-
-@app.command()
-def approve(
-    interaction_id: Annotated[str, typer.Argument(help="From `turnstream approvals`.")],
-    reason: Reason = None,
-    nats_url: NatsUrl = None,
-    data_dir: DataDir = None,
-) -> None:
-    """Allow a pending tool call."""
-    _answer(interaction_id, "approve", reason, settings_of(nats_url, data_dir))
-
-
-@app.command()
-def deny(
-    interaction_id: Annotated[str, typer.Argument(help="From `turnstream approvals`.")],
-    reason: Reason = None,
-    nats_url: NatsUrl = None,
-    data_dir: DataDir = None,
-) -> None:
-    """Refuse a pending tool call (the model is told, and may try something else)."""
-    _answer(interaction_id, "deny", reason, settings_of(nats_url, data_dir))
-
-
-@app.command()
 def status(
     session: Annotated[str, typer.Argument(help="Session to ask the turn-runner about.")],
     as_json: Annotated[
@@ -400,6 +375,10 @@ def status(
     """The turn-runner's live view of a session: its active turn, queue and history.
 
     Exits 1 for a session with no events (like `replay`)."""
+    import orjson
+
+    from turnstream.cli.session_view import print_status
+    from turnstream.client import live_state
 
     async def work(bus: Bus) -> tuple[int, bytes]:
         return await bus.store.last_seq(session), await live_state(bus, session)
@@ -415,6 +394,7 @@ def status(
 
 
 app.add_typer(workflow_app, name="workflow")
+register_approvals(app)
 register_audit(app)
 register_agents(app)
 register_archive(app)

@@ -5,9 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
-from rich.table import Table
 
 from turnstream.cli.common import console, err, settings_of
 
@@ -23,6 +21,9 @@ def agents(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """List the agent profiles (agents/<name>.md); exit 1 if any file is invalid."""
+    import orjson
+    from rich.table import Table
+
     from turnstream.agents import load_all
 
     folder = agents_dir or settings_of().agents

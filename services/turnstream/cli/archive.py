@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from turnstream.bus import Bus
+if TYPE_CHECKING:
+    from turnstream.bus import Bus
 from turnstream.cli.common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
 
 

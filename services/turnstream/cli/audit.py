@@ -8,17 +8,18 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from turnstream.bus import Bus, StoredEvent
-from turnstream.bus.store import LOG_START
 from turnstream.cli.common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
-from turnstream.core.events import AuditViolation
-from turnstream.core.summary import SessionSummary
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from turnstream.bus import Bus, StoredEvent
+    from turnstream.core.summary import SessionSummary
 
 audit_app = typer.Typer(
     help="Invariant violations found in the log, the hash-chained audit file, rebuilds.",
@@ -44,6 +45,10 @@ def violations(
     """The `AuditViolation` events in the log (what the audit service found wrong)."""
     if ctx.invoked_subcommand is not None:
         return
+    from rich.table import Table
+
+    from turnstream.bus.store import LOG_START
+    from turnstream.core.events import AuditViolation
 
     async def read(bus: Bus) -> list[StoredEvent]:
         return await bus.store.read_kind("AuditViolation", since=LOG_START)
@@ -153,9 +158,12 @@ def sessions(as_json: AsJson = False, nats_url: NatsUrl = None, data_dir: DataDi
 
 
 def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
-    """One row per session; on a narrow terminal (< 120 columns) only the columns a person
-    scans, so none is squeezed to one word per line; the last reply takes what is left."""
+    """One row per session; on a narrow terminal (< 140 columns) only the columns a person
+    scans, so none is squeezed to one word per line; the last reply takes what is left, on
+    the row's one line (cut with …)."""
     wide = width >= WIDE
+    from rich.table import Table
+
     table = Table(expand=True)
     table.add_column("session", no_wrap=True, overflow="fold", min_width=8)
     table.add_column("status", no_wrap=True)
@@ -167,7 +175,7 @@ def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
         table.add_column("violations", no_wrap=True, justify="right")
         table.add_column("seq", no_wrap=True, justify="right")
     table.add_column("updated", no_wrap=True)
-    table.add_column("last reply", ratio=1, min_width=16, no_wrap=not wide, overflow="ellipsis")
+    table.add_column("last reply", ratio=1, min_width=16, no_wrap=True, overflow="ellipsis")
     for s in summaries:
         status = f"[{_STYLE.get(s.status, '')}]{s.status}[/]"
         if s.violations and not wide:
@@ -187,6 +195,6 @@ def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
     return table
 
 
-WIDE = 120
+WIDE = 140
 """Terminal columns from which `sessions` shows every column."""
 _STYLE = {"completed": "green", "failed": "red", "denied": "yellow", "active": "cyan"}

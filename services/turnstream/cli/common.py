@@ -9,16 +9,14 @@ import shutil
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import nats.errors
 import typer
 from rich.console import Console
 
-from turnstream.bus import Bus
-from turnstream.core.subjects import is_reserved_session, is_session_id
-from turnstream.runtime import connect_service
-from turnstream.settings import Settings
+if TYPE_CHECKING:  # imported where used: `turnstream --help` starts without them
+    from turnstream.bus import Bus
+    from turnstream.settings import Settings
 
 T = TypeVar("T")
 console = Console(highlight=False)
@@ -35,6 +33,8 @@ DataDir = Annotated[
 
 def require_session_id(session: str) -> None:
     """Exit 2 with the rule when `session` cannot be a session id."""
+    from turnstream.core.subjects import is_reserved_session, is_session_id
+
     if not is_session_id(session):
         err.print(f"[red]error:[/] session id {session!r} must be 1-128 of [A-Za-z0-9_:-]")
         raise typer.Exit(2)
@@ -43,8 +43,25 @@ def require_session_id(session: str) -> None:
         raise typer.Exit(2)
 
 
+def require_known_agent(agent: str, folder: Path) -> None:
+    """Exit 2 naming the profiles when `folder` has profiles and none is `agent` (sent, a
+    typo would be recorded as the session's failed first turn)."""
+    from turnstream.agents import load_all
+
+    profiles, _ = load_all(folder) if folder.is_dir() else ({}, [])
+    if profiles and agent not in profiles:
+        known = ", ".join(sorted(profiles))
+        err.print(
+            f"[red]error:[/] no agent {agent!r} in {folder} (it has: {known}); "
+            "`turnstream agents` lists them; nothing was sent"
+        )
+        raise typer.Exit(2)
+
+
 def settings_of(nats_url: str | None = None, data_dir: Path | None = None, **more: Any) -> Settings:
     """The settings, with what the command line gave overriding env and file."""
+    from turnstream.settings import Settings
+
     overrides: dict[str, Any] = {k: v for k, v in more.items() if v is not None}
     if nats_url:
         overrides["nats_url"] = nats_url
@@ -63,8 +80,19 @@ async def _close(bus: Bus) -> None:
             await bus.nc.close()
 
 
+class Interrupted(typer.Exit):
+    """Ctrl-C: the command ends quietly with exit 130 (a command may say more first)."""
+
+    def __init__(self) -> None:
+        super().__init__(130)
+
+
 def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
-    """Connect, run `work`, close; a connection problem exits 2 with its message."""
+    """Connect, run `work`, close; a connection problem exits 2 with its message, Ctrl-C
+    exits 130 (`Interrupted`) without a traceback."""
+    import nats.errors
+
+    from turnstream.runtime import connect_service
 
     async def main() -> T:
         bus = await connect_service(settings, "cli")
@@ -78,6 +106,8 @@ def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(main())
+    except KeyboardInterrupt:
+        raise Interrupted() from None
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
         # a request to a service (approval, turn-runner) that is down or busy
         err.print(

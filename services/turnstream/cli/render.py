@@ -1,17 +1,16 @@
-"""How events and turns look in a terminal (rich): one line per event, turn timelines."""
+"""How events look in a terminal (rich): one line per event, an approval prompt as a block
+(a session's turns: `session_view`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, assert_never
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from turnstream.core.events import (
     AuditViolation,
+    ContextCompacted,
     ContextProvided,
     ContextSkipped,
     Event,
@@ -32,8 +31,16 @@ from turnstream.core.events import (
     ProviderRetry,
     RenderEmitted,
     SessionConfigured,
+    SessionTurnEnd,
     SessionTurnStart,
-    Stage,
+    StageAssertOutcome,
+    StageCancelled,
+    StageCheckGateResult,
+    StageCompletionChecked,
+    StageEntered,
+    StageExited,
+    StageGranted,
+    StageInitFailed,
     StagePostFired,
     StagePreFired,
     SteeringInjected,
@@ -50,13 +57,23 @@ from turnstream.core.events import (
     ToolInvocationStarted,
     ToolInvocationSucceeded,
     TurnEnded,
+    WorkflowAttached,
+    WorkflowExit,
 )
-from turnstream.core.projection import ChildView, SessionView, TurnView
 
 STATUS_STYLE = {"completed": "green", "failed": "red", "denied": "yellow"}
+COMPLETION_MEANS = {
+    "accepted": "the stage's result was taken",
+    "invalid": "its result did not match the stage's schema; the model is told why",
+    "batch_rejected": "the completion tool was called beside other tools; it must be alone",
+    "no_call": "the model answered without calling the completion tool; it is asked to",
+    "cap_hit": "the stage used up its turns",
+    "interrupted": "the stage was interrupted",
+}
+"""What a stage's completion check said, for a person (`StageCompletionChecked.outcome`)."""
 
 
-def _clip(text: str, width: int = 60) -> str:
+def clip(text: str, width: int = 60) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -65,17 +82,17 @@ def summarize(event: Event) -> str:
     """The interesting part of an event, in a few words."""
     match event:
         case InputAccepted(data=d):
-            return f"{d.kind} from {d.sender.kind}:{d.sender.id}: {_clip(d.text)}"
+            return f"{d.kind} from {d.sender.kind}:{d.sender.id}: {clip(d.text)}"
         case InputRejected(data=d):
-            return f"{d.kind}: {_clip(d.reason, 90)}"
+            return f"{d.kind}: {clip(d.reason, 90)}"
         case FollowUpQueued(data=d):
             return f"queued behind turn {d.behind_turn_id[-8:]}"
         case SteeringInjected(data=d):
-            return _clip(d.text)
+            return clip(d.text)
         case InterruptReceived(data=d):
             return f"{d.mode} interrupt from {d.sender.kind}:{d.sender.id}"
         case SessionTurnStart(data=d):
-            return _clip(d.text)
+            return clip(d.text)
         case StagePreFired(data=d):
             return f"{d.stage} ▸" + (f" (round {d.iteration})" if d.iteration else "")
         case StagePostFired(data=d):
@@ -87,30 +104,30 @@ def summarize(event: Event) -> str:
             u = d.usage
             return f"{d.stop_reason}, {u.input_tokens} in / {u.output_tokens} out"
         case ProviderRequestFailed(data=d):
-            return f"{d.error_class}: {_clip(d.message)}"
+            return f"{d.error_class}: {clip(d.message)}"
         case ContextProvided(data=d):
             cut = ", truncated" if d.truncated else ""
-            return _clip(f"{d.provider}: {d.tokens} tokens{cut}: {d.content}", 100)
+            return clip(f"{d.provider}: {d.tokens} tokens{cut}: {d.content}", 100)
         case ContextSkipped(data=d):
-            return _clip(f"⚠ {d.provider} skipped: {d.reason}", 100)
+            return clip(f"⚠ {d.provider} skipped: {d.reason}", 100)
         case ProviderFallback(data=d):
-            return _clip(f"⚠ {d.from_} → {d.to} after {d.attempts} attempt(s): {d.reason}", 110)
+            return clip(f"⚠ {d.from_} → {d.to} after {d.attempts} attempt(s): {d.reason}", 110)
         case ProviderRetry(data=d):
             return f"attempt {d.attempt} in {d.delay_ms} ms ({d.error_class})"
         case RenderEmitted(data=d):
-            return _clip(d.text)
+            return clip(d.text)
         case ToolInvocationProposed(data=d):
             args = ", ".join(f"{k}={v!r}" for k, v in d.args.items())
-            return _clip(f"#{d.index} {d.tool}({args})" + ("" if d.known else " — unknown tool"))
+            return clip(f"#{d.index} {d.tool}({args})" + ("" if d.known else " — unknown tool"))
         case ToolCallModeInvoked(data=d):
             return f"mode {d.mode}: {d.verdict}"
         case ToolCallApproved(data=d):
             by = f" by {d.answered_by.kind}:{d.answered_by.id}" if d.answered_by else ""
             return f"approved ({d.authority}){by}"
         case ToolCallDenied(data=d):
-            return _clip(f"denied ({d.authority}): {d.reason}", 90)
+            return clip(f"denied ({d.authority}): {d.reason}", 90)
         case InteractionRequested(data=d):
-            return _clip(f"{d.prompt} (id {d.interaction_id}, until {d.deadline:%H:%M:%S})", 100)
+            return clip(f"{d.prompt} (id {d.interaction_id}, until {d.deadline:%H:%M:%S})", 100)
         case InteractionAnswered(data=d):
             return f"{d.decision} by {d.sender.kind}:{d.sender.id} for {d.interaction_id[-8:]}"
         case ToolInvocationRequested(data=d):
@@ -119,18 +136,18 @@ def summarize(event: Event) -> str:
             return f"attempt {d.attempt}"
         case ToolInvocationSucceeded(data=d):
             cut = " (truncated)" if d.truncated else ""
-            return _clip(f"{d.duration_ms:.1f} ms{cut}: {d.output}")
+            return clip(f"{d.duration_ms:.1f} ms{cut}: {d.output}")
         case ToolInvocationFailed(data=d):
             e = d.error
-            return _clip(f"{e.error_class}/{e.kind}: {e.detail}", 90)
+            return clip(f"{e.error_class}/{e.kind}: {e.detail}", 90)
         case ToolInvocationCancelled(data=d):
             return d.reason
         case HookDecided(data=d):
             where = d.stage if d.point == "pre" else f"{d.stage} {d.point}"
             said = "; ".join(x for x in (_hook_change(d), d.reason) if x)
-            return _clip(f"{d.hook} ({d.kind}) at {where} → {d.action}: {said}", 100)
+            return clip(f"{d.hook} ({d.kind}) at {where} → {d.action}: {said}", 100)
         case AuditViolation(data=d):
-            return _clip(f"{d.kind}: {d.detail}", 100)
+            return clip(f"{d.kind}: {d.detail}", 100)
         case TurnEnded(data=d):
             if d.status == "completed":
                 return "completed"
@@ -142,14 +159,40 @@ def summarize(event: Event) -> str:
         case MessageDropped(data=d):
             return f"not sent to {d.to}: {d.reason} (hops {d.hops})"
         case SubTurnSpawned(data=d):
-            return _clip(f"{d.mode} {d.child_session_id} ({d.agent or 'default'}): {d.task}", 90)
+            return clip(f"{d.mode} {d.child_session_id} ({d.agent or 'default'}): {d.task}", 90)
         case SubTurnEnded(data=d):
             why = f" [{d.failure_class}]" if d.failure_class else ""
-            return _clip(f"{d.child_session_id} {d.status}{why}: {d.reply}", 90)
+            return clip(f"{d.child_session_id} {d.status}{why}: {d.reply}", 90)
         case SubTurnResultDelivered(data=d):
             return f"{d.child_session_id} as {d.delivered_as}"
+        case ContextCompacted(data=d):
+            tokens = f"{d.tokens_before} → {d.tokens_after} tokens"
+            return f"dropped {d.dropped_messages} messages, {tokens}"
+        case SessionTurnEnd(data=d):
+            return str(d.status)
+        case WorkflowAttached(data=d):
+            return f"{d.workflow} by {d.sender.kind}:{d.sender.id}"
+        case StageEntered(data=d):
+            return d.stage + (f" (recovers {d.recovers})" if d.recovers else "")
+        case StageInitFailed(data=d):
+            return clip(f"{d.stage}: {d.reason}", 90)
+        case StageCheckGateResult(data=d):
+            return clip(f"{d.stage}: {d.outcome}" + (f" ({d.reason})" if d.reason else ""), 90)
+        case StageCompletionChecked(data=d):
+            means = COMPLETION_MEANS.get(d.outcome, "")
+            return f"{d.stage}: completion {d.outcome}" + (f" ({means})" if means else "")
+        case StageAssertOutcome(data=d):
+            return f"{d.stage}: assert {d.verdict} (attempt {d.attempt})"
+        case StageGranted(data=d):
+            return f"{d.stage}: granted {d.tool}"
+        case StageCancelled(data=d):
+            return clip(f"{d.stage}: {d.reason}", 90)
+        case StageExited(data=d):
+            return f"{d.stage}: {d.result.verdict}"
+        case WorkflowExit(data=d):
+            return clip(f"{d.workflow} {d.status}" + (f": {d.reason}" if d.reason else ""), 90)
         case _:
-            return ""
+            assert_never(event)  # a new event type must be given its summary here
 
 
 def depth_of(session_id: str) -> int:
@@ -194,201 +237,6 @@ def print_prompt(console: Console, prompt: dict[str, Any]) -> None:
     if not args:
         console.print("    [dim](no arguments)[/]")
     console.print(Text(f"    interaction {prompt['interactionId']}", overflow="fold"))
-
-
-@dataclass
-class ToolNote:
-    """What one proposed tool call went through, for `replay`."""
-
-    tool: str
-    args: dict[str, Any]
-    iteration: int
-    proposed_at: datetime
-    asked_at: datetime | None = None
-    answered_at: datetime | None = None
-    verdict: str = "pending"
-    by: str = ""
-    outcome: str = ""
-
-    @property
-    def wait_s(self) -> float | None:
-        """How long the call waited for a person's answer (None: nobody was asked)."""
-        if self.asked_at is None or self.answered_at is None:
-            return None
-        return (self.answered_at - self.asked_at).total_seconds()
-
-    def line(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.args.items())
-        text = f"{self.tool}({_clip(args, 60)}) {self.verdict}"
-        if self.by:
-            text += f" by {self.by}"
-        if self.wait_s is not None:
-            text += f" after waiting {_seconds(self.wait_s)} for approval"
-        return text + (f" → {self.outcome}" if self.outcome else "")
-
-
-def tool_notes(events: list[Event]) -> dict[str, list[ToolNote]]:
-    """Turn id → its tool calls, in order, with approval waits and results."""
-    notes: dict[str, list[ToolNote]] = {}
-    by_id: dict[str, ToolNote] = {}
-    for event in events:
-        match event:
-            case ToolInvocationProposed(data=d):
-                note = ToolNote(d.tool, d.args, d.iteration, event.time)
-                by_id[d.invocation_id] = note
-                notes.setdefault(event.turn_id or "", []).append(note)
-            case InteractionRequested(data=d) if d.invocation_id in by_id:
-                by_id[d.invocation_id].asked_at = event.time
-            case ToolCallApproved(data=d) if d.invocation_id in by_id:
-                note = by_id[d.invocation_id]
-                note.verdict, note.answered_at = "approved", event.time
-                if d.answered_by:
-                    note.by = f"{d.answered_by.kind}:{d.answered_by.id}"
-                elif note.asked_at is None:
-                    note.by = str(d.authority)
-            case ToolCallDenied(data=d) if d.invocation_id in by_id:
-                note = by_id[d.invocation_id]
-                note.verdict = "timed out" if d.timed_out else "denied"
-                note.answered_at = event.time
-                if d.answered_by:
-                    note.by = f"{d.answered_by.kind}:{d.answered_by.id}"
-            case ToolInvocationSucceeded(data=d) if d.invocation_id in by_id:
-                by_id[d.invocation_id].outcome = f"ok in {d.duration_ms:.1f} ms"
-            case ToolInvocationFailed(data=d) if d.invocation_id in by_id:
-                by_id[d.invocation_id].outcome = f"failed ({d.error.error_class})"
-            case ToolInvocationCancelled(data=d) if d.invocation_id in by_id:
-                by_id[d.invocation_id].outcome = "cancelled"
-    return notes
-
-
-def _seconds(value: float) -> str:
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f} ms"
-
-
-def turn_table(turn: TurnView, notes: list[ToolNote] | None = None) -> Table:
-    """A turn's stage timeline with durations; a TOOL_CALL row names its tools and says
-    when most of it was a wait for a person's approval."""
-    status = turn.status or "open"
-    title = Text(f"turn {turn.turn_id}  ", style="bold")
-    title.append(status, style=STATUS_STYLE.get(status, "yellow"))
-    if turn.failure_class:
-        title.append(f" [{turn.failure_class}]", style="red")
-    title.append(f"  {_ms(turn.duration_ms)}", style="dim")
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    table.add_column("stage")
-    table.add_column("round", justify="right")
-    table.add_column("starts at", justify="right", style="dim")
-    table.add_column("duration", justify="right")
-    table.add_column("outcome")
-    origin = turn.received_at or turn.started_at
-    for span in turn.stages:
-        offset = (span.started_at - origin).total_seconds() * 1000 if origin else None
-        outcome = span.outcome or "open"
-        if span.stage == Stage.TOOL_CALL:
-            outcome += _tool_call_note([n for n in notes or [] if n.iteration == span.iteration])
-        table.add_row(
-            span.stage.value,
-            str(span.iteration),
-            "" if offset is None else f"+{offset:.1f} ms",
-            _ms(span.duration_ms),
-            outcome,
-        )
-    return table
-
-
-def _tool_call_note(notes: list[ToolNote]) -> str:
-    if not notes:
-        return ""
-    tools = ", ".join(dict.fromkeys(n.tool for n in notes))
-    waits = [n.wait_s for n in notes if n.wait_s is not None]
-    return f": {tools}" + (f" (approval wait {_seconds(sum(waits))})" if waits else "")
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
-def print_session(console: Console, view: SessionView, events: list[Event] | None = None) -> None:
-    notes = tool_notes(events or [])
-    turns = plural(len(view.turns), "turn")
-    console.print(f"[bold]session {view.session_id}[/]: {turns}, {plural(view.events, 'event')}")
-    for turn in view.turns.values():
-        console.print()
-        console.print(turn_table(turn, notes.get(turn.turn_id)))
-        for note in notes.get(turn.turn_id, []):
-            console.print(Text(f"  tool: {note.line()}", style="dim", overflow="fold"))
-        who = f" ({turn.sender})" if turn.sender else ""
-        console.print(f"  [dim]input{who}:[/] {_clip(turn.input_text, 100)}")
-        if turn.reply:
-            console.print(f"  [dim]reply:[/] {_clip(turn.reply, 100)}")
-        for child in turn.children.values():
-            console.print(child_line(child))
-        for message in turn.messages:
-            console.print(f"  [dim]message {message}[/]")
-        if turn.reason and turn.status != "completed":
-            console.print(f"  [red]reason:[/] {turn.reason}")
-            console.print(f"  [yellow]next:[/] {turn.next_action}")
-        if turn.provider_calls:
-            console.print(
-                f"  [dim]{turn.provider_calls} model call(s), "
-                f"{turn.input_tokens} in / {turn.output_tokens} out tokens[/]"
-            )
-
-
-def child_line(child: ChildView) -> Text:
-    """A sub-turn under its parent turn: `↳ <child session> (agent) mode status duration`."""
-    status = child.status or "running"
-    line = Text("  ↳ sub-turn ", style="dim")
-    line.append(child.session_id, style="cyan")
-    line.append(f" ({child.agent or 'default'}, {child.mode}) ")
-    line.append(status, style=STATUS_STYLE.get(status, "yellow"))
-    if child.failure_class:
-        line.append(f" [{child.failure_class}]", style="red")
-    line.append(f"  {_ms(child.duration_ms)}", style="dim")
-    if child.delivered_as:
-        line.append(f"  delivered as {child.delivered_as}", style="dim")
-    return line
-
-
-def print_status(console: Console, state: dict[str, Any], last_seq: int) -> None:
-    """The turn-runner's state of a session in a few readable lines (`status --json` has
-    all of it)."""
-    if "error" in state:
-        console.print(f"[red]the turn-runner could not answer:[/] {state['error']}")
-        return
-    console.print(f"[bold]session {state.get('session_id', '?')}[/] (log up to seq {last_seq})")
-    ended = state.get("turns_ended", 0)
-    last = state.get("last_status")
-    line = f"  turns ended:  {ended}"
-    if last:
-        style = STATUS_STYLE.get(last, "")
-        line += f" (last [{style}]{last}[/], turn {state.get('last_turn_id') or '?'})"
-    console.print(line)
-    active = state.get("active")
-    if active:
-        stage = active.get("stage", "?")
-        round_ = active.get("iteration", 0)
-        waiting = [c for c in active.get("calls", []) if isinstance(c, dict)]
-        console.print(f"  active turn:  {active.get('turn_id')} at {stage} (round {round_})")
-        if waiting:
-            console.print(f"  tool calls:   {len(waiting)} in this round")
-    else:
-        console.print("  active turn:  none")
-    console.print(f"  queued:       {len(state.get('pending') or [])} input(s) behind it")
-    history = state.get("history") or []
-    calls = state.get("provider_calls", 0)
-    console.print(
-        f"  history:      {plural(len(history), 'message')}, {plural(calls, 'model call')}"
-    )
-    workflow = state.get("workflow")
-    if workflow:
-        console.print(
-            f"  workflow:     {workflow.get('name', '?')} ({workflow.get('status', '?')})"
-        )
 
 
 def _hook_change(d: HookDecidedData) -> str:

@@ -9,32 +9,30 @@ Ctrl-C stops watching, never the turn: it says what goes on and how to act on it
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sys
-import termios
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 
 from turnstream.bus import Bus
-from turnstream.cli.common import command_name, console, err, run_on_bus
+from turnstream.cli.common import Interrupted, command_name, console, err, run_on_bus
+from turnstream.cli.prompt import Prompts, Source, answer_source
 from turnstream.cli.render import event_line
-from turnstream.client import TurnOutcome, answer_command, publish_command, send_and_wait
+from turnstream.client import TurnOutcome, send_and_wait
+from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import (
     ContextSkipped,
     Event,
     FollowUpQueued,
     HookDecided,
     InputRejected,
-    InteractionRequested,
     ProviderFallback,
     Stage,
     StagePreFired,
-    ToolCallApproved,
     ToolCallDenied,
     ToolInvocationFailed,
     ToolInvocationProposed,
@@ -43,57 +41,27 @@ from turnstream.core.events import (
 from turnstream.settings import Settings
 
 
-async def read_line() -> str:
-    """One line from stdin without a thread, so waiting for it can be cancelled."""
-    loop = asyncio.get_running_loop()
-    line: asyncio.Future[str] = loop.create_future()
-    fd = sys.stdin.fileno()
-
-    def ready() -> None:
-        if not line.done():
-            line.set_result(sys.stdin.readline())
-
-    loop.add_reader(fd, ready)
-    try:
-        return await line
-    finally:
-        loop.remove_reader(fd)
-
-
-def _forget_typed_input() -> None:
-    """Drop what the user half-typed at a prompt that was answered elsewhere (else the
-    shell would run it after we exit)."""
-    with contextlib.suppress(termios.error, OSError, ValueError):
-        termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
-
-
 @dataclass
 class SendScreen:
     session: str
     quiet: bool
-    interactive: bool
+    source: Source
     timeout: float
     streamed: list[str] = field(default_factory=list)
     shown: set[tuple[str, int]] = field(default_factory=set)
-    prompts: dict[str, InteractionRequested] = field(default_factory=dict)
-    """Open prompts of this turn, by invocation id."""
-    answered: dict[str, asyncio.Future[str]] = field(default_factory=dict)
-    """Invocation id → how it was answered, once the log says so."""
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    waited_s: float = 0.0
-    """Time spent waiting for a person's answer (not the turn's own time)."""
+    prompts: Prompts = field(init=False)
     deadline: asyncio.Timeout | None = None
     remaining_s: float = 0.0
     """What was left of `--timeout` when a prompt paused it."""
 
+    def __post_init__(self) -> None:
+        out = err if self.quiet else console
+        self.prompts = Prompts(self.session, self.source, out=out, on_wait=self.on_wait)
+
     # what the log says ---------------------------------------------------------------
     def on_event(self, event: Event, bus: Bus) -> Awaitable[None] | None:
-        if isinstance(event, InteractionRequested):
-            self.prompts[event.data.invocation_id] = event
-            self._spawn(self.ask(bus, event))
-        elif isinstance(event, ToolCallApproved | ToolCallDenied):
-            self._settled(event)
-        elif isinstance(event, ContextSkipped):
+        self.prompts.see(event, bus)  # a prompt is asked beside the log's reading
+        if isinstance(event, ContextSkipped):
             self.end_tokens()
             skip = event.data
             skipped = f"context provider {escape(skip.provider)} skipped: {escape(skip.reason)}"
@@ -145,63 +113,14 @@ class SendScreen:
             console.print()
             self.streamed.clear()
 
-    def _settled(self, event: ToolCallApproved | ToolCallDenied) -> None:
-        invocation = event.data.invocation_id
-        self.prompts.pop(invocation, None)
-        verdict = "approved" if isinstance(event, ToolCallApproved) else "denied"
-        by = event.data.answered_by
-        how = f"{verdict} by {by.kind}:{by.id}" if by else verdict
-        future = self.verdict(invocation)
-        if not future.done():
-            future.set_result(how)
-
-    def verdict(self, invocation: str) -> asyncio.Future[str]:
-        if invocation not in self.answered:
-            self.answered[invocation] = asyncio.get_running_loop().create_future()
-        return self.answered[invocation]
-
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(work)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    # the prompt ----------------------------------------------------------------------
-    async def ask(self, bus: Bus, prompt: InteractionRequested) -> None:
-        data = prompt.data
-        elsewhere = self.verdict(data.invocation_id)
-        if elsewhere.done():  # answered before we could even ask
-            return
-        self.end_tokens()
-        asked_at = time.perf_counter()
-        self.pause_deadline()
-        try:
-            if not self.interactive:
-                console.print(
-                    f"[yellow]? approval needed:[/] {escape(data.prompt)} "
-                    f"— answer with `turnstream approve {data.interaction_id}` (or deny)"
-                )
-                await elsewhere
-                return
-            console.print(f"? {escape(data.prompt)} \\[y/N] ", end="")
-            typed = asyncio.ensure_future(read_line())
-            done, _ = await asyncio.wait({typed, elsewhere}, return_when=asyncio.FIRST_COMPLETED)
-            if typed in done:
-                reply = typed.result()
-                decision = "approve" if reply.strip().lower() in ("y", "yes") else "deny"
-                if not reply.endswith("\n"):
-                    console.print()  # end of input (Ctrl-D): the answer is the default
-                command = answer_command(self.session, data.interaction_id, decision)
-                await publish_command(bus, self.session, command)
-                await elsewhere  # the approval service's verdict, before the turn goes on
-            else:
-                typed.cancel()
-                _forget_typed_input()
-                console.print(f"\n[dim]answered elsewhere: {elsewhere.result()}[/]")
-        finally:
-            self.waited_s += time.perf_counter() - asked_at
+    # the bounded wait, paused while a person decides ---------------------------------
+    def on_wait(self, waiting: bool) -> None:
+        if waiting:
+            self.end_tokens()
+            self.pause_deadline()
+        else:
             self.resume_deadline()
 
-    # the bounded wait, paused while a person decides ---------------------------------
     def pause_deadline(self) -> None:
         when = self.deadline.when() if self.deadline is not None else None
         if self.deadline is not None and when is not None:
@@ -209,8 +128,7 @@ class SendScreen:
             self.deadline.reschedule(None)
 
     def resume_deadline(self) -> None:
-        waiting = any(not f.done() for f in self.answered.values())
-        if self.deadline is not None and self.deadline.when() is None and not waiting:
+        if self.deadline is not None and self.deadline.when() is None:
             self.deadline.reschedule(asyncio.get_running_loop().time() + self.remaining_s)
 
     # ending --------------------------------------------------------------------------
@@ -218,7 +136,7 @@ class SendScreen:
         """What to tell a user who pressed Ctrl-C: the turn goes on; how to act on it."""
         s, ts = self.session, command_name()
         lines = ["[yellow]stopped watching; the turn goes on[/] (Ctrl-C does not stop it)."]
-        for prompt in self.prompts.values():
+        for prompt in self.prompts.open.values():
             d = prompt.data
             args = ", ".join(f"{k}={v!r}" for k, v in d.args.items())
             lines.append(f"  waiting for approval: {escape(d.tool)}({escape(args)})")
@@ -231,6 +149,18 @@ class SendScreen:
         return "\n".join(lines)
 
 
+def require_valid(command: dict[str, Any]) -> None:
+    """Exit 2 naming each problem when the contract refuses `command`, as HTTP does."""
+    try:
+        COMMAND_ADAPTER.validate_python(command)
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            where = ".".join(str(p) for p in error["loc"][1:]) or "the message"
+            err.print(f"[red]error:[/] {escape(where)}: {escape(error['msg'])}")
+        err.print("nothing was sent")
+        raise typer.Exit(2) from None
+
+
 def run_send(
     settings: Settings,
     command: dict[str, Any],
@@ -238,9 +168,12 @@ def run_send(
     quiet: bool,
     timeout: float,
 ) -> None:
-    """Send `command`, show its turn, exit 0 when it completed, 1 when not, 130 on Ctrl-C."""
+    """Send `command`, show its turn, exit 0 when it completed, 1 when not, 130 on Ctrl-C;
+    a command the contract refuses exits 2 unsent (else its rejection would be the
+    session's failed turn)."""
+    require_valid(command)
     session = command["sessionId"]
-    screen = SendScreen(session, quiet, sys.stdin.isatty() and not quiet, timeout)
+    screen = SendScreen(session, quiet, answer_source(quiet), timeout)
     started = time.perf_counter()
 
     async def work(bus: Bus) -> TurnOutcome:
@@ -254,8 +187,8 @@ def run_send(
                     timeout=None,
                 )
         finally:
-            for task in list(screen.tasks):
-                task.cancel()
+            screen.deadline = None  # exited: a prompt ending now must not touch it
+            await screen.prompts.close()
 
     try:
         outcome = run_on_bus(settings, work)
@@ -267,23 +200,26 @@ def run_send(
             f"`turnstream tail {session}` follows it"
         )
         raise typer.Exit(1) from None
-    except KeyboardInterrupt:
+    except Interrupted:
         console.print()
         err.print(screen.interrupted())
-        raise typer.Exit(130) from None
-    elapsed = (time.perf_counter() - started - screen.waited_s) * 1000
+        raise
+    elapsed = (time.perf_counter() - started - screen.prompts.waited_s) * 1000
     screen.end_tokens()
     if outcome.completed:
         if quiet:
             console.print(outcome.reply or "")
         else:
-            waited = f" (+ {screen.waited_s:.1f} s waiting for approval)" if screen.waited_s else ""
+            waited_s = screen.prompts.waited_s
+            waited = f" (+ {waited_s:.1f} s waiting for approval)" if waited_s else ""
             console.print(
                 f"[green]✔ completed[/] [dim]turn {outcome.turn_id} · {elapsed:.0f} ms{waited}[/]"
             )
         return
     failure = escape(f"[{outcome.failure_class}] {outcome.reason}")
     err.print(f"[red]✘ {outcome.status}[/] {failure}")
-    if outcome.next_action:
+    if outcome.failure_class == "invalid_input":  # the wire's advice, said for the CLI
+        err.print("[yellow]next:[/] fix what the error names and run the command again")
+    elif outcome.next_action:
         err.print(f"[yellow]next:[/] {escape(outcome.next_action)}")
     raise typer.Exit(1)

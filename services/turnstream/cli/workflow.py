@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from turnstream.bus import Bus
 from turnstream.cli.common import (
     DataDir,
     NatsUrl,
@@ -22,24 +17,13 @@ from turnstream.cli.common import (
     run_on_bus,
     settings_of,
 )
-from turnstream.client import attach_command, publish_command
-from turnstream.core.events import (
-    Event,
-    InputRejected,
-    InteractionRequested,
-    StageAssertOutcome,
-    StageCancelled,
-    StageCompletionChecked,
-    StageEntered,
-    StageExited,
-    StageGranted,
-    StageInitFailed,
-    WorkflowExit,
-    decode,
-)
-from turnstream.core.session import SessionState, fold
-from turnstream.core.workflow.state import WorkflowRun
-from turnstream.core.workflow.view import stage_rows
+
+if TYPE_CHECKING:  # the rest is imported where used: `turnstream --help` starts without it
+    from rich.console import Console
+
+    from turnstream.bus import Bus
+    from turnstream.core.events import Event
+    from turnstream.core.workflow.state import WorkflowRun
 
 workflow_app = typer.Typer(help="Workflows: validate definitions, attach one, watch its stages.")
 
@@ -82,6 +66,10 @@ def attach(
     data_dir: DataDir = None,
 ) -> None:
     """Attach a workflow to a session and follow its stages (exit 0 when it completed)."""
+    import orjson
+
+    from turnstream.client import attach_command, publish_command
+
     require_session_id(session)
     try:
         context = orjson.loads(ctx)
@@ -107,11 +95,21 @@ async def _attach_and_follow(
     bus: Bus, session: str, command: dict[str, Any], name: str, timeout: float
 ) -> int:
     """Print the run's stage events as they are appended (subscribed before the command
-    goes out, so none is missed); the exit code when the run ends."""
+    goes out, so none is missed), asking its approval prompts inline as `send` does; the
+    exit code when the run ends."""
+    import asyncio
+
+    from turnstream.cli.prompt import Prompts, answer_source
+    from turnstream.client import publish_command
+    from turnstream.core.events import decode
+
     ended: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    prompts = Prompts(session, answer_source(quiet=False))
 
     async def on_log(msg: Any) -> None:
-        code = _show(decode(msg.data), command["idempotencyKey"])
+        event = decode(msg.data)
+        prompts.see(event, bus)
+        code = _show(event, command["idempotencyKey"])
         if code is not None and not ended.done():
             ended.set_result(code)
 
@@ -125,10 +123,24 @@ async def _attach_and_follow(
         err.print(f"[yellow]still running after {timeout:.0f} s[/]; `turnstream workflow status`")
         return 3
     finally:
+        await prompts.close()
         await sub.unsubscribe()
 
 
 def _show(event: Event, key: str) -> int | None:
+    from turnstream.cli.render import COMPLETION_MEANS
+    from turnstream.core.events import (
+        InputRejected,
+        StageAssertOutcome,
+        StageCancelled,
+        StageCompletionChecked,
+        StageEntered,
+        StageExited,
+        StageGranted,
+        StageInitFailed,
+        WorkflowExit,
+    )
+
     match event:
         case InputRejected(data=data) if key in (data.idempotency_key, event.correlation_id):
             err.print(f"[red]✘ rejected ({data.kind}):[/] {escape(data.reason)}")
@@ -141,14 +153,10 @@ def _show(event: Event, key: str) -> int | None:
         case StageInitFailed(data=data):
             console.print(f"✘ [bold]{data.stage}[/] init failed: {data.reason}")
         case StageCompletionChecked(data=data) if data.outcome != "accepted":
-            console.print(f"  {data.stage}: completion {data.outcome}")
+            means = COMPLETION_MEANS.get(data.outcome, "")
+            console.print(f"  {data.stage}: completion {data.outcome} [dim]({means})[/]")
         case StageAssertOutcome(data=data):
             console.print(f"  {data.stage}: assert {data.verdict} (attempt {data.attempt})")
-        case InteractionRequested(data=data):
-            console.print(
-                f"[yellow]? {data.prompt}[/]\n  answer: turnstream approve {data.interaction_id}"
-                f"  |  turnstream deny {data.interaction_id}"
-            )
         case StageGranted(data=data):
             console.print(f"  {data.stage}: granted {data.tool}")
         case StageCancelled(data=data):
@@ -172,6 +180,10 @@ def status(
     data_dir: DataDir = None,
 ) -> None:
     """The stage graph of the session's workflow, rebuilt from the log."""
+    import orjson
+
+    from turnstream.core.session import SessionState, fold
+    from turnstream.core.workflow.view import stage_rows
 
     async def work(bus: Bus) -> list[Any]:
         return await bus.store.read_session(session)
@@ -189,15 +201,22 @@ def status(
 
 
 def print_run(out: Console, run: WorkflowRun) -> None:
+    from rich.table import Table
+
+    from turnstream.core.workflow.view import stage_rows
+
     table = Table(title=f"workflow {run.name} ({run.status})", title_justify="left")
     for column in ("step", "stage", "role", "status", "verdict", "attempts", "duration", "reason"):
         table.add_column(column, no_wrap=column == "stage")  # a stage id is what people grep
+    ended = run.status not in ("attached", "running")
     for row in stage_rows(run):
+        # a stage an ended run never reached (a recovery nothing needed) will not run
+        status = "[dim]not run[/]" if ended and row.status == "pending" else row.status
         table.add_row(
             str(row.step),
             row.stage,
             row.role,
-            row.status,
+            status,
             row.verdict or "",
             str(row.attempts or ""),
             f"{row.duration_s:.2f} s" if row.duration_s is not None else "",

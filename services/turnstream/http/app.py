@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnstream import console
 from turnstream.bus import Bus, connect
-from turnstream.http import a2a, commands, reads, replay, sse
+from turnstream.http import a2a, commands, docs, reads, replay, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
 from turnstream.http.fast import FastPaths
@@ -70,9 +70,11 @@ def create_app(
         summary="LLM agent turns as event-sourced services: send, stream, approve over HTTP",
         version="0.1.0",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # docs.mount: the same page, its assets served from a package
+        redoc_url=None,
     )
     install(app)
+    docs.mount(app)
     app.include_router(commands.router)
     app.include_router(reads.router)
     app.include_router(sse.router)

@@ -8,14 +8,21 @@ contract does not know are refused with 422 here, as the gateway would.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import uuid_utils
 from fastapi import APIRouter, Header, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from starlette.responses import Response
 
+from turnstream.core.commands import (
+    AnswerCommand,
+    AttachCommand,
+    InterruptCommand,
+    MessageCommand,
+    SteerCommand,
+)
 from turnstream.core.events import InteractionAnswered, InteractionRequested, decode
 from turnstream.http.auth import Principal
 from turnstream.http.context import HttpContext, OnSession
@@ -50,23 +57,58 @@ class CommandIn(BaseModel):
     idempotency_key: str | None = None
     """Else the `Idempotency-Key` header, else a new UUIDv7."""
 
+    contract: ClassVar[type[BaseModel]]
+    """The command this body becomes: a field it does not take is named at once (else a
+    typo'd `txt` would be reported only as a missing `text`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            known = {f.alias or n for n, f in cls.contract.model_fields.items()}
+            unknown = sorted(k for k in value if k not in known and k not in cls.model_fields)
+            if unknown:
+                takes = ", ".join(sorted(known - {"type", "sessionId"}))
+                name = cls.contract.__name__.removesuffix("Command").lower()
+                kind = f"{'an' if name[0] in 'aeiou' else 'a'} {name} command"
+                raise ValueError(
+                    f"unknown field{'s' if len(unknown) > 1 else ''} "
+                    f"{', '.join(map(repr, unknown))}; {kind} takes {takes}"
+                )
+        return value
+
 
 class MessageIn(CommandIn):
+    contract: ClassVar[type[BaseModel]] = MessageCommand
     text: str
     reply_to: str | None = None
     """Session to deliver the reply to (agent to agent)."""
 
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, text: str) -> str:
+        if text and not text.strip():
+            raise ValueError("text is only spaces; send some words")
+        return text
+
+
+class SteerIn(MessageIn):
+    contract = SteerCommand
+
 
 class InterruptIn(CommandIn):
+    contract = InterruptCommand
     mode: Literal["graceful", "hard"] = "graceful"
 
 
 class AnswerIn(CommandIn):
+    contract = AnswerCommand
     decision: Literal["approve", "deny"]
     reason: str | None = None
 
 
 class WorkflowIn(CommandIn):
+    contract = AttachCommand
     workflow: str
     ctx: dict[str, Any] = Field(default_factory=dict)
 
@@ -133,7 +175,13 @@ async def post_message(
     call: OnSession,
     body: MessageIn,
     idempotency_key: IdempotencyHeader = None,
-    wait: Annotated[bool, Query(description="Answer 200 with TurnEnded when it ends")] = False,
+    wait: Annotated[
+        bool,
+        Query(
+            description="Answer 200 with TurnEnded when it ends, or 202 {status: waiting, "
+            "interactionId, answer} as soon as it waits on a person's approval"
+        ),
+    ] = False,
     timeout: Annotated[
         float | None, Query(gt=0, description="Seconds `wait` waits (default 30, max 300)")
     ] = None,
@@ -147,7 +195,7 @@ async def post_message(
 @router.post("/steer", status_code=202, responses=ACCEPTED, summary="Steer the running turn")
 async def post_steer(
     call: OnSession,
-    body: MessageIn,
+    body: SteerIn,
     idempotency_key: IdempotencyHeader = None,
 ) -> Response:
     ctx, who, session = call.ctx, call.who, call.session

@@ -9,6 +9,10 @@ turn (`SteeringInjected` naming its input) ends with that turn.
 
 ```
 published ──accepted──► turn running ──TurnEnded──► ended
+          │                 │ ▲
+          │  InteractionRequested  ToolCallApproved / ToolCallDenied
+          │                 ▼ │
+          │           waiting on a person
           └─rejected──► (its own TurnEnded{failed, invalid_input})
 ```
 """
@@ -22,8 +26,11 @@ from turnstream.core.events import (
     InputAccepted,
     InputRejected,
     InteractionAnswered,
+    InteractionRequested,
     InterruptReceived,
     SteeringInjected,
+    ToolCallApproved,
+    ToolCallDenied,
     TurnEnded,
     WorkflowAttached,
 )
@@ -31,7 +38,15 @@ from turnstream.core.events import (
 ACCEPTED_TYPES = (InputAccepted, InterruptReceived, InteractionAnswered, WorkflowAttached)
 FOLLOWED_TYPES = frozenset(
     cls.model_fields["type"].default
-    for cls in (*ACCEPTED_TYPES, InputRejected, SteeringInjected, TurnEnded)
+    for cls in (
+        *ACCEPTED_TYPES,
+        InputRejected,
+        SteeringInjected,
+        TurnEnded,
+        InteractionRequested,
+        ToolCallApproved,
+        ToolCallDenied,
+    )
 )
 """The only kinds `Follow.feed` acts on: a shell may skip decoding the rest."""
 
@@ -53,6 +68,8 @@ class Follow:
     ended: Seen | None = None
     turn_id: str | None = None
     """The turn the command's outcome belongs to (changes when a message is steered)."""
+    waiting: Seen | None = None
+    """The turn's open approval prompt (`InteractionRequested`): it waits on a person."""
 
     def feed(self, seq: int, event: Event) -> None:
         if self.decided is None:
@@ -70,9 +87,17 @@ class Follow:
             and event.data.input_id == accepted.event.id
         ):
             self.turn_id = event.turn_id
-        elif isinstance(event, TurnEnded) and self.turn_id and event.turn_id == self.turn_id:
-            if self.decided is not None and self.ended is None:
-                self.ended = Seen(seq, event)
+        elif not self.turn_id or event.turn_id != self.turn_id:
+            return
+        elif isinstance(event, InteractionRequested):
+            self.waiting = Seen(seq, event)
+        elif isinstance(event, ToolCallApproved | ToolCallDenied) and self.waiting is not None:
+            prompt = self.waiting.event
+            assert isinstance(prompt, InteractionRequested)
+            if event.data.invocation_id == prompt.data.invocation_id:
+                self.waiting = None
+        elif isinstance(event, TurnEnded) and self.ended is None:
+            self.ended = Seen(seq, event)
 
     @property
     def decided(self) -> Seen | None:

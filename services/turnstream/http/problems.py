@@ -157,7 +157,18 @@ def _from_validation(exc: RequestValidationError) -> Problem:
             "(Content-Type: application/json)",
             failure_class=FailureClass.INVALID_INPUT,
         )
-    lines = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in errors]
+    if not isinstance(exc.body, dict | list | None) and any(
+        tuple(e.get("loc", ())) == ("body",) for e in errors
+    ):  # a body read as bytes: it was not sent as JSON
+        return invalid_input(
+            "the body is not a JSON object: send it as JSON with the header "
+            "Content-Type: application/json"
+        )
+    lines = [
+        f"{'.'.join(str(p) for p in e.get('loc', ()))}: "
+        + str(e.get("msg")).removeprefix("Value error, ")
+        for e in errors
+    ]
     return invalid_input(f"the request does not match the schema: {lines[0]}", lines)
 
 

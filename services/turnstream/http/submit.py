@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
 from turnstream.core.commands import COMMAND_ADAPTER
-from turnstream.core.events import FailureClass, InputRejected, decode
+from turnstream.core.events import FailureClass, InputRejected, InteractionRequested, decode
 from turnstream.http.context import HttpContext
 from turnstream.http.direct import LogRecord
 from turnstream.http.hub import Feed
@@ -117,8 +117,9 @@ async def publish(
 async def submit(
     ctx: HttpContext, session_id: str, command: dict[str, Any], *, wait_s: float | None = None
 ) -> Response:
-    """Publish `command`; answer 202 with its verdict (or 200 with `TurnEnded` when
-    `wait_s` is given), 422 with a rejection, 504 when the wait runs out."""
+    """Publish `command`; answer 202 with its verdict (or, when `wait_s` is given, 200 with
+    `TurnEnded`, or 202 `{status: waiting, …}` as soon as the turn waits on a person), 422
+    with a rejection, 504 when the wait runs out."""
     key: str = command["idempotencyKey"]
     # the feed before publishing (nothing can slip past), of the kinds `Follow` reads
     async with ctx.hub.feed(session_id, kinds=FOLLOWED_TYPES) as feed:
@@ -139,7 +140,7 @@ async def submit(
                 },
                 status_code=202,
             )
-        if not await reader.until(lambda: follow.ended, start + wait_s):
+        if not await reader.until(lambda: follow.ended or follow.waiting, start + wait_s):
             raise Problem(
                 504,
                 "timeout",
@@ -151,7 +152,37 @@ async def submit(
                 idempotencyKey=key,
                 seq=accepted.seq,
             )
+    if follow.ended is None and follow.waiting is not None:
+        return waiting_on_a_person(session_id, key, follow.waiting)
     return Response(reader.ended_bytes, media_type="application/json")
+
+
+def waiting_on_a_person(session_id: str, key: str, seen: Seen) -> Response:
+    """`wait`'s answer when the turn waits on an approval: what for and how to answer."""
+    event = seen.event
+    assert isinstance(event, InteractionRequested)
+    d = event.data
+    return JSONResponse(
+        {
+            "status": "waiting",
+            "turnId": event.turn_id,
+            "idempotencyKey": key,
+            "seq": seen.seq,
+            "interactionId": d.interaction_id,
+            "tool": d.tool,
+            "args": d.args,
+            "prompt": d.prompt,
+            "deadline": d.deadline.isoformat(),
+            "answer": {
+                "method": "POST",
+                "path": f"/v1/sessions/{session_id}/answers/{d.interaction_id}",
+                "body": {"decision": "approve"},
+                "or": {"decision": "deny", "reason": "…"},
+            },
+            "stream": f"/v1/sessions/{session_id}/stream?after={seen.seq}",
+        },
+        status_code=202,
+    )
 
 
 def rejection(seen: Seen, key: str) -> Problem:

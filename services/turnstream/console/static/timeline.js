@@ -25,6 +25,12 @@ const NO_LANE = new Set([
   "SessionConfigured",
 ]);
 
+// event kinds the timeline deliberately does not draw: the events list shows them raw
+// (tests/console/test_static.py fails on a kind of schemas/ that is neither drawn nor here)
+export const SHOWN_RAW = [
+  "SessionTurnEnd", // the session actor's bookkeeping: its turn's TurnEnded is drawn
+];
+
 const STAGE_NOTE = {
   StageCheckGateResult: "gate", StageCompletionChecked: "completion", StageGranted: "granted",
   StageCancelled: "stage cancelled", StageInitFailed: "stage init failed",
