@@ -47,7 +47,7 @@ from turnstream.core.events import (
     SteeringInjectedData,
     TextBlock,
 )
-from turnstream.core.fold import until_quiet
+from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.turn import outbound, subturns
 from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
@@ -73,7 +73,6 @@ from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
     Context,
-    Decision,
     HookPoint,
     HookVerdict,
     PendingInput,
@@ -96,9 +95,9 @@ SUMMARY_REQUEST = (
 )
 
 
-def decide(state: ChatState, config: TurnConfig, ctx: Context) -> Decision:
+def decide(state: ChatState, config: TurnConfig, ctx: Context) -> Decision[ChatState]:
     """Every event that follows from `state` without an outside effect, in order."""
-    return Decision(*until_quiet(state, partial(_next_step, config=config, ctx=ctx), fold))
+    return until_quiet(state, partial(_next_step, config=config, ctx=ctx), fold)
 
 
 def needs_provider_call(state: ChatState) -> bool:
@@ -108,21 +107,21 @@ def needs_provider_call(state: ChatState) -> bool:
 
 def on_stage_hooks(
     state: ChatState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
-) -> Decision:
+) -> Decision[ChatState]:
     """Record what the hooks at a hook point decided, move the turn on, go on."""
     events = intercepted(state, verdict, config, ctx)
     if events is None:
-        return Decision([], state)
+        return Decision((), state)
     return decide(events.state, config, ctx).after(events)
 
 
 def on_provider_result(
     state: ChatState, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
-) -> Decision:
+) -> Decision[ChatState]:
     """The events that record a provider outcome, then whatever follows from them."""
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended:
-        return Decision([], state)  # a late result for a turn that moved on: nothing to record
+        return Decision((), state)  # a late result for a turn that moved on: nothing to record
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = attempt_events(b, outcome, turn.iteration)
     match outcome:
@@ -162,11 +161,11 @@ def on_provider_result(
 
 def on_context(
     state: ChatState, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
-) -> Decision:
+) -> Decision[ChatState]:
     """The context providers' answers for the turn's COMPOSE_REQUEST, then what follows."""
     turn = state.active
     if turn is None or awaiting_context(state, config) is None:
-        return Decision([], state)  # late, or already recorded (a redelivered answer)
+        return Decision((), state)  # late, or already recorded (a redelivered answer)
     b = Builder(state.session_id, turn, ctx)
     events = context_events(b, results, turn.iteration)
     events.append(b.post(Stage.COMPOSE_REQUEST, "ok"))
@@ -179,19 +178,19 @@ def on_tool_call_ready(
     first_byte_at: datetime,
     config: TurnConfig,
     ctx: Context,
-) -> Decision:
+) -> Decision[ChatState]:
     """A tool call whose block is complete while the model still streams: propose it now,
     so approval (and, once approved, the run) starts before the response ends."""
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended or turn.abort:
-        return Decision([], state)
+        return Decision((), state)
     if config.stage is not None or HookPoint.STREAM_RESPONSE in config.stage_hooks:
         # a stage, or a response interceptor, judges the whole response before any call
-        return Decision([], state)
+        return Decision((), state)
     if turn.interrupt is not None or any(c.call_id == call.id for c in turn.calls):
-        return Decision([], state)
+        return Decision((), state)
     if turn.tool_calls_made + 1 > config.max_tool_calls_per_turn:
-        return Decision([], state)  # the whole response decides: the bound ends the turn then
+        return Decision((), state)  # the whole response decides: the bound ends the turn then
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
     if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
@@ -204,11 +203,11 @@ def on_tool_call_ready(
 
 def on_hook_verdicts(
     state: ChatState, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
-) -> Decision:
+) -> Decision[ChatState]:
     """Record what the tool hooks decided, request the calls they let through, go on."""
     turn = state.active
     if turn is None:
-        return Decision([], state)
+        return Decision((), state)
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
     calls = {c.invocation_id: c for c in turn.calls}

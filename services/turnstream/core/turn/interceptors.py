@@ -27,6 +27,7 @@ from turnstream.core.events import (
     HookDecidedData,
     Stage,
 )
+from turnstream.core.fold import Decision
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.evolve import fold
 from turnstream.core.turn.provider import ProviderRequest
@@ -34,7 +35,6 @@ from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
     Context,
-    Decision,
     HookPoint,
     Message,
     StageHookVerdict,
@@ -159,7 +159,7 @@ def proceed(
 
 def intercepted(
     state: ChatState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
-) -> Decision | None:
+) -> Decision[ChatState] | None:
     """What the hooks at a point said, recorded, and the turn moved on as they said (with
     the state they fold to); None when the turn does not wait there (a late or repeated
     answer)."""
@@ -174,12 +174,12 @@ def intercepted(
     assert after.active is not None
     if verdict.action in ("abort_turn", "hard_abort", "veto"):
         # `decide` ends the turn (a veto: as the failed request would have)
-        return Decision(decided, after)
+        return Decision(tuple(decided), after)
     if verdict.action == "iterate":
         moved = compose_or_stop(b, after.active, config)
     else:
         moved = proceed(point, b, after, config, verdict.compaction)
-    return Decision([*decided, *moved], fold(after, moved))
+    return Decision((*decided, *moved), fold(after, moved))
 
 
 TAKES: dict[HookPoint, frozenset[str]] = {

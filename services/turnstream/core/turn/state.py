@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -11,7 +10,6 @@ from typing import Any, Literal
 from turnstream.core.events import (
     CompactionChange,
     Envelope,
-    Event,
     FailureClass,
     HookAction,
     RequestChange,
@@ -271,28 +269,6 @@ class ChatState:
     between its input's publish and the record of it), by the spawn's key."""
     summary: str = ""
     """A running summary of the messages compaction dropped (the `summary` context provider)."""
-
-
-class Decision(list[Event]):
-    """A decider's events, in order, and `state`: the state it was given with them folded
-    in (a session's stays a `SessionState`: `turnstream.core.session.session_of`).
-
-    The deciders fold as they go (each step decides from the state the last one left), so
-    they hand that state on and the shell need not fold the same events again. It is a
-    list, so code that only wants the events reads it as one.
-    """
-
-    __slots__ = ("effects", "state")
-
-    def __init__(self, events: Iterable[Event], state: ChatState) -> None:
-        super().__init__(events)
-        self.state = state
-        self.effects: list[Any] = []
-        """What the state asks the shell to do (`turnstream.core.session.decider`)."""
-
-    def after(self, events: list[Event]) -> Decision:
-        """`events` first, then these (what follows from them): the same final state."""
-        return Decision([*events, *self], self.state)
 
 
 @dataclass(frozen=True)
