@@ -57,7 +57,8 @@ from turnstream.core.turn.context import (
     awaiting_context,
     context_events,
 )
-from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
+from turnstream.core.turn.evolve import fold
+from turnstream.core.turn.evolve_inputs import INTERRUPT_INPUT
 from turnstream.core.turn.fallback import attempt_events
 from turnstream.core.turn.interceptors import (
     hook_point,
