@@ -48,7 +48,7 @@ from turnstream.core.events import (
     TextBlock,
 )
 from turnstream.core.fold import Decision, until_quiet
-from turnstream.core.turn import outbound, subturns
+from turnstream.core.turn import outbound, runtime_calls, subturns
 from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response
@@ -337,7 +337,7 @@ def _next_step(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event
                 return compose_or_stop(b, turn, config)
             return [b.pre(Stage.RENDER)]  # past its last round (or interrupted): no stop hook
         case Stage.TOOL_CALL, True:
-            refused = outbound.refuse(b, state, turn, config)
+            refused = runtime_calls.refuse(b, state, turn, config)
             return refused or tool_step(b, turn, config)
         case Stage.TOOL_CALL, False:
             if turn.interrupt is not None and turn.iteration > turn.interrupt[2]:
