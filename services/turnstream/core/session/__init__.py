@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 
 from turnstream.core.session.fold import evolve, fold
 from turnstream.core.session.run import decide
-from turnstream.core.session.state import SessionState, session_of
+from turnstream.core.session.state import SessionState
 
 _STATE_ADAPTER: TypeAdapter[SessionState] = TypeAdapter(SessionState)
 
@@ -32,7 +32,6 @@ __all__ = [
     "decide",
     "evolve",
     "fold",
-    "session_of",
     "state_from_json",
     "state_to_json",
 ]

@@ -23,7 +23,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
-from turnstream.core.session.state import SessionState, session_of
+from turnstream.core.session.state import SessionState
 from turnstream.core.turn.evolve import evolve as evolve_turn
 from turnstream.core.turn.state import ChatState
 from turnstream.core.workflow.definition import WorkflowDef
@@ -38,7 +38,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             return with_changes(state, workflow=with_changes(run, queued=(*run.queued, event)))
         return with_changes(state, workflow=_attached(event))
     if run is None:
-        return session_of(evolve_turn(state, event))
+        return evolve_turn(state, event)
     changed = _evolve_run(run, event)
     if changed is not None:
         return with_changes(state, workflow=changed)
@@ -51,7 +51,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 if ex.running and ex.lane.active is not None:
                     run = _replace(run, with_changes(ex, lane=evolve_turn(ex.lane, event)))
             state = with_changes(state, workflow=run)
-        return session_of(evolve_turn(state, event))
+        return evolve_turn(state, event)
     lane = evolve_turn(ex.lane, event)
     failure = ex.failure
     if isinstance(event, TurnEnded) and ex.running and event.data.status != "completed":

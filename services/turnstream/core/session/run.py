@@ -21,10 +21,10 @@ The events of each lifecycle step are built in `build.py`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
-from typing import Literal
+from typing import Literal, Protocol
 
 from turnstream.core.events import (
     Event,
@@ -35,10 +35,10 @@ from turnstream.core.events import (
 from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.immutable import with_changes
 from turnstream.core.session.fold import fold
-from turnstream.core.session.state import SessionState, session_of
+from turnstream.core.session.state import SessionState
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import decide as decide_turn
-from turnstream.core.turn.state import ChatState, Context, StageSpec, TurnConfig
+from turnstream.core.turn.state import C, ChatState, Context, StageSpec, TurnConfig
 from turnstream.core.workflow.build import (
     assert_events,
     cancel,
@@ -62,13 +62,12 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[Se
     run = state.workflow
     if run is None or not run.open:
         # the chat turn's events are no run's: the turn's own fold is the session's
-        chat = decide_turn(state, config, ctx)
-        return Decision(chat.events, session_of(chat.state))
+        return decide_turn(state, config, ctx)
     out: Sequence[Event] = ()
     if state.active is not None:
         # a chat turn finishes before the run starts (inputs wait for the run)
         chat = decide_turn(state, with_changes(config, hold_inputs=True), ctx)
-        out, state = chat.events, session_of(chat.state)
+        out, state = chat.events, chat.state
     step = partial(_next_step, config=config, ctx=ctx)
     return until_quiet(state, step, fold, out)
 
@@ -106,12 +105,19 @@ def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[ChatState,
     return views
 
 
+class LaneStep(Protocol):
+    """A turn-level step (a provider result, hook verdicts, …) on a chat: the session's
+    own, or a stage's lane; it hands back the state it was given, as such."""
+
+    def __call__(self, state: C, config: TurnConfig, /) -> Decision[C]: ...
+
+
 def lane_step(
     state: SessionState,
     turn_id: str,
     config: TurnConfig,
     ctx: Context,
-    step: Callable[[ChatState, TurnConfig], Decision[ChatState]],
+    step: LaneStep,
 ) -> Decision[SessionState]:
     """Apply a turn-level step (a provider result, hook verdicts) to the turn `turn_id`,
     the chat turn or a stage's, then decide what follows for the whole session."""
@@ -121,18 +127,16 @@ def lane_step(
         if state.active is None or state.active.turn_id != turn_id:
             return Decision((), state)
         # the chat turn's fold is the session's
-        events = step(state, chat_config(state, config))
-        after = session_of(events.state)
+        chat = step(state, chat_config(state, config))
         if run is None or not run.open:
-            # the turn's decider has decided everything that follows
-            return Decision(events.events, after)
-        return decide(after, config, ctx).after(events)
+            return chat  # the turn's decider has decided everything that follows
+        return decide(chat.state, config, ctx).after(chat)
     if ex.status != "act":
         return Decision((), state)
-    events = step(ex.lane, lane_config(config, run, ex))
-    if not events:
+    lane = step(ex.lane, lane_config(config, run, ex))
+    if not lane:
         return Decision((), state)
-    return decide(fold(state, events), config, ctx).after(events)
+    return decide(fold(state, lane), config, ctx).after(lane)
 
 
 def awaiting_workflow_hooks(

@@ -72,6 +72,7 @@ from turnstream.core.turn.provider import (
 )
 from turnstream.core.turn.state import (
     ActiveTurn,
+    C,
     ChatState,
     Context,
     HookPoint,
@@ -96,7 +97,7 @@ SUMMARY_REQUEST = (
 )
 
 
-def decide(state: ChatState, config: TurnConfig, ctx: Context) -> Decision[ChatState]:
+def decide(state: C, config: TurnConfig, ctx: Context) -> Decision[C]:
     """Every event that follows from `state` without an outside effect, in order."""
     return until_quiet(state, partial(_next_step, config=config, ctx=ctx), fold)
 
@@ -107,8 +108,8 @@ def needs_provider_call(state: ChatState) -> bool:
 
 
 def on_stage_hooks(
-    state: ChatState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
-) -> Decision[ChatState]:
+    state: C, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
+) -> Decision[C]:
     """Record what the hooks at a hook point decided, move the turn on, go on."""
     events = intercepted(state, verdict, config, ctx)
     if events is None:
@@ -117,8 +118,8 @@ def on_stage_hooks(
 
 
 def on_provider_result(
-    state: ChatState, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
-) -> Decision[ChatState]:
+    state: C, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
+) -> Decision[C]:
     """The events that record a provider outcome, then whatever follows from them."""
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended:
@@ -161,8 +162,8 @@ def on_provider_result(
 
 
 def on_context(
-    state: ChatState, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
-) -> Decision[ChatState]:
+    state: C, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
+) -> Decision[C]:
     """The context providers' answers for the turn's COMPOSE_REQUEST, then what follows."""
     turn = state.active
     if turn is None or awaiting_context(state, config) is None:
@@ -174,12 +175,12 @@ def on_context(
 
 
 def on_tool_call_ready(
-    state: ChatState,
+    state: C,
     call: ToolCall,
     first_byte_at: datetime,
     config: TurnConfig,
     ctx: Context,
-) -> Decision[ChatState]:
+) -> Decision[C]:
     """A tool call whose block is complete while the model still streams: propose it now,
     so approval (and, once approved, the run) starts before the response ends."""
     turn = state.active
@@ -203,8 +204,8 @@ def on_tool_call_ready(
 
 
 def on_hook_verdicts(
-    state: ChatState, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
-) -> Decision[ChatState]:
+    state: C, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
+) -> Decision[C]:
     """Record what the tool hooks decided, request the calls they let through, go on."""
     turn = state.active
     if turn is None:

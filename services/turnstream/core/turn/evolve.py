@@ -84,14 +84,14 @@ from turnstream.core.turn.evolve_inputs import evolve_input, evolve_message, evo
 from turnstream.core.turn.evolve_tools import evolve_call, evolve_hook
 from turnstream.core.turn.state import (
     ActiveTurn,
+    C,
     CallStatus,
-    ChatState,
     Message,
     ToolCall,
 )
 
 
-def evolve(state: ChatState, event: Event) -> ChatState:
+def evolve(state: C, event: Event) -> C:
     """Fold one event into the chat's state, by the family it is of."""
     match event:
         case (
@@ -167,14 +167,14 @@ def evolve(state: ChatState, event: Event) -> ChatState:
 
 
 def _lifecycle(
-    state: ChatState,
+    state: C,
     event: SessionTurnStart
     | StagePreFired
     | StagePostFired
     | RenderEmitted
     | TurnEnded
     | SessionTurnEnd,
-) -> ChatState:
+) -> C:
     match event:
         case SessionTurnStart():
             return _started(state, event)
@@ -209,7 +209,7 @@ def _lifecycle(
             assert_never(event)
 
 
-def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
+def _started(state: C, event: SessionTurnStart) -> C:
     data = event.data
     started = next((p for p in state.pending if p.input_id == data.input_id), None)
     turn = ActiveTurn(
@@ -235,7 +235,7 @@ def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
     )
 
 
-def _closed(state: ChatState, event: SessionTurnEnd) -> ChatState:
+def _closed(state: C, event: SessionTurnEnd) -> C:
     if not is_active(state, event):
         return state
     assert state.active is not None
@@ -255,7 +255,7 @@ def _closed(state: ChatState, event: SessionTurnEnd) -> ChatState:
     )
 
 
-def _append_tool_results(state: ChatState) -> ChatState:
+def _append_tool_results(state: C) -> C:
     """The round's results join the history in the model's call order."""
     assert state.active is not None
     results = tuple(
@@ -268,9 +268,7 @@ def _append_tool_results(state: ChatState) -> ChatState:
 # -- context and the model ----------------------------------------------------------------
 
 
-def _context(
-    state: ChatState, event: ContextProvided | ContextSkipped | ContextCompacted
-) -> ChatState:
+def _context(state: C, event: ContextProvided | ContextSkipped | ContextCompacted) -> C:
     match event:
         case ContextProvided(data=data):
             if not is_active(state, event):
@@ -294,12 +292,12 @@ def _context(
 
 
 def _provider(
-    state: ChatState,
+    state: C,
     event: ProviderRequestStarted
     | ProviderRequestCompleted
     | ProviderFallback
     | ProviderRequestFailed,
-) -> ChatState:
+) -> C:
     match event:
         case ProviderRequestStarted():
             if not is_active(state, event):
@@ -318,7 +316,7 @@ def _provider(
             assert_never(event)
 
 
-def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
+def _completed(state: C, event: ProviderRequestCompleted) -> C:
     if not is_active(state, event):
         return state
     assert state.active is not None
@@ -345,7 +343,7 @@ def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
 # -- a workflow stage's turn ----------------------------------------------------------------
 
 
-def _stage(state: ChatState, event: StageCompletionChecked | StageAssertOutcome) -> ChatState:
+def _stage(state: C, event: StageCompletionChecked | StageAssertOutcome) -> C:
     match event:
         case StageCompletionChecked():
             return _completion_checked(state, event)
@@ -364,7 +362,7 @@ def _stage(state: ChatState, event: StageCompletionChecked | StageAssertOutcome)
             assert_never(event)
 
 
-def _completion_checked(state: ChatState, event: StageCompletionChecked) -> ChatState:
+def _completion_checked(state: C, event: StageCompletionChecked) -> C:
     """A stage's completion channel judged a response: answer its calls, or steer."""
     if not is_active(state, event):
         return state

@@ -27,21 +27,21 @@ from turnstream.core.events import (
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn import subturns
 from turnstream.core.turn.changes import call_changed, pending_dropped, turn_changed
-from turnstream.core.turn.state import ChatState, ChildResult, PendingInput, Unanswered
+from turnstream.core.turn.state import C, ChildResult, PendingInput, Unanswered
 
 INTERRUPT_INPUT = "interrupt:"
 """`SteeringInjected.inputId` prefix of a graceful interrupt's request to summarise."""
 
 
 def evolve_input(
-    state: ChatState,
+    state: C,
     event: InputAccepted
     | InputRejected
     | SessionConfigured
     | FollowUpQueued
     | SteeringInjected
     | InterruptReceived,
-) -> ChatState:
+) -> C:
     match event:
         case InputAccepted():
             return _accepted(state, event)
@@ -68,7 +68,7 @@ def evolve_input(
             assert_never(event)
 
 
-def _accepted(state: ChatState, event: InputAccepted) -> ChatState:
+def _accepted(state: C, event: InputAccepted) -> C:
     """An input waits for its turn, unless it is a sub-turn's reply: its result then."""
     data = event.data
     pending = PendingInput(
@@ -104,7 +104,7 @@ def _accepted(state: ChatState, event: InputAccepted) -> ChatState:
     return subturns.replied(state, child, result)
 
 
-def _rejected(state: ChatState, event: InputRejected) -> ChatState:
+def _rejected(state: C, event: InputRejected) -> C:
     """A rejected input whose sender wants a reply: the rejection is owed to it, once."""
     data = event.data
     if data.reply_to is None or not event.turn_id:
@@ -123,7 +123,7 @@ def _rejected(state: ChatState, event: InputRejected) -> ChatState:
     return with_changes(state, unanswered=(*state.unanswered, unanswered))
 
 
-def _interrupted(state: ChatState, event: InterruptReceived) -> ChatState:
+def _interrupted(state: C, event: InterruptReceived) -> C:
     current = state.active
     if current is None or current.ended or current.interrupt is not None:
         return state  # nothing to interrupt, or already interrupted
@@ -134,7 +134,7 @@ def _interrupted(state: ChatState, event: InterruptReceived) -> ChatState:
     return with_changes(state, active=with_changes(current, interrupt=interrupt))
 
 
-def evolve_message(state: ChatState, event: MessageSent | MessageDropped) -> ChatState:
+def evolve_message(state: C, event: MessageSent | MessageDropped) -> C:
     """A message to another session went out, or was dropped: a rejection owed, the turn's
     reply, a send_message call, a sub-turn's interrupt."""
     data = event.data
@@ -159,9 +159,7 @@ def evolve_message(state: ChatState, event: MessageSent | MessageDropped) -> Cha
             assert_never(event)
 
 
-def evolve_subturn(
-    state: ChatState, event: SubTurnSpawned | SubTurnEnded | SubTurnResultDelivered
-) -> ChatState:
+def evolve_subturn(state: C, event: SubTurnSpawned | SubTurnEnded | SubTurnResultDelivered) -> C:
     match event:
         case SubTurnSpawned(data=data):
             state = subturns.spawned(state, event)

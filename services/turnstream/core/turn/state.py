@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from turnstream.core.events import (
     CompactionChange,
@@ -269,6 +269,10 @@ class ChatState:
     between its input's publish and the record of it), by the spawn's key."""
     summary: str = ""
     """A running summary of the messages compaction dropped (the `summary` context provider)."""
+
+
+C = TypeVar("C", bound=ChatState)
+"""A chat's state, or the session's, which the turn's folds and steps hand back as such."""
 
 
 @dataclass(frozen=True)
