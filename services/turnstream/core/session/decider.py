@@ -45,6 +45,7 @@ from typing import assert_never
 
 from turnstream.core.fold import Decision
 from turnstream.core.inputs import Fact, Tick, WakeAt
+from turnstream.core.session.agent import with_agent
 from turnstream.core.session.fold import evolve, fold
 from turnstream.core.session.run import (
     GATE,
@@ -83,7 +84,6 @@ from turnstream.core.turn import (
     outbound,
     subturns,
 )
-from turnstream.core.turn.agent import with_agent
 from turnstream.core.turn.context import ContextGathered, GatherContext, awaiting_context
 from turnstream.core.turn.decide import on_context
 from turnstream.core.turn.outbound import Outbound

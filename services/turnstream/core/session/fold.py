@@ -9,6 +9,7 @@ from turnstream.core.events import (
     Event,
     EventBase,
     InterruptReceived,
+    SessionConfigured,
     StageAssertOutcome,
     StageCancelled,
     StageCheckGateResult,
@@ -32,6 +33,8 @@ from turnstream.core.workflow.state import StageRun, WorkflowRun
 
 def evolve(state: SessionState, event: Event) -> SessionState:
     """Fold one event into the session: the run's bookkeeping, a stage's lane, or the chat."""
+    if isinstance(event, SessionConfigured):  # the first agent named is the session's
+        return state if state.agent is not None else with_changes(state, agent=event.data)
     run = state.workflow
     if isinstance(event, WorkflowAttached):
         if run is not None and run.open:  # one run at a time: the next waits its turn

@@ -1,9 +1,10 @@
-"""What the session's decider knows: its chat, and the workflow attached to it."""
+"""What the session's decider knows: its chat, the workflow attached to it, its agent."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from turnstream.core.events import SessionConfiguredData
 from turnstream.core.turn.state import ChatState
 from turnstream.core.workflow.state import WorkflowRun
 
@@ -12,10 +13,13 @@ from turnstream.core.workflow.state import WorkflowRun
 class SessionState(ChatState):
     """Everything the decider knows about a session; a fold over its log.
 
-    It is the session's chat with the attached run added: the turn's folds and steps are
+    It is the session's chat with what only a session has added (the attached run, the
+    agent): the turn's folds and steps are
     generic in the chat state they are given (`turnstream.core.turn.state.C`), so a
     session's state handed through them comes back a `SessionState`, workflow and all.
     """
 
     workflow: WorkflowRun | None = None
     """The workflow attached to the session (its stage turns run as lanes inside it)."""
+    agent: SessionConfiguredData | None = None
+    """The session's agent (`SessionConfigured`); None: the deployment's default agent."""

@@ -49,7 +49,6 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.turn import outbound, runtime_calls, subturns
-from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response
 from turnstream.core.turn.context import (
@@ -70,6 +69,7 @@ from turnstream.core.turn.provider import (
     ProviderOutcome,
     ProviderSuccess,
 )
+from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
     C,

@@ -2,8 +2,8 @@
 workflow stage's lane), by the family the event is of:
 
     inputs        InputAccepted (a pending input, or a sub-turn's reply), InputRejected
-                  (a rejection owed), SessionConfigured, FollowUpQueued, SteeringInjected,
-                  InterruptReceived (`evolve_inputs`, with the next two)
+                  (a rejection owed), FollowUpQueued, SteeringInjected, InterruptReceived
+                  (`evolve_inputs`, with the next two; SessionConfigured is the session's)
     messages      MessageSent, MessageDropped (a reply, a send_message, an interrupt)
     sub-turns     SubTurnSpawned, SubTurnEnded, SubTurnResultDelivered (`subturns`)
     the turn      SessionTurnStart → StagePreFired / StagePostFired … → RenderEmitted →
@@ -97,7 +97,6 @@ def evolve(state: C, event: Event) -> C:
         case (
             InputAccepted()
             | InputRejected()
-            | SessionConfigured()
             | FollowUpQueued()
             | SteeringInjected()
             | InterruptReceived()
@@ -150,6 +149,8 @@ def evolve(state: C, event: Event) -> C:
             | WorkflowExit()
         ):
             return state  # the run's own bookkeeping: `turnstream.core.session.run`
+        case SessionConfigured():
+            return state  # the session's agent: `turnstream.core.session.fold`
         case (
             ProviderRetry()
             | ToolCallModeInvoked()

@@ -3,7 +3,8 @@ event families of `turnstream.core.turn.evolve`.
 
 An input waits (`pending`) until its turn starts, or steers the active turn; a sub-turn's
 reply is its result (`subturns`), and a rejected input whose sender wants a reply is owed
-one (`unanswered`) until a `MessageSent` or `MessageDropped` settles it.
+one (`unanswered`) until a `MessageSent` or `MessageDropped` settles it. (The session's
+agent, `SessionConfigured`, is the session's: `turnstream.core.session.fold`.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from turnstream.core.events import (
     InterruptReceived,
     MessageDropped,
     MessageSent,
-    SessionConfigured,
     SteeringInjected,
     SubTurnEnded,
     SubTurnResultDelivered,
@@ -35,20 +35,13 @@ INTERRUPT_INPUT = "interrupt:"
 
 def evolve_input(
     state: C,
-    event: InputAccepted
-    | InputRejected
-    | SessionConfigured
-    | FollowUpQueued
-    | SteeringInjected
-    | InterruptReceived,
+    event: InputAccepted | InputRejected | FollowUpQueued | SteeringInjected | InterruptReceived,
 ) -> C:
     match event:
         case InputAccepted():
             return _accepted(state, event)
         case InputRejected():
             return _rejected(state, event)
-        case SessionConfigured(data=data):
-            return state if state.agent is not None else with_changes(state, agent=data)
         case FollowUpQueued(data=data):
             pending = tuple(
                 with_changes(p, queued=True) if p.input_id == data.input_id else p

@@ -37,7 +37,6 @@ from turnstream.core.events import (
     ToolInvocationSucceeded,
     ToolInvocationSucceededData,
 )
-from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.runtime_calls import (
     budget_share,
@@ -45,6 +44,7 @@ from turnstream.core.turn.runtime_calls import (
     judged_with_shares,
     problem,
 )
+from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,

@@ -22,8 +22,8 @@ from turnstream.core.events import (
     ToolInvocationFailedData,
 )
 from turnstream.core.subjects import is_reserved_session, is_session_id
-from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,

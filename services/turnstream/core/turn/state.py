@@ -15,7 +15,6 @@ from turnstream.core.events import (
     RequestChange,
     ResponseChange,
     Sender,
-    SessionConfiguredData,
     SpawnMode,
     Stage,
     StopReason,
@@ -258,8 +257,6 @@ class ChatState:
     turns_ended: int = 0
     last_turn_id: str | None = None
     last_status: TurnStatus | None = None
-    agent: SessionConfiguredData | None = None
-    """The session's agent (`SessionConfigured`); None: the deployment's default agent."""
     children: tuple[Child, ...] = ()
     """Sub-turns spawned (delivered ones stay, so a late duplicate reply is known)."""
     unanswered: tuple[Unanswered, ...] = ()

@@ -25,8 +25,8 @@ from turnstream.core.events import (
     ToolInvocationRequested,
     ToolInvocationRequestedData,
 )
-from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
