@@ -7,7 +7,9 @@ state asks for (model calls, hooks, timers), and feeds a hook's answer back as t
 input, until the session is quiet (`turnstream.runtime.interpreter.run_until_quiet`). A
 model call runs on a side task; its outcome (and each tool call it streams) comes back
 through the inbox, so an input that arrives meanwhile is handled (queued or steered)
-while the model streams.
+while the model streams. The actor knows one entry point of the core (`decide`, once per
+input); a decision that asks only in-process context providers is held (`holds`) and
+appended with the next one, which decides their answer.
 
 Bookkeeping: `last_seq` is the session's last log sequence we know (the condition of our
 next append); `input_mark` is the highest sequence of a delivered fact folded, so a
