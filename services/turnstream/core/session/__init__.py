@@ -2,9 +2,9 @@
 
 Dependencies go one way: session → workflow → turn. A session without a workflow is its
 chat's turns (`turnstream.core.turn`, whose `ChatState` the session's `SessionState`
-extends with the attached run); with one, each stage runs as a turn of its own in a lane
-of the run (`turnstream.core.workflow` holds the definitions and the run's state), and
-`run.py` here decides the stage lifecycle around them.
+extends with the attached run and its agent); with one, each stage runs as a turn of its
+own in a lane of the run (`turnstream.core.workflow` holds the definitions and the run's
+state), and `run.py` here decides the stage lifecycle around them.
 """
 
 from __future__ import annotations

@@ -250,19 +250,26 @@ def _step(
             return lane_step(
                 state, turn_id, config, ctx, lambda s, c: on_stage_hooks(s, stage_verdict, c, ctx)
             )
-        case WorkflowHookSaid(execution_id=execution, point=point, verdict=verdict, hook=hook):
-            reason = input.reason
-            if point == GATE:
-                outcome = gate_outcome(verdict)
-                return on_gate(state, execution, outcome, config, ctx, gate=hook, reason=reason)
-            asserted = assert_verdict(verdict)
-            return on_assert(state, execution, asserted, config, ctx, asserter=hook, reason=reason)
+        case WorkflowHookSaid():
+            return _workflow_hook_said(state, input, config, ctx)
         case ContextGathered(turn_id=turn_id, results=results):
             return lane_step(
                 state, turn_id, config, ctx, lambda s, c: on_context(s, results, c, ctx)
             )
         case _:
             assert_never(input)
+
+
+def _workflow_hook_said(
+    state: SessionState, said: WorkflowHookSaid, config: TurnConfig, ctx: Context
+) -> Decision[SessionState]:
+    """A workflow hook's word, read as its point's: a gate's outcome, an assert's verdict."""
+    execution, hook, reason = said.execution_id, said.hook, said.reason
+    if said.point == GATE:
+        outcome = gate_outcome(said.verdict)
+        return on_gate(state, execution, outcome, config, ctx, gate=hook, reason=reason)
+    verdict = assert_verdict(said.verdict)
+    return on_assert(state, execution, verdict, config, ctx, asserter=hook, reason=reason)
 
 
 def effects_of(state: SessionState, config: TurnConfig, now: datetime) -> tuple[Effect, ...]:
