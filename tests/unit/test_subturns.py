@@ -46,8 +46,8 @@ from turnstream.core.session.decider import (
     Published,
     decide,
 )
+from turnstream.core.session.outbound import Outbound, reply_key
 from turnstream.core.turn import Context, ProviderSuccess, ToolCall, TurnConfig
-from turnstream.core.turn.outbound import Outbound, reply_key
 from turnstream.core.turn.runtime_calls import child_session_id
 from turnstream.core.turn.subturns import waiting_on
 

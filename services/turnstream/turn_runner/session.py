@@ -49,6 +49,7 @@ from turnstream.core.session.decider import (
     ToolHooksSaid,
     decide,
 )
+from turnstream.core.session.outbound import Outbound
 from turnstream.core.turn import (
     Context,
     ProviderFailure,
@@ -57,7 +58,6 @@ from turnstream.core.turn import (
     TurnConfig,
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext
-from turnstream.core.turn.outbound import Outbound
 from turnstream.core.turn.subturns import waiting_on
 from turnstream.runtime.interpreter import run_until_quiet
 from turnstream.runtime.mailbox import Delivered

@@ -45,8 +45,10 @@ from typing import assert_never
 
 from turnstream.core.fold import Decision
 from turnstream.core.inputs import Fact, Tick, WakeAt
+from turnstream.core.session import outbound
 from turnstream.core.session.agent import with_agent
 from turnstream.core.session.fold import evolve, fold
+from turnstream.core.session.outbound import Outbound
 from turnstream.core.session.run import (
     GATE,
     assert_verdict,
@@ -81,12 +83,10 @@ from turnstream.core.turn import (
     on_provider_result,
     on_stage_hooks,
     on_tool_call_ready,
-    outbound,
     subturns,
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext, awaiting_context
 from turnstream.core.turn.decide import on_context
-from turnstream.core.turn.outbound import Outbound
 from turnstream.core.workflow.state import StageRun
 
 # -- inputs ---------------------------------------------------------------------------
@@ -192,7 +192,7 @@ class TimeTurns:
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """Messages to publish to other sessions (`turnstream.core.turn.outbound`)."""
+    """Messages to publish to other sessions (`turnstream.core.session.outbound`)."""
 
     messages: tuple[Outbound, ...]
 

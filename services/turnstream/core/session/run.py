@@ -34,6 +34,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.immutable import with_changes
+from turnstream.core.session import outbound
 from turnstream.core.session.fold import fold
 from turnstream.core.session.state import SessionState
 from turnstream.core.turn.builder import Builder
@@ -62,14 +63,23 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[Se
     run = state.workflow
     if run is None or not run.open:
         # the chat turn's events are no run's: the turn's own fold is the session's
-        return decide_turn(state, config, ctx)
+        return decide_chat(state, config, ctx)
     out: Sequence[Event] = ()
     if state.active is not None:
         # a chat turn finishes before the run starts (inputs wait for the run)
-        chat = decide_turn(state, with_changes(config, hold_inputs=True), ctx)
+        chat = decide_chat(state, with_changes(config, hold_inputs=True), ctx)
         out, state = chat.events, chat.state
     step = partial(_next_step, config=config, ctx=ctx)
     return until_quiet(state, step, fold, out)
+
+
+def decide_chat(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
+    """What the session's own chat decides: a rejection whose reply would pass the hop
+    limit is dropped (`outbound`), then its turn's decider decides."""
+    dropped = outbound.rejections_dropped(state, config, ctx)
+    if not dropped:
+        return decide_turn(state, config, ctx)
+    return decide_turn(fold(state, dropped), config, ctx).after(dropped)
 
 
 def chat_config(state: SessionState, config: TurnConfig) -> TurnConfig:
@@ -235,7 +245,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequenc
     run = state.workflow
     assert run is not None
     if not run.open:
-        return decide_turn(state, config, ctx).events if state.active is None else ()
+        return decide_chat(state, config, ctx).events if state.active is None else ()
     parked = _park_inputs(state, run, ctx)
     if parked:
         return parked

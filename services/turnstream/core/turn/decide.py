@@ -33,6 +33,8 @@ from turnstream.core.events import (
     FailureClass,
     FollowUpQueued,
     FollowUpQueuedData,
+    MessageDropped,
+    MessageDroppedData,
     ProviderRequestCompleted,
     ProviderRequestCompletedData,
     ProviderRequestFailed,
@@ -48,7 +50,7 @@ from turnstream.core.events import (
     TextBlock,
 )
 from turnstream.core.fold import Decision, until_quiet
-from turnstream.core.turn import outbound, runtime_calls, subturns
+from turnstream.core.turn import runtime_calls, subturns
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response
 from turnstream.core.turn.context import (
@@ -231,7 +233,7 @@ def on_hook_verdicts(
 
 
 def _next_step(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event]:
-    children = subturns.step(state, ctx) or outbound.rejections_dropped(state, config, ctx)
+    children = subturns.step(state, ctx)
     if children:
         return children
     turn = state.active
@@ -247,7 +249,7 @@ def _next_step(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event
         if turn.reply_to is not None and not turn.reply_settled:
             # the reply goes first (the shell delivers it, `outbound.record` says so), or is
             # dropped past the hop limit; the turn closes after
-            return outbound.reply_dropped(b, turn, config)
+            return _reply_dropped(b, turn, config)
         return [b.make(SessionTurnEnd, SessionTurnEndData(status=turn.ended))]
     if turn.abort is not None:
         action, reason = turn.abort
@@ -395,3 +397,13 @@ def _park(
         return b.make(SteeringInjected, steer, turn_id=turn.turn_id)
     queued = FollowUpQueuedData(input_id=pending.input_id, behind_turn_id=turn.turn_id)
     return b.make(FollowUpQueued, queued)
+
+
+def _reply_dropped(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    """A reply past the hop limit is not sent; nothing else is decided for it here."""
+    if turn.reply_to is None or turn.reply_settled or turn.hops + 1 <= config.max_hops:
+        return []
+    data = MessageDroppedData(
+        to=turn.reply_to, reason="hop_limit", hops=turn.hops + 1, cause="replyTo"
+    )
+    return [b.make(MessageDropped, data)]

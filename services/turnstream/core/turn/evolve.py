@@ -1,9 +1,9 @@
 """`evolve(state, event)`: fold one event into a chat's state (the session's chat, or a
 workflow stage's lane), by the family the event is of:
 
-    inputs        InputAccepted (a pending input, or a sub-turn's reply), InputRejected
-                  (a rejection owed), FollowUpQueued, SteeringInjected, InterruptReceived
-                  (`evolve_inputs`, with the next two; SessionConfigured is the session's)
+    inputs        InputAccepted (a pending input, or a sub-turn's reply), FollowUpQueued,
+                  SteeringInjected, InterruptReceived (`evolve_inputs`, with the next two;
+                  SessionConfigured and InputRejected are the session's)
     messages      MessageSent, MessageDropped (a reply, a send_message, an interrupt)
     sub-turns     SubTurnSpawned, SubTurnEnded, SubTurnResultDelivered (`subturns`)
     the turn      SessionTurnStart → StagePreFired / StagePostFired … → RenderEmitted →
@@ -94,13 +94,7 @@ from turnstream.core.turn.state import (
 def evolve(state: C, event: Event) -> C:
     """Fold one event into the chat's state, by the family it is of."""
     match event:
-        case (
-            InputAccepted()
-            | InputRejected()
-            | FollowUpQueued()
-            | SteeringInjected()
-            | InterruptReceived()
-        ):
+        case InputAccepted() | FollowUpQueued() | SteeringInjected() | InterruptReceived():
             return evolve_input(state, event)
         case MessageSent() | MessageDropped():
             return evolve_message(state, event)
@@ -149,8 +143,8 @@ def evolve(state: C, event: Event) -> C:
             | WorkflowExit()
         ):
             return state  # the run's own bookkeeping: `turnstream.core.session.run`
-        case SessionConfigured():
-            return state  # the session's agent: `turnstream.core.session.fold`
+        case SessionConfigured() | InputRejected():
+            return state  # the session's agent and replies owed: `turnstream.core.session.fold`
         case (
             ProviderRetry()
             | ToolCallModeInvoked()

@@ -2,9 +2,8 @@
 event families of `turnstream.core.turn.evolve`.
 
 An input waits (`pending`) until its turn starts, or steers the active turn; a sub-turn's
-reply is its result (`subturns`), and a rejected input whose sender wants a reply is owed
-one (`unanswered`) until a `MessageSent` or `MessageDropped` settles it. (The session's
-agent, `SessionConfigured`, is the session's: `turnstream.core.session.fold`.)
+reply is its result (`subturns`). The session's agent and the replies it owes a rejected
+input's sender are the session's (`turnstream.core.session.fold`).
 """
 
 from __future__ import annotations
@@ -12,10 +11,8 @@ from __future__ import annotations
 from typing import assert_never
 
 from turnstream.core.events import (
-    Envelope,
     FollowUpQueued,
     InputAccepted,
-    InputRejected,
     InterruptReceived,
     MessageDropped,
     MessageSent,
@@ -27,7 +24,7 @@ from turnstream.core.events import (
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn import subturns
 from turnstream.core.turn.changes import call_changed, pending_dropped, turn_changed
-from turnstream.core.turn.state import C, ChildResult, PendingInput, Unanswered
+from turnstream.core.turn.state import C, ChildResult, PendingInput
 
 INTERRUPT_INPUT = "interrupt:"
 """`SteeringInjected.inputId` prefix of a graceful interrupt's request to summarise."""
@@ -35,13 +32,11 @@ INTERRUPT_INPUT = "interrupt:"
 
 def evolve_input(
     state: C,
-    event: InputAccepted | InputRejected | FollowUpQueued | SteeringInjected | InterruptReceived,
+    event: InputAccepted | FollowUpQueued | SteeringInjected | InterruptReceived,
 ) -> C:
     match event:
         case InputAccepted():
             return _accepted(state, event)
-        case InputRejected():
-            return _rejected(state, event)
         case FollowUpQueued(data=data):
             pending = tuple(
                 with_changes(p, queued=True) if p.input_id == data.input_id else p
@@ -97,25 +92,6 @@ def _accepted(state: C, event: InputAccepted) -> C:
     return subturns.replied(state, child, result)
 
 
-def _rejected(state: C, event: InputRejected) -> C:
-    """A rejected input whose sender wants a reply: the rejection is owed to it, once."""
-    data = event.data
-    if data.reply_to is None or not event.turn_id:
-        return state
-    if any(u.turn_id == event.turn_id for u in state.unanswered):
-        return state
-    unanswered = Unanswered(
-        turn_id=event.turn_id,
-        reply_to=data.reply_to,
-        key=data.idempotency_key or "",
-        hops=data.hops,
-        reason=data.reason,
-        envelope=Envelope.of(event),
-        event_id=event.id,
-    )
-    return with_changes(state, unanswered=(*state.unanswered, unanswered))
-
-
 def _interrupted(state: C, event: InterruptReceived) -> C:
     current = state.active
     if current is None or current.ended or current.interrupt is not None:
@@ -128,12 +104,8 @@ def _interrupted(state: C, event: InterruptReceived) -> C:
 
 
 def evolve_message(state: C, event: MessageSent | MessageDropped) -> C:
-    """A message to another session went out, or was dropped: a rejection owed, the turn's
-    reply, a send_message call, a sub-turn's interrupt."""
-    data = event.data
-    if data.cause == "replyTo" and any(u.turn_id == event.turn_id for u in state.unanswered):
-        left = tuple(u for u in state.unanswered if u.turn_id != event.turn_id)
-        return with_changes(state, unanswered=left)
+    """A message to another session went out, or was dropped: the turn's reply, a
+    send_message call, a sub-turn's interrupt (a rejection's reply is the session's)."""
     match event:
         case MessageSent(data=sent):
             if sent.kind == "interrupt":

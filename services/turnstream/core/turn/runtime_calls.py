@@ -1,7 +1,7 @@
 """The runtime tools' calls (`send_message`, `spawn`): which approved calls a turn may run
 now, and why one cannot (a tool failure the model sees: bad arguments, or a limit of
 depth, running sub-turns, the tree's budget or hops); `refuse` records those failures,
-`turnstream.core.turn.outbound` sends the others.
+`turnstream.core.session.outbound` sends the others.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 They are offered like any tool and go through approval like any tool, but no
 tool-executor runs them: once approved, the session's decider asks its shell to deliver a
 `message` to another session (`Deliver`), and records what was delivered
-(`turnstream.core.turn.runtime_calls` judges each call, `outbound` sends it).
+(`turnstream.core.turn.runtime_calls` judges each call, `core.session.outbound` sends it).
 """
 
 from __future__ import annotations

@@ -184,20 +184,6 @@ class ActiveTurn:
     """A compaction interceptor refused the compaction: which hook, and why."""
 
 
-@dataclass(frozen=True)
-class Unanswered:
-    """An input the gateway rejected whose sender wants a reply (`replyTo`): the runner
-    delivers the rejection there, once."""
-
-    turn_id: str
-    reply_to: str
-    key: str
-    hops: int
-    reason: str
-    envelope: Envelope
-    event_id: str
-
-
 ChildStatus = Literal["running", "ended", "delivered"]
 
 
@@ -259,8 +245,6 @@ class ChatState:
     last_status: TurnStatus | None = None
     children: tuple[Child, ...] = ()
     """Sub-turns spawned (delivered ones stay, so a late duplicate reply is known)."""
-    unanswered: tuple[Unanswered, ...] = ()
-    """Rejected inputs whose rejection is still to be delivered to their `replyTo`."""
     early: tuple[tuple[str, ChildResult], ...] = ()
     """Replies of children whose `SubTurnSpawned` is not folded yet (a child can answer
     between its input's publish and the record of it), by the spawn's key."""

@@ -1,6 +1,6 @@
 """Sub-turns as the parent session sees them (DESIGN §11, seed 003): a fold and a step.
 
-    spawn approved ─► SubTurnSpawned + MessageSent (the child's input, `outbound.py`)
+    spawn approved ─► SubTurnSpawned + MessageSent (the child's input, `session/outbound.py`)
     child running ──┬─ its reply arrives (InputAccepted inReplyTo the spawn's key)
                     └─ its deadline passes (TURNSTREAM_SUBTURN_DEADLINE_S)
                   ─► SubTurnEnded{status, failureClass?, reply}      (exactly once)

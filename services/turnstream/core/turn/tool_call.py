@@ -55,7 +55,7 @@ def awaiting_hooks(state: ChatState, config: TurnConfig) -> list[ToolCallState]:
 
 def executable(calls: tuple[ToolCallState, ...]) -> list[ToolCallState]:
     """The dispatchable calls a tool-executor runs (the runtime runs `send_message` and
-    `spawn` itself: `runtime_calls` judges them, `outbound` sends them)."""
+    `spawn` itself: `runtime_calls` judges them, `core.session.outbound` sends them)."""
     return [c for c in dispatchable(calls) if not is_runtime_tool(c.tool)]
 
 

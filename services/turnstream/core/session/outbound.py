@@ -37,6 +37,7 @@ from turnstream.core.events import (
     ToolInvocationSucceeded,
     ToolInvocationSucceededData,
 )
+from turnstream.core.session.state import SessionState, Unanswered
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.runtime_calls import (
     budget_share,
@@ -52,7 +53,6 @@ from turnstream.core.turn.state import (
     Context,
     ToolCallState,
     TurnConfig,
-    Unanswered,
 )
 from turnstream.core.turn.subturns import child_event, filed
 
@@ -84,7 +84,7 @@ def reply_key(turn_id: str) -> str:
     return f"reply:{turn_id}"
 
 
-def wanted(state: ChatState, config: TurnConfig) -> list[Outbound]:
+def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
     """Every message `state` wants delivered and has not recorded as delivered."""
     out: list[Outbound] = []
     turn = state.active
@@ -108,7 +108,7 @@ def wanted(state: ChatState, config: TurnConfig) -> list[Outbound]:
     return out
 
 
-def rejections_dropped(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event]:
+def rejections_dropped(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
     """Rejections whose reply would pass the hop limit: not sent."""
     return [
         filed(
@@ -123,17 +123,9 @@ def rejections_dropped(state: ChatState, config: TurnConfig, ctx: Context) -> li
     ]
 
 
-def reply_dropped(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
-    """A reply past the hop limit is not sent; nothing else is decided for it here."""
-    if turn.reply_to is None or turn.reply_settled or turn.hops + 1 <= config.max_hops:
-        return []
-    data = MessageDroppedData(
-        to=turn.reply_to, reason="hop_limit", hops=turn.hops + 1, cause="replyTo"
-    )
-    return [b.make(MessageDropped, data)]
-
-
-def record(state: ChatState, keys: frozenset[str], config: TurnConfig, ctx: Context) -> list[Event]:
+def record(
+    state: SessionState, keys: frozenset[str], config: TurnConfig, ctx: Context
+) -> list[Event]:
     """The events that record the messages in `keys` as delivered: those `state` wants,
     and a call's message that went out just before its turn stopped wanting it (e.g. an
     interrupt folded in a reload between the publish and this record: the child exists, so
@@ -179,7 +171,7 @@ def record(state: ChatState, keys: frozenset[str], config: TurnConfig, ctx: Cont
 
 
 def _went_out(
-    state: ChatState, config: TurnConfig, keys: frozenset[str], listed: set[str]
+    state: SessionState, config: TurnConfig, keys: frozenset[str], listed: set[str]
 ) -> list[Outbound]:
     """Messages of this turn's runtime calls in `keys` that `wanted` no longer lists
     (`listed`: the keys it lists)."""
@@ -383,7 +375,6 @@ __all__ = [
     "Outbound",
     "record",
     "rejections_dropped",
-    "reply_dropped",
     "reply_key",
     "wanted",
 ]
