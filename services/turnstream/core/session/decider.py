@@ -51,9 +51,7 @@ from turnstream.core.session.fold import evolve, fold
 from turnstream.core.session.outbound import Outbound
 from turnstream.core.session.run import (
     GATE,
-    assert_verdict,
     awaiting_workflow_hooks,
-    gate_outcome,
     lane_step,
     next_wakeup,
     on_assert,
@@ -87,6 +85,7 @@ from turnstream.core.turn import (
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext, awaiting_context
 from turnstream.core.turn.decide import on_context
+from turnstream.core.workflow.definition import assert_verdict, gate_outcome
 from turnstream.core.workflow.state import StageRun
 
 # -- inputs ---------------------------------------------------------------------------

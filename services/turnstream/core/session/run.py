@@ -186,20 +186,6 @@ def next_wakeup(state: SessionState, now: datetime) -> datetime | None:
     return min(times) if times else None
 
 
-def gate_outcome(verdict: str) -> Literal["pass", "defer", "block"]:
-    """A gate hook's word as the gate's outcome (an asserter's words count too)."""
-    if verdict in ("pass", "ok"):
-        return "pass"
-    return "block" if verdict in ("block", "fail") else "defer"
-
-
-def assert_verdict(verdict: str) -> Literal["ok", "retry", "fail"]:
-    """An assert hook's word as the assert's verdict (a gate's words count too)."""
-    if verdict in ("ok", "pass"):
-        return "ok"
-    return "retry" if verdict in ("retry", "defer") else "fail"
-
-
 def on_gate(
     state: SessionState,
     execution_id: str,
@@ -420,10 +406,8 @@ def _enter_step(
 __all__ = [
     "ASSERT",
     "GATE",
-    "assert_verdict",
     "awaiting_workflow_hooks",
     "decide",
-    "gate_outcome",
     "lane_config",
     "lane_step",
     "next_wakeup",
