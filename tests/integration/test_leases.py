@@ -13,7 +13,8 @@ from turnstream.bus import Bus
 from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.client import message_command
 from turnstream.core.turn import TurnConfig
-from turnstream.gateway.intake import Inbound, intake
+from turnstream.gateway.check import Inbound
+from turnstream.gateway.intake import intake
 from turnstream.providers import ScriptedProvider, load_script
 from turnstream.settings import Settings
 from turnstream.turn_runner.app import Runner

@@ -16,8 +16,8 @@ from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.events import ProviderRequestStarted
-from turnstream.core.turn.agent import RUNTIME_TOOLS
 from turnstream.core.turn.manifest import tools_digest
+from turnstream.core.turn.runtime_tools import RUNTIME_TOOLS
 from turnstream.settings import McpSettings
 from turnstream.tools.manifest import infos
 

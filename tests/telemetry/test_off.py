@@ -14,7 +14,7 @@ from tests.telemetry.receiver import otlp_receiver
 from turnstream.bus.tracing import msg_headers, set_header_hook
 from turnstream.core.events import TurnEnded, TurnEndedData
 from turnstream.core.ids import derived_uuid7
-from turnstream.runtime import telemetry
+from turnstream.runtime import telemetry, trace_ids
 
 TRACE = derived_uuid7(1_763_900_000_000, "inbound:1:trace")
 TURN = derived_uuid7(1_763_900_000_000, "inbound:1:turn")
@@ -70,15 +70,15 @@ def test_a_header_hook_adds_headers_but_never_replaces_the_id() -> None:
 
 
 def test_the_trace_id_is_the_uuid_trace_id_and_any_other_string_hashes_alike() -> None:
-    assert f"{telemetry.trace_id_of(TRACE):032x}" == uuid.UUID(TRACE).hex
-    other = telemetry.trace_id_of("not-a-uuid")
-    assert other == telemetry.trace_id_of("not-a-uuid") != telemetry.trace_id_of("not-a-uuid2")
+    assert f"{trace_ids.trace_id_of(TRACE):032x}" == uuid.UUID(TRACE).hex
+    other = trace_ids.trace_id_of("not-a-uuid")
+    assert other == trace_ids.trace_id_of("not-a-uuid") != trace_ids.trace_id_of("not-a-uuid2")
     assert 0 < other < 2**128
-    span = telemetry.turn_span_id(TURN)
-    assert span == telemetry.turn_span_id(TURN) != telemetry.turn_span_id(TRACE)
+    span = trace_ids.turn_span_id(TURN)
+    assert span == trace_ids.turn_span_id(TURN) != trace_ids.turn_span_id(TRACE)
     assert 0 < span < 2**64
-    assert telemetry.uuid7_time_ns(TURN) == 1_763_900_000_000 * 1_000_000
-    assert telemetry.uuid7_time_ns("s1") is None
+    assert trace_ids.uuid7_time_ns(TURN) == 1_763_900_000_000 * 1_000_000
+    assert trace_ids.uuid7_time_ns("s1") is None
 
 
 def test_on_an_appended_event_carries_its_turns_traceparent() -> None:
@@ -88,7 +88,7 @@ def test_on_an_appended_event_carries_its_turns_traceparent() -> None:
             assert telemetry.setup("test", {})  # once per process
             headers = msg_headers(ended())
             assert headers["traceparent"] == (
-                f"00-{uuid.UUID(TRACE).hex}-{telemetry.turn_span_id(TURN):016x}-01"
+                f"00-{uuid.UUID(TRACE).hex}-{trace_ids.turn_span_id(TURN):016x}-01"
             )
             assert "traceparent" not in msg_headers(ended(turn_id=None))  # no turn, no span
         finally:

@@ -17,11 +17,12 @@ from turnstream.core.events import (
     Sender,
     Usage,
 )
+from turnstream.core.fold import Decision
 from turnstream.core.inputs import Tick
 from turnstream.core.session import SessionState, fold
 from turnstream.core.session.decider import Effect, Input, ProviderDone, Providers
 from turnstream.core.session.decider import decide as session_decide
-from turnstream.core.turn import Context, Decision, ProviderFailure, ProviderSuccess, TurnConfig
+from turnstream.core.turn import Context, ProviderFailure, ProviderSuccess, TurnConfig
 from turnstream.runtime.interpreter import run_until_quiet
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -92,8 +92,8 @@ def test_a_missing_folder_has_no_profiles(tmp_path: Path) -> None:
 
 def test_a_profile_may_name_its_fallback_model(tmp_path: Path) -> None:
     from turnstream.core.events import SessionConfiguredData
+    from turnstream.core.session.agent import with_agent
     from turnstream.core.turn import TurnConfig
-    from turnstream.core.turn.agent import with_agent
     from turnstream.gateway.intake import configured_data
 
     head = "---\nname: a\ndescription: d\nprovider: anthropic\nfallbackModel: small\n"

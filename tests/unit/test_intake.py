@@ -15,7 +15,8 @@ from turnstream.core.events import (
 )
 from turnstream.core.subjects import REJECTED_SESSION
 from turnstream.core.workflow.definition import Step, WorkflowDef
-from turnstream.gateway.intake import Inbound, intake
+from turnstream.gateway.check import Inbound
+from turnstream.gateway.intake import intake
 
 GOOD = {
     "type": "message",

@@ -11,7 +11,8 @@ import pytest
 from tests.unit.factories import T0
 from turnstream.agents import AgentProfile
 from turnstream.core.events import InputAccepted, InputRejected, SessionConfigured, TurnEnded
-from turnstream.gateway.intake import Inbound, intake, settle_agent
+from turnstream.gateway.check import Inbound
+from turnstream.gateway.intake import intake, settle_agent
 
 MESSAGE = {
     "type": "message",

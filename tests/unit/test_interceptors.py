@@ -25,6 +25,7 @@ from turnstream.core.events import (
     ToolUseBlock,
     TurnEnded,
 )
+from turnstream.core.fold import Decision
 from turnstream.core.inputs import Fact, Tick
 from turnstream.core.session import SessionState, fold
 from turnstream.core.session.decider import (
@@ -36,7 +37,6 @@ from turnstream.core.session.decider import (
     StageHooksSaid,
 )
 from turnstream.core.turn import (
-    Decision,
     HookPoint,
     HookSubject,
     HookVerdict,

@@ -8,8 +8,8 @@ from tests.unit.factories import accepted, run_turn, success
 from turnstream.core.events import ProviderRequestStarted
 from turnstream.core.session import SessionState, fold
 from turnstream.core.turn import ToolInfo, TurnConfig
-from turnstream.core.turn.agent import RUNTIME_TOOLS
 from turnstream.core.turn.manifest import tools_digest
+from turnstream.core.turn.runtime_tools import RUNTIME_TOOLS
 from turnstream.runtime.plugins import tool_infos
 from turnstream.tools import ToolRegistry
 from turnstream.tools.manifest import manifest

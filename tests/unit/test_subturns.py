@@ -38,6 +38,7 @@ from turnstream.core.events import (
 from turnstream.core.immutable import with_changes
 from turnstream.core.inputs import Fact, Tick
 from turnstream.core.session import SessionState, fold
+from turnstream.core.session.agent import with_agent
 from turnstream.core.session.decider import (
     Deliver,
     Input,
@@ -45,9 +46,9 @@ from turnstream.core.session.decider import (
     Published,
     decide,
 )
+from turnstream.core.session.outbound import Outbound, reply_key
 from turnstream.core.turn import Context, ProviderSuccess, ToolCall, TurnConfig
-from turnstream.core.turn.agent import with_agent
-from turnstream.core.turn.outbound import Outbound, child_session_id, reply_key
+from turnstream.core.turn.runtime_calls import child_session_id
 from turnstream.core.turn.subturns import waiting_on
 
 

@@ -81,7 +81,7 @@ def test_decide_stops_to_wait_for_the_provider() -> None:
     assert isinstance(events[-1], ProviderRequestStarted)
     state = fold(state, events)
     assert needs_provider_call(state)
-    assert decide(state, TurnConfig(), ctx()) == []
+    assert list(decide(state, TurnConfig(), ctx())) == []
 
 
 def test_events_carry_turn_identity_and_a_causation_chain() -> None:
@@ -164,7 +164,7 @@ def test_input_during_a_turn_is_queued_then_runs_as_the_next_turn() -> None:
     assert parked[0].turn_id == "turn2"
     assert isinstance(parked[0], FollowUpQueued) and parked[0].data.behind_turn_id == "turn1"
     state = fold(state, parked)
-    assert decide(state, config, c) == []  # still waiting for the provider
+    assert list(decide(state, config, c)) == []  # still waiting for the provider
     after = on_provider_result(state, success("one"), config, c)
     # turn 1 ends, then turn 2 starts in the same decision
     names = kinds(after)
@@ -195,7 +195,7 @@ def test_steer_with_no_active_turn_starts_one() -> None:
 
 def test_a_late_provider_result_is_ignored() -> None:
     state, _ = run_turn(with_input(accepted(1)), [success()])
-    assert on_provider_result(state, success(), TurnConfig(), ctx()) == []
+    assert list(on_provider_result(state, success(), TurnConfig(), ctx())) == []
 
 
 def test_turn_ended_for_another_turn_does_not_touch_the_active_one() -> None:
@@ -234,7 +234,7 @@ def test_each_prefix_of_a_turn_continues_to_the_same_end() -> None:
 def test_every_input_gets_exactly_one_terminal_event(texts, stops, fail_at) -> None:
     state = with_input(*[accepted(i, t) for i, t in enumerate(texts, 1)])
     config, c = TurnConfig(max_iterations=3, max_output_continuations=1), ctx()
-    log = decide(state, config, c)
+    log = list(decide(state, config, c))
     state = fold(state, log)
     calls = 0
     while needs_provider_call(state):

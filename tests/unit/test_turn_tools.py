@@ -103,7 +103,7 @@ def test_each_call_is_proposed_in_order_then_the_turn_waits() -> None:
     assert [p.data.index for p in props] == [0, 1]
     assert [p.data.read_only for p in props] == [True, False]
     assert d.log[-1].type == "ToolInvocationProposed"
-    assert decide(d.state, CONFIG, d.c) == []
+    assert list(decide(d.state, CONFIG, d.c)) == []
 
 
 def test_consecutive_read_only_calls_are_requested_together() -> None:
@@ -201,7 +201,7 @@ def test_the_turn_wall_time_bound_ends_a_waiting_turn() -> None:
     ended = [e for e in out if isinstance(e, TurnEnded)]
     assert ended and ended[0].data.failure_class is FailureClass.TIMEOUT
     assert out[0].type == "StagePostFired" and out[0].data.outcome == "failed"
-    assert decide(d.state, d.config, ctx(Ids("u"), at=T0 + timedelta(seconds=59))) == []
+    assert list(decide(d.state, d.config, ctx(Ids("u"), at=T0 + timedelta(seconds=59)))) == []
 
 
 def test_hooks_see_approved_calls_before_they_are_requested() -> None:
@@ -323,7 +323,7 @@ def test_a_tool_call_complete_mid_stream_is_proposed_and_run_before_the_stream_e
     early = on_tool_call_ready(state, call, T0, CONFIG, c)
     assert [e.type for e in early] == ["StagePostFired", "StagePreFired", "ToolInvocationProposed"]
     state = fold(state, early)
-    assert on_tool_call_ready(state, call, T0, CONFIG, c) == []  # once
+    assert list(on_tool_call_ready(state, call, T0, CONFIG, c)) == []  # once
     inv = early[-1].data.invocation_id
     state = fold(state, [approve(inv)])
     running = decide(state, CONFIG, c)

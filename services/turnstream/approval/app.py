@@ -75,7 +75,7 @@ class ApprovalActor:
         self.state = decision.state
         return decision
 
-    async def perform(self, effects: list[WakeAt]) -> None:
+    async def perform(self, effects: tuple[WakeAt, ...]) -> None:
         """Time the open prompt's deadline (the only effect an approval decision has)."""
         if self.timer is not None:
             self.timer.cancel()

@@ -52,7 +52,7 @@ from turnstream.core.events import (
     TurnEnded,
     stamp,
 )
-from turnstream.core.fold import projector, until_quiet
+from turnstream.core.fold import Decision, projector, until_quiet
 from turnstream.core.ids import derived_id
 from turnstream.core.immutable import with_changes
 from turnstream.core.inputs import Fact, Tick, WakeAt
@@ -175,17 +175,13 @@ fold = projector(evolve)
 
 def decide(state: ApprovalState, config: ApprovalConfig, now: datetime, source: str) -> list[Event]:
     """Every approval event that follows from `state` at time `now`."""
-    return until_quiet(state, partial(_next_step, config=config, now=now, source=source), fold)[0]
+    step = partial(_next_step, config=config, now=now, source=source)
+    return list(until_quiet(state, step, fold).events)
 
 
-@dataclass(frozen=True, slots=True)
-class ApprovalDecision:
-    """What one input decides, in the session decider's shape: the events, the state they
-    fold to, and what the shell must do (wake the session at its open prompt's deadline)."""
-
-    events: list[Event]
-    state: ApprovalState
-    effects: list[WakeAt]
+ApprovalDecision = Decision[ApprovalState, WakeAt]
+"""What one input decides: the events, the state they fold to, and what the shell must do
+(wake the session at its open prompt's deadline)."""
 
 
 def decide_input(
@@ -196,9 +192,10 @@ def decide_input(
     if isinstance(input, Fact):
         state = evolve(state, input.event)  # folding a redelivered fact twice is harmless
     step = partial(_next_step, config=config, now=now, source=source)
-    events, state = until_quiet(state, step, fold)
-    deadline = next_deadline(state)
-    return ApprovalDecision(events, state, [WakeAt(deadline)] if deadline is not None else [])
+    decided = until_quiet(state, step, fold)
+    deadline = next_deadline(decided.state)
+    wake = (WakeAt(deadline),) if deadline is not None else ()
+    return Decision(decided.events, decided.state, wake)
 
 
 def next_deadline(state: ApprovalState) -> datetime | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from turnstream.core.turn.agent import RUNTIME_TOOLS
+from turnstream.core.turn.runtime_tools import RUNTIME_TOOLS
 
 MCP_SEP = "__"
 """Between an MCP server's name and its tool's: `<server>__<tool>`."""

@@ -20,8 +20,9 @@ from turnstream.core.events import (
     decode,
 )
 from turnstream.core.workflow.definition import WorkflowDef
+from turnstream.gateway.check import Inbound
 from turnstream.gateway.dedup import first_time, open_bucket
-from turnstream.gateway.intake import Inbound, intake, reject_unknown_answer, settle_agent
+from turnstream.gateway.intake import intake, reject_unknown_answer, settle_agent
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.settings import Settings
 from turnstream.tools.registry import ToolRegistry

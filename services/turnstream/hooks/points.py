@@ -12,18 +12,23 @@ run, the request is the turn's own: nothing is safer to refuse than to let throu
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from turnstream.core.events import RequestChange, ResponseChange
 from turnstream.core.turn import HookPoint, HookSubject, HookVerdict, StageHookVerdict
 from turnstream.core.turn.interceptors import change_of, refusal
 from turnstream.core.turn.steps import history_message
-from turnstream.hooks.base import CompactionView, HookCall, HookReply, RequestView
-
-if TYPE_CHECKING:
-    from turnstream.hooks.registry import HookRegistry
+from turnstream.hooks.base import CompactionView, HookCall, HookReply, HookSpec, RequestView
 
 log = logging.getLogger("turnstream.hooks")
+
+
+class HookRegistry(Protocol):
+    """What running a point needs of the registry (`turnstream.hooks.registry`)."""
+
+    def at_point(self, point: HookPoint) -> list[HookSpec]: ...
+
+    async def call(self, spec: HookSpec, request: HookCall) -> HookReply | None: ...
 
 
 async def run_point(

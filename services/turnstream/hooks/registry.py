@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, Literal
+from functools import partial
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
+from turnstream.core.session.decider import WorkflowHookSaid
 from turnstream.core.turn import (
     HookPoint,
     HookSubject,
@@ -37,23 +38,6 @@ from turnstream.hooks.points import run_point
 
 log = logging.getLogger("turnstream.hooks")
 WORKFLOW_POINTS = (GATE, ASSERT)
-
-
-@dataclass(frozen=True)
-class WorkflowHookAnswer:
-    verdict: str
-    hook: str | None
-    reason: str | None
-
-    def gate_outcome(self) -> Literal["pass", "defer", "block"]:
-        if self.verdict in ("pass", "ok"):
-            return "pass"
-        return "block" if self.verdict in ("block", "fail") else "defer"
-
-    def assert_verdict(self) -> Literal["ok", "retry", "fail"]:
-        if self.verdict in ("ok", "pass"):
-            return "ok"
-        return "retry" if self.verdict in ("retry", "defer") else "fail"
 
 
 ENTRY_POINT_GROUP = "turnstream.hooks"
@@ -204,9 +188,10 @@ class HookRegistry:
 
     async def run_workflow_hook(
         self, session_id: str, point: str, stage_id: str, ex: StageRun
-    ) -> WorkflowHookAnswer:
+    ) -> WorkflowHookSaid:
         """The first gate or asserter for this stage that answers (priority order). One
         that does not answer counts as `defer` at a gate and `fail` at an assert."""
+        said = partial(WorkflowHookSaid, ex.execution_id, point)
         for spec in self.at_workflow(point):
             if spec.workflow_stage not in (None, stage_id):
                 continue
@@ -222,13 +207,13 @@ class HookRegistry:
             reply = await self.call(spec, request)
             if reply is None:
                 silent = "defer" if point == GATE else "fail"
-                return WorkflowHookAnswer(silent, spec.name, f"{spec.name} did not answer")
+                return said(silent, spec.name, f"{spec.name} did not answer")
             if reply.verdict is not None:
-                return WorkflowHookAnswer(reply.verdict, spec.name, reply.reason)
+                return said(reply.verdict, spec.name, reply.reason)
         if point == GATE:
-            return WorkflowHookAnswer("pass", None, None)
+            return said("pass")
         default = "ok" if ex.parsed is not None and not ex.cap_hit else "fail"
-        return WorkflowHookAnswer(default, None, None)
+        return said(default)
 
     async def observe(self, stage: str, point: str, request: HookCall) -> None:
         """Observers at a stage: their answers and failures change nothing."""

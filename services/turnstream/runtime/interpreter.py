@@ -11,13 +11,14 @@ from typing import Protocol, TypeVar
 
 Input = TypeVar("Input")
 Effect = TypeVar("Effect")
+Effect_co = TypeVar("Effect_co", covariant=True)
 
 
-class Decided(Protocol[Effect]):
+class Decided(Protocol[Effect_co]):
     """A committed decision: what it asks the shell to do."""
 
     @property
-    def effects(self) -> list[Effect]: ...
+    def effects(self) -> tuple[Effect_co, ...]: ...
 
 
 class Interpreted(Protocol[Input, Effect]):
@@ -27,7 +28,7 @@ class Interpreted(Protocol[Input, Effect]):
         """Decide `item` and make the decision durable (append its events)."""
         ...
 
-    async def perform(self, effects: list[Effect]) -> Input | None:
+    async def perform(self, effects: tuple[Effect, ...]) -> Input | None:
         """Do what a decision asks; an answer to decide next (a hook's verdict), or None."""
         ...
 

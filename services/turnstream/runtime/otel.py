@@ -4,7 +4,8 @@ is on (`telemetry.setup` with `OTEL_EXPORTER_OTLP_ENDPOINT` set).
 One `Telemetry` per process: a tracer provider exporting spans and a meter provider
 exporting the GenAI client histograms, both OTLP/HTTP (the exporters read the standard
 `OTEL_EXPORTER_OTLP_*` variables, the processors `OTEL_BSP_*` and
-`OTEL_METRIC_EXPORT_INTERVAL`).
+`OTEL_METRIC_EXPORT_INTERVAL`); the spans and metrics of its GenAI operations (provider
+calls, tool runs) are `otel_genai.py`'s.
 """
 
 from __future__ import annotations
@@ -13,12 +14,9 @@ import contextvars
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-import orjson
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -54,37 +52,24 @@ from turnstream.core.events import (
     ToolCallModeInvoked,
     ToolInvocationFailed,
     ToolInvocationProposed,
-    ToolInvocationRequested,
     ToolInvocationSucceeded,
     TurnEnded,
     WorkflowAttached,
     WorkflowExit,
     decode,
 )
-from turnstream.core.turn import (
-    Message,
-    ProviderFailure,
-    ProviderOutcome,
-    ProviderRequest,
-    ProviderSuccess,
-)
 from turnstream.runtime.mailbox import Delivered
-from turnstream.runtime.telemetry import (
+from turnstream.runtime.otel_genai import GenAIClient, json_of, ns_of
+from turnstream.runtime.trace_ids import (
     AGENT_NAME,
-    DURATION_BUCKETS,
     MAX_OPEN_TURNS,
     SCOPE,
-    TOKEN_BUCKETS,
     run_span_id,
     trace_id_of,
     traceparent,
     turn_span_id,
     uuid7_time_ns,
 )
-
-if TYPE_CHECKING:
-    from turnstream.providers import Provider
-    from turnstream.providers.base import DeltaSink, ToolCallSink
 
 _fixed_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "turnstream_fixed_ids", default=None
@@ -104,10 +89,6 @@ class _Ids(RandomIdGenerator):
     def generate_trace_id(self) -> int:
         fixed = _fixed_ids.get()
         return fixed[0] if fixed else super().generate_trace_id()
-
-
-def _ns(at: datetime) -> int:
-    return int(at.timestamp() * 1e9)
 
 
 class Telemetry:
@@ -131,24 +112,11 @@ class Telemetry:
         reader = PeriodicExportingMetricReader(OTLPMetricExporter())
         self.meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
         meter = self.meter_provider.get_meter(SCOPE)
-        self.token_usage = meter.create_histogram(
-            "gen_ai.client.token.usage",
-            unit="{token}",
-            description="Number of input and output tokens used",
-            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
-        )
-        self.duration = meter.create_histogram(
-            "gen_ai.client.operation.duration",
-            unit="s",
-            description="GenAI operation duration",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
-        )
+        self.genai = GenAIClient(self.tracer, meter, capture, self.turn_context, self.parent_of)
         self.turns: dict[str, list[Any]] = {}
         """Open turns: [input tokens, output tokens, input text or None]."""
         self.stage_runs: dict[str, str] = {}
         """Stage turns (executions) this runner entered → their workflow run."""
-        self.tool_ends: dict[int, int] = {}
-        """Running `execute_tool` spans with an outcome appended: span id → its time."""
 
     def shutdown(self) -> None:
         self.tracer_provider.shutdown()
@@ -206,7 +174,7 @@ class Telemetry:
         found = span.get_span_context()
         if found.is_valid and found.trace_id == trace_id:
             if isinstance(event, ToolInvocationSucceeded | ToolInvocationFailed):
-                self.tool_outcome(span, event)
+                self.genai.tool_outcome(span, event)
             return {"traceparent": traceparent(trace_id, found.span_id, found.trace_flags.sampled)}
         if event.turn_id is None:
             return {}
@@ -249,7 +217,7 @@ class Telemetry:
         return counts
 
     def end_turn(self, event: TurnEnded, turn_id: str, counts: list[Any] | None) -> None:
-        end = _ns(event.time)
+        end = ns_of(event.time)
         start = min(uuid7_time_ns(turn_id) or end, end)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
@@ -262,7 +230,7 @@ class Telemetry:
             attributes["gen_ai.usage.input_tokens"] = counts[0]
             attributes["gen_ai.usage.output_tokens"] = counts[1]
             if counts[2] is not None:
-                attributes["gen_ai.input.messages"] = _json(
+                attributes["gen_ai.input.messages"] = json_of(
                     [{"role": "user", "parts": [{"type": "text", "content": counts[2]}]}]
                 )
         if event.data.failure_class is not None:
@@ -283,7 +251,7 @@ class Telemetry:
 
     def end_workflow(self, event: WorkflowExit) -> None:
         """A workflow run's span, parent of its stage turns (ids derived from the run id)."""
-        end = _ns(event.time)
+        end = ns_of(event.time)
         run_id = event.data.run_id
         attributes: dict[str, Any] = {
             "gen_ai.conversation.id": event.session_id,
@@ -328,76 +296,6 @@ class Telemetry:
         finally:
             _fixed_ids.reset(token)
 
-    async def chat(
-        self,
-        provider: Provider,
-        request: ProviderRequest,
-        on_delta: DeltaSink,
-        on_tool_call: ToolCallSink | None,
-    ) -> ProviderOutcome:
-        """`provider.complete(...)` in a `chat` span, recording the two client metrics."""
-        model = request.model or provider.model  # an LLM interceptor may ask for another
-        common: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider.name,
-            "gen_ai.request.model": model,
-        }
-        attributes = {
-            **common,
-            "gen_ai.conversation.id": request.session_id,
-            "turnstream.turn.id": request.turn_id,
-            "turnstream.iteration": request.iteration,
-        }
-        if self.capture:
-            attributes["gen_ai.input.messages"] = _json([_message(m) for m in request.messages])
-            if request.system:
-                attributes["gen_ai.system_instructions"] = _json(
-                    [{"type": "text", "content": request.system}]
-                )
-        parent = self.turn_context(request.trace_id or request.session_id, request.turn_id)
-        span = self.tracer.start_span(
-            f"chat {model}", context=parent, kind=SpanKind.CLIENT, attributes=attributes
-        )
-        began = time.perf_counter()
-        try:
-            with trace.use_span(span, end_on_exit=False, record_exception=False):
-                outcome = await provider.complete(request, on_delta, on_tool_call)
-        except BaseException as exc:  # cancelled (the turn ended) or a provider bug
-            error = type(exc).__name__
-            span.set_attribute("error.type", error)
-            span.set_status(Status(StatusCode.ERROR, str(exc) or error))
-            self.duration.record(time.perf_counter() - began, {**common, "error.type": error})
-            span.end()
-            raise
-        match outcome:
-            case ProviderSuccess(usage=usage):
-                span.set_attributes(
-                    {
-                        "gen_ai.usage.input_tokens": usage.input_tokens,
-                        "gen_ai.usage.output_tokens": usage.output_tokens,
-                        "gen_ai.response.finish_reasons": [outcome.stop_reason],
-                    }
-                )
-                if self.capture:
-                    span.set_attribute("gen_ai.output.messages", _json([_reply(outcome)]))
-                self.token_usage.record(
-                    usage.input_tokens, {**common, "gen_ai.token.type": "input"}
-                )
-                self.token_usage.record(
-                    usage.output_tokens, {**common, "gen_ai.token.type": "output"}
-                )
-                self.duration.record(time.perf_counter() - began, common)
-            case ProviderFailure(error_class=error_class):
-                span.set_attribute("error.type", error_class)
-                span.set_status(Status(StatusCode.ERROR, outcome.message))
-                self.duration.record(
-                    time.perf_counter() - began, {**common, "error.type": error_class}
-                )
-        if outcome.fallback is not None:  # the fallback model answered (ProviderFallback)
-            span.set_attribute("gen_ai.response.model", outcome.fallback.to_model.split("/", 1)[-1])
-        span.end()
-        return outcome
-
     # gateway
 
     def accepted(self, events: Sequence[EventBase]) -> None:
@@ -414,7 +312,7 @@ class Telemetry:
                     attributes = {"turnstream.workflow.run_id": origin}
                 case _:
                     continue
-            end = _ns(event.time)  # decided; the runner may take it from there at once
+            end = ns_of(event.time)  # decided; the runner may take it from there at once
             span = self.tracer.start_span(
                 "accept_input",
                 context=parent,
@@ -450,7 +348,7 @@ class Telemetry:
                     "turnstream.turn.id": event.turn_id,
                     "turnstream.turn.status": event.data.status,
                 },
-                start_time=min(_ns(event.time), end),
+                start_time=min(ns_of(event.time), end),
             )
             span.end(end_time=end)
 
@@ -493,81 +391,6 @@ class Telemetry:
                     "turnstream.approval.timed_out": isinstance(verdict, ToolCallDenied)
                     and verdict.data.timed_out,
                 },
-                start_time=_ns(proposal.time),
+                start_time=ns_of(proposal.time),
             )
-            span.end(end_time=max(_ns(verdict.time), _ns(proposal.time)))
-
-    # tool-executor
-
-    @contextmanager
-    def tool_span(self, request: ToolInvocationRequested, msg: Any) -> Iterator[None]:
-        data = request.data
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": data.tool,
-            "gen_ai.tool.call.id": data.call_id,
-            "gen_ai.tool.type": "function",
-            "gen_ai.conversation.id": request.session_id,
-            "turnstream.invocation.id": data.invocation_id,
-        }
-        if self.capture:
-            attributes["gen_ai.tool.call.arguments"] = _json(data.args)
-        span = self.tracer.start_span(
-            f"execute_tool {data.tool}",
-            context=self.parent_of(request, getattr(msg, "headers", None)),
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-        )
-        try:
-            with trace.use_span(span, end_on_exit=False):
-                yield
-        finally:
-            # at the outcome's time (stamped before it was appended), so the span ends
-            # before anything its outcome caused, whatever this process does next
-            span.end(end_time=self.tool_ends.pop(span.get_span_context().span_id, None))
-
-    def tool_outcome(
-        self, span: Span, event: ToolInvocationSucceeded | ToolInvocationFailed
-    ) -> None:
-        if not span.is_recording():
-            return
-        self.tool_ends[span.get_span_context().span_id] = _ns(event.time)
-        if isinstance(event, ToolInvocationFailed):
-            span.set_attribute("error.type", event.data.error.kind)
-            span.set_status(Status(StatusCode.ERROR, event.data.error.detail))
-        elif self.capture:
-            span.set_attribute("gen_ai.tool.call.result", event.data.output)
-
-
-# --- content, as the conventions' message JSON --------------------------------------------
-
-
-def _json(value: Any) -> str:
-    return orjson.dumps(value).decode()
-
-
-def _message(message: Message) -> dict[str, Any]:
-    parts: list[dict[str, Any]] = []
-    if message.role == "tool":
-        parts.append(
-            {"type": "tool_call_response", "id": message.tool_call_id, "response": message.text}
-        )
-        return {"role": "tool", "parts": parts}
-    if message.text:
-        parts.append({"type": "text", "content": message.text})
-    for call in message.tool_calls:
-        parts.append(
-            {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
-        )
-    return {"role": message.role, "parts": parts}
-
-
-def _reply(outcome: ProviderSuccess) -> dict[str, Any]:
-    parts: list[dict[str, Any]] = []
-    if outcome.text:
-        parts.append({"type": "text", "content": outcome.text})
-    for call in outcome.tool_calls:
-        parts.append(
-            {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
-        )
-    return {"role": "assistant", "parts": parts, "finish_reason": outcome.stop_reason}
+            span.end(end_time=max(ns_of(verdict.time), ns_of(proposal.time)))

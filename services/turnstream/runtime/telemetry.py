@@ -15,8 +15,8 @@ turn is one trace across the processes:
 The trace id is the envelope's `traceId`: the gateway makes it a UUIDv7, whose 128 bits
 are the W3C trace id (32 hex digits, the UUID without dashes); any other string is hashed
 to 128 bits (BLAKE2b), so every process derives the same id from the event alone. The
-`invoke_agent` span's id is likewise derived from the turn id (`turn_span_id`): a turn can
-span runner restarts, so its span is emitted whole when the turn ends (started at the
+`invoke_agent` span's id is likewise derived from the turn id (`runtime/trace_ids.py`): a
+turn can span runner restarts, so its span is emitted whole when the turn ends (started at the
 turn id's UUIDv7 time, when the inbound message was stored), and every other span names
 it as parent without waiting for it. Events appended while tracing carry a W3C
 `traceparent` header (`turnstream.bus.tracing`): the span that appended them, else the
@@ -28,11 +28,8 @@ Message content (prompts, replies, tool arguments and results) is recorded only 
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
 import os
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
@@ -50,60 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("turnstream.telemetry")
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-AGENT_NAME = "turnstream"
-"""`gen_ai.agent.name` of a turn (one agent runs every session here)."""
-SCOPE = "turnstream"
-MAX_OPEN_TURNS = 10_000
-"""Turns a runner keeps token counts for; the oldest are forgotten past this (a turn that
-moved to another runner never ends here)."""
-TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
-DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48)
-"""The GenAI conventions' advised bucket boundaries of the two client histograms."""
-
 _active: Telemetry | None = None
 """The process's telemetry; None when off (every hook returns at once)."""
-
-
-# --- ids: pure, no OpenTelemetry ------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=4096)  # asked for every event appended, per turn the same
-def trace_id_of(trace_id: str) -> int:
-    """The W3C trace id of an envelope's `traceId`: its 128 bits when it is a UUID (the
-    gateway's are UUIDv7), else the first 128 bits of its BLAKE2b digest."""
-    try:
-        value = uuid.UUID(trace_id).int
-    except ValueError:
-        value = int.from_bytes(hashlib.blake2b(trace_id.encode(), digest_size=16).digest())
-    return value or 1
-
-
-@functools.lru_cache(maxsize=4096)
-def turn_span_id(turn_id: str) -> int:
-    """The span id of a turn's `invoke_agent` span, which every process can derive."""
-    digest = hashlib.blake2b(f"invoke_agent:{turn_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest) or 1
-
-
-def run_span_id(run_id: str) -> int:
-    """The span id of a workflow run's span (the parent of its stage turns' spans)."""
-    digest = hashlib.blake2b(f"run_workflow:{run_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest) or 1
-
-
-@functools.lru_cache(maxsize=4096)
-def traceparent(trace_id: int, span_id: int, sampled: bool = True) -> str:
-    """A W3C `traceparent` header value (version 00)."""
-    return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
-
-
-def uuid7_time_ns(value: str) -> int | None:
-    """The Unix time (ns) a UUIDv7 was made at; None for any other string."""
-    try:
-        parsed = uuid.UUID(value)
-    except ValueError:
-        return None
-    return (parsed.int >> 80) * 1_000_000 if parsed.version == 7 else None
 
 
 # --- setup -----------------------------------------------------------------------------
@@ -202,7 +147,7 @@ _OFF: AbstractContextManager[None] = nullcontext()
 def tool_span(request: ToolInvocationRequested, msg: Any) -> AbstractContextManager[None]:
     """tool-executor: the `execute_tool` span around running `request` (delivered as
     `msg`, whose `traceparent` header is its parent)."""
-    return _OFF if _active is None else _active.tool_span(request, msg)
+    return _OFF if _active is None else _active.genai.tool_span(request, msg)
 
 
 class _TracedProvider:
@@ -220,7 +165,7 @@ class _TracedProvider:
         active = _active
         if active is None:
             return await self.inner.complete(request, on_delta, on_tool_call)
-        return await active.chat(self.inner, request, on_delta, on_tool_call)
+        return await active.genai.chat(self.inner, request, on_delta, on_tool_call)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
@@ -259,7 +259,7 @@ class Runner:
         """A task owned by the runner's task group (cancelled on shutdown)."""
         return self.mailboxes.spawn(work, name)
 
-    def observe(self, events: list[Event]) -> None:
+    def observe(self, events: Sequence[Event]) -> None:
         """Hand appended events to telemetry and stage events to observer hooks; they cannot
         change the turn."""
         telemetry.turn_events(events)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -48,7 +48,7 @@ class ActorContext:
     deliver_later: Callable[[str, Item, float], asyncio.TimerHandle]
     """Deliver an item after a delay; the handle cancels it."""
     spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
-    observe: Callable[[list[Event]], None]
+    observe: Callable[[Sequence[Event]], None]
     """Hand appended stage events to observer hooks."""
     publish_live: Callable[[str, str, bytes], Awaitable[None]]
     """Publish a token delta of (session, turn)."""

@@ -7,7 +7,9 @@ state asks for (model calls, hooks, timers), and feeds a hook's answer back as t
 input, until the session is quiet (`turnstream.runtime.interpreter.run_until_quiet`). A
 model call runs on a side task; its outcome (and each tool call it streams) comes back
 through the inbox, so an input that arrives meanwhile is handled (queued or steered)
-while the model streams.
+while the model streams. The actor knows one entry point of the core (`decide`, once per
+input); a decision that asks only in-process context providers is held (`holds`) and
+appended with the next one, which decides their answer.
 
 Bookkeeping: `last_seq` is the session's last log sequence we know (the condition of our
 next append); `input_mark` is the highest sequence of a delivered fact folded, so a
@@ -21,18 +23,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime
+from typing import assert_never
 
 import orjson
 
 from turnstream.bus import AppendConflict
 from turnstream.bus.leases import Ownership
+from turnstream.core.events import Event
 from turnstream.core.inputs import Fact, Tick, WakeAt
-from turnstream.core.session import SessionState, session_of
+from turnstream.core.session import SessionState
 from turnstream.core.session.decider import (
-    AssertSaid,
     Deliver,
     Effect,
-    GateSaid,
     Input,
     ProviderDone,
     Providers,
@@ -40,24 +42,23 @@ from turnstream.core.session.decider import (
     RunStageHooks,
     RunToolHooks,
     RunWorkflowHook,
+    SessionDecision,
     StageHooksSaid,
     TimeTurns,
     ToolCallReady,
     ToolHooksSaid,
     decide,
 )
+from turnstream.core.session.outbound import Outbound
 from turnstream.core.turn import (
     Context,
-    Decision,
     ProviderFailure,
     ProviderRequest,
     ToolCall,
     TurnConfig,
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext
-from turnstream.core.turn.outbound import Outbound
 from turnstream.core.turn.subturns import waiting_on
-from turnstream.core.workflow.definition import GATE
 from turnstream.runtime.interpreter import run_until_quiet
 from turnstream.runtime.mailbox import Delivered
 from turnstream.turn_runner import snapshots
@@ -80,6 +81,8 @@ class SessionActor:
         self.state = SessionState(session_id)
         self.last_seq = 0
         self.input_mark = 0
+        self.held: tuple[Event, ...] = ()
+        """Decided events not appended yet: `state` has them folded in (`holds`)."""
         self.loaded = False
         self.provider_tasks: dict[str, asyncio.Task[None]] = {}
         """Provider calls in flight by turn id (a workflow's parallel stages call at once)."""
@@ -166,11 +169,12 @@ class SessionActor:
         """Decide `item`, append, perform; a hook's answer is decided next, and so on."""
         await run_until_quiet(self, item, MAX_HOOK_ROUNDS)
 
-    async def commit(self, item: Input) -> Decision:
+    async def commit(self, item: Input) -> SessionDecision:
         """Append what `item` decides, conditional on `last_seq`; on conflict reload, redo.
 
         The events go out as one batch whose first carries the condition: refused, none
-        is appended. Once the batch is in, this runner owns the decision.
+        is appended. Once the batch is in, this runner owns the decision. A decision held
+        back (`holds`) goes out with the next one, first.
         """
         store, leases = self.ctx.store, self.ctx.leases
         for _ in range(MAX_CONFLICT_RETRIES):
@@ -181,11 +185,9 @@ class SessionActor:
                     case Ownership.NEW:
                         await self.reload()
                         item = _refold(item)
-            decision = await self.with_local_context(
-                decide(self.state, item, self.config, self.context())
-            )
-            if not decision:
-                self.state = session_of(decision.state)
+            decision = decide(self.state, item, self.config, self.context()).after(self.held)
+            if not decision or self.holds(decision):
+                self.state, self.held = decision.state, decision.events
                 return decision
             try:
                 last = await store.append_decision(
@@ -197,8 +199,8 @@ class SessionActor:
                 await self.reload()
                 item = _refold(item)
                 continue
-            self.state, self.last_seq = session_of(decision.state), last
-            self.ctx.observe(decision)
+            self.state, self.last_seq, self.held = decision.state, last, ()
+            self.ctx.observe(decision.events)
             if not leases.holds(self.session_id):
                 # paused past the TTL while appending: the next holder goes on from the log
                 self.loaded = False
@@ -206,23 +208,17 @@ class SessionActor:
             return decision
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
 
-    async def with_local_context(self, decision: Decision) -> Decision:
-        """`decision`, and when it asks in-process context providers only, their answer
-        decided after it: appended as one batch, the context costs no append round."""
+    def holds(self, decision: SessionDecision) -> bool:
+        """Whether to hold `decision` back: it asks in-process context providers only, so
+        their answer (`perform` gathers it) is decided next and both go out in one batch;
+        the context costs no append round. A remote provider is asked after the append,
+        like a hook."""
         context = self.ctx.context
         if context is None or not context.local:
-            return decision  # a remote provider is asked after the append, like a hook
-        for effect in decision.effects:
-            if isinstance(effect, GatherContext):
-                found = await context.gather(effect.request)
-                answer = ContextGathered(effect.turn_id, found)
-                more = decide(session_of(decision.state), answer, self.config, self.context())
-                combined = more.after(list(decision))
-                combined.effects = more.effects
-                return combined
-        return decision
+            return False
+        return any(isinstance(effect, GatherContext) for effect in decision.effects)
 
-    async def perform(self, effects: list[Effect]) -> Input | None:
+    async def perform(self, effects: tuple[Effect, ...]) -> Input | None:
         """Do what the state asks; a hook's answer is the next input (or, with no hook to
         run, the messages delivered)."""
         answer: Input | None = None
@@ -245,15 +241,7 @@ class SessionActor:
                     answer = StageHooksSaid(turn_id, said)
                 case RunWorkflowHook(point=point, execution=ex):
                     hooks = self.ctx.hooks
-                    hook = await hooks.run_workflow_hook(self.session_id, point, ex.stage_id, ex)
-                    if point == GATE:
-                        answer = GateSaid(
-                            ex.execution_id, hook.gate_outcome(), hook.hook, hook.reason
-                        )
-                    else:
-                        answer = AssertSaid(
-                            ex.execution_id, hook.assert_verdict(), hook.hook, hook.reason
-                        )
+                    answer = await hooks.run_workflow_hook(self.session_id, point, ex.stage_id, ex)
                 case GatherContext(turn_id=turn_id, request=request):
                     context = self.ctx.context
                     found = await context.gather(request) if context is not None else ()
@@ -274,6 +262,8 @@ class SessionActor:
                         )
                 case Deliver(messages=wanted):
                     messages = wanted
+                case _:
+                    assert_never(effect)
         if not any(isinstance(e, TimeTurns) for e in effects):
             self.untime_turns()
         if not any(isinstance(e, WakeAt) for e in effects):
@@ -313,6 +303,7 @@ class SessionActor:
             kv, self.ctx.store, self.session_id
         )
         self.input_mark = self.last_seq
+        self.held = ()
         self.loaded = True
         self.ctx.reloaded(read)
         if read > snapshots.EVERY:

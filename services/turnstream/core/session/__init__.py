@@ -2,9 +2,9 @@
 
 Dependencies go one way: session → workflow → turn. A session without a workflow is its
 chat's turns (`turnstream.core.turn`, whose `ChatState` the session's `SessionState`
-extends with the attached run); with one, each stage runs as a turn of its own in a lane
-of the run (`turnstream.core.workflow` holds the definitions and the run's state), and
-`run.py` here decides the stage lifecycle around them.
+extends with the attached run and its agent); with one, each stage runs as a turn of its
+own in a lane of the run (`turnstream.core.workflow` holds the definitions and the run's
+state), and `run.py` here decides the stage lifecycle around them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 
 from turnstream.core.session.fold import evolve, fold
 from turnstream.core.session.run import decide
-from turnstream.core.session.state import SessionState, session_of
+from turnstream.core.session.state import SessionState
 
 _STATE_ADAPTER: TypeAdapter[SessionState] = TypeAdapter(SessionState)
 
@@ -32,7 +32,6 @@ __all__ = [
     "decide",
     "evolve",
     "fold",
-    "session_of",
     "state_from_json",
     "state_to_json",
 ]

@@ -10,7 +10,7 @@
     StageHooksSaid(turn, …)      the verdict of the hooks at a hook point (`HookPoint`:
                                  the input, the model request and response, tool
                                  results, a compaction, the turn's stop, the reply)
-    GateSaid / AssertSaid        a workflow gate's or asserter's answer
+    WorkflowHookSaid(ex, …)      a workflow gate's or asserter's answer
     Published(keys)              messages to other sessions are published: record them
     ContextGathered(turn, …)     the context providers' answers for the turn's requests
 
@@ -31,18 +31,26 @@ and what the new state asks the shell to do (`effects_of`), every time:
                                  each with its derived `Nats-Msg-Id`; then `Published`
 
 The shell (`turnstream.turn_runner.session`) appends the events, performs the effects and
-feeds their answers back: it knows this module and nothing else of the core's steps.
+feeds their answers back: it knows this module and nothing else of the core's steps. Both
+lists are unions (`Input`, `Effect`) matched to the end (`assert_never`) here (`_step`,
+`effects_of`) and in the shell (`perform`): a new input or effect one of them forgets
+fails the type checker.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import assert_never
 
+from turnstream.core.fold import Decision
 from turnstream.core.inputs import Fact, Tick, WakeAt
+from turnstream.core.session import outbound
+from turnstream.core.session.agent import with_agent
 from turnstream.core.session.fold import evolve, fold
+from turnstream.core.session.outbound import Outbound
 from turnstream.core.session.run import (
+    GATE,
     awaiting_workflow_hooks,
     lane_step,
     next_wakeup,
@@ -51,11 +59,10 @@ from turnstream.core.session.run import (
     turn_views,
 )
 from turnstream.core.session.run import decide as decide_session
-from turnstream.core.session.state import SessionState, session_of
+from turnstream.core.session.state import SessionState
 from turnstream.core.turn import (
     ChatState,
     Context,
-    Decision,
     HookPoint,
     HookSubject,
     HookVerdict,
@@ -74,13 +81,11 @@ from turnstream.core.turn import (
     on_provider_result,
     on_stage_hooks,
     on_tool_call_ready,
-    outbound,
     subturns,
 )
-from turnstream.core.turn.agent import with_agent
 from turnstream.core.turn.context import ContextGathered, GatherContext, awaiting_context
 from turnstream.core.turn.decide import on_context
-from turnstream.core.turn.outbound import Outbound
+from turnstream.core.workflow.definition import assert_verdict, gate_outcome
 from turnstream.core.workflow.state import StageRun
 
 # -- inputs ---------------------------------------------------------------------------
@@ -114,17 +119,15 @@ class StageHooksSaid:
 
 
 @dataclass(frozen=True, slots=True)
-class GateSaid:
-    execution_id: str
-    outcome: Literal["pass", "defer", "block"]
-    hook: str | None = None
-    reason: str | None = None
+class WorkflowHookSaid:
+    """What the first workflow hook that answered at `point` (`CheckGate` or `Assert`)
+    said about the stage execution; `decide` reads it as that point's outcome."""
 
-
-@dataclass(frozen=True, slots=True)
-class AssertSaid:
     execution_id: str
-    verdict: Literal["ok", "retry", "fail"]
+    point: str
+    verdict: str
+    """The hook's word: pass / defer / block at a gate, ok / retry / fail at an assert
+    (either point takes the other's words too: `gate_outcome`, `assert_verdict`)."""
     hook: str | None = None
     reason: str | None = None
 
@@ -143,8 +146,7 @@ Input = (
     | ToolCallReady
     | ToolHooksSaid
     | StageHooksSaid
-    | GateSaid
-    | AssertSaid
+    | WorkflowHookSaid
     | Published
     | ContextGathered
 )
@@ -189,7 +191,7 @@ class TimeTurns:
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """Messages to publish to other sessions (`turnstream.core.turn.outbound`)."""
+    """Messages to publish to other sessions (`turnstream.core.session.outbound`)."""
 
     messages: tuple[Outbound, ...]
 
@@ -205,29 +207,31 @@ Effect = (
     | GatherContext
 )
 HookEffect = RunToolHooks | RunStageHooks | RunWorkflowHook | GatherContext
+SessionDecision = Decision[SessionState, Effect]
+"""What the session's decider answers: the events, the state they fold to, its effects."""
 
 
-def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -> Decision:
+def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -> SessionDecision:
     """The events that follow from `input` in `state`, the state they fold to, and the
     effects that state asks for."""
     if isinstance(input, Fact):
         state = evolve(state, input.event)
     config = with_agent(config, state.agent)
+    step = _step(state, input, config, ctx)
+    decided = decide_session(step.state, config, ctx).after(step)
+    return Decision(decided.events, decided.state, effects_of(decided.state, config, ctx.now))
+
+
+def _step(
+    state: SessionState, input: Input, config: TurnConfig, ctx: Context
+) -> Decision[SessionState]:
+    """What `input` itself records; `decide` then decides what follows from it."""
     match input:
         case Fact() | Tick():
-            decision = decide_session(state, config, ctx)
+            return Decision((), state)  # the fact is folded in: what follows is all
         case Published(keys=keys):
             sent = outbound.record(state, keys, config, ctx)
-            decision = decide_session(fold(state, sent), config, ctx).after(sent)
-        case _:
-            step = _step(state, input, config, ctx)
-            decision = decide_session(session_of(step.state), config, ctx).after(step)
-    decision.effects = effects_of(session_of(decision.state), config, ctx.now)
-    return decision
-
-
-def _step(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -> Decision:
-    match input:
+            return Decision(tuple(sent), fold(state, sent))
         case ProviderDone(turn_id=turn_id, outcome=result):
             return lane_step(
                 state, turn_id, config, ctx, lambda s, c: on_provider_result(s, result, c, ctx)
@@ -245,18 +249,29 @@ def _step(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -
             return lane_step(
                 state, turn_id, config, ctx, lambda s, c: on_stage_hooks(s, stage_verdict, c, ctx)
             )
-        case GateSaid(execution_id=execution, outcome=outcome, hook=hook, reason=reason):
-            return on_gate(state, execution, outcome, config, ctx, gate=hook, reason=reason)
-        case AssertSaid(execution_id=execution, verdict=verdict, hook=hook, reason=reason):
-            return on_assert(state, execution, verdict, config, ctx, asserter=hook, reason=reason)
+        case WorkflowHookSaid():
+            return _workflow_hook_said(state, input, config, ctx)
         case ContextGathered(turn_id=turn_id, results=results):
             return lane_step(
                 state, turn_id, config, ctx, lambda s, c: on_context(s, results, c, ctx)
             )
-    return Decision([], state)
+        case _:
+            assert_never(input)
 
 
-def effects_of(state: SessionState, config: TurnConfig, now: datetime) -> list[Effect]:
+def _workflow_hook_said(
+    state: SessionState, said: WorkflowHookSaid, config: TurnConfig, ctx: Context
+) -> Decision[SessionState]:
+    """A workflow hook's word, read as its point's: a gate's outcome, an assert's verdict."""
+    execution, hook, reason = said.execution_id, said.hook, said.reason
+    if said.point == GATE:
+        outcome = gate_outcome(said.verdict)
+        return on_gate(state, execution, outcome, config, ctx, gate=hook, reason=reason)
+    verdict = assert_verdict(said.verdict)
+    return on_assert(state, execution, verdict, config, ctx, asserter=hook, reason=reason)
+
+
+def effects_of(state: SessionState, config: TurnConfig, now: datetime) -> tuple[Effect, ...]:
     """What `state` asks the shell to do (the same state always asks the same)."""
     views = turn_views(state, config)
     live = frozenset(view.active.turn_id for view, _ in views if view.active is not None)
@@ -273,7 +288,7 @@ def effects_of(state: SessionState, config: TurnConfig, now: datetime) -> list[E
     messages = outbound.wanted(state, config)
     if messages:
         effects.append(Deliver(tuple(messages)))
-    return effects
+    return tuple(effects)
 
 
 def _awaiting_hook(

@@ -6,9 +6,14 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from turnstream.core.events import (
+    Envelope,
     Event,
     EventBase,
+    InputRejected,
     InterruptReceived,
+    MessageDropped,
+    MessageSent,
+    SessionConfigured,
     StageAssertOutcome,
     StageCancelled,
     StageCheckGateResult,
@@ -23,7 +28,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
-from turnstream.core.session.state import SessionState, session_of
+from turnstream.core.session.state import SessionState, Unanswered
 from turnstream.core.turn.evolve import evolve as evolve_turn
 from turnstream.core.turn.state import ChatState
 from turnstream.core.workflow.definition import WorkflowDef
@@ -32,13 +37,20 @@ from turnstream.core.workflow.state import StageRun, WorkflowRun
 
 def evolve(state: SessionState, event: Event) -> SessionState:
     """Fold one event into the session: the run's bookkeeping, a stage's lane, or the chat."""
+    if isinstance(event, SessionConfigured):  # the first agent named is the session's
+        return state if state.agent is not None else with_changes(state, agent=event.data)
+    if isinstance(event, InputRejected):
+        return _owed(state, event)
+    if isinstance(event, MessageSent | MessageDropped) and _settles(state, event):
+        left = tuple(u for u in state.unanswered if u.turn_id != event.turn_id)
+        return with_changes(state, unanswered=left)
     run = state.workflow
     if isinstance(event, WorkflowAttached):
         if run is not None and run.open:  # one run at a time: the next waits its turn
             return with_changes(state, workflow=with_changes(run, queued=(*run.queued, event)))
         return with_changes(state, workflow=_attached(event))
     if run is None:
-        return session_of(evolve_turn(state, event))
+        return evolve_turn(state, event)
     changed = _evolve_run(run, event)
     if changed is not None:
         return with_changes(state, workflow=changed)
@@ -51,7 +63,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 if ex.running and ex.lane.active is not None:
                     run = _replace(run, with_changes(ex, lane=evolve_turn(ex.lane, event)))
             state = with_changes(state, workflow=run)
-        return session_of(evolve_turn(state, event))
+        return evolve_turn(state, event)
     lane = evolve_turn(ex.lane, event)
     failure = ex.failure
     if isinstance(event, TurnEnded) and ex.running and event.data.status != "completed":
@@ -60,6 +72,31 @@ def evolve(state: SessionState, event: Event) -> SessionState:
 
 
 fold = projector(evolve)
+
+
+def _owed(state: SessionState, event: InputRejected) -> SessionState:
+    """A rejected input whose sender wants a reply: the rejection is owed to it, once."""
+    data = event.data
+    if data.reply_to is None or not event.turn_id:
+        return state
+    if any(u.turn_id == event.turn_id for u in state.unanswered):
+        return state
+    unanswered = Unanswered(
+        turn_id=event.turn_id,
+        reply_to=data.reply_to,
+        key=data.idempotency_key or "",
+        hops=data.hops,
+        reason=data.reason,
+        envelope=Envelope.of(event),
+        event_id=event.id,
+    )
+    return with_changes(state, unanswered=(*state.unanswered, unanswered))
+
+
+def _settles(state: SessionState, event: MessageSent | MessageDropped) -> bool:
+    """The event is the reply a rejected input's sender was owed (sent, or dropped)."""
+    owed = event.data.cause == "replyTo"
+    return owed and any(u.turn_id == event.turn_id for u in state.unanswered)
 
 
 def _attached(event: WorkflowAttached) -> WorkflowRun:

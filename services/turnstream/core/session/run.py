@@ -21,10 +21,10 @@ The events of each lifecycle step are built in `build.py`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
-from typing import Literal
+from typing import Literal, Protocol
 
 from turnstream.core.events import (
     Event,
@@ -32,13 +32,14 @@ from turnstream.core.events import (
     FollowUpQueuedData,
     StageResult,
 )
-from turnstream.core.fold import until_quiet
+from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.immutable import with_changes
+from turnstream.core.session import outbound
 from turnstream.core.session.fold import fold
-from turnstream.core.session.state import SessionState, session_of
+from turnstream.core.session.state import SessionState
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import decide as decide_turn
-from turnstream.core.turn.state import ChatState, Context, Decision, StageSpec, TurnConfig
+from turnstream.core.turn.state import C, ChatState, Context, StageSpec, TurnConfig
 from turnstream.core.workflow.build import (
     assert_events,
     cancel,
@@ -57,19 +58,28 @@ from turnstream.core.workflow.definition import ASSERT, GATE
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 
 
-def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision:
+def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
     """Every event that follows from `state` without an outside effect, in order."""
     run = state.workflow
     if run is None or not run.open:
         # the chat turn's events are no run's: the turn's own fold is the session's
-        return decide_turn(state, config, ctx)
-    out: list[Event] = []
+        return decide_chat(state, config, ctx)
+    out: Sequence[Event] = ()
     if state.active is not None:
         # a chat turn finishes before the run starts (inputs wait for the run)
-        out = decide_turn(state, with_changes(config, hold_inputs=True), ctx)
-        state = session_of(out.state)
+        chat = decide_chat(state, with_changes(config, hold_inputs=True), ctx)
+        out, state = chat.events, chat.state
     step = partial(_next_step, config=config, ctx=ctx)
-    return Decision(*until_quiet(state, step, fold, out))
+    return until_quiet(state, step, fold, out)
+
+
+def decide_chat(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
+    """What the session's own chat decides: a rejection whose reply would pass the hop
+    limit is dropped (`outbound`), then its turn's decider decides."""
+    dropped = outbound.rejections_dropped(state, config, ctx)
+    if not dropped:
+        return decide_turn(state, config, ctx)
+    return decide_turn(fold(state, dropped), config, ctx).after(dropped)
 
 
 def chat_config(state: SessionState, config: TurnConfig) -> TurnConfig:
@@ -105,31 +115,38 @@ def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[ChatState,
     return views
 
 
+class LaneStep(Protocol):
+    """A turn-level step (a provider result, hook verdicts, …) on a chat: the session's
+    own, or a stage's lane; it hands back the state it was given, as such."""
+
+    def __call__(self, state: C, config: TurnConfig, /) -> Decision[C]: ...
+
+
 def lane_step(
     state: SessionState,
     turn_id: str,
     config: TurnConfig,
     ctx: Context,
-    step: Callable[[ChatState, TurnConfig], Decision],
-) -> Decision:
+    step: LaneStep,
+) -> Decision[SessionState]:
     """Apply a turn-level step (a provider result, hook verdicts) to the turn `turn_id`,
     the chat turn or a stage's, then decide what follows for the whole session."""
     run = state.workflow
     ex = run.lane_of(turn_id) if run is not None else None
     if ex is None or run is None:
         if state.active is None or state.active.turn_id != turn_id:
-            return Decision([], state)
+            return Decision((), state)
         # the chat turn's fold is the session's
-        events = step(state, chat_config(state, config))
+        chat = step(state, chat_config(state, config))
         if run is None or not run.open:
-            return events  # the turn's decider has decided everything that follows
-        return decide(session_of(events.state), config, ctx).after(events)
+            return chat  # the turn's decider has decided everything that follows
+        return decide(chat.state, config, ctx).after(chat)
     if ex.status != "act":
-        return Decision([], state)
-    events = step(ex.lane, lane_config(config, run, ex))
-    if not events:
-        return Decision([], state)
-    return decide(fold(state, events), config, ctx).after(events)
+        return Decision((), state)
+    lane = step(ex.lane, lane_config(config, run, ex))
+    if not lane:
+        return Decision((), state)
+    return decide(fold(state, lane), config, ctx).after(lane)
 
 
 def awaiting_workflow_hooks(
@@ -178,12 +195,12 @@ def on_gate(
     *,
     gate: str | None = None,
     reason: str | None = None,
-) -> Decision:
+) -> Decision[SessionState]:
     """Record a gate's answer; `resolutionPolicy` says what defer and block do."""
     run = state.workflow
     ex = run.lane_of(execution_id) if run is not None else None
     if run is None or ex is None or ex.status != "gate":
-        return Decision([], state)
+        return Decision((), state)
     events = gate_events(run, ex, outcome, ctx, gate=gate, reason=reason)
     return decide(fold(state, events), config, ctx).after(events)
 
@@ -197,24 +214,24 @@ def on_assert(
     *,
     asserter: str | None = None,
     reason: str | None = None,
-) -> Decision:
+) -> Decision[SessionState]:
     """Record an assert hook's verdict and what follows (Act again, or Exit)."""
     run = state.workflow
     ex = run.lane_of(execution_id) if run is not None else None
     if run is None or ex is None or ex.status != "act":
-        return Decision([], state)
+        return Decision((), state)
     turn = ex.lane.active
     if turn is None or not turn.act_done:
-        return Decision([], state)
+        return Decision((), state)
     events = assert_events(run, ex, verdict, reason, ctx, asserter=asserter)
     return decide(fold(state, events), config, ctx).after(events)
 
 
-def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
+def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequence[Event]:
     run = state.workflow
     assert run is not None
     if not run.open:
-        return decide_turn(state, config, ctx) if state.active is None else []
+        return decide_chat(state, config, ctx).events if state.active is None else ()
     parked = _park_inputs(state, run, ctx)
     if parked:
         return parked
@@ -254,7 +271,7 @@ def _park_inputs(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Ev
 
 def _advance(
     state: SessionState, run: WorkflowRun, ex: StageRun, config: TurnConfig, ctx: Context
-) -> list[Event]:
+) -> Sequence[Event]:
     if ex.wait_until is not None and ctx.now < ex.wait_until:
         return []
     if ex.status == "gate":
@@ -266,7 +283,7 @@ def _advance(
         reason = f"the stage turn failed: {ex.failure or 'it ended'}"
         return exit_events(run, ex, result_of(ex, "fail", reason), ctx, run.last_event_id)
     if turn.ended is not None:
-        return decide_turn(ex.lane, lane_config(config, run, ex), ctx)
+        return decide_turn(ex.lane, lane_config(config, run, ex), ctx).events
     if ex.asserted is not None:  # Assert is recorded, its Exit was not (a crash between)
         result = result_of(ex, ex.asserted, ex.assert_reason)
         return exit_events(run, ex, result, ctx, turn.last_event_id)
@@ -280,7 +297,7 @@ def _advance(
         stage = stage_of(run, ex)
         reason = f"turnCap={stage.turn_cap} rounds passed without a valid {stage.completion_tool}"
         return assert_events(run, ex, "fail", reason, ctx)
-    return decide_turn(ex.lane, lane_config(config, run, ex), ctx)
+    return decide_turn(ex.lane, lane_config(config, run, ex), ctx).events
 
 
 def _repair(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:

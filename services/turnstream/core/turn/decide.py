@@ -33,6 +33,8 @@ from turnstream.core.events import (
     FailureClass,
     FollowUpQueued,
     FollowUpQueuedData,
+    MessageDropped,
+    MessageDroppedData,
     ProviderRequestCompleted,
     ProviderRequestCompletedData,
     ProviderRequestFailed,
@@ -47,9 +49,8 @@ from turnstream.core.events import (
     SteeringInjectedData,
     TextBlock,
 )
-from turnstream.core.fold import until_quiet
-from turnstream.core.turn import outbound, subturns
-from turnstream.core.turn.agent import is_runtime_tool
+from turnstream.core.fold import Decision, until_quiet
+from turnstream.core.turn import runtime_calls, subturns
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response
 from turnstream.core.turn.context import (
@@ -57,7 +58,8 @@ from turnstream.core.turn.context import (
     awaiting_context,
     context_events,
 )
-from turnstream.core.turn.evolve import INTERRUPT_INPUT, fold
+from turnstream.core.turn.evolve import fold
+from turnstream.core.turn.evolve_inputs import INTERRUPT_INPUT
 from turnstream.core.turn.fallback import attempt_events
 from turnstream.core.turn.interceptors import (
     hook_point,
@@ -69,11 +71,12 @@ from turnstream.core.turn.provider import (
     ProviderOutcome,
     ProviderSuccess,
 )
+from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
+    C,
     ChatState,
     Context,
-    Decision,
     HookPoint,
     HookVerdict,
     PendingInput,
@@ -96,9 +99,9 @@ SUMMARY_REQUEST = (
 )
 
 
-def decide(state: ChatState, config: TurnConfig, ctx: Context) -> Decision:
+def decide(state: C, config: TurnConfig, ctx: Context) -> Decision[C]:
     """Every event that follows from `state` without an outside effect, in order."""
-    return Decision(*until_quiet(state, partial(_next_step, config=config, ctx=ctx), fold))
+    return until_quiet(state, partial(_next_step, config=config, ctx=ctx), fold)
 
 
 def needs_provider_call(state: ChatState) -> bool:
@@ -107,22 +110,22 @@ def needs_provider_call(state: ChatState) -> bool:
 
 
 def on_stage_hooks(
-    state: ChatState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
-) -> Decision:
+    state: C, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
+) -> Decision[C]:
     """Record what the hooks at a hook point decided, move the turn on, go on."""
     events = intercepted(state, verdict, config, ctx)
     if events is None:
-        return Decision([], state)
+        return Decision((), state)
     return decide(events.state, config, ctx).after(events)
 
 
 def on_provider_result(
-    state: ChatState, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
-) -> Decision:
+    state: C, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
+) -> Decision[C]:
     """The events that record a provider outcome, then whatever follows from them."""
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended:
-        return Decision([], state)  # a late result for a turn that moved on: nothing to record
+        return Decision((), state)  # a late result for a turn that moved on: nothing to record
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = attempt_events(b, outcome, turn.iteration)
     match outcome:
@@ -161,12 +164,12 @@ def on_provider_result(
 
 
 def on_context(
-    state: ChatState, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
-) -> Decision:
+    state: C, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
+) -> Decision[C]:
     """The context providers' answers for the turn's COMPOSE_REQUEST, then what follows."""
     turn = state.active
     if turn is None or awaiting_context(state, config) is None:
-        return Decision([], state)  # late, or already recorded (a redelivered answer)
+        return Decision((), state)  # late, or already recorded (a redelivered answer)
     b = Builder(state.session_id, turn, ctx)
     events = context_events(b, results, turn.iteration)
     events.append(b.post(Stage.COMPOSE_REQUEST, "ok"))
@@ -174,24 +177,24 @@ def on_context(
 
 
 def on_tool_call_ready(
-    state: ChatState,
+    state: C,
     call: ToolCall,
     first_byte_at: datetime,
     config: TurnConfig,
     ctx: Context,
-) -> Decision:
+) -> Decision[C]:
     """A tool call whose block is complete while the model still streams: propose it now,
     so approval (and, once approved, the run) starts before the response ends."""
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended or turn.abort:
-        return Decision([], state)
+        return Decision((), state)
     if config.stage is not None or HookPoint.STREAM_RESPONSE in config.stage_hooks:
         # a stage, or a response interceptor, judges the whole response before any call
-        return Decision([], state)
+        return Decision((), state)
     if turn.interrupt is not None or any(c.call_id == call.id for c in turn.calls):
-        return Decision([], state)
+        return Decision((), state)
     if turn.tool_calls_made + 1 > config.max_tool_calls_per_turn:
-        return Decision([], state)  # the whole response decides: the bound ends the turn then
+        return Decision((), state)  # the whole response decides: the bound ends the turn then
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
     if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
@@ -203,12 +206,12 @@ def on_tool_call_ready(
 
 
 def on_hook_verdicts(
-    state: ChatState, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
-) -> Decision:
+    state: C, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
+) -> Decision[C]:
     """Record what the tool hooks decided, request the calls they let through, go on."""
     turn = state.active
     if turn is None:
-        return Decision([], state)
+        return Decision((), state)
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
     calls = {c.invocation_id: c for c in turn.calls}
@@ -230,7 +233,7 @@ def on_hook_verdicts(
 
 
 def _next_step(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event]:
-    children = subturns.step(state, ctx) or outbound.rejections_dropped(state, config, ctx)
+    children = subturns.step(state, ctx)
     if children:
         return children
     turn = state.active
@@ -246,7 +249,7 @@ def _next_step(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event
         if turn.reply_to is not None and not turn.reply_settled:
             # the reply goes first (the shell delivers it, `outbound.record` says so), or is
             # dropped past the hop limit; the turn closes after
-            return outbound.reply_dropped(b, turn, config)
+            return _reply_dropped(b, turn, config)
         return [b.make(SessionTurnEnd, SessionTurnEndData(status=turn.ended))]
     if turn.abort is not None:
         action, reason = turn.abort
@@ -337,7 +340,7 @@ def _next_step(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event
                 return compose_or_stop(b, turn, config)
             return [b.pre(Stage.RENDER)]  # past its last round (or interrupted): no stop hook
         case Stage.TOOL_CALL, True:
-            refused = outbound.refuse(b, state, turn, config)
+            refused = runtime_calls.refuse(b, state, turn, config)
             return refused or tool_step(b, turn, config)
         case Stage.TOOL_CALL, False:
             if turn.interrupt is not None and turn.iteration > turn.interrupt[2]:
@@ -394,3 +397,13 @@ def _park(
         return b.make(SteeringInjected, steer, turn_id=turn.turn_id)
     queued = FollowUpQueuedData(input_id=pending.input_id, behind_turn_id=turn.turn_id)
     return b.make(FollowUpQueued, queued)
+
+
+def _reply_dropped(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    """A reply past the hop limit is not sent; nothing else is decided for it here."""
+    if turn.reply_to is None or turn.reply_settled or turn.hops + 1 <= config.max_hops:
+        return []
+    data = MessageDroppedData(
+        to=turn.reply_to, reason="hop_limit", hops=turn.hops + 1, cause="replyTo"
+    )
+    return [b.make(MessageDropped, data)]

@@ -27,14 +27,15 @@ from turnstream.core.events import (
     HookDecidedData,
     Stage,
 )
+from turnstream.core.fold import Decision
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.evolve import fold
 from turnstream.core.turn.provider import ProviderRequest
 from turnstream.core.turn.state import (
     ActiveTurn,
+    C,
     ChatState,
     Context,
-    Decision,
     HookPoint,
     Message,
     StageHookVerdict,
@@ -158,8 +159,8 @@ def proceed(
 
 
 def intercepted(
-    state: ChatState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
-) -> Decision | None:
+    state: C, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
+) -> Decision[C] | None:
     """What the hooks at a point said, recorded, and the turn moved on as they said (with
     the state they fold to); None when the turn does not wait there (a late or repeated
     answer)."""
@@ -174,12 +175,12 @@ def intercepted(
     assert after.active is not None
     if verdict.action in ("abort_turn", "hard_abort", "veto"):
         # `decide` ends the turn (a veto: as the failed request would have)
-        return Decision(decided, after)
+        return Decision(tuple(decided), after)
     if verdict.action == "iterate":
         moved = compose_or_stop(b, after.active, config)
     else:
         moved = proceed(point, b, after, config, verdict.compaction)
-    return Decision([*decided, *moved], fold(after, moved))
+    return Decision((*decided, *moved), fold(after, moved))
 
 
 TAKES: dict[HookPoint, frozenset[str]] = {

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from turnstream.core.events import (
     CompactionChange,
     Envelope,
-    Event,
     FailureClass,
     HookAction,
     RequestChange,
     ResponseChange,
     Sender,
-    SessionConfiguredData,
     SpawnMode,
     Stage,
     StopReason,
@@ -187,20 +184,6 @@ class ActiveTurn:
     """A compaction interceptor refused the compaction: which hook, and why."""
 
 
-@dataclass(frozen=True)
-class Unanswered:
-    """An input the gateway rejected whose sender wants a reply (`replyTo`): the runner
-    delivers the rejection there, once."""
-
-    turn_id: str
-    reply_to: str
-    key: str
-    hops: int
-    reason: str
-    envelope: Envelope
-    event_id: str
-
-
 ChildStatus = Literal["running", "ended", "delivered"]
 
 
@@ -260,12 +243,8 @@ class ChatState:
     turns_ended: int = 0
     last_turn_id: str | None = None
     last_status: TurnStatus | None = None
-    agent: SessionConfiguredData | None = None
-    """The session's agent (`SessionConfigured`); None: the deployment's default agent."""
     children: tuple[Child, ...] = ()
     """Sub-turns spawned (delivered ones stay, so a late duplicate reply is known)."""
-    unanswered: tuple[Unanswered, ...] = ()
-    """Rejected inputs whose rejection is still to be delivered to their `replyTo`."""
     early: tuple[tuple[str, ChildResult], ...] = ()
     """Replies of children whose `SubTurnSpawned` is not folded yet (a child can answer
     between its input's publish and the record of it), by the spawn's key."""
@@ -273,26 +252,8 @@ class ChatState:
     """A running summary of the messages compaction dropped (the `summary` context provider)."""
 
 
-class Decision(list[Event]):
-    """A decider's events, in order, and `state`: the state it was given with them folded
-    in (a session's stays a `SessionState`: `turnstream.core.session.session_of`).
-
-    The deciders fold as they go (each step decides from the state the last one left), so
-    they hand that state on and the shell need not fold the same events again. It is a
-    list, so code that only wants the events reads it as one.
-    """
-
-    __slots__ = ("effects", "state")
-
-    def __init__(self, events: Iterable[Event], state: ChatState) -> None:
-        super().__init__(events)
-        self.state = state
-        self.effects: list[Any] = []
-        """What the state asks the shell to do (`turnstream.core.session.decider`)."""
-
-    def after(self, events: list[Event]) -> Decision:
-        """`events` first, then these (what follows from them): the same final state."""
-        return Decision([*events, *self], self.state)
+C = TypeVar("C", bound=ChatState)
+"""A chat's state, or the session's, which the turn's folds and steps hand back as such."""
 
 
 @dataclass(frozen=True)

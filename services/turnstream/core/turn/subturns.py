@@ -1,6 +1,6 @@
 """Sub-turns as the parent session sees them (DESIGN §11, seed 003): a fold and a step.
 
-    spawn approved ─► SubTurnSpawned + MessageSent (the child's input, `outbound.py`)
+    spawn approved ─► SubTurnSpawned + MessageSent (the child's input, `session/outbound.py`)
     child running ──┬─ its reply arrives (InputAccepted inReplyTo the spawn's key)
                     └─ its deadline passes (TURNSTREAM_SUBTURN_DEADLINE_S)
                   ─► SubTurnEnded{status, failureClass?, reply}      (exactly once)
@@ -41,6 +41,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.state import (
+    C,
     ChatState,
     Child,
     ChildResult,
@@ -55,7 +56,7 @@ SUBTURN_INPUT = "subturn:"
 # -- fold -----------------------------------------------------------------------------
 
 
-def spawned(state: ChatState, event: SubTurnSpawned) -> ChatState:
+def spawned(state: C, event: SubTurnSpawned) -> C:
     data = event.data
     if any(c.invocation_id == data.invocation_id for c in state.children):
         return state
@@ -98,20 +99,20 @@ def spawning(state: ChatState, in_reply_to: str | None) -> bool:
     return any(c.tool == "spawn" and in_reply_to == f"spawn:{c.invocation_id}" for c in turn.calls)
 
 
-def replied_early(state: ChatState, key: str, result: ChildResult) -> ChatState:
+def replied_early(state: C, key: str, result: ChildResult) -> C:
     if any(k == key for k, _ in state.early):
         return state
     return with_changes(state, early=(*state.early, (key, result)))
 
 
-def replied(state: ChatState, child: Child, result: ChildResult) -> ChatState:
+def replied(state: C, child: Child, result: ChildResult) -> C:
     """A child's reply arrived: kept until `SubTurnEnded` records it (first reply wins)."""
     if child.status != "running" or child.result is not None:
         return state
     return _replace(state, with_changes(child, result=result))
 
 
-def ended(state: ChatState, event: SubTurnEnded) -> ChatState:
+def ended(state: C, event: SubTurnEnded) -> C:
     child = _find(state, event.data.invocation_id)
     if child is None or child.status != "running":
         return state
@@ -129,7 +130,7 @@ def ended(state: ChatState, event: SubTurnEnded) -> ChatState:
     )
 
 
-def delivered(state: ChatState, event: SubTurnResultDelivered) -> ChatState:
+def delivered(state: C, event: SubTurnResultDelivered) -> C:
     child = _find(state, event.data.invocation_id)
     if child is None or child.status != "ended":
         return state
@@ -155,7 +156,7 @@ def delivered(state: ChatState, event: SubTurnResultDelivered) -> ChatState:
     return with_changes(state, pending=(*state.pending, follow))
 
 
-def interrupted(state: ChatState, turn_id: str, mode: str) -> ChatState:
+def interrupted(state: C, turn_id: str, mode: str) -> C:
     """The parent turn was interrupted: its running children must be too."""
     if mode not in ("graceful", "hard"):
         return state
@@ -168,7 +169,7 @@ def interrupted(state: ChatState, turn_id: str, mode: str) -> ChatState:
     return with_changes(state, children=children)
 
 
-def interrupt_sent(state: ChatState, invocation_id: str | None) -> ChatState:
+def interrupt_sent(state: C, invocation_id: str | None) -> C:
     child = _find(state, invocation_id or "")
     if child is None:
         return state
@@ -317,6 +318,6 @@ def _find(state: ChatState, invocation_id: str) -> Child | None:
     return next((c for c in state.children if c.invocation_id == invocation_id), None)
 
 
-def _replace(state: ChatState, child: Child) -> ChatState:
+def _replace(state: C, child: Child) -> C:
     children = tuple(child if c.invocation_id == child.invocation_id else c for c in state.children)
     return with_changes(state, children=children)

@@ -25,8 +25,8 @@ from turnstream.core.events import (
     ToolInvocationRequested,
     ToolInvocationRequestedData,
 )
-from turnstream.core.turn.agent import is_runtime_tool
 from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
@@ -55,7 +55,7 @@ def awaiting_hooks(state: ChatState, config: TurnConfig) -> list[ToolCallState]:
 
 def executable(calls: tuple[ToolCallState, ...]) -> list[ToolCallState]:
     """The dispatchable calls a tool-executor runs (the runtime runs `send_message` and
-    `spawn` itself: `turnstream.core.turn.outbound`)."""
+    `spawn` itself: `runtime_calls` judges them, `core.session.outbound` sends them)."""
     return [c for c in dispatchable(calls) if not is_runtime_tool(c.tool)]
 
 

@@ -18,6 +18,20 @@ ASSERT = "Assert"
 """The hook point that judges a stage's completed Act (`StageAssertOutcome`)."""
 
 
+def gate_outcome(verdict: str) -> Literal["pass", "defer", "block"]:
+    """A gate hook's word as the gate's outcome (an asserter's words count too)."""
+    if verdict in ("pass", "ok"):
+        return "pass"
+    return "block" if verdict in ("block", "fail") else "defer"
+
+
+def assert_verdict(verdict: str) -> Literal["ok", "retry", "fail"]:
+    """An assert hook's word as the assert's verdict (a gate's words count too)."""
+    if verdict in ("ok", "pass"):
+        return "ok"
+    return "retry" if verdict in ("retry", "defer") else "fail"
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     max_attempts: int = 1

@@ -12,19 +12,17 @@ hands back `Published(keys)`; `record` gives the events that say so (`MessageSen
 `SubTurnSpawned` or the call's result). What is recorded is no longer wanted: a message is
 published until the log says it was, never after. Past TURNSTREAM_MAX_HOPS a message is
 not sent: `MessageDropped{hop_limit}` (and a `send_message` or `spawn` call fails
-`limit_exceeded`, which the model sees).
+`limit_exceeded`, which the model sees: `runtime_calls` judges each call).
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
-from turnstream.core.commands import AGENT_NAME_PATTERN, MAX_TEXT_CHARS
+from turnstream.core.commands import MAX_TEXT_CHARS
 from turnstream.core.events import (
     Event,
     FailureClass,
@@ -34,18 +32,20 @@ from turnstream.core.events import (
     MessageSent,
     MessageSentData,
     ParentRef,
-    Stage,
     SubTurnSpawned,
     SubTurnSpawnedData,
-    ToolError,
-    ToolInvocationFailed,
-    ToolInvocationFailedData,
     ToolInvocationSucceeded,
     ToolInvocationSucceededData,
 )
-from turnstream.core.subjects import is_reserved_session, is_session_id
-from turnstream.core.turn.agent import is_runtime_tool
+from turnstream.core.session.state import SessionState, Unanswered
 from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.runtime_calls import (
+    budget_share,
+    child_session_id,
+    judged_with_shares,
+    problem,
+)
+from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
@@ -53,12 +53,8 @@ from turnstream.core.turn.state import (
     Context,
     ToolCallState,
     TurnConfig,
-    Unanswered,
 )
 from turnstream.core.turn.subturns import child_event, filed
-from turnstream.core.turn.tool_call import dispatchable
-
-_AGENT = re.compile(AGENT_NAME_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +84,7 @@ def reply_key(turn_id: str) -> str:
     return f"reply:{turn_id}"
 
 
-def child_session_id(parent: str, invocation_id: str) -> str:
-    """The child session a `spawn` call starts: named after its parent where it fits."""
-    digest = hashlib.blake2b(invocation_id.encode(), digest_size=6).hexdigest()
-    name = f"{parent}:sub-{digest}"
-    return name if len(name) <= 128 else f"sub-{digest}"
-
-
-def wanted(state: ChatState, config: TurnConfig) -> list[Outbound]:
+def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
     """Every message `state` wants delivered and has not recorded as delivered."""
     out: list[Outbound] = []
     turn = state.active
@@ -107,7 +96,7 @@ def wanted(state: ChatState, config: TurnConfig) -> list[Outbound]:
             and turn.hops + 1 <= config.max_hops
         ):
             out.append(_reply(state, turn))
-        for call, error, share in _judged(state, turn, config):
+        for call, error, share in judged_with_shares(state, turn, config):
             if error is None:
                 out.append(_for_call(state, turn, call, config, share))
     for child in state.children:
@@ -119,7 +108,7 @@ def wanted(state: ChatState, config: TurnConfig) -> list[Outbound]:
     return out
 
 
-def rejections_dropped(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event]:
+def rejections_dropped(state: SessionState, config: TurnConfig, ctx: Context) -> list[Event]:
     """Rejections whose reply would pass the hop limit: not sent."""
     return [
         filed(
@@ -134,172 +123,9 @@ def rejections_dropped(state: ChatState, config: TurnConfig, ctx: Context) -> li
     ]
 
 
-def runtime_calls(turn: ActiveTurn, config: TurnConfig) -> list[ToolCallState]:
-    """Approved `send_message`/`spawn` calls whose turn may run them now (in call order),
-    once the tool hooks, if any, let them through."""
-    if turn.ended is not None or turn.abort is not None or turn.interrupt is not None:
-        return []
-    if turn.stage is not Stage.TOOL_CALL or not turn.stage_open:
-        return []
-    return [
-        c
-        for c in dispatchable(turn.calls)
-        if is_runtime_tool(c.tool) and (c.hooked or not config.tool_hooks)
-    ]
-
-
-def judged(
-    state: ChatState, turn: ActiveTurn, config: TurnConfig
-) -> list[tuple[ToolCallState, ToolError | None]]:
-    """Each runtime call the turn may run now, and why it cannot (None: it can); spawns
-    that go out together count against the running-children limit in call order."""
-    return [(call, error) for call, error, _ in _judged(state, turn, config)]
-
-
-def _judged(
-    state: ChatState, turn: ActiveTurn, config: TurnConfig
-) -> list[tuple[ToolCallState, ToolError | None, int]]:
-    """`judged`, with the budget share each spawn that can go would give its child."""
-    out: list[tuple[ToolCallState, ToolError | None, int]] = []
-    spawning = spent = 0
-    for call in runtime_calls(turn, config):
-        error = problem(state, turn, call, config, spawning, spent)
-        share = 0
-        if call.tool == "spawn" and error is None:
-            share = budget_share(state, turn, config, spent)
-            spawning, spent = spawning + 1, spent + 1 + share
-        out.append((call, error, share))
-    return out
-
-
-def budget_left(state: ChatState, turn: ActiveTurn, config: TurnConfig, spent: int = 0) -> int:
-    """Sub-turns this turn may still start, below it included."""
-    total = turn.budget if turn.budget is not None else config.max_subturns_per_root
-    used = sum(1 + c.budget for c in state.children if c.turn_id == turn.turn_id)
-    return total - used - spent
-
-
-def budget_share(state: ChatState, turn: ActiveTurn, config: TurnConfig, spent: int) -> int:
-    """What a new child gets of what is left after itself: a fair part, so a tree never
-    starts more than its root's budget."""
-    left = budget_left(state, turn, config, spent) - 1
-    return max(left // max(config.max_subturns, 1), 0)
-
-
-def problem(
-    state: ChatState,
-    turn: ActiveTurn,
-    call: ToolCallState,
-    config: TurnConfig,
-    spawning: int = 0,
-    spent: int = 0,
-) -> ToolError | None:
-    """Why an approved runtime call cannot be run (a tool failure the model sees);
-    `spawning`: sub-turns of this turn about to start before it, `spent`: their cost."""
-    args = call.args
-
-    def invalid(detail: str) -> ToolError:
-        return ToolError(
-            error_class=FailureClass.INVALID_INPUT, kind="invalid_arguments", detail=detail
-        )
-
-    def limit(kind: str, detail: str) -> ToolError:
-        return ToolError(error_class=FailureClass.LIMIT_EXCEEDED, kind=kind, detail=detail)
-
-    if config.stage is not None:  # a stage's lane has no outbox: its envelope is the workflow's
-        return ToolError(
-            error_class=FailureClass.POLICY_DENIED,
-            kind="unsupported",
-            detail=f"{call.tool} is not available inside a workflow stage",
-        )
-    if call.tool == "send_message":
-        to, text = args.get("to"), args.get("text")
-        if not isinstance(to, str) or not is_session_id(to) or is_reserved_session(to):
-            return invalid(f"`to` must be a session id (1-128 of [A-Za-z0-9_:-]), not {to!r}")
-        if not isinstance(text, str) or not text.strip():
-            return invalid("`text` is required: the message to send")
-        if len(text) > MAX_TEXT_CHARS:
-            return invalid(f"`text` is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-        if not isinstance(args.get("expectReply", False), bool):
-            return invalid("`expectReply` must be true or false")
-    else:
-        task, agent, mode = args.get("task"), args.get("agent"), args.get("mode", "sync")
-        if not isinstance(task, str) or not task.strip():
-            return invalid("`task` is required: what the sub-turn must do")
-        if len(task) > MAX_TEXT_CHARS:
-            return invalid(f"`task` is {len(task)} characters; the limit is {MAX_TEXT_CHARS}")
-        if mode not in ("sync", "async"):
-            return invalid(f"`mode` must be sync or async, not {mode!r}")
-        if agent is not None and (not isinstance(agent, str) or not _AGENT.match(agent)):
-            return invalid(f"`agent` must be an agent profile's name, not {agent!r}")
-        if agent is not None and config.agents is not None and agent not in config.agents:
-            known = ", ".join(sorted(config.agents)) or "none"
-            return invalid(f"there is no agent {agent!r}; known: {known}")
-        if turn.depth + 1 > config.max_subturn_depth:
-            return limit(
-                "depth_limit",
-                f"a sub-turn here would be at depth {turn.depth + 1}; "
-                f"TURNSTREAM_MAX_SUBTURN_DEPTH={config.max_subturn_depth}: do the task yourself",
-            )
-        running = spawning + sum(
-            1 for c in state.children if c.turn_id == turn.turn_id and c.status == "running"
-        )
-        if running >= config.max_subturns:
-            return limit(
-                "subturn_limit",
-                f"{running} sub-turns of this turn are running; TURNSTREAM_MAX_SUBTURNS="
-                f"{config.max_subturns}: wait for one to end (spawn sync) or do it yourself",
-            )
-        if budget_left(state, turn, config, spent) < 1:
-            return limit(
-                "tree_limit",
-                "this turn's tree of sub-turns has started all it may "
-                f"(TURNSTREAM_MAX_SUBTURNS_PER_ROOT={config.max_subturns_per_root}): "
-                "do the task yourself",
-            )
-    if turn.hops + 1 > config.max_hops:
-        return limit(
-            "hop_limit",
-            f"this message would be delivery {turn.hops + 1} of its chain; "
-            f"TURNSTREAM_MAX_HOPS={config.max_hops}",
-        )
-    return None
-
-
-def refuse(b: Builder, state: ChatState, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
-    """The failures of approved runtime calls that cannot run (bad arguments, a limit);
-    past the hop limit, the message is `MessageDropped` first."""
-    events: list[Event] = []
-    for call, error in judged(state, turn, config):
-        if error is None:
-            continue
-        if error.kind == "hop_limit":
-            to = call.args.get("to") if call.tool == "send_message" else None
-            cause: MessageCause = "send_message" if call.tool == "send_message" else "subturn"
-            dropped = MessageDroppedData(
-                to=str(to or child_session_id(state.session_id, call.invocation_id)),
-                reason="hop_limit",
-                hops=turn.hops + 1,
-                cause=cause,
-                invocation_id=call.invocation_id,
-            )
-            events.append(b.make(MessageDropped, dropped))
-        failed = ToolInvocationFailedData(invocation_id=call.invocation_id, error=error)
-        events.append(b.make(ToolInvocationFailed, failed))
-    return events
-
-
-def reply_dropped(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
-    """A reply past the hop limit is not sent; nothing else is decided for it here."""
-    if turn.reply_to is None or turn.reply_settled or turn.hops + 1 <= config.max_hops:
-        return []
-    data = MessageDroppedData(
-        to=turn.reply_to, reason="hop_limit", hops=turn.hops + 1, cause="replyTo"
-    )
-    return [b.make(MessageDropped, data)]
-
-
-def record(state: ChatState, keys: frozenset[str], config: TurnConfig, ctx: Context) -> list[Event]:
+def record(
+    state: SessionState, keys: frozenset[str], config: TurnConfig, ctx: Context
+) -> list[Event]:
     """The events that record the messages in `keys` as delivered: those `state` wants,
     and a call's message that went out just before its turn stopped wanting it (e.g. an
     interrupt folded in a reload between the publish and this record: the child exists, so
@@ -345,7 +171,7 @@ def record(state: ChatState, keys: frozenset[str], config: TurnConfig, ctx: Cont
 
 
 def _went_out(
-    state: ChatState, config: TurnConfig, keys: frozenset[str], listed: set[str]
+    state: SessionState, config: TurnConfig, keys: frozenset[str], listed: set[str]
 ) -> list[Outbound]:
     """Messages of this turn's runtime calls in `keys` that `wanted` no longer lists
     (`listed`: the keys it lists)."""
@@ -547,13 +373,8 @@ def _compact(command: dict[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "Outbound",
-    "child_session_id",
-    "problem",
     "record",
-    "refuse",
     "rejections_dropped",
-    "reply_dropped",
     "reply_key",
-    "runtime_calls",
     "wanted",
 ]

@@ -1,0 +1,38 @@
+"""A session's agent (`SessionConfigured`) applied to its turns: the runtime's tools
+(`turnstream.core.turn.runtime_tools`) offered beside the registered ones, then the
+profile's allowlist, model, bound and system prompt.
+"""
+
+from __future__ import annotations
+
+from turnstream.core.events import SessionConfiguredData
+from turnstream.core.immutable import with_changes
+from turnstream.core.turn.runtime_tools import RUNTIME_TOOLS
+from turnstream.core.turn.state import TurnConfig
+
+
+def with_agent(config: TurnConfig, agent: SessionConfiguredData | None) -> TurnConfig:
+    """The turn configuration of a session of `agent` (None: the default agent): the
+    runtime's tools offered beside the registered ones, then the profile's allowlist,
+    model, bound and system prompt."""
+    tools = config.tools
+    if not any(t.name in RUNTIME_TOOLS for t in tools):
+        tools = (*tools, *RUNTIME_TOOLS.values())
+    if agent is None:
+        return config if tools is config.tools else with_changes(config, tools=tools)
+    if agent.tools is not None:
+        allowed = set(agent.tools)
+        tools = tuple(t for t in tools if t.name in allowed)
+    changes: dict[str, object] = {"tools": tools, "agent": agent.agent}
+    if agent.provider is not None:
+        changes["provider"] = agent.provider
+    if agent.model is not None:
+        changes["model"] = agent.model
+    if agent.max_iterations is not None:
+        changes["max_iterations"] = agent.max_iterations
+    if agent.system_prompt:
+        changes["system_prompt"] = agent.system_prompt
+    if agent.fallback_model is not None:
+        own = agent.provider or config.provider
+        changes["fallback"] = (agent.fallback_provider or own, agent.fallback_model)
+    return with_changes(config, **changes)

@@ -1,0 +1,59 @@
+"""Changing a chat as its events are folded (`turnstream.core.turn.evolve`): the active
+turn (each change only while the event's turn is the active one), its calls, its pending
+inputs."""
+
+from __future__ import annotations
+
+from turnstream.core.events import EventBase
+from turnstream.core.immutable import with_changes
+from turnstream.core.turn.state import C
+
+
+def is_active(state: C, event: EventBase) -> bool:
+    """The event is of the chat's active turn."""
+    return state.active is not None and state.active.turn_id == event.turn_id
+
+
+def turn_changed(state: C, event: EventBase, **changes: object) -> C:
+    """The active turn with `changes`, and `event` as its last (if it is the event's turn)."""
+    if not is_active(state, event):
+        return state
+    assert state.active is not None
+    return with_changes(state, active=with_changes(state.active, last_event_id=event.id, **changes))
+
+
+def call_changed(
+    state: C,
+    event: EventBase,
+    invocation_id: str,
+    from_status: frozenset[str] | set[str],
+    **changes: object,
+) -> C:
+    """Move one call of the active turn on, if it is in one of `from_status` (idempotent)."""
+    if not is_active(state, event):
+        return state
+    assert state.active is not None
+    calls = state.active.calls
+    for i, call in enumerate(calls):
+        if call.invocation_id == invocation_id:
+            if call.status not in from_status:
+                return state
+            moved = with_changes(call, **changes)
+            return turn_changed(state, event, calls=(*calls[:i], moved, *calls[i + 1 :]))
+    return state
+
+
+def denied(text: str) -> dict[str, object]:
+    """A call's changes when it is denied, `text` saying why (its result)."""
+    return {"status": "denied", "result": text, "is_error": True}
+
+
+def joined(round_reply: tuple[str, str], text: str) -> str:
+    """The turn's reply before this round, joined with the round's text."""
+    before, separator = round_reply
+    return before + separator + text if before and text else before + text
+
+
+def pending_dropped(state: C, input_id: str) -> C:
+    """The chat without the pending input `input_id` (its turn started, or it steered one)."""
+    return with_changes(state, pending=tuple(p for p in state.pending if p.input_id != input_id))
