@@ -20,8 +20,9 @@ from a2a.server.routes.agent_card_routes import _etag_for
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
+from turnstream.http.a2a.access import PRINCIPAL
 from turnstream.http.a2a.card import agent_card
-from turnstream.http.a2a.handler import PRINCIPAL, Handler
+from turnstream.http.a2a.handler import Handler
 from turnstream.http.context import Caller, Ctx, HttpContext
 
 __all__ = ["Handler", "agent_card", "mount"]
