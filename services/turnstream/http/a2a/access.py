@@ -5,12 +5,7 @@ and the HTTP face's problems said as A2A errors."""
 from __future__ import annotations
 
 from a2a.server.context import ServerCallContext
-from a2a.utils.errors import (
-    A2AError,
-    InvalidParamsError,
-    InvalidRequestError,
-    UnsupportedOperationError,
-)
+from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, InvalidRequestError
 
 from turnstream.http.auth import Principal, Scope
 from turnstream.http.problems import Problem
@@ -37,8 +32,9 @@ def require(caller: Principal, scope: Scope, session: str) -> None:
 
 
 def a2a_error(problem: Problem) -> A2AError:
-    """The HTTP face's `problem` as the A2A error a client reads."""
+    """The HTTP face's `problem` as the A2A error a client reads: a timeout is an internal
+    error that says what was stored and what did not answer; the rest are bad params."""
     data = {"status": problem.status, "type": problem.slug, **problem.extra}
     if problem.status == 504:
-        return UnsupportedOperationError(message=problem.detail, data=data)
+        return InternalError(message=problem.detail, data=data)
     return InvalidParamsError(message=problem.detail, data=data)

@@ -1,6 +1,11 @@
 """A client's A2A message as the command it stands for, published, with the task it
 belongs to: no `taskId` is a `message` (a new turn), the `taskId` of an `input-required`
 task an `answer` to its prompt, of a `working` task a `steer`.
+
+The message's `messageId` is the command's idempotency key, and the context it first ran
+in is remembered by that id (`TaskStore.claim_message`): a retry is published to the same
+session even without its `contextId`, so the inbound stream recognises the duplicate and
+the retry is answered with the first message's task.
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ class Started:
                     message=f"contextId {session!r} must be 1-128 of [A-Za-z0-9_:-]"
                 )
             require(who, "send", session)
+            if message.message_id:  # a retry goes where the first one went
+                session = await tasks.store.claim_message(message.message_id, session)
         key = message.message_id or str(uuid_utils.uuid7())
         base = {
             "sessionId": session,

@@ -11,6 +11,7 @@ KV revision; a lost race is harmless, the next reader folds the same events agai
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,11 @@ from turnstream.http.a2a.view import TurnView
 
 MAX_AGE_S = 30 * 24 * 3600.0
 """A task is kept 30 days after its last change (the log keeps the turn itself)."""
+
+
+MESSAGE_KEY = "msg."
+"""Entries under this prefix are not tasks: `msg.<sha256 of a messageId>` names the
+context the message first ran in."""
 
 
 def bucket_name(bus: Bus) -> str:
@@ -102,8 +108,23 @@ class TaskStore:
             keys = await kv.keys()
         except NoKeysError:
             return []
-        found = await asyncio.gather(*(self.get(key) for key in keys))
+        tasks = [key for key in keys if not key.startswith(MESSAGE_KEY)]
+        found = await asyncio.gather(*(self.get(key) for key in tasks))
         return [record for record in found if record is not None]
+
+    async def claim_message(self, message_id: str, session: str) -> str:
+        """The session the message `message_id` runs in: `session`, unless the same
+        message was sent before (a client's retry): then the one it first ran in."""
+        kv = await self.kv()
+        key = MESSAGE_KEY + hashlib.sha256(message_id.encode()).hexdigest()
+        try:
+            await kv.create(key, session.encode())
+        except (BadRequestError, KeyWrongLastSequenceError):  # the key exists: a retry
+            entry = await kv.get(key)
+            if entry.value:
+                return bytes(entry.value).decode()
+            await kv.put(key, session.encode())  # expired meanwhile: this one is first
+        return session
 
     async def put(self, record: TaskRecord) -> None:
         """Write `record`; if another replica wrote the entry meanwhile, merge: the view

@@ -1,0 +1,71 @@
+"""What an outside A2A client runs into beyond the happy path, with the SDK's client
+against the real app, services and nats-server: a retried message answered with its first
+task wherever it ran, a verdict that never comes said as what happened, parts the agent
+does not take refused with the spec's error."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from a2a.types.a2a_pb2 import Message, TaskState
+
+from tests.http.conftest import FAST, http_app
+from tests.http.test_a2a import ERRORS, a2a, message, send
+from turnstream.bus import Bus, connect
+from turnstream.bus.streams import StreamLimits
+from turnstream.core.events import InputAccepted
+from turnstream.core.subjects import Subjects
+from turnstream.http.context import Options
+from turnstream.settings import Settings
+
+pytestmark = pytest.mark.integration
+S = TaskState
+
+
+async def test_a_retry_without_its_context_is_the_first_task(url: str, bus: Bus) -> None:
+    msg = message("once only", context="a2a-retry")
+    async with a2a(url) as client:
+        first = await send(client, msg)
+        again = Message()
+        again.CopyFrom(msg)
+        again.ClearField("context_id")  # the client lost the contextId the answer gave
+        second = await send(client, again)
+    assert first.status.state == S.TASK_STATE_COMPLETED, first
+    assert (second.id, second.context_id) == (first.id, "a2a-retry")
+    assert second.status.state == S.TASK_STATE_COMPLETED
+    stored = await bus.store.read_session("a2a-retry")
+    assert sum(isinstance(s.event, InputAccepted) for s in stored) == 1
+
+
+async def test_a_retry_in_another_context_is_the_first_task(url: str, bus: Bus) -> None:
+    msg = message("first here", context="a2a-retry-a")
+    async with a2a(url) as client:
+        first = await send(client, msg, immediately=True)  # still running: retried at once
+        moved = Message()
+        moved.CopyFrom(msg)
+        moved.context_id = "a2a-retry-b"
+        second = await send(client, moved)
+    assert (second.id, second.context_id) == (first.id, "a2a-retry-a")
+    assert second.status.state == S.TASK_STATE_COMPLETED, second
+    assert await bus.store.read_session("a2a-retry-b") == []
+
+
+@pytest.fixture
+async def no_gateway(settings: Settings) -> AsyncIterator[str]:
+    """An app over streams nobody serves (their own prefix): a command is stored, and no
+    gateway ever records a verdict on it."""
+    alone = settings.model_copy(update={"prefix": "tsalone"})
+    lone = await connect(settings.resolved_nats_url(), Subjects("tsalone"), ensure=StreamLimits())
+    try:
+        async with http_app(alone, Options(**{**vars(FAST), "accept_timeout_s": 0.5})) as url:
+            yield url
+    finally:
+        await lone.close()
+
+
+async def test_no_verdict_is_an_error_that_says_so(no_gateway: str) -> None:
+    async with a2a(no_gateway) as client:
+        with pytest.raises(ERRORS, match="no gateway recorded a verdict") as raised:
+            await send(client, message("anyone?", context="a2a-alone"))
+    assert type(raised.value).__name__ == "InternalError"  # not UnsupportedOperation
