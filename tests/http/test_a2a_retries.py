@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from a2a.types.a2a_pb2 import Message, TaskState
+from a2a.types.a2a_pb2 import Message, Part, Role, TaskState
 
 from tests.http.conftest import FAST, http_app
 from tests.http.test_a2a import ERRORS, a2a, message, send
@@ -69,3 +69,26 @@ async def test_no_verdict_is_an_error_that_says_so(no_gateway: str) -> None:
         with pytest.raises(ERRORS, match="no gateway recorded a verdict") as raised:
             await send(client, message("anyone?", context="a2a-alone"))
     assert type(raised.value).__name__ == "InternalError"  # not UnsupportedOperation
+
+
+def parts_message(*parts: Part) -> Message:
+    return Message(message_id="m-" + str(id(parts)), role=Role.ROLE_USER, parts=list(parts))
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        Part(raw=b"\x89PNG", media_type="image/png"),
+        Part(url="https://example.com/a.pdf", media_type="application/pdf"),
+        Part(url="https://example.com/a.bin"),
+        Part(text="# hi", media_type="text/markdown"),
+    ],
+    ids=["png", "pdf-url", "untyped-file", "markdown"],
+)
+async def test_a_part_outside_the_input_modes_is_content_type_not_supported(
+    url: str, part: Part
+) -> None:
+    async with a2a(url) as client:
+        with pytest.raises(ERRORS, match="not supported") as raised:
+            await send(client, parts_message(part))
+    assert type(raised.value).__name__ == "ContentTypeNotSupportedError"

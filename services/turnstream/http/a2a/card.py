@@ -25,6 +25,8 @@ DEFAULT_SKILL = AgentSkill(
     "approval pauses the task in input-required until a reply approves or denies it.",
     tags=["turnstream"],
 )
+INPUT_MODES = ["text/plain", "application/json"]
+"""What a message may carry: text parts, and data parts (a prompt's decision)."""
 
 
 def agent_card(settings: Settings, rpc_url: str, *, secured: bool) -> AgentCard:
@@ -54,7 +56,7 @@ def agent_card(settings: Settings, rpc_url: str, *, secured: bool) -> AgentCard:
             for version in (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3)
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
-        default_input_modes=["text/plain", "application/json"],
+        default_input_modes=INPUT_MODES,
         default_output_modes=["text/plain", "application/json"],
         skills=skills,
     )

@@ -13,12 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 import uuid_utils
-from a2a.types.a2a_pb2 import Message
-from a2a.utils.errors import InvalidParamsError
+from a2a.types.a2a_pb2 import AgentCard, Message
+from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
+from a2a.utils.input_mode_validator import validate_input_modes
 from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
 
 from turnstream.core.subjects import is_reserved_session, is_session_id
 from turnstream.http.a2a.access import a2a_error, require
+from turnstream.http.a2a.card import INPUT_MODES
 from turnstream.http.a2a.mapping import decision, text_of
 from turnstream.http.a2a.store import TaskRecord
 from turnstream.http.a2a.tasks import Tasks
@@ -28,6 +30,25 @@ from turnstream.http.hub import Feed
 from turnstream.http.outcome import Follow
 from turnstream.http.problems import Problem
 from turnstream.http.submit import publish
+
+_ACCEPTS = AgentCard(default_input_modes=INPUT_MODES)
+READ_PARTS = ("text", "data")
+"""The parts a turn reads (their text, or a decision); a file (`raw`, `url`) it cannot."""
+
+
+def check_parts(message: Message) -> None:
+    """`ContentTypeNotSupportedError` for a part the agent does not take: a media type
+    outside the card's input modes, or a file; `InvalidParamsError` for no part at all."""
+    validate_input_modes(message, _ACCEPTS)
+    for part in message.parts:
+        kind = part.WhichOneof("content")
+        if kind not in READ_PARTS:
+            raise ContentTypeNotSupportedError(
+                message=f"a {kind} part{f' ({part.media_type})' if part.media_type else ''} "
+                f"is not supported: send text or data parts ({', '.join(INPUT_MODES)})"
+            )
+    if not message.parts:
+        raise InvalidParamsError(message="the message has no parts: send a text part")
 
 
 async def command(tasks: Tasks, session: str, body: dict[str, Any], feed: Feed) -> Follow:
@@ -59,8 +80,7 @@ class Started:
 
     async def __aenter__(self) -> tuple[TaskRecord, Feed]:
         tasks, message, who = self.tasks, self.message, self.who
-        if not text_of(message) and not any(p.HasField("data") for p in message.parts):
-            raise InvalidParamsError(message="the message has no text part")
+        check_parts(message)
         record: TaskRecord | None = None
         if message.task_id:
             record = await tasks.load(message.task_id, who)
