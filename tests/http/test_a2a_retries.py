@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 from a2a.types.a2a_pb2 import Message, Part, Role, TaskState
 
@@ -92,3 +93,11 @@ async def test_a_part_outside_the_input_modes_is_content_type_not_supported(
         with pytest.raises(ERRORS, match="not supported") as raised:
             await send(client, parts_message(part))
     assert type(raised.value).__name__ == "ContentTypeNotSupportedError"
+
+
+async def test_the_rpc_url_with_a_trailing_slash_is_served(url: str) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "nope"}}
+    async with httpx.AsyncClient(base_url=url, headers={"A2A-Version": "1.0"}) as http:
+        r = await http.post("/a2a/", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["error"]["code"] == -32001  # TaskNotFound: answered, not redirected

@@ -67,4 +67,7 @@ def mount(app: FastAPI) -> None:
         return JSONResponse(body, headers={"ETag": etag})
 
     app.add_api_route(RPC_PATH, a2a_rpc, methods=["POST"], tags=["a2a"])
+    # the same, not a 307 to it: a client that does not follow a POST's redirect reads
+    # an empty body
+    app.add_api_route(RPC_PATH + "/", a2a_rpc, methods=["POST"], include_in_schema=False)
     app.add_api_route(CARD_PATH, a2a_card, methods=["GET"], tags=["a2a"])
