@@ -109,7 +109,7 @@ def text_of(task: Task) -> str:
 
 
 async def test_agent_card_lists_the_profiles_as_skills(url: str) -> None:
-    async with httpx.AsyncClient(base_url=url) as http:
+    async with httpx.AsyncClient(base_url=url, headers={"A2A-Version": "1.0"}) as http:
         card = (await http.get("/.well-known/agent-card.json")).json()
     skills = {s["id"] for s in card["skills"]}
     assert {"default", "coordinator", "researcher"} <= skills
@@ -321,7 +321,8 @@ class TestKeys:
 
     async def test_no_key_is_401_and_the_card_says_bearer(self, keyed: str) -> None:
         async with httpx.AsyncClient(base_url=keyed) as http:
-            card = (await http.get("/.well-known/agent-card.json")).json()
+            headers = {"A2A-Version": "1.0"}
+            card = (await http.get("/.well-known/agent-card.json", headers=headers)).json()
             r = await http.post("/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"})
         assert r.status_code == 401
         assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"

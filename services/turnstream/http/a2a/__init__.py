@@ -14,14 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
-from a2a.server.routes.agent_card_routes import _etag_for
+from a2a.server.routes.agent_card_routes import _etag_for, _if_none_match_hits
+from a2a.utils.constants import VERSION_HEADER
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
 from turnstream.http.a2a.access import PRINCIPAL
-from turnstream.http.a2a.card import agent_card
+from turnstream.http.a2a.card import CACHE_CONTROL, agent_card, card_body, card_version
 from turnstream.http.a2a.handler import Handler
 from turnstream.http.context import Caller, Ctx, HttpContext
 
@@ -60,11 +60,11 @@ def mount(app: FastAPI) -> None:
         """The agent card: how to reach this server over A2A, and its agents as skills."""
         base = str(request.base_url).rstrip("/")
         card = agent_card(ctx.settings, base + RPC_PATH, secured=not ctx.auth.open)
-        body = agent_card_to_dict(card)
-        etag = _etag_for(body)
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers={"ETag": etag})
-        return JSONResponse(body, headers={"ETag": etag})
+        body = card_body(card, card_version(request.headers.get(VERSION_HEADER)))
+        headers = {"ETag": _etag_for(body), "Cache-Control": CACHE_CONTROL, "Vary": VERSION_HEADER}
+        if _if_none_match_hits(request.headers.get("if-none-match", ""), headers["ETag"]):
+            return Response(status_code=304, headers=headers)
+        return JSONResponse(body, headers=headers)
 
     app.add_api_route(RPC_PATH, a2a_rpc, methods=["POST"], tags=["a2a"])
     # the same, not a 307 to it: a client that does not follow a POST's redirect reads
