@@ -3,7 +3,9 @@ protocol, through the official `a2a-sdk` (protocol v1.0, and v0.3 clients on the
 
 - `GET /.well-known/agent-card.json`: the agent card; agent profiles are its skills.
 - `POST /a2a`: JSON-RPC (`SendMessage`, `SendStreamingMessage`, `GetTask`, `CancelTask`,
-  `SubscribeToTask`), parsed and answered by the SDK's dispatcher, handled by `Handler`.
+  `SubscribeToTask`, `ListTasks`), parsed and answered by the SDK's dispatcher, handled by
+  `Handler`.
+- `/a2a/rest/…`: the HTTP+JSON binding of the same methods (`rest`), the same handler.
 
 `mount(app)` adds both routes; the same API keys apply as everywhere (a missing or unknown
 key is a `401` before any JSON-RPC; scopes and session globs are checked per method).
@@ -23,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from turnstream.http.a2a.access import PRINCIPAL
 from turnstream.http.a2a.card import CACHE_CONTROL, agent_card, card_body, card_version
 from turnstream.http.a2a.handler import Handler
+from turnstream.http.a2a.rest import rest_routes
 from turnstream.http.context import Caller, Ctx, HttpContext
 
 __all__ = ["Handler", "agent_card", "mount"]
@@ -38,7 +41,7 @@ class _Context(DefaultServerCallContextBuilder):
 
 
 def mount(app: FastAPI) -> None:
-    """Serve the agent card and the JSON-RPC endpoint on `app`."""
+    """Serve the agent card and both bindings (JSON-RPC, HTTP+JSON) on `app`."""
 
     def context() -> HttpContext:
         ctx: HttpContext = app.state.ctx
@@ -59,7 +62,7 @@ def mount(app: FastAPI) -> None:
     async def a2a_card(request: Request, ctx: Ctx) -> Response:
         """The agent card: how to reach this server over A2A, and its agents as skills."""
         base = str(request.base_url).rstrip("/")
-        card = agent_card(ctx.settings, base + RPC_PATH, secured=not ctx.auth.open)
+        card = agent_card(ctx.settings, base, secured=not ctx.auth.open)
         body = card_body(card, card_version(request.headers.get(VERSION_HEADER)))
         headers = {"ETag": _etag_for(body), "Cache-Control": CACHE_CONTROL, "Vary": VERSION_HEADER}
         if _if_none_match_hits(request.headers.get("if-none-match", ""), headers["ETag"]):
@@ -71,3 +74,4 @@ def mount(app: FastAPI) -> None:
     # an empty body
     app.add_api_route(RPC_PATH + "/", a2a_rpc, methods=["POST"], include_in_schema=False)
     app.add_api_route(CARD_PATH, a2a_card, methods=["GET"], tags=["a2a"])
+    app.router.routes.extend(rest_routes(handler, context, _Context()))

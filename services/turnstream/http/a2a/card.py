@@ -30,13 +30,18 @@ DEFAULT_SKILL = AgentSkill(
     "approval pauses the task in input-required until a reply approves or denies it.",
     tags=["turnstream"],
 )
+BINDINGS = (
+    (TransportProtocol.JSONRPC.value, "/a2a"),
+    (TransportProtocol.HTTP_JSON.value, "/a2a/rest"),
+)
+"""Each binding and where it is served, JSON-RPC first (a v0.3 client's main `url`)."""
 INPUT_MODES = ["text/plain", "application/json"]
 """What a message may carry: text parts, and data parts (a prompt's decision)."""
 
 
-def agent_card(settings: Settings, rpc_url: str, *, secured: bool) -> AgentCard:
-    """The card served at `/.well-known/agent-card.json`; `rpc_url` is `/a2a` as the caller
-    reached it (so the card is right behind a proxy that sets the Host)."""
+def agent_card(settings: Settings, base: str, *, secured: bool) -> AgentCard:
+    """The card served at `/.well-known/agent-card.json`; `base` is this server's URL as the
+    caller reached it (so the card is right behind a proxy that sets the Host)."""
     profiles, _ = load_all(settings.agents)
     skills = [DEFAULT_SKILL] + [
         AgentSkill(
@@ -53,12 +58,9 @@ def agent_card(settings: Settings, rpc_url: str, *, secured: bool) -> AgentCard:
         "stage of a turn is an event in a durable log.",
         version="0.1.0",
         supported_interfaces=[
-            AgentInterface(
-                url=rpc_url,
-                protocol_binding=TransportProtocol.JSONRPC.value,
-                protocol_version=version,
-            )
+            AgentInterface(url=base + path, protocol_binding=binding, protocol_version=version)
             for version in (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3)
+            for binding, path in BINDINGS
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=INPUT_MODES,
