@@ -27,6 +27,7 @@ from turnstream.core.events import (
     ProviderRequestFailed,
     ProviderRequestStarted,
     ProviderRetry,
+    PushNotificationAbandoned,
     RenderEmitted,
     SessionConfigured,
     SessionTurnEnd,
@@ -385,6 +386,7 @@ def evolve(state: ChatState, event: Event) -> ChatState:
             | InteractionAnswered()
             | ToolInvocationStarted()
             | AuditViolation()
+            | PushNotificationAbandoned()
         ):
             return state
         case _:
