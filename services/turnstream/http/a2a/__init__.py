@@ -6,6 +6,8 @@ protocol, through the official `a2a-sdk` (protocol v1.0, and v0.3 clients on the
   `SubscribeToTask`, `ListTasks`), parsed and answered by the SDK's dispatcher, handled by
   `Handler`.
 - `/a2a/rest/…`: the HTTP+JSON binding of the same methods (`rest`), the same handler.
+- push notifications: configs per task in KV (`push`), each task update POSTed to them
+  from the log (`pusher`, run by `delivering` for the app's life).
 
 `mount(app)` adds both routes; the same API keys apply as everywhere (a missing or unknown
 key is a `401` before any JSON-RPC; scopes and session globs are checked per method).
@@ -13,6 +15,9 @@ key is a `401` before any JSON-RPC; scopes and session globs are checked per met
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -22,13 +27,17 @@ from a2a.utils.constants import VERSION_HEADER
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
+from turnstream.bus import Bus
 from turnstream.http.a2a.access import PRINCIPAL
 from turnstream.http.a2a.card import CACHE_CONTROL, agent_card, card_body, card_version
 from turnstream.http.a2a.handler import Handler
+from turnstream.http.a2a.push import PushStore
+from turnstream.http.a2a.pusher import Pusher
 from turnstream.http.a2a.rest import rest_routes
 from turnstream.http.context import Caller, Ctx, HttpContext
+from turnstream.settings import Settings
 
-__all__ = ["Handler", "agent_card", "mount"]
+__all__ = ["Handler", "agent_card", "delivering", "mount"]
 CARD_PATH = "/.well-known/agent-card.json"
 RPC_PATH = "/a2a"
 
@@ -75,3 +84,17 @@ def mount(app: FastAPI) -> None:
     app.add_api_route(RPC_PATH + "/", a2a_rpc, methods=["POST"], include_in_schema=False)
     app.add_api_route(CARD_PATH, a2a_card, methods=["GET"], tags=["a2a"])
     app.router.routes.extend(rest_routes(handler, context, _Context()))
+
+
+@contextlib.asynccontextmanager
+async def delivering(bus: Bus, settings: Settings, source: str) -> AsyncIterator[None]:
+    """Push notifications are delivered (from the log) while inside; on exit the event in
+    hand is finished or left for another replica."""
+    stop = asyncio.Event()
+    pusher = Pusher(bus, settings, PushStore(bus), source)
+    task = asyncio.create_task(pusher.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await task

@@ -62,7 +62,7 @@ def agent_card(settings: Settings, base: str, *, secured: bool) -> AgentCard:
             for version in (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3)
             for binding, path in BINDINGS
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         default_input_modes=INPUT_MODES,
         default_output_modes=["text/plain", "application/json"],
         skills=skills,

@@ -7,6 +7,7 @@
 - `GetTask` / `ListTasks` / `SubscribeToTask`: the task's entry in KV, folded forward from
   the log (`tasks.Tasks`).
 - `CancelTask`: a hard `interrupt`.
+- push-notification configs: set / get / list / delete per task (`push.PushConfigs`).
 
 Every method checks the caller's key against the task's session (scopes `send`, `read`,
 `approve`, as the REST routes do).
@@ -41,7 +42,6 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE
 from a2a.utils.errors import (
     ExtendedAgentCardNotConfiguredError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -50,6 +50,7 @@ from a2a.utils.errors import (
 from turnstream.http.a2a.access import require, who
 from turnstream.http.a2a.inbound import Started, command
 from turnstream.http.a2a.mapping import STATES, to_task
+from turnstream.http.a2a.push import PushConfigs
 from turnstream.http.a2a.tasks import ContextSource, Tasks
 from turnstream.http.a2a.view import PAUSED, TERMINAL
 
@@ -59,6 +60,7 @@ class Handler(RequestHandler):
 
     def __init__(self, context: ContextSource) -> None:
         self.tasks = Tasks(context)
+        self.push = PushConfigs(self.tasks)
 
     # ---- reads
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
@@ -175,27 +177,28 @@ class Handler(RequestHandler):
                 pass
         return to_task(record)
 
-    # ---- not offered
+    # ---- push notifications (`push.PushConfigs`; sent by `pusher.Pusher`)
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        return await self.push.create(params, who(context))
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        return await self.push.get(params.task_id, params.id, who(context))
 
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError
+        return await self.push.list(params.task_id, who(context))
 
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError
+        await self.push.delete(params.task_id, params.id, who(context))
 
+    # ---- not offered
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
     ) -> AgentCard:

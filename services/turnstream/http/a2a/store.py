@@ -41,6 +41,25 @@ def bucket_name(bus: Bus) -> str:
     return f"{bus.subjects.prefix}_a2a_tasks"
 
 
+def push_bucket_name(bus: Bus) -> str:
+    """The A2A push-notification configs (`http/a2a/push.py`), one entry per task."""
+    return f"{bus.subjects.prefix}_a2a_push"
+
+
+async def open_bucket(bus: Bus, name: str) -> Any:
+    """One of the HTTP face's two buckets (tasks, push configs): created on first use,
+    entries kept `MAX_AGE_S` after their last change, replicas as the log's."""
+    info = await bus.js.stream_info(bus.subjects.log_stream)
+    config = api.KeyValueConfig(
+        bucket=name,
+        history=1,
+        ttl=MAX_AGE_S,
+        storage=api.StorageType.FILE,
+        replicas=info.config.num_replicas or 1,
+    )
+    return await open_or_create(bus.js, config)
+
+
 @dataclass
 class TaskRecord:
     view: TurnView
@@ -78,19 +97,10 @@ class TaskStore:
         return self._kv
 
     async def _open(self) -> Any:
-        js = self.bus.js
-        info = await js.stream_info(self.bus.subjects.log_stream)
-        config = api.KeyValueConfig(
-            bucket=bucket_name(self.bus),
-            history=1,
-            ttl=MAX_AGE_S,
-            storage=api.StorageType.FILE,
-            replicas=info.config.num_replicas or 1,
-        )
-        return await open_or_create(js, config)
+        return await open_bucket(self.bus, bucket_name(self.bus))
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        if not _valid_key(task_id):
+        if not valid_key(task_id):
             return None
         kv = await self.kv()
         try:
@@ -163,5 +173,5 @@ class TaskStore:
         return True
 
 
-def _valid_key(key: str) -> bool:
+def valid_key(key: str) -> bool:
     return bool(key) and len(key) <= 256 and all(c.isalnum() or c in "-_=" for c in key)
