@@ -29,6 +29,7 @@ from starlette.responses import Response
 from tests.http.conftest import http_app
 from tests.http.test_a2a import ERRORS, a2a, message, send
 from turnstream.bus import Bus
+from turnstream.bus.embedded import EmbeddedServer
 from turnstream.core.events import PushNotificationAbandoned, TurnEnded
 from turnstream.settings import Settings
 
@@ -213,3 +214,33 @@ async def test_a_failing_webhook_is_retried_then_given_up_in_the_log(
     assert given_up[0].data.webhook == f"{receiver.url}/fail"  # its query (a secret) left out
     assert given_up[0].turn_id == waiting.id and given_up[0].data.config_id == "f1"
     assert len(receiver.updates("/fail")) == 6  # 3 tries of each
+
+
+async def test_no_update_is_lost_or_sent_twice_across_a_restart_of_nats(
+    services: Settings, receiver: Receiver, nats_server: EmbeddedServer
+) -> None:
+    """(Last in the module: the module's NATS server goes down and comes back.)"""
+    session = "a2a-push-nats"
+    async with http_app(services) as url:
+        async with a2a(url) as client:
+            await send(client, message("first", context=session))
+            waiting = await send(client, message("write it", context=session))
+            await client.create_task_push_notification_config(
+                config(waiting.id, f"{receiver.url}/nats", config_id="n1")
+            )
+        nats_server.stop()
+        await asyncio.sleep(0.5)
+        nats_server.start()
+        approve = message("approve", context=session, task=waiting.id)
+        async with a2a(url) as client:  # the same face, reconnected
+            for _ in range(20):
+                try:  # the same message again until it is answered (one answer)
+                    done = await send(client, approve)
+                    break
+                except ERRORS:  # the services are still reconnecting
+                    await asyncio.sleep(0.2)
+            assert done.status.state == S.TASK_STATE_COMPLETED, done
+        await until(lambda: len(receiver.updates("/nats")) >= 2)
+        await asyncio.sleep(0.5)
+    states = [u["status"]["state"] for u in receiver.updates("/nats")]
+    assert states == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]

@@ -15,7 +15,7 @@ from tests.http.conftest import FAST, http_app
 from tests.http.test_a2a import ERRORS, a2a, message, send
 from turnstream.bus import Bus, connect
 from turnstream.bus.streams import StreamLimits
-from turnstream.core.events import InputAccepted
+from turnstream.core.events import InputAccepted, InteractionAnswered
 from turnstream.core.subjects import Subjects
 from turnstream.http.context import Options
 from turnstream.settings import Settings
@@ -50,6 +50,21 @@ async def test_a_retry_in_another_context_is_the_first_task(url: str, bus: Bus) 
     assert (second.id, second.context_id) == (first.id, "a2a-retry-a")
     assert second.status.state == S.TASK_STATE_COMPLETED, second
     assert await bus.store.read_session("a2a-retry-b") == []
+
+
+async def test_a_retried_reply_to_a_task_that_ended_is_the_task(url: str, bus: Bus) -> None:
+    async with a2a(url) as client:
+        await send(client, message("first", context="a2a-retry-reply"))
+        waiting = await send(client, message("write it", context="a2a-retry-reply"))
+        approve = message("approve", context="a2a-retry-reply", task=waiting.id)
+        done = await send(client, approve)
+        again = await send(client, approve)  # its answer was lost: the client sends it again
+        with pytest.raises(ERRORS, match="is completed"):  # a new reply to it is late
+            await send(client, message("approve", context="a2a-retry-reply", task=waiting.id))
+    assert done.status.state == again.status.state == S.TASK_STATE_COMPLETED
+    assert again.id == waiting.id
+    stored = await bus.store.read_session("a2a-retry-reply")
+    assert sum(isinstance(s.event, InteractionAnswered) for s in stored) == 1
 
 
 @pytest.fixture

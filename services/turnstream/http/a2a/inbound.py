@@ -5,7 +5,8 @@ task an `answer` to its prompt, of a `working` task a `steer`.
 The message's `messageId` is the command's idempotency key, and the context it first ran
 in is remembered by that id (`TaskStore.claim_message`): a retry is published to the same
 session even without its `contextId`, so the inbound stream recognises the duplicate and
-the retry is answered with the first message's task.
+the retry is answered with the first message's task. A retried reply to a task (an answer,
+a steer) that ended meanwhile is answered with the task, not refused as late.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class Started:
         tasks, message, who = self.tasks, self.message, self.who
         check_parts(message)
         record: TaskRecord | None = None
+        first = True
         if message.task_id:
             record = await tasks.load(message.task_id, who)
             session = record.view.session_id
@@ -89,6 +91,8 @@ class Started:
                 raise InvalidParamsError(
                     message=f"task {message.task_id} belongs to context {session}"
                 )
+            if message.message_id:
+                _, first = await tasks.store.claim_message(message.message_id, session)
         else:
             session = message.context_id or f"a2a-{uuid_utils.uuid7()}"
             if not is_session_id(session) or is_reserved_session(session):
@@ -97,7 +101,7 @@ class Started:
                 )
             require(who, "send", session)
             if message.message_id:  # a retry goes where the first one went
-                session = await tasks.store.claim_message(message.message_id, session)
+                session, _ = await tasks.store.claim_message(message.message_id, session)
         key = message.message_id or str(uuid_utils.uuid7())
         base = {
             "sessionId": session,
@@ -113,7 +117,7 @@ class Started:
             if record is None:
                 record = await self._new_turn(session, base, sent, feed)
             else:
-                await self._reply(record, base, sent, feed)
+                await self._reply(record, base, sent, feed, first=first)
         except BaseException:
             await self._feed_cm.__aexit__(None, None, None)
             raise
@@ -142,10 +146,18 @@ class Started:
         return record
 
     async def _reply(
-        self, record: TaskRecord, base: dict[str, Any], sent: dict[str, Any], feed: Feed
+        self,
+        record: TaskRecord,
+        base: dict[str, Any],
+        sent: dict[str, Any],
+        feed: Feed,
+        *,
+        first: bool,
     ) -> None:
         tasks, who, view = self.tasks, self.who, record.view
         session = view.session_id
+        if view.terminal and not first:
+            return  # a retried reply that took effect: the task as it is now answers it
         if view.terminal:
             raise InvalidParamsError(
                 message=f"task {view.turn_id} is {view.state}; send a message without "

@@ -66,6 +66,15 @@ async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
     return True
 
 
+async def _settle(acknowledgement: Any) -> None:
+    """Send an ack or nak; one lost (NATS away) means the event comes again after the
+    consumer's ack wait, which `sent` makes harmless."""
+    try:
+        await acknowledgement
+    except Exception as exc:
+        log.warning("push delivery: acknowledgement lost (%s); the event comes again", exc)
+
+
 def status_update(view: TurnView, seq: int) -> TaskStatusUpdateEvent:
     """The update a webhook is sent: the task's status now, its id (`updateId`, the task
     and the log sequence of the change) and sequence in `metadata`."""
@@ -93,21 +102,29 @@ class Pusher:
         self.store = store
         self.source = source
         self._stop = asyncio.Event()
+        self.ack_wait_s = 2 * settings.a2a_push_timeout_s + 1
+        """An event in hand whose acknowledgement is lost (NATS restarting) comes again
+        after this; each POST (bounded by its timeout) and each slice of a wait between
+        tries is announced as in progress, so a slow webhook does not make it come again."""
 
     async def run(self, stop: asyncio.Event) -> None:
         self._stop = stop
-        sub = await self._bind(stop)
-        if sub is None:
-            return
         async with httpx.AsyncClient(follow_redirects=False) as self.http:
-            await fetch_loop(sub, stop, self._on_batch, batch=1)
+            while not stop.is_set():
+                sub = await self._bind(stop)
+                if sub is None:
+                    return
+                try:
+                    await fetch_loop(sub, stop, self._on_batch, batch=1)
+                except Exception:  # NATS gone mid-call: bind again, the log still has it
+                    log.exception("push delivery stopped; binding again")
+                    await stopped_within(stop, 1.0)
 
     async def _bind(self, stop: asyncio.Event) -> Any:
         """The durable consumer, once the log exists (a service creates it) and NATS
         answers; new events only (a webhook is sent what changes after it is set)."""
         subjects = self.bus.subjects
         filters = [subjects.log("*", kind) for kind in sorted(ACTED_ON)]
-        ack_wait = max(30.0, 2 * self.settings.a2a_push_timeout_s)
         while not stop.is_set():
             try:
                 return await durable_pull(
@@ -115,7 +132,7 @@ class Pusher:
                     subjects.log_stream,
                     DURABLE,
                     filters,
-                    ack_wait_s=ack_wait,
+                    ack_wait_s=self.ack_wait_s,
                     max_ack_pending=1,
                     deliver_new=True,
                 )
@@ -129,13 +146,13 @@ class Pusher:
             try:
                 await self.handle(msg.metadata.sequence.stream, decode(msg.data), msg)
             except Stopped:
-                await msg.nak()
+                await _settle(msg.nak())
                 return
             except Exception:
                 log.exception("push delivery failed; the event comes again")
-                await msg.nak(delay=1.0)
+                await _settle(msg.nak(delay=1.0))
                 continue
-            await msg.ack_sync()
+            await _settle(msg.ack_sync())
 
     async def handle(self, seq: int, event: Event, msg: Any) -> None:
         """Fold the event at `seq` into its task's push entry; send the update, if it is
@@ -177,6 +194,7 @@ class Pusher:
         for attempt in range(1, settings.a2a_push_attempts + 1):
             if not await allowed_url(config.url, settings):
                 return "refused: not an http(s) URL of a public address"
+            await msg.in_progress()
             try:
                 response = await self.http.post(
                     config.url,
@@ -193,11 +211,20 @@ class Pusher:
             if attempt == settings.a2a_push_attempts:
                 break
             log.info("webhook %s: %s; again in %.1f s", webhook_of(config.url), error, wait)
-            await msg.in_progress()
-            if await stopped_within(self._stop, wait):
+            if await self._pause(wait, msg):
                 raise Stopped
             wait *= 2
         return error
+
+    async def _pause(self, seconds: float, msg: Any) -> bool:
+        """Wait `seconds`, keeping `msg` in progress; True if the process is stopping."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while (left := end - loop.time()) > 0:
+            await msg.in_progress()
+            if await stopped_within(self._stop, min(left, self.ack_wait_s / 2)):
+                return True
+        return False
 
     async def abandon(
         self, entry: PushEntry, config_id: str, seq: int, event: Event, error: str

@@ -122,9 +122,10 @@ class TaskStore:
         found = await asyncio.gather(*(self.get(key) for key in tasks))
         return [record for record in found if record is not None]
 
-    async def claim_message(self, message_id: str, session: str) -> str:
-        """The session the message `message_id` runs in: `session`, unless the same
-        message was sent before (a client's retry): then the one it first ran in."""
+    async def claim_message(self, message_id: str, session: str) -> tuple[str, bool]:
+        """The session the message `message_id` runs in, and whether this is its first
+        sending: `session` and True, unless the same message was sent before (a client's
+        retry): then the session it first ran in and False."""
         kv = await self.kv()
         key = MESSAGE_KEY + hashlib.sha256(message_id.encode()).hexdigest()
         try:
@@ -132,9 +133,9 @@ class TaskStore:
         except (BadRequestError, KeyWrongLastSequenceError):  # the key exists: a retry
             entry = await kv.get(key)
             if entry.value:
-                return bytes(entry.value).decode()
+                return bytes(entry.value).decode(), False
             await kv.put(key, session.encode())  # expired meanwhile: this one is first
-        return session
+        return session, True
 
     async def put(self, record: TaskRecord) -> None:
         """Write `record`; if another replica wrote the entry meanwhile, merge: the view
