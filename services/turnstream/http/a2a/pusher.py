@@ -84,6 +84,12 @@ def status_update(view: TurnView, seq: int) -> TaskStatusUpdateEvent:
     return update
 
 
+def due(entry: PushEntry, seq: int) -> list[str]:
+    """The configs the update at `seq` is still to be sent to (a config sent it, or given
+    up on it, before its event came again is not)."""
+    return [config_id for config_id in sorted(entry.configs) if entry.sent.get(config_id, 0) < seq]
+
+
 def headers_for(config: Any) -> dict[str, str]:
     """The client's token back, and its credentials if it gave any (as the SDK's sender)."""
     headers = {TOKEN_HEADER: config.token} if config.token else {}
@@ -170,9 +176,7 @@ class Pusher:
         if isinstance(event, InteractionRequested):
             await self.store.note_interaction(event.data.interaction_id, task_id)
         update = status_update(entry.view, seq)
-        for config_id in sorted(entry.configs):
-            if entry.sent.get(config_id, 0) >= seq:
-                continue  # sent before this event came again
+        for config_id in due(entry, seq):
             error = await self.deliver(entry, config_id, update, msg)
             if error is not None:
                 await self.abandon(entry, config_id, seq, event, error)
