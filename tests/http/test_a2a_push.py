@@ -20,6 +20,8 @@ from a2a.types.a2a_pb2 import (
     DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest,
     ListTaskPushNotificationConfigsRequest,
+    SendMessageConfiguration,
+    SendMessageRequest,
     TaskPushNotificationConfig,
     TaskState,
 )
@@ -125,6 +127,31 @@ async def test_configs_are_set_read_listed_and_deleted(
             ListTaskPushNotificationConfigsRequest(task_id=task.id)
         )
         assert list(listed.configs) == []
+
+
+async def test_a_webhook_given_with_the_message_is_told_of_its_task(
+    services: Settings, receiver: Receiver
+) -> None:
+    hook = f"{receiver.url}/inline"
+    request = SendMessageRequest(
+        message=message("hi", context="a2a-push-inline"),
+        configuration=SendMessageConfiguration(
+            task_push_notification_config=TaskPushNotificationConfig(url=hook, token="tok-i")
+        ),
+    )
+    async with http_app(services) as url, a2a(url) as client:
+        [reply] = [r async for r in client.send_message(request)]
+        await until(lambda: "TASK_STATE_COMPLETED" in states_of(receiver, "/inline"))
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=reply.task.id)
+        )
+    assert [c.url for c in listed.configs] == [hook]
+    assert states_of(receiver, "/inline")[-1] == "TASK_STATE_COMPLETED"
+    assert all(u["taskId"] == reply.task.id for u in receiver.updates("/inline"))
+
+
+def states_of(receiver: Receiver, path: str) -> list[str]:
+    return [u["status"]["state"] for u in receiver.updates(path)]
 
 
 async def test_a_private_webhook_is_refused_unless_allowed(services: Settings) -> None:

@@ -51,8 +51,10 @@ from turnstream.http.a2a.access import require, who
 from turnstream.http.a2a.inbound import Started, command
 from turnstream.http.a2a.mapping import STATES, to_task
 from turnstream.http.a2a.push import PushConfigs
+from turnstream.http.a2a.store import TaskRecord
 from turnstream.http.a2a.tasks import ContextSource, Tasks
 from turnstream.http.a2a.view import PAUSED, TERMINAL
+from turnstream.http.auth import Principal
 
 
 class Handler(RequestHandler):
@@ -113,7 +115,10 @@ class Handler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
         blocking = not params.configuration.return_immediately
-        async with Started(self.tasks, params.message, who(context), False) as (record, feed):
+        caller = who(context)
+        await self._check_push(params)
+        async with Started(self.tasks, params.message, caller, False) as (record, feed):
+            await self._push_from(params, record, caller)
             if blocking and record.view.state not in PAUSED:
                 deadline = time.monotonic() + self.tasks.ctx.options.wait_default_s
                 async for _ in self.tasks.follow(record, feed, deadline):
@@ -128,7 +133,10 @@ class Handler(RequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any]:
-        async with Started(self.tasks, params.message, who(context), True) as (record, feed):
+        caller = who(context)
+        await self._check_push(params)
+        async with Started(self.tasks, params.message, caller, True) as (record, feed):
+            await self._push_from(params, record, caller)
             yield to_task(record)
             if record.view.state in PAUSED:
                 return
@@ -178,6 +186,22 @@ class Handler(RequestHandler):
         return to_task(record)
 
     # ---- push notifications (`push.PushConfigs`; sent by `pusher.Pusher`)
+    async def _check_push(self, params: SendMessageRequest) -> None:
+        """A webhook given with a message is checked before the message is sent."""
+        if params.configuration.HasField("task_push_notification_config"):
+            await self.push.check_url(params.configuration.task_push_notification_config.url)
+
+    async def _push_from(
+        self, params: SendMessageRequest, record: TaskRecord, caller: Principal
+    ) -> None:
+        """The webhook a message gives (`configuration.taskPushNotificationConfig`), set
+        for its task as soon as the task exists: told of every change after."""
+        if params.configuration.HasField("task_push_notification_config"):
+            config = TaskPushNotificationConfig()
+            config.CopyFrom(params.configuration.task_push_notification_config)
+            config.task_id = record.view.turn_id
+            await self.push.create(config, caller)
+
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:

@@ -170,12 +170,7 @@ class PushConfigs:
         self, params: TaskPushNotificationConfig, who: Principal
     ) -> TaskPushNotificationConfig:
         record = await self.tasks.load(params.task_id, who)
-        if not await allowed_url(params.url, self.tasks.ctx.settings):
-            raise InvalidParamsError(
-                message=f"push notification url {webhook_of(params.url)!r} is not an http(s) "
-                "URL of a public address (loopback, private and link-local ones are refused; "
-                "TURNSTREAM_A2A_PUSH_ALLOW_PRIVATE=true allows them)"
-            )
+        await self.check_url(params.url)
         config = normalize_push_notification_config(params.task_id, params)
         config.ClearField("tenant")
         body = MessageToDict(config)
@@ -186,6 +181,15 @@ class PushConfigs:
             interaction_id = record.view.interaction["interactionId"]
             await self.store.note_interaction(interaction_id, record.view.turn_id)
         return config
+
+    async def check_url(self, url: str) -> None:
+        """`InvalidParamsError` for a webhook this server may not call (SSRF)."""
+        if not await allowed_url(url, self.tasks.ctx.settings):
+            raise InvalidParamsError(
+                message=f"push notification url {webhook_of(url)!r} is not an http(s) "
+                "URL of a public address (loopback, private and link-local ones are refused; "
+                "TURNSTREAM_A2A_PUSH_ALLOW_PRIVATE=true allows them)"
+            )
 
     async def get(self, task_id: str, config_id: str, who: Principal) -> TaskPushNotificationConfig:
         entry = await self._entry(task_id, who)
