@@ -30,6 +30,7 @@ from turnstream.core.events import (
     ProviderRequestFailed,
     ProviderRequestStarted,
     ProviderRetry,
+    PushNotificationAbandoned,
     RenderEmitted,
     SessionConfigured,
     SessionTurnStart,
@@ -131,6 +132,8 @@ def summarize(event: Event) -> str:
             return _clip(f"{d.hook} ({d.kind}) at {where} → {d.action}: {said}", 100)
         case AuditViolation(data=d):
             return _clip(f"{d.kind}: {d.detail}", 100)
+        case PushNotificationAbandoned(data=d):
+            return _clip(f"{d.webhook} gave up on update {d.update_seq}: {d.error}", 100)
         case TurnEnded(data=d):
             if d.status == "completed":
                 return "completed"
