@@ -132,21 +132,24 @@ async def test_configs_are_set_read_listed_and_deleted(
 async def test_a_webhook_given_with_the_message_is_told_of_its_task(
     services: Settings, receiver: Receiver
 ) -> None:
-    hook = f"{receiver.url}/inline"
+    hook, session = f"{receiver.url}/inline", "a2a-push-inline"
     request = SendMessageRequest(
-        message=message("hi", context="a2a-push-inline"),
+        message=message("write it", context=session),
         configuration=SendMessageConfiguration(
             task_push_notification_config=TaskPushNotificationConfig(url=hook, token="tok-i")
         ),
     )
     async with http_app(services) as url, a2a(url) as client:
+        await send(client, message("first", context=session))
         [reply] = [r async for r in client.send_message(request)]
+        assert reply.task.status.state == S.TASK_STATE_INPUT_REQUIRED  # set before it asked
+        await send(client, message("approve", context=session, task=reply.task.id))
         await until(lambda: "TASK_STATE_COMPLETED" in states_of(receiver, "/inline"))
         listed = await client.list_task_push_notification_configs(
             ListTaskPushNotificationConfigsRequest(task_id=reply.task.id)
         )
     assert [c.url for c in listed.configs] == [hook]
-    assert states_of(receiver, "/inline")[-1] == "TASK_STATE_COMPLETED"
+    assert states_of(receiver, "/inline")[-2:] == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
     assert all(u["taskId"] == reply.task.id for u in receiver.updates("/inline"))
 
 

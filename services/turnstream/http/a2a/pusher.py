@@ -50,6 +50,10 @@ from turnstream.settings import Settings
 log = logging.getLogger("turnstream.http.push")
 DURABLE = "a2a-push"
 TOKEN_HEADER = "X-A2A-Notification-Token"
+PUSHED_KINDS = ACTED_ON - {"StagePreFired"}
+"""The kinds a task's state changes on: `TurnView`'s, but for the stage markers (a turn
+has a dozen, and its `SessionTurnStart` makes it `working` first), so the one-at-a-time
+consumer reads a third of the events it would."""
 
 
 class Stopped(Exception):
@@ -130,7 +134,7 @@ class Pusher:
         """The durable consumer, once the log exists (a service creates it) and NATS
         answers; new events only (a webhook is sent what changes after it is set)."""
         subjects = self.bus.subjects
-        filters = [subjects.log("*", kind) for kind in sorted(ACTED_ON)]
+        filters = [subjects.log("*", kind) for kind in sorted(PUSHED_KINDS)]
         while not stop.is_set():
             try:
                 return await durable_pull(
