@@ -198,6 +198,17 @@ class Settings(BaseSettings):
     """Where `turnstream http` (and `up`) serves the HTTP face: `host:port`."""
     http_keys_file: Path | None = None
     """API keys of the HTTP face (YAML); without one it serves on loopback only."""
+    a2a_push_allow_private: bool = False
+    """Let A2A push-notification webhooks be on loopback, private, link-local or other
+    non-public addresses (refused by default: a client could make this server call its
+    internal services)."""
+    a2a_push_attempts: int = Field(default=5, ge=1)
+    """A webhook POST that fails is tried this many times in all, then given up (a
+    `PushNotificationAbandoned` event in the log)."""
+    a2a_push_backoff_s: float = Field(default=1.0, gt=0)
+    """The wait before a failed webhook POST is tried again, doubled after each failure."""
+    a2a_push_timeout_s: float = Field(default=10.0, gt=0)
+    """How long one webhook POST may take before it counts as failed."""
     runner_id: str | None = None
     """This turn-runner's stable name (unique among live runners, e.g. a pod name): restarted
     under the same name it takes its sessions back at once instead of after the lease TTL."""

@@ -64,12 +64,16 @@ async def replica(services: Settings) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def a2a(
-    url: str, *, streaming: bool = False, key: str | None = None
+    url: str, *, streaming: bool = False, key: str | None = None, binding: str = "JSONRPC"
 ) -> AsyncIterator[Client]:
-    """The SDK's client, from the card at `url` (over its own httpx client, closed after)."""
+    """The SDK's client of `binding`, from the card at `url` (over its own httpx client,
+    closed after)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with httpx.AsyncClient(timeout=30, headers=headers) as http:
-        client = await create_client(url, ClientConfig(streaming=streaming, httpx_client=http))
+        config = ClientConfig(
+            streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding]
+        )
+        client = await create_client(url, config)
         async with client:
             yield client
 
@@ -109,12 +113,18 @@ def text_of(task: Task) -> str:
 
 
 async def test_agent_card_lists_the_profiles_as_skills(url: str) -> None:
-    async with httpx.AsyncClient(base_url=url) as http:
+    async with httpx.AsyncClient(base_url=url, headers={"A2A-Version": "1.0"}) as http:
         card = (await http.get("/.well-known/agent-card.json")).json()
     skills = {s["id"] for s in card["skills"]}
     assert {"default", "coordinator", "researcher"} <= skills
-    interfaces = {(i["protocolVersion"], i["url"]) for i in card["supportedInterfaces"]}
-    assert interfaces == {("1.0", f"{url}/a2a"), ("0.3", f"{url}/a2a")}
+    interfaces = {
+        (i["protocolVersion"], i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]
+    }
+    assert interfaces == {
+        (version, binding, f"{url}{path}")
+        for version in ("1.0", "0.3")
+        for binding, path in (("JSONRPC", "/a2a"), ("HTTP+JSON", "/a2a/rest"))
+    }
     assert card["capabilities"]["streaming"] is True
     assert "securitySchemes" not in card  # no keys file: loopback, no auth
 
@@ -321,7 +331,8 @@ class TestKeys:
 
     async def test_no_key_is_401_and_the_card_says_bearer(self, keyed: str) -> None:
         async with httpx.AsyncClient(base_url=keyed) as http:
-            card = (await http.get("/.well-known/agent-card.json")).json()
+            headers = {"A2A-Version": "1.0"}
+            card = (await http.get("/.well-known/agent-card.json", headers=headers)).json()
             r = await http.post("/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"})
         assert r.status_code == 401
         assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"

@@ -232,6 +232,14 @@ SAMPLE_DATA = {
         "eventSeq": 42,
         "invocationId": "i1",
     },
+    "PushNotificationAbandoned": {
+        "taskId": "t1",
+        "configId": "c1",
+        "webhook": "https://example.com/hook",
+        "updateSeq": 42,
+        "attempts": 5,
+        "error": "HTTP 503",
+    },
     "SessionConfigured": {
         "agent": "researcher",
         "tools": ["read_file"],

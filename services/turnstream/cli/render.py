@@ -29,6 +29,7 @@ from turnstream.core.events import (
     ProviderRequestFailed,
     ProviderRequestStarted,
     ProviderRetry,
+    PushNotificationAbandoned,
     RenderEmitted,
     SessionConfigured,
     SessionTurnEnd,
@@ -148,6 +149,8 @@ def summarize(event: Event) -> str:
             return clip(f"{d.hook} ({d.kind}) at {where} → {d.action}: {said}", 100)
         case AuditViolation(data=d):
             return clip(f"{d.kind}: {d.detail}", 100)
+        case PushNotificationAbandoned(data=d):
+            return clip(f"{d.webhook} gave up on update {d.update_seq}: {d.error}", 100)
         case TurnEnded(data=d):
             if d.status == "completed":
                 return "completed"

@@ -58,7 +58,8 @@ def create_app(
         hub = Hub(the_bus)  # subscribes when the first stream or POST needs it
         app.state.ctx = HttpContext(settings, the_bus, hub, auth, opts)
         try:
-            yield
+            async with a2a.delivering(the_bus, settings, source_name("http")):
+                yield
         finally:
             await hub.stop()
             if own:

@@ -157,5 +157,5 @@ export const EVENT_TYPES = [
   "StageCheckGateResult", "StageCompletionChecked", "StageAssertOutcome", "StageGranted",
   "StageCancelled", "StageExited", "WorkflowExit", "SessionConfigured", "MessageSent",
   "MessageDropped", "SubTurnSpawned", "SubTurnEnded", "SubTurnResultDelivered",
-  "ProviderFallback", "ContextProvided", "ContextSkipped",
+  "ProviderFallback", "ContextProvided", "ContextSkipped", "PushNotificationAbandoned",
 ];

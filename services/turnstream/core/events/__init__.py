@@ -98,6 +98,7 @@ from turnstream.core.events.provider import (
     ToolUseBlock,
     Usage,
 )
+from turnstream.core.events.push import PushNotificationAbandoned, PushNotificationAbandonedData
 from turnstream.core.events.tools import (
     Authority,
     CompactionChange,
@@ -191,6 +192,7 @@ Event = Annotated[
     | ToolInvocationCancelled
     | HookDecided
     | AuditViolation
+    | PushNotificationAbandoned
     | WorkflowAttached
     | StageEntered
     | StageInitFailed
@@ -299,6 +301,8 @@ __all__ = [
     "ProviderRequestStartedData",
     "ProviderRetry",
     "ProviderRetryData",
+    "PushNotificationAbandoned",
+    "PushNotificationAbandonedData",
     "RejectionKind",
     "RenderEmitted",
     "RenderEmittedData",

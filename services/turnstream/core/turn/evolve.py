@@ -44,6 +44,7 @@ from turnstream.core.events import (
     ProviderRequestFailed,
     ProviderRequestStarted,
     ProviderRetry,
+    PushNotificationAbandoned,
     RenderEmitted,
     SessionConfigured,
     SessionTurnEnd,
@@ -152,6 +153,7 @@ def evolve(state: C, event: Event) -> C:
             | InteractionAnswered()
             | ToolInvocationStarted()
             | AuditViolation()
+            | PushNotificationAbandoned()
         ):
             return state
         case _:

@@ -3,7 +3,11 @@ protocol, through the official `a2a-sdk` (protocol v1.0, and v0.3 clients on the
 
 - `GET /.well-known/agent-card.json`: the agent card; agent profiles are its skills.
 - `POST /a2a`: JSON-RPC (`SendMessage`, `SendStreamingMessage`, `GetTask`, `CancelTask`,
-  `SubscribeToTask`), parsed and answered by the SDK's dispatcher, handled by `Handler`.
+  `SubscribeToTask`, `ListTasks`), parsed and answered by the SDK's dispatcher, handled by
+  `Handler`.
+- `/a2a/rest/…`: the HTTP+JSON binding of the same methods (`rest`), the same handler.
+- push notifications: configs per task in KV (`push`), each task update POSTed to them
+  from the log (`pusher`, run by `delivering` for the app's life).
 
 `mount(app)` adds both routes; the same API keys apply as everywhere (a missing or unknown
 key is a `401` before any JSON-RPC; scopes and session globs are checked per method).
@@ -11,20 +15,29 @@ key is a `401` before any JSON-RPC; scopes and session globs are checked per met
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
-from a2a.server.routes.agent_card_routes import _etag_for
+from a2a.server.routes.agent_card_routes import _etag_for, _if_none_match_hits
+from a2a.utils.constants import VERSION_HEADER
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
-from turnstream.http.a2a.card import agent_card
-from turnstream.http.a2a.handler import PRINCIPAL, Handler
+from turnstream.bus import Bus
+from turnstream.http.a2a.access import PRINCIPAL
+from turnstream.http.a2a.card import CACHE_CONTROL, agent_card, card_body, card_version
+from turnstream.http.a2a.handler import Handler
+from turnstream.http.a2a.push import PushStore
+from turnstream.http.a2a.pusher import Pusher
+from turnstream.http.a2a.rest import rest_routes
 from turnstream.http.context import Caller, Ctx, HttpContext
+from turnstream.settings import Settings
 
-__all__ = ["Handler", "agent_card", "mount"]
+__all__ = ["Handler", "agent_card", "delivering", "mount"]
 CARD_PATH = "/.well-known/agent-card.json"
 RPC_PATH = "/a2a"
 
@@ -37,7 +50,7 @@ class _Context(DefaultServerCallContextBuilder):
 
 
 def mount(app: FastAPI) -> None:
-    """Serve the agent card and the JSON-RPC endpoint on `app`."""
+    """Serve the agent card and both bindings (JSON-RPC, HTTP+JSON) on `app`."""
 
     def context() -> HttpContext:
         ctx: HttpContext = app.state.ctx
@@ -58,12 +71,30 @@ def mount(app: FastAPI) -> None:
     async def a2a_card(request: Request, ctx: Ctx) -> Response:
         """The agent card: how to reach this server over A2A, and its agents as skills."""
         base = str(request.base_url).rstrip("/")
-        card = agent_card(ctx.settings, base + RPC_PATH, secured=not ctx.auth.open)
-        body = agent_card_to_dict(card)
-        etag = _etag_for(body)
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers={"ETag": etag})
-        return JSONResponse(body, headers={"ETag": etag})
+        card = agent_card(ctx.settings, base, secured=not ctx.auth.open)
+        body = card_body(card, card_version(request.headers.get(VERSION_HEADER)))
+        headers = {"ETag": _etag_for(body), "Cache-Control": CACHE_CONTROL, "Vary": VERSION_HEADER}
+        if _if_none_match_hits(request.headers.get("if-none-match", ""), headers["ETag"]):
+            return Response(status_code=304, headers=headers)
+        return JSONResponse(body, headers=headers)
 
     app.add_api_route(RPC_PATH, a2a_rpc, methods=["POST"], tags=["a2a"])
+    # the same, not a 307 to it: a client that does not follow a POST's redirect reads
+    # an empty body
+    app.add_api_route(RPC_PATH + "/", a2a_rpc, methods=["POST"], include_in_schema=False)
     app.add_api_route(CARD_PATH, a2a_card, methods=["GET"], tags=["a2a"])
+    app.router.routes.extend(rest_routes(handler, context, _Context()))
+
+
+@contextlib.asynccontextmanager
+async def delivering(bus: Bus, settings: Settings, source: str) -> AsyncIterator[None]:
+    """Push notifications are delivered (from the log) while inside; on exit the event in
+    hand is finished or left for another replica."""
+    stop = asyncio.Event()
+    pusher = Pusher(bus, settings, PushStore(bus), source)
+    task = asyncio.create_task(pusher.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await task

@@ -11,6 +11,7 @@ KV revision; a lost race is harmless, the next reader folds the same events agai
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,8 +32,32 @@ MAX_AGE_S = 30 * 24 * 3600.0
 """A task is kept 30 days after its last change (the log keeps the turn itself)."""
 
 
+MESSAGE_KEY = "msg."
+"""Entries under this prefix are not tasks: `msg.<sha256 of a messageId>` names the
+context the message first ran in."""
+
+
 def bucket_name(bus: Bus) -> str:
     return f"{bus.subjects.prefix}_a2a_tasks"
+
+
+def push_bucket_name(bus: Bus) -> str:
+    """The A2A push-notification configs (`http/a2a/push.py`), one entry per task."""
+    return f"{bus.subjects.prefix}_a2a_push"
+
+
+async def open_bucket(bus: Bus, name: str) -> Any:
+    """One of the HTTP face's two buckets (tasks, push configs): created on first use,
+    entries kept `MAX_AGE_S` after their last change, replicas as the log's."""
+    info = await bus.js.stream_info(bus.subjects.log_stream)
+    config = api.KeyValueConfig(
+        bucket=name,
+        history=1,
+        ttl=MAX_AGE_S,
+        storage=api.StorageType.FILE,
+        replicas=info.config.num_replicas or 1,
+    )
+    return await open_or_create(bus.js, config)
 
 
 @dataclass
@@ -72,19 +97,10 @@ class TaskStore:
         return self._kv
 
     async def _open(self) -> Any:
-        js = self.bus.js
-        info = await js.stream_info(self.bus.subjects.log_stream)
-        config = api.KeyValueConfig(
-            bucket=bucket_name(self.bus),
-            history=1,
-            ttl=MAX_AGE_S,
-            storage=api.StorageType.FILE,
-            replicas=info.config.num_replicas or 1,
-        )
-        return await open_or_create(js, config)
+        return await open_bucket(self.bus, bucket_name(self.bus))
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        if not _valid_key(task_id):
+        if not valid_key(task_id):
             return None
         kv = await self.kv()
         try:
@@ -102,8 +118,24 @@ class TaskStore:
             keys = await kv.keys()
         except NoKeysError:
             return []
-        found = await asyncio.gather(*(self.get(key) for key in keys))
+        tasks = [key for key in keys if not key.startswith(MESSAGE_KEY)]
+        found = await asyncio.gather(*(self.get(key) for key in tasks))
         return [record for record in found if record is not None]
+
+    async def claim_message(self, message_id: str, session: str) -> tuple[str, bool]:
+        """The session the message `message_id` runs in, and whether this is its first
+        sending: `session` and True, unless the same message was sent before (a client's
+        retry): then the session it first ran in and False."""
+        kv = await self.kv()
+        key = MESSAGE_KEY + hashlib.sha256(message_id.encode()).hexdigest()
+        try:
+            await kv.create(key, session.encode())
+        except (BadRequestError, KeyWrongLastSequenceError):  # the key exists: a retry
+            entry = await kv.get(key)
+            if entry.value:
+                return bytes(entry.value).decode(), False
+            await kv.put(key, session.encode())  # expired meanwhile: this one is first
+        return session, True
 
     async def put(self, record: TaskRecord) -> None:
         """Write `record`; if another replica wrote the entry meanwhile, merge: the view
@@ -142,5 +174,5 @@ class TaskStore:
         return True
 
 
-def _valid_key(key: str) -> bool:
+def valid_key(key: str) -> bool:
     return bool(key) and len(key) <= 256 and all(c.isalnum() or c in "-_=" for c in key)

@@ -1,0 +1,263 @@
+"""A2A push notifications delivered from the log: each change of a task with push configs
+POSTed to each of its webhooks, once per update.
+
+```
+log event (ACTED_ON kinds) ─► the task's push entry (none: nothing to do)
+   └─ folded into the entry's view ─ no change: done
+                                   └ change = an update (id: task, log sequence)
+        └─ per config not yet sent it: POST ─ 2xx ─────────────► sent[config] = seq
+                                             └ fails: wait, double, again … given up:
+                                               PushNotificationAbandoned ─► sent[config] = seq
+```
+
+The log is read through one durable consumer (`a2a-push`) shared by every HTTP replica,
+one event at a time (`max_ack_pending` 1: a task's updates go out in log order, whichever
+replica sends them), acknowledged after the entry records what was sent. A restart of a
+replica or of NATS resumes at the first event not acknowledged; an update a config was
+sent is skipped when its event comes again (`sent`). A replica that dies between a 2xx and
+writing `sent` sends that update again: the receiver tells it by its `updateId`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+from a2a.types.a2a_pb2 import StreamResponse, TaskStatusUpdateEvent
+from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+
+from turnstream.bus import Bus
+from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.core.events import (
+    Envelope,
+    Event,
+    InteractionAnswered,
+    InteractionRequested,
+    PushNotificationAbandoned,
+    PushNotificationAbandonedData,
+    decode,
+    stamp,
+)
+from turnstream.core.ids import derived_id
+from turnstream.http.a2a.mapping import to_task
+from turnstream.http.a2a.push import PushEntry, PushStore, allowed_url, webhook_of
+from turnstream.http.a2a.store import TaskRecord
+from turnstream.http.a2a.view import ACTED_ON, TurnView
+from turnstream.settings import Settings
+
+log = logging.getLogger("turnstream.http.push")
+DURABLE = "a2a-push"
+TOKEN_HEADER = "X-A2A-Notification-Token"
+PUSHED_KINDS = ACTED_ON - {"StagePreFired"}
+"""The kinds a task's state changes on: `TurnView`'s, but for the stage markers (a turn
+has a dozen, and its `SessionTurnStart` makes it `working` first), so the one-at-a-time
+consumer reads a third of the events it would."""
+
+
+class Stopped(Exception):
+    """The process is stopping: the event is left unacknowledged for the next one."""
+
+
+async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait up to `seconds`; True if `stop` was set meanwhile."""
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _settle(acknowledgement: Any) -> None:
+    """Send an ack or nak; one lost (NATS away) means the event comes again after the
+    consumer's ack wait, which `sent` makes harmless."""
+    try:
+        await acknowledgement
+    except Exception as exc:
+        log.warning("push delivery: acknowledgement lost (%s); the event comes again", exc)
+
+
+def status_update(view: TurnView, seq: int) -> TaskStatusUpdateEvent:
+    """The update a webhook is sent: the task's status now, its id (`updateId`, the task
+    and the log sequence of the change) and sequence in `metadata`."""
+    task = to_task(TaskRecord(view))
+    update = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+    update.metadata.update({"updateId": f"{task.id}:{seq}", "seq": seq})
+    return update
+
+
+def due(entry: PushEntry, seq: int) -> list[str]:
+    """The configs the update at `seq` is still to be sent to (a config sent it, or given
+    up on it, before its event came again is not)."""
+    return [config_id for config_id in sorted(entry.configs) if entry.sent.get(config_id, 0) < seq]
+
+
+def headers_for(config: Any) -> dict[str, str]:
+    """The client's token back, and its credentials if it gave any (as the SDK's sender)."""
+    headers = {TOKEN_HEADER: config.token} if config.token else {}
+    auth = config.authentication
+    if config.HasField("authentication") and auth.scheme and auth.credentials:
+        headers["Authorization"] = f"{auth.scheme} {auth.credentials}"
+    return headers
+
+
+class Pusher:
+    """One per HTTP process; `run` until `stop`."""
+
+    def __init__(self, bus: Bus, settings: Settings, store: PushStore, source: str) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.store = store
+        self.source = source
+        self._stop = asyncio.Event()
+        self.ack_wait_s = 2 * settings.a2a_push_timeout_s + 1
+        """An event in hand whose acknowledgement is lost (NATS restarting) comes again
+        after this; each POST (bounded by its timeout) and each slice of a wait between
+        tries is announced as in progress, so a slow webhook does not make it come again."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._stop = stop
+        async with httpx.AsyncClient(follow_redirects=False) as self.http:
+            while not stop.is_set():
+                sub = await self._bind(stop)
+                if sub is None:
+                    return
+                try:
+                    await fetch_loop(sub, stop, self._on_batch, batch=1)
+                except Exception:  # NATS gone mid-call: bind again, the log still has it
+                    log.exception("push delivery stopped; binding again")
+                    await stopped_within(stop, 1.0)
+
+    async def _bind(self, stop: asyncio.Event) -> Any:
+        """The durable consumer, once the log exists (a service creates it) and NATS
+        answers; new events only (a webhook is sent what changes after it is set)."""
+        subjects = self.bus.subjects
+        filters = [subjects.log("*", kind) for kind in sorted(PUSHED_KINDS)]
+        while not stop.is_set():
+            try:
+                return await durable_pull(
+                    self.bus.js,
+                    subjects.log_stream,
+                    DURABLE,
+                    filters,
+                    ack_wait_s=self.ack_wait_s,
+                    max_ack_pending=1,
+                    deliver_new=True,
+                )
+            except Exception as exc:
+                log.info("push delivery waits for the log (%s)", exc)
+                await stopped_within(stop, 1.0)
+        return None
+
+    async def _on_batch(self, msgs: list[Any]) -> None:
+        for msg in msgs:
+            try:
+                await self.handle(msg.metadata.sequence.stream, decode(msg.data), msg)
+            except Stopped:
+                await _settle(msg.nak())
+                return
+            except Exception:
+                log.exception("push delivery failed; the event comes again")
+                await _settle(msg.nak(delay=1.0))
+                continue
+            await _settle(msg.ack_sync())
+
+    async def handle(self, seq: int, event: Event, msg: Any) -> None:
+        """Fold the event at `seq` into its task's push entry; send the update, if it is
+        one, to each config not sent it yet."""
+        task_id = event.turn_id
+        if isinstance(event, InteractionAnswered):
+            task_id = await self.store.task_of_interaction(event.data.interaction_id)
+        if not task_id:
+            return
+        entry = await self.store.get(task_id)
+        if entry is None or seq <= entry.view.last_seq:
+            return
+        if not entry.view.feed(seq, event):
+            return  # nothing a client sees changed (saved with the next update)
+        if isinstance(event, InteractionRequested):
+            await self.store.note_interaction(event.data.interaction_id, task_id)
+        update = status_update(entry.view, seq)
+        for config_id in due(entry, seq):
+            error = await self.deliver(entry, config_id, update, msg)
+            if error is not None:
+                await self.abandon(entry, config_id, seq, event, error)
+            entry.sent[config_id] = seq
+            await self.store.save_delivery(entry)
+        entry.sent = {k: v for k, v in entry.sent.items() if k in entry.configs}
+        await self.store.save_delivery(entry)
+
+    async def deliver(
+        self, entry: PushEntry, config_id: str, update: TaskStatusUpdateEvent, msg: Any
+    ) -> str | None:
+        """POST `update` to the config's webhook, tried `a2a_push_attempts` times with a
+        doubling wait; None when it took it, else the last error."""
+        settings = self.settings
+        config = entry.config(config_id)
+        body = MessageToDict(StreamResponse(status_update=update))
+        wait = settings.a2a_push_backoff_s
+        error = ""
+        for attempt in range(1, settings.a2a_push_attempts + 1):
+            if not await allowed_url(config.url, settings):
+                return "refused: not an http(s) URL of a public address"
+            await msg.in_progress()
+            try:
+                response = await self.http.post(
+                    config.url,
+                    json=body,
+                    headers=headers_for(config),
+                    timeout=settings.a2a_push_timeout_s,
+                )
+            except httpx.HTTPError as exc:
+                error = f"{type(exc).__name__}: {exc}"[:200]
+            else:
+                if response.is_success:
+                    return None
+                error = f"HTTP {response.status_code}"
+            if attempt == settings.a2a_push_attempts:
+                break
+            log.info("webhook %s: %s; again in %.1f s", webhook_of(config.url), error, wait)
+            if await self._pause(wait, msg):
+                raise Stopped
+            wait *= 2
+        return error
+
+    async def _pause(self, seconds: float, msg: Any) -> bool:
+        """Wait `seconds`, keeping `msg` in progress; True if the process is stopping."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while (left := end - loop.time()) > 0:
+            await msg.in_progress()
+            if await stopped_within(self._stop, min(left, self.ack_wait_s / 2)):
+                return True
+        return False
+
+    async def abandon(
+        self, entry: PushEntry, config_id: str, seq: int, event: Event, error: str
+    ) -> None:
+        """Record in the task's session that the config's webhook did not take update
+        `seq` (an id derived from the update: a redelivery appends it once)."""
+        config = entry.config(config_id)
+        task = entry.view.turn_id
+        data = PushNotificationAbandonedData(
+            task_id=task,
+            config_id=config_id,
+            webhook=webhook_of(config.url),
+            update_seq=seq,
+            attempts=self.settings.a2a_push_attempts,
+            error=error,
+        )
+        given_up = stamp(
+            PushNotificationAbandoned,
+            data,
+            Envelope.of(event),
+            event_id=derived_id(f"{task}:{config_id}:{seq}", "push-abandoned", event.time),
+            time=event.time,
+            source=self.source,
+            causation_id=event.id,
+            turn_id=task,
+        )
+        await self.bus.store.append(event.session_id, [given_up])
+        log.warning("webhook %s gave up on update %s:%s (%s)", data.webhook, task, seq, error)
