@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     nats_user: str | None = None
     """The NATS user this process connects as (ops/accounts.conf: one per service); its
     password is the secret `TURNSTREAM_NATS_PASSWORD` (environment, else the secrets file)."""
+    nats_inbox_prefix: str | None = None
+    """The subject prefix of this process's replies; default `_INBOX.<user>` (`_INBOX`
+    without a user), the one ops/accounts.conf lets this user alone subscribe to."""
     nats_port: int | None = None
     """Port for the embedded server; a free one when unset."""
     data_dir: Path = Path(".turnstream")

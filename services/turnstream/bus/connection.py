@@ -13,6 +13,7 @@ import nats
 from nats.aio.client import Client
 
 from turnstream.bus.kv import cannot_place
+from turnstream.bus.permissions import Refusals
 from turnstream.bus.store import JetStreamEventStore
 from turnstream.bus.streams import StreamLimits, ensure_streams
 from turnstream.core.subjects import Subjects
@@ -38,6 +39,12 @@ def user_of(url: str) -> str | None:
     return urlsplit(url.split(",")[0].strip()).username
 
 
+def inbox_of(user: str | None) -> str:
+    """A user's own inbox prefix (`_INBOX.<user>`): ops/accounts.conf lets each user
+    subscribe to its own alone, so no other user hears its replies."""
+    return f"_INBOX.{user}" if user else "_INBOX"
+
+
 @dataclass
 class Bus:
     """One NATS connection with its JetStream context and the event store over it."""
@@ -45,6 +52,8 @@ class Bus:
     nc: Client
     js: Any
     subjects: Subjects
+    refusals: Refusals = field(default_factory=lambda: Refusals(None))
+    """What the server refused this connection's user (a publish, a subscription)."""
     store: JetStreamEventStore = field(init=False)
     _blobs: Any = field(default=None, init=False, repr=False)
 
@@ -77,12 +86,16 @@ async def connect(
     name: str = "turnstream",
     ensure: StreamLimits | None = None,
     connect_timeout: float = 5.0,
+    inbox_prefix: str | None = None,
 ) -> Bus:
-    """Connect; with `ensure`, create or update the streams and buckets first.
+    """Connect; with `ensure`, create or update the streams and buckets first. Replies come
+    on `inbox_prefix` (default: the URL's user's own, `inbox_of`).
 
     A server that refuses the credentials ends the attempt at once with an error naming
     the user (nats-py would otherwise retry forever)."""
     refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    user = user_of(url)
+    refusals = Refusals(user)
 
     async def on_error(exc: Exception) -> None:
         text = str(exc)
@@ -90,6 +103,7 @@ async def connect(
         if auth and not refused.done() and not connecting.done():
             refused.set_result(text)  # refused at start: connect() says so and gives up
             return
+        refusals.record(text)
         log.error("NATS: %s", text)  # a permissions violation names the subject here
 
     connecting = asyncio.ensure_future(
@@ -102,6 +116,7 @@ async def connect(
             pending_size=64 * 1024 * 1024,
             allow_reconnect=True,
             error_cb=on_error,
+            inbox_prefix=inbox_prefix or inbox_of(user),
         )
     )
     try:
@@ -109,7 +124,6 @@ async def connect(
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if refused.done() and not connecting.done():
             connecting.cancel()
-            user = user_of(url)
             raise ConnectionError(
                 f"NATS at {without_password(url)} refused user {user or '(none)'!r}: "
                 f"{refused.result()} (wrong password for this user, or no such user: check "
@@ -131,7 +145,7 @@ async def connect(
         except BaseException:
             await nc.close()
             raise
-    return Bus(nc, js, subjects)
+    return Bus(nc, js, subjects, refusals)
 
 
 async def _ensure_within(js: Any, subjects: Subjects, limits: StreamLimits, within: float) -> None:

@@ -53,7 +53,10 @@ def create_app(
         # a client, not a service: it creates no stream (its NATS user may not; the
         # services do), only the A2A task bucket when first needed
         the_bus = bus or await connect(
-            settings.resolved_nats_url(), settings.subjects, name=source_name("http")
+            settings.resolved_nats_url(),
+            settings.subjects,
+            name=source_name("http"),
+            inbox_prefix=settings.nats_inbox_prefix,
         )
         hub = Hub(the_bus)  # subscribes when the first stream or POST needs it
         app.state.ctx = HttpContext(settings, the_bus, hub, auth, opts)

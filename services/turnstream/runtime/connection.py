@@ -27,6 +27,7 @@ async def connect_service(settings: Settings, service: str) -> Bus:
         settings.subjects,
         name=source_name(service),
         ensure=stream_limits(settings),
+        inbox_prefix=settings.nats_inbox_prefix,
     )
 
 
