@@ -6,7 +6,9 @@ fsync always: only the listen port, the store directory and the generated passwo
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -25,11 +27,17 @@ class SecureServer:
         return f"nats://{user}:{password or self.passwords[user]}@127.0.0.1:{self.port}"
 
 
-@pytest.fixture(scope="module")
-def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServer]:
-    store = tmp_path_factory.mktemp("nats-secure")
+@contextmanager
+def secure_server_in(store: Path, accounts: Path = secure.ACCOUNTS) -> Iterator[SecureServer]:
+    """A server loading `accounts` (the shipped file unless a test changes a right)."""
     passwords = secure.dev_secrets(store / "secrets.env")
-    server = secure.SecureServer(store / "js", None, passwords)
+    server = secure.SecureServer(store / "js", None, passwords, accounts)
     server.sync_always = True
     with server:
         yield SecureServer(server.port, passwords)
+
+
+@pytest.fixture(scope="module")
+def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServer]:
+    with secure_server_in(tmp_path_factory.mktemp("nats-secure")) as server:
+        yield server

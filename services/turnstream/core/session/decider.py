@@ -131,9 +131,11 @@ class AssertSaid:
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """The shell published these `Deliver` messages and JetStream acknowledged them."""
+    """The shell published these `Deliver` messages and JetStream acknowledged them;
+    `refused`: those the server refused to take (key, why), never to be sent."""
 
     keys: frozenset[str]
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 Input = (
@@ -216,8 +218,9 @@ def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) 
     match input:
         case Fact() | Tick():
             decision = decide_session(state, config, ctx)
-        case Published(keys=keys):
+        case Published(keys=keys, refused=refused):
             sent = outbound.record(state, keys, config, ctx)
+            sent += outbound.refused(state, dict(refused), config, ctx)
             decision = decide_session(fold(state, sent), config, ctx).after(sent)
         case _:
             step = _step(state, input, config, ctx)

@@ -147,6 +147,10 @@ def evolve(state: ChatState, event: Event) -> ChatState:
             if data.cause == "send_message" and data.invocation_id:
                 return _call(state, event, data.invocation_id, {"approved"}, status="requested")
             return _turn(state, event)
+        case MessageDropped(data=data) if data.reason == "refused" and any(
+            c.invocation_id == data.invocation_id for c in state.children
+        ):
+            return subturns.interrupt_sent(state, data.invocation_id)  # a refused interrupt
         case MessageDropped(data=data):
             if data.cause == "replyTo":
                 return _turn(state, event, reply_settled=True)
