@@ -128,7 +128,9 @@ def send(
     """Send a message, stream its tokens and stages, print the reply.
 
     Exits 0 when the turn completed, 1 when it failed or was denied, 130 on Ctrl-C (which
-    stops watching; the turn goes on). Approval prompts are asked inline on a terminal.
+    stops watching; the turn goes on); as a NATS user that may send but not read the log
+    (`client`), 0 once the command is stored. A refused publish exits 2 and says so.
+    Approval prompts are asked inline on a terminal.
     """
     require_session_id(session)
     kind, _, sender_id = sender.partition(":")

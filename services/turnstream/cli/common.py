@@ -16,8 +16,9 @@ import typer
 from rich.console import Console
 
 from turnstream.bus import Bus
+from turnstream.bus.permissions import PermissionDenied
 from turnstream.core.subjects import is_reserved_session, is_session_id
-from turnstream.runtime import connect_service
+from turnstream.runtime import connect_client
 from turnstream.settings import Settings
 
 T = TypeVar("T")
@@ -67,7 +68,7 @@ def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
     """Connect, run `work`, close; a connection problem exits 2 with its message."""
 
     async def main() -> T:
-        bus = await connect_service(settings, "cli")
+        bus = await connect_client(settings, "cli")
         try:
             return await work(bus)
         finally:
@@ -78,6 +79,9 @@ def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(main())
+    except PermissionDenied as exc:  # before the timeout it would otherwise look like
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
         # a request to a service (approval, turn-runner) that is down or busy
         err.print(

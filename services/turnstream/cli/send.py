@@ -21,6 +21,7 @@ import typer
 from rich.markup import escape
 
 from turnstream.bus import Bus
+from turnstream.bus.permissions import PermissionDenied
 from turnstream.cli.common import command_name, console, err, run_on_bus
 from turnstream.cli.render import event_line
 from turnstream.client import TurnOutcome, answer_command, publish_command, send_and_wait
@@ -231,6 +232,14 @@ class SendScreen:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Unfollowed:
+    """Sent, but this NATS user may not read the session's log to follow its turn."""
+
+    seq: int
+    why: PermissionDenied
+
+
 def run_send(
     settings: Settings,
     command: dict[str, Any],
@@ -243,7 +252,7 @@ def run_send(
     screen = SendScreen(session, quiet, sys.stdin.isatty() and not quiet, timeout)
     started = time.perf_counter()
 
-    async def work(bus: Bus) -> TurnOutcome:
+    async def work(bus: Bus) -> TurnOutcome | Unfollowed:
         try:
             async with asyncio.timeout(timeout) as screen.deadline:
                 return await send_and_wait(
@@ -253,6 +262,11 @@ def run_send(
                     on_delta=screen.on_delta,
                     timeout=None,
                 )
+        except PermissionDenied as denied:
+            if denied.action != "subscription":
+                raise
+            # a user that may send commands but not read the log (`client`): send it only
+            return Unfollowed(await publish_command(bus, session, command), denied)
         finally:
             for task in list(screen.tasks):
                 task.cancel()
@@ -271,6 +285,10 @@ def run_send(
         console.print()
         err.print(screen.interrupted())
         raise typer.Exit(130) from None
+    if isinstance(outcome, Unfollowed):
+        console.print(f"[green]✔ sent[/] [dim]inbound seq {outcome.seq}[/]")
+        err.print(f"[yellow]not followed:[/] {escape(str(outcome.why))}")
+        return
     elapsed = (time.perf_counter() - started - screen.waited_s) * 1000
     screen.end_tokens()
     if outcome.completed:

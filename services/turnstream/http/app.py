@@ -25,14 +25,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnstream import console
-from turnstream.bus import Bus, connect
+from turnstream.bus import Bus
 from turnstream.http import a2a, commands, reads, replay, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
 from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
-from turnstream.runtime import source_name, tune_gc
+from turnstream.runtime import connect_client, tune_gc
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.http")
@@ -52,12 +52,7 @@ def create_app(
         own = bus is None
         # a client, not a service: it creates no stream (its NATS user may not; the
         # services do), only the A2A task bucket when first needed
-        the_bus = bus or await connect(
-            settings.resolved_nats_url(),
-            settings.subjects,
-            name=source_name("http"),
-            inbox_prefix=settings.nats_inbox_prefix,
-        )
+        the_bus = bus or await connect_client(settings, "http")
         hub = Hub(the_bus)  # subscribes when the first stream or POST needs it
         app.state.ctx = HttpContext(settings, the_bus, hub, auth, opts)
         try:

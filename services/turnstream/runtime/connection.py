@@ -31,6 +31,17 @@ async def connect_service(settings: Settings, service: str) -> Bus:
     )
 
 
+async def connect_client(settings: Settings, name: str) -> Bus:
+    """Connect as a client (the CLI, the HTTP face): nothing is created, so a user that may
+    only send commands can connect."""
+    return await connect(
+        settings.resolved_nats_url(),
+        settings.subjects,
+        name=source_name(name),
+        inbox_prefix=settings.nats_inbox_prefix,
+    )
+
+
 @asynccontextmanager
 async def service_bus(settings: Settings, service: str, bus: Bus | None) -> AsyncIterator[Bus]:
     """`bus` if given (tests share one), else a connection of the service's own, closed
