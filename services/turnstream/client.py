@@ -18,6 +18,7 @@ import uuid_utils
 
 from turnstream.bus import Bus
 from turnstream.bus.archive import read_archived
+from turnstream.bus.permissions import answered
 from turnstream.core.events import (
     Event,
     FailureClass,
@@ -270,7 +271,7 @@ async def send_and_wait(
     live_sub = await bus.nc.subscribe(subjects.live_session(log_session), cb=on_live)
     catching_up: asyncio.Task[None] | None = None
     try:
-        await bus.nc.flush()  # a refused subscription is answered before the flush's PONG
+        await answered(bus.nc)
         denied = bus.refusals.denied("subscription", subjects.log_session(log_session))
         if denied is not None:
             raise denied  # not sent: its turn could not be followed

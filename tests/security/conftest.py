@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from turnstream.bus import connect
+from turnstream.bus.streams import StreamLimits
 from turnstream.cli import secure
+from turnstream.core.subjects import Subjects
 
 pytestmark = pytest.mark.integration
 
@@ -41,3 +44,9 @@ def secure_server_in(store: Path, accounts: Path = secure.ACCOUNTS) -> Iterator[
 def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServer]:
     with secure_server_in(tmp_path_factory.mktemp("nats-secure")) as server:
         yield server
+
+
+async def apply_as_operator(server: SecureServer) -> None:
+    """The setup step (`turnstream streams apply`) as the operator: streams and buckets."""
+    bus = await connect(server.url("operator"), Subjects("ts"), ensure=StreamLimits())
+    await bus.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import events_of, only, running_services, wait_for
-from tests.security.conftest import SecureServer, secure_server_in
+from tests.security.conftest import SecureServer, apply_as_operator, secure_server_in
 from tests.security.test_identities import as_user, settings
 from turnstream.bus import Bus
 from turnstream.cli import secure
@@ -57,6 +57,7 @@ def _agents(tmp: Path) -> dict[str, object]:
 
 async def _services_and_operator(server: SecureServer, tmp: Path) -> AsyncIterator[Bus]:
     extra = _agents(tmp)
+    await apply_as_operator(server)
     async with running_services(lambda user: settings(server, user, tmp, **extra)):
         operator = await as_user(server, "operator")
         try:

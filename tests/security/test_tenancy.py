@@ -14,6 +14,7 @@ from tests.security.conftest import SecureServer
 from tests.security.test_identities import as_user, services_as_themselves, streams
 from turnstream.bus import Bus
 from turnstream.bus.connection import inbox_of
+from turnstream.bus.permissions import answered
 from turnstream.client import message_command, publish_command
 from turnstream.core.events import TurnEnded
 
@@ -51,7 +52,7 @@ async def test_a_tenant_hears_nothing_of_another_users_turn(
             for subject in ("_INBOX.>", ">", "_INBOX.client.>", "_INBOX.http.>"):
                 await spy.nc.subscribe(subject, cb=on_msg)
             await spy.nc.subscribe(inbox_of("client-acme") + ".>", cb=on_msg)
-            await spy.nc.flush()
+            await answered(spy.nc)
             for subject in ("_INBOX.>", ">", "_INBOX.client.>", "_INBOX.http.>"):
                 assert spy.refusals.denied("subscription", subject) is not None, subject
             assert spy.refusals.denied("subscription", "_INBOX.client-acme.>") is None

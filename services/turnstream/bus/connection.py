@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,7 +16,7 @@ from nats.aio.client import Client
 from turnstream.bus.kv import cannot_place
 from turnstream.bus.permissions import Refusals
 from turnstream.bus.store import JetStreamEventStore
-from turnstream.bus.streams import StreamLimits, ensure_streams
+from turnstream.bus.streams import StreamLimits, StreamsMissing, check_streams, ensure_streams
 from turnstream.core.subjects import Subjects
 
 log = logging.getLogger(__name__)
@@ -85,11 +86,13 @@ async def connect(
     *,
     name: str = "turnstream",
     ensure: StreamLimits | None = None,
+    check: bool = False,
     connect_timeout: float = 5.0,
     inbox_prefix: str | None = None,
 ) -> Bus:
-    """Connect; with `ensure`, create or update the streams and buckets first. Replies come
-    on `inbox_prefix` (default: the URL's user's own, `inbox_of`).
+    """Connect; with `ensure`, run the setup step (create or update the streams and
+    buckets) first; with `check`, `StreamsMissing` unless they exist (a service). Replies
+    come on `inbox_prefix` (default: the URL's user's own, `inbox_of`).
 
     A server that refuses the credentials ends the attempt at once with an error naming
     the user (nats-py would otherwise retry forever)."""
@@ -139,21 +142,33 @@ async def connect(
             "or fix TURNSTREAM_NATS_URL / --nats-url"
         ) from exc
     js = nc.jetstream(publish_async_max_pending=8192)
-    if ensure is not None:
-        try:
+    try:
+        if ensure is not None:
             await _ensure_within(js, subjects, ensure, ENSURE_WITHIN_S)
-        except BaseException:
-            await nc.close()
-            raise
+        if check:
+            await _check_within(js, subjects, ENSURE_WITHIN_S)
+    except BaseException:
+        await nc.close()
+        raise
     return Bus(nc, js, subjects, refusals)
 
 
 async def _ensure_within(js: Any, subjects: Subjects, limits: StreamLimits, within: float) -> None:
+    await _within(lambda: ensure_streams(js, subjects, limits), within)
+
+
+async def _check_within(js: Any, subjects: Subjects, within: float) -> None:
+    await _within(lambda: check_streams(js, subjects), within)
+
+
+async def _within(step: Callable[[], Awaitable[None]], within: float) -> None:
     deadline = asyncio.get_running_loop().time() + within
     while True:
         try:
-            await ensure_streams(js, subjects, limits)
+            await step()
             return
+        except StreamsMissing:
+            raise
         except Exception as exc:
             if not isinstance(exc, nats.errors.TimeoutError) and not cannot_place(exc):
                 raise

@@ -81,3 +81,11 @@ class Refusals:
             self.waiting.get(key, set()).discard(refused)
             if not acking.done():
                 acking.cancel()
+
+
+async def answered(nc: Any) -> None:
+    """Return once the server has answered all this connection sent so far, a refused
+    subscription included (its error comes before the PONG of a PING sent after it).
+    nats-py writes a flush's PING ahead of what it still buffers: the second one is after."""
+    await nc.flush()
+    await nc.flush()

@@ -286,14 +286,40 @@ def schemas_export(
 
 @app.command()
 def streams(
-    replicas: Annotated[int, typer.Option(help="Stream replicas.")] = 1,
+    action: Annotated[
+        str,
+        typer.Argument(
+            help="show: print the stream definitions (ops/streams.json is this output); "
+            "apply: the setup step, create or update the streams and buckets (as operator)."
+        ),
+    ] = "show",
+    replicas: Annotated[
+        int | None, typer.Option(help="Stream replicas (apply: default TURNSTREAM_REPLICAS).")
+    ] = None,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
 ) -> None:
-    """Print the stream definitions services create (ops/streams.json is this output)."""
+    """The streams and buckets: print them, or create them (services only check they exist)."""
     from turnstream.bus.streams import StreamLimits, describe
-    from turnstream.runtime import stream_limits
+    from turnstream.runtime import apply_streams, stream_limits
 
+    if action not in ("show", "apply"):
+        err.print(f"[red]error:[/] {action!r}: use `streams show` or `streams apply`")
+        raise typer.Exit(2)
+    if action == "apply":
+        settings = settings_of(nats_url, data_dir, replicas=replicas)
+        try:
+            asyncio.run(apply_streams(settings))
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            err.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from exc
+        except Exception as exc:  # nats-py's own: a refused JetStream request, say
+            err.print(f"[red]error:[/] the setup step failed: {type(exc).__name__}: {exc}")
+            raise typer.Exit(2) from exc
+        console.print(f"streams and buckets applied ({settings.replicas} replica(s))")
+        return
     limits = stream_limits(settings_of())
-    limits = StreamLimits(**{**limits.__dict__, "replicas": replicas})
+    limits = StreamLimits(**{**limits.__dict__, "replicas": replicas or 1})
     options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
     sys.stdout.write(
         orjson.dumps(describe(settings_of().subjects, limits), option=options).decode()

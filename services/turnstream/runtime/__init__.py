@@ -3,6 +3,7 @@ its plug-ins. Each concept has its module; this package re-exports them."""
 
 from turnstream.runtime.clock import new_event_id, now, source_name
 from turnstream.runtime.connection import (
+    apply_streams,
     connect_client,
     connect_service,
     service_bus,
@@ -13,6 +14,7 @@ from turnstream.runtime.process import YOUNG_GC_EVERY, run_service, tune_gc
 
 __all__ = [
     "YOUNG_GC_EVERY",
+    "apply_streams",
     "connect_client",
     "connect_service",
     "new_event_id",

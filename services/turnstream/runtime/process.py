@@ -9,6 +9,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 
+from turnstream.bus.streams import StreamsMissing
 from turnstream.runtime import telemetry
 from turnstream.settings import Settings
 
@@ -56,7 +57,7 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
             profile.dump_stats(f"{profile_to}/{service}-{os.getpid()}.prof")
         else:
             asyncio.run(main())
-    except (ConnectionError, ValueError) as exc:  # bad settings or no server: say which
+    except (ConnectionError, ValueError, StreamsMissing) as exc:  # say which and the fix
         log.error("%s", exc)
         raise SystemExit(2) from exc
     finally:

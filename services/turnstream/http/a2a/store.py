@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from nats.js import api
 from nats.js.errors import (
     BadRequestError,
     KeyNotFoundError,
@@ -24,15 +23,14 @@ from nats.js.errors import (
 )
 
 from turnstream.bus import Bus
-from turnstream.bus.kv import open_or_create
+from turnstream.bus.streams import A2A_TASK_MAX_AGE_S, a2a_tasks_bucket, existing_bucket
 from turnstream.http.a2a.view import TurnView
 
-MAX_AGE_S = 30 * 24 * 3600.0
-"""A task is kept 30 days after its last change (the log keeps the turn itself)."""
+MAX_AGE_S = A2A_TASK_MAX_AGE_S
 
 
 def bucket_name(bus: Bus) -> str:
-    return f"{bus.subjects.prefix}_a2a_tasks"
+    return a2a_tasks_bucket(bus.subjects.prefix)
 
 
 @dataclass
@@ -72,16 +70,7 @@ class TaskStore:
         return self._kv
 
     async def _open(self) -> Any:
-        js = self.bus.js
-        info = await js.stream_info(self.bus.subjects.log_stream)
-        config = api.KeyValueConfig(
-            bucket=bucket_name(self.bus),
-            history=1,
-            ttl=MAX_AGE_S,
-            storage=api.StorageType.FILE,
-            replicas=info.config.num_replicas or 1,
-        )
-        return await open_or_create(js, config)
+        return await existing_bucket(self.bus.js, bucket_name(self.bus))  # the setup step's
 
     async def get(self, task_id: str) -> TaskRecord | None:
         if not _valid_key(task_id):
