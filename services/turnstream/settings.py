@@ -276,6 +276,11 @@ class Settings(BaseSettings):
                     values.append(value.strip().strip('"').strip("'"))
         return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
 
+    def log_secrets(self) -> list[str]:
+        """Values no log line may show: `secret_values`, and this process's NATS password."""
+        password = self.secret("TURNSTREAM_NATS_PASSWORD") if self.nats_user else None
+        return [*self.secret_values(), *([password] if password else [])]
+
     @property
     def subjects(self) -> Subjects:
         return Subjects(self.prefix)

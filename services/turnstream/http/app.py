@@ -33,6 +33,7 @@ from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
 from turnstream.runtime import connect_client, tune_gc
+from turnstream.runtime.redaction import redact_logs
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.http")
@@ -266,6 +267,7 @@ def run(settings: Settings) -> None:
         level=os.environ.get("TURNSTREAM_LOG_LEVEL", "INFO"),
         format="%(asctime)s http %(levelname)s %(message)s",
     )
+    redact_logs(settings.log_secrets())
     try:
         sock = bind(settings.http_addr, settings.http_keys_file is not None)
     except (OSError, ValueError) as exc:

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from turnstream.bus.streams import StreamsMissing
 from turnstream.runtime import telemetry
+from turnstream.runtime.redaction import redact_logs
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream")
@@ -37,6 +38,7 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
         format=f"%(asctime)s {service} %(levelname)s %(message)s",
     )
     settings = Settings()
+    redact_logs(settings.log_secrets())
     telemetry.setup(service)
     tune_gc()
 
