@@ -20,6 +20,7 @@ from turnstream.bus import connect
 from turnstream.bus.streams import StreamLimits, bucket_configs, checked_streams
 
 pytestmark = pytest.mark.integration
+TURNSTREAM = str(Path(sys.executable).parent / "turnstream")
 __all__ = ["streams"]  # test_identities' fixture, used here too
 SERVICES = ("gateway", "turn-runner", "approval", "tool-executor", "audit", "http")
 
@@ -93,10 +94,34 @@ def test_a_service_refuses_to_start_before_the_setup_step(tmp_path: Path) -> Non
         # and nothing was created by its attempt
         assert asyncio.run(_streams_of(server)) == []
 
+        def apply_as(user: str) -> subprocess.CompletedProcess[str]:
+            as_user = {
+                **env,
+                "TURNSTREAM_NATS_USER": user,
+                "TURNSTREAM_NATS_PASSWORD": server.passwords[user],
+            }
+            return subprocess.run(
+                [TURNSTREAM, "streams", "apply"],
+                env=as_user,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        refused = apply_as("gateway")
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "NATS user 'gateway' may not publish to $js.api.stream." in refused.stderr
+        assert asyncio.run(_streams_of(server)) == []
+        applied = apply_as("operator")
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        names = [*checked_streams(SUBJECTS)]
+        names += [f"KV_{c.bucket}" for c in bucket_configs(SUBJECTS, StreamLimits())]
+        assert sorted(asyncio.run(_streams_of(server))) == sorted(set(names))
+
 
 async def _streams_of(server: SecureServer) -> list[str]:
     operator = await connect(server.url("operator"), SUBJECTS)
     try:
-        return list(await operator.js.streams_info())
+        return [info.config.name for info in await operator.js.streams_info()]
     finally:
         await operator.close()

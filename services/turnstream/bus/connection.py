@@ -144,24 +144,40 @@ async def connect(
     js = nc.jetstream(publish_async_max_pending=8192)
     try:
         if ensure is not None:
-            await _ensure_within(js, subjects, ensure, ENSURE_WITHIN_S)
+            await _ensure_within(js, subjects, ensure, ENSURE_WITHIN_S, refusals)
         if check:
-            await _check_within(js, subjects, ENSURE_WITHIN_S)
+            await _check_within(js, subjects, ENSURE_WITHIN_S, refusals)
+    except nats.errors.TimeoutError as exc:
+        await nc.close()
+        denied = refusals.latest()  # not a slow cluster: this user may not ask that
+        if denied is not None:
+            raise denied from exc
+        raise
     except BaseException:
         await nc.close()
         raise
     return Bus(nc, js, subjects, refusals)
 
 
-async def _ensure_within(js: Any, subjects: Subjects, limits: StreamLimits, within: float) -> None:
-    await _within(lambda: ensure_streams(js, subjects, limits), within)
+async def _ensure_within(
+    js: Any,
+    subjects: Subjects,
+    limits: StreamLimits,
+    within: float,
+    refusals: Refusals | None = None,
+) -> None:
+    await _within(lambda: ensure_streams(js, subjects, limits), within, refusals)
 
 
-async def _check_within(js: Any, subjects: Subjects, within: float) -> None:
-    await _within(lambda: check_streams(js, subjects), within)
+async def _check_within(js: Any, subjects: Subjects, within: float, refusals: Refusals) -> None:
+    await _within(lambda: check_streams(js, subjects), within, refusals)
 
 
-async def _within(step: Callable[[], Awaitable[None]], within: float) -> None:
+async def _within(
+    step: Callable[[], Awaitable[None]], within: float, refusals: Refusals | None
+) -> None:
+    """`step`, asked again while JetStream times out or cannot place replicas yet (a
+    cluster coming up), for up to `within`; not when the server refused this user."""
     deadline = asyncio.get_running_loop().time() + within
     while True:
         try:
@@ -171,6 +187,8 @@ async def _within(step: Callable[[], Awaitable[None]], within: float) -> None:
             raise
         except Exception as exc:
             if not isinstance(exc, nats.errors.TimeoutError) and not cannot_place(exc):
+                raise
+            if refusals is not None and refusals.latest() is not None:
                 raise
             if asyncio.get_running_loop().time() > deadline:
                 raise

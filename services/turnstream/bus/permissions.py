@@ -63,6 +63,13 @@ class Refusals:
         text = self.seen.get((action, subject.lower()))
         return None if text is None else PermissionDenied(self.user, action, subject, text)
 
+    def latest(self) -> PermissionDenied | None:
+        """The last refusal seen (a JetStream API request refused looks like a timeout)."""
+        if not self.seen:
+            return None
+        (action, subject), text = next(reversed(self.seen.items()))
+        return PermissionDenied(self.user, action, subject, text)
+
     async def publish(
         self, js: Any, subject: str, payload: bytes, *, headers: dict[str, str] | None = None
     ) -> Any:

@@ -310,10 +310,10 @@ def streams(
         settings = settings_of(nats_url, data_dir, replicas=replicas)
         try:
             asyncio.run(apply_streams(settings))
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except (ConnectionError, RuntimeError, ValueError, PermissionError) as exc:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc
-        except Exception as exc:  # nats-py's own: a refused JetStream request, say
+        except Exception as exc:  # nats-py's own
             err.print(f"[red]error:[/] the setup step failed: {type(exc).__name__}: {exc}")
             raise typer.Exit(2) from exc
         console.print(f"streams and buckets applied ({settings.replicas} replica(s))")

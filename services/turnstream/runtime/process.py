@@ -9,6 +9,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 
+from turnstream.bus.permissions import PermissionDenied
 from turnstream.bus.streams import StreamsMissing
 from turnstream.runtime import telemetry
 from turnstream.runtime.redaction import redact_logs
@@ -59,7 +60,7 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
             profile.dump_stats(f"{profile_to}/{service}-{os.getpid()}.prof")
         else:
             asyncio.run(main())
-    except (ConnectionError, ValueError, StreamsMissing) as exc:  # say which and the fix
+    except (ConnectionError, ValueError, StreamsMissing, PermissionDenied) as exc:  # the fix
         log.error("%s", exc)
         raise SystemExit(2) from exc
     finally:
