@@ -102,12 +102,9 @@ def bucket_configs(subjects: Subjects, limits: StreamLimits) -> list[api.KeyValu
         )
 
     inbound_age = limits.inbound_max_age_days * DAY_S
+    markers = {subjects.leases_bucket: LEASE_MARKER_TTL_S}
     return [
-        kv(subjects.leases_bucket, limit_marker_ttl=LEASE_MARKER_TTL_S),
-        kv(subjects.sessions_bucket),
-        kv(subjects.snapshots_bucket),
-        kv(subjects.invocations_bucket),
-        kv(subjects.hooks_bucket),
+        *(kv(bucket, limit_marker_ttl=markers.get(bucket)) for bucket in shared_buckets(subjects)),
         kv(
             subjects.idempotency_bucket,
             inbound_age or None,
@@ -116,6 +113,17 @@ def bucket_configs(subjects: Subjects, limits: StreamLimits) -> list[api.KeyValu
         kv(tools_bucket(subjects.prefix)),
         kv(a2a_tasks_bucket(subjects.prefix), A2A_TASK_MAX_AGE_S),
     ]
+
+
+def shared_buckets(subjects: Subjects) -> tuple[str, ...]:
+    """The buckets several services use: each service checks them at start."""
+    return (
+        subjects.leases_bucket,
+        subjects.sessions_bucket,
+        subjects.snapshots_bucket,
+        subjects.invocations_bucket,
+        subjects.hooks_bucket,
+    )
 
 
 def tools_bucket(prefix: str) -> str:
@@ -135,16 +143,7 @@ def checked_streams(subjects: Subjects) -> list[str]:
         subjects.inbound_stream,
         subjects.log_stream,
         dead_letter_stream(subjects.prefix),
-        *(
-            f"KV_{bucket}"
-            for bucket in (
-                subjects.leases_bucket,
-                subjects.sessions_bucket,
-                subjects.snapshots_bucket,
-                subjects.invocations_bucket,
-                subjects.hooks_bucket,
-            )
-        ),
+        *(f"KV_{bucket}" for bucket in shared_buckets(subjects)),
         f"OBJ_{subjects.blobs_bucket}",
     ]
 
