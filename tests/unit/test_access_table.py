@@ -94,3 +94,7 @@ def test_each_user_reads_only_its_own_inbox() -> None:
         inboxes = {s for s in columns["subscribes"] if s.startswith("_INBOX")}
         assert inboxes == {f"_INBOX.{user}.>"}, user
         assert not any(s.startswith("_INBOX") for s in columns["publishes"]), user
+        # a durable push consumer's deliveries are read by its own service alone
+        delivered = {s for s in columns["subscribes"] if s.startswith("ts.deliver.")}
+        assert delivered <= {f"ts.deliver.{user}"}, user
+        assert not any(s in (">", "ts.>", "ts.deliver.>") for s in columns["subscribes"]), user
