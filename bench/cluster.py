@@ -57,7 +57,7 @@ async def services(url_of: Callable[[str], str], tmp: Path, replicas: int) -> As
         )
 
     limits = stream_limits(settings("turn-runner"))
-    first = await connect(url_of("turn-runner"), SUBJECTS, ensure=limits)
+    first = await connect(url_of("operator"), SUBJECTS, ensure=limits)  # the setup step
     await first.close()
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tasks:

@@ -18,6 +18,7 @@ import uuid_utils
 
 from turnstream.bus import Bus
 from turnstream.bus.archive import read_archived
+from turnstream.bus.permissions import answered
 from turnstream.core.events import (
     Event,
     FailureClass,
@@ -179,7 +180,8 @@ async def _publish(
     else:
         payload = command
     headers = {"Nats-Msg-Id": idempotency_key} if idempotency_key else None
-    return await bus.js.publish(bus.subjects.inbound(session_id), payload, headers=headers)
+    subject = bus.subjects.inbound(session_id)
+    return await bus.refusals.publish(bus.js, subject, payload, headers=headers)
 
 
 CATCH_UP_AFTER_S = 1.0
@@ -201,7 +203,10 @@ async def send_and_wait(
 
     A message steered into a running turn (a `steer` command, or the `steer` follow-up
     policy) follows that turn instead, and hears back with its `TurnEnded`. A command whose
-    idempotencyKey was used before (a retry) hears back from the first one's turn."""
+    idempotencyKey was used before (a retry) hears back from the first one's turn.
+
+    `PermissionDenied` (nothing sent) when this NATS user may not read the session's log,
+    or (sent by no one) may not publish to its inbound subject."""
     session_id, key = command["sessionId"], command["idempotencyKey"]
     subjects = bus.subjects
     done: asyncio.Future[TurnOutcome] = asyncio.get_running_loop().create_future()
@@ -266,6 +271,10 @@ async def send_and_wait(
     live_sub = await bus.nc.subscribe(subjects.live_session(log_session), cb=on_live)
     catching_up: asyncio.Task[None] | None = None
     try:
+        await answered(bus.nc)
+        denied = bus.refusals.denied("subscription", subjects.log_session(log_session))
+        if denied is not None:
+            raise denied  # not sent: its turn could not be followed
         ack = await _publish(bus, session_id, command)
         catching_up = asyncio.create_task(catch_up(bool(getattr(ack, "duplicate", False))))
         async with asyncio.timeout(timeout):

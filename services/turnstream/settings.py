@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     nats_user: str | None = None
     """The NATS user this process connects as (ops/accounts.conf: one per service); its
     password is the secret `TURNSTREAM_NATS_PASSWORD` (environment, else the secrets file)."""
+    nats_inbox_prefix: str | None = None
+    """The subject prefix of this process's replies; default `_INBOX.<user>` (`_INBOX`
+    without a user), the one ops/accounts.conf lets this user alone subscribe to."""
     nats_port: int | None = None
     """Port for the embedded server; a free one when unset."""
     data_dir: Path = Path(".turnstream")
@@ -283,6 +286,11 @@ class Settings(BaseSettings):
                 if sep and not key.startswith("#"):
                     values.append(value.strip().strip('"').strip("'"))
         return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+
+    def log_secrets(self) -> list[str]:
+        """Values no log line may show: `secret_values`, and this process's NATS password."""
+        password = self.secret("TURNSTREAM_NATS_PASSWORD") if self.nats_user else None
+        return [*self.secret_values(), *([password] if password else [])]
 
     @property
     def subjects(self) -> Subjects:

@@ -102,7 +102,8 @@ async def leader(operator: Bus) -> int:
 
 async def test_killing_the_log_leader_loses_no_turn(cluster: Cluster, tmp_path: Path) -> None:
     ensure = settings(cluster, "turn-runner", tmp_path)
-    first = await connect(cluster.url("turn-runner"), SUBJECTS, ensure=stream_limits(ensure))
+    # the setup step, as the operator (services only check the streams exist)
+    first = await connect(cluster.url("operator"), SUBJECTS, ensure=stream_limits(ensure))
     await first.close()
     operator = await connect(cluster.url("operator"), SUBJECTS)
     client = await connect(cluster.url("client"), SUBJECTS)
@@ -179,7 +180,8 @@ async def test_two_runners_one_killed_every_turn_ends_once(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     ensure = settings(cluster, "turn-runner", tmp_path)  # writes the script too
-    first = await connect(cluster.url("turn-runner"), SUBJECTS, ensure=stream_limits(ensure))
+    # the setup step, as the operator (services only check the streams exist)
+    first = await connect(cluster.url("operator"), SUBJECTS, ensure=stream_limits(ensure))
     await first.close()
     operator = await connect(cluster.url("operator"), SUBJECTS)
     client = await connect(cluster.url("client"), SUBJECTS)

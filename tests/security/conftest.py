@@ -6,11 +6,16 @@ fsync always: only the listen port, the store directory and the generated passwo
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from turnstream.bus import connect
+from turnstream.bus.streams import StreamLimits
 from turnstream.cli import secure
+from turnstream.core.subjects import Subjects
 
 pytestmark = pytest.mark.integration
 
@@ -25,11 +30,23 @@ class SecureServer:
         return f"nats://{user}:{password or self.passwords[user]}@127.0.0.1:{self.port}"
 
 
-@pytest.fixture(scope="module")
-def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServer]:
-    store = tmp_path_factory.mktemp("nats-secure")
+@contextmanager
+def secure_server_in(store: Path, accounts: Path = secure.ACCOUNTS) -> Iterator[SecureServer]:
+    """A server loading `accounts` (the shipped file unless a test changes a right)."""
     passwords = secure.dev_secrets(store / "secrets.env")
-    server = secure.SecureServer(store / "js", None, passwords)
+    server = secure.SecureServer(store / "js", None, passwords, accounts)
     server.sync_always = True
     with server:
         yield SecureServer(server.port, passwords)
+
+
+@pytest.fixture(scope="module")
+def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServer]:
+    with secure_server_in(tmp_path_factory.mktemp("nats-secure")) as server:
+        yield server
+
+
+async def apply_as_operator(server: SecureServer) -> None:
+    """The setup step (`turnstream streams apply`) as the operator: streams and buckets."""
+    bus = await connect(server.url("operator"), Subjects("ts"), ensure=StreamLimits())
+    await bus.close()

@@ -5,7 +5,8 @@ under its own user, and wrong credentials say which user was refused."""
 from __future__ import annotations
 
 import asyncio
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -14,9 +15,8 @@ import pytest
 from tests.http.conftest import http_app
 from tests.integration.conftest import running_services
 from tests.integration.test_tools_path import ROUND_TRIP, registry, script
-from tests.security.conftest import SecureServer
+from tests.security.conftest import SecureServer, apply_as_operator
 from turnstream.bus import Bus, connect
-from turnstream.bus.streams import StreamLimits
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.subjects import Subjects
 from turnstream.settings import Settings
@@ -30,15 +30,19 @@ def settings(server: SecureServer, user: str, tmp: Path, **overrides: object) ->
     return Settings(nats_url=server.url(user), data_dir=tmp, **values)  # type: ignore[arg-type]
 
 
-def services_as_themselves(server: SecureServer, tmp: Path) -> AbstractAsyncContextManager[None]:
-    """The five services in-process, each on its own connection as its own user."""
+@asynccontextmanager
+async def services_as_themselves(server: SecureServer, tmp: Path) -> AsyncIterator[None]:
+    """The five services in-process, each on its own connection as its own user, after the
+    operator's setup step."""
+    await apply_as_operator(server)
     scripted = script(tmp, *ROUND_TRIP)
-    return running_services(
+    async with running_services(
         lambda user: settings(server, user, tmp, script=scripted),
         tools=registry(),
         with_audit=True,
         settle_s=0.6,
-    )
+    ):
+        yield
 
 
 @pytest.fixture
@@ -50,9 +54,8 @@ def tmp(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 async def streams(secure_server: SecureServer) -> None:
-    """The streams, created as a service creates them (under its own identity)."""
-    bus = await connect(secure_server.url("turn-runner"), SUBJECTS, ensure=StreamLimits())
-    await bus.close()
+    """The streams and buckets, created by the setup step (as the operator)."""
+    await apply_as_operator(secure_server)
 
 
 async def as_user(server: SecureServer, user: str, password: str | None = None) -> Bus:

@@ -93,12 +93,13 @@ def test_up_secure_runs_every_service_under_its_own_identity(tmp_path: Path) -> 
             "TURNSTREAM_NATS_USER": "client-acme",
             "TURNSTREAM_NATS_PASSWORD": secrets["TS_CLIENT_ACME_PASSWORD"],
         }
-        # as a tenant's client (the Python client: the CLI's commands create the streams
-        # when they connect, which a client may not; see ops/README.md)
+        # as a tenant's client: the Python client, and the CLI (which creates nothing)
         url = (tmp_path / "data" / "nats.url").read_text().strip()
         password = secrets["TS_CLIENT_ACME_PASSWORD"]
         outcome = asyncio.run(send_as(url.replace("://", f"://client-acme:{password}@")))
         assert outcome.status == "completed", outcome
+        sent = cli("send", "acme", "hello again", env=tenant, timeout=60)
+        assert sent.returncode == 0 and "completed" in sent.stdout, sent.stdout + sent.stderr
 
         # the HTTP face, as the `http` user: a turn over REST
         base = "http://" + env["TURNSTREAM_HTTP_ADDR"]

@@ -50,6 +50,13 @@ def test_compose_runs_the_cluster_configs_and_every_service_as_its_own_user() ->
         assert (ROOT / "ops" / f"nats-cluster-{n}.conf").exists()
         assert commands[f"nats{n}"] == ["-c", f"/etc/nats/nats-cluster-{n}.conf"]
         assert "./ops:/etc/nats:ro" in services[f"nats{n}"]["volumes"]
+    # the setup step runs first, as the operator; services depend on its success
+    assert commands["setup"] == ["turnstream.cli", "streams", "apply"]
+    assert services["setup"]["environment"]["TURNSTREAM_NATS_USER"] == "operator"
+    del services["setup"], commands["setup"]
+    for name in SERVICES:
+        ready = services[name.replace("_", "-")]["depends_on"]["setup"]["condition"]
+        assert ready == "service_completed_successfully", name
     started = {c[0] for name, c in commands.items() if not name.startswith("nats")}
     # every service `up` starts, the HTTP face included, each under its own NATS identity
     assert set(SERVICES) <= set(USERS)

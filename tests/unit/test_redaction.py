@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from turnstream.runtime.redaction import REDACTED, Redactor
 from turnstream.settings import Settings
-from turnstream.tool_executor.outcome import REDACTED, Redactor
 
 
 def test_the_redactor_replaces_every_occurrence_longest_first() -> None:

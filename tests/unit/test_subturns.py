@@ -596,3 +596,47 @@ def test_a_reply_is_recorded_once_whatever_comes_in_between(hops: int, script: l
     assert isinstance(replies[0], MessageDropped) is (hops + 1 > 8)
     assert shell.state.active is None and len(shell.of(SessionTurnEnd)) == 1
     assert shell.outbox == []
+
+
+# -- refused by the server (the turn-runner's NATS user may not publish there) ------------
+
+
+def refuse_all(shell: Shell) -> list[Event]:
+    """The shell's `Deliver`, every message refused by the server."""
+    refused = tuple((m.key, f"may not publish to ts.in.{m.to}") for m in shell.outbox)
+    return shell.feed(Published(frozenset(), refused))
+
+
+def test_a_refused_reply_is_dropped_and_the_turn_closes() -> None:
+    shell = Shell(fold(SessionState("s1"), [with_reply_to()]))
+    shell.feed(Tick())
+    shell.model(ok("the answer"))
+    events = refuse_all(shell)
+    assert [e.type for e in events] == ["MessageDropped", "SessionTurnEnd"]
+    dropped = shell.of(MessageDropped)[0].data
+    assert dropped.reason == "refused" and dropped.detail == "may not publish to ts.in.a1"
+    assert shell.outbox == [] and shell.state.active is None
+
+
+def test_a_refused_send_message_or_spawn_fails_its_call() -> None:
+    send = ToolCall("c1", "send_message", {"to": "s9", "text": "hi"})
+    for call in (send, spawn_call()):
+        shell = started((call,))
+        events = refuse_all(shell)
+        assert [e.type for e in events[:2]] == ["MessageDropped", "ToolInvocationFailed"]
+        error = shell.of(ToolInvocationFailed)[0].data.error
+        assert (error.error_class, error.kind) == ("policy_denied", "refused")
+        assert shell.outbox == [] and not shell.of(SubTurnSpawned)
+        assert shell.state.children == ()
+
+
+def test_a_refused_interrupt_is_not_asked_again() -> None:
+    shell = started((spawn_call(),))
+    shell.publish()
+    shell.fact(interrupt("hard"))
+    assert [m.kind for m in shell.outbox] == ["interrupt"]
+    events = refuse_all(shell)
+    assert [(e.type, e.data.reason) for e in events if isinstance(e, MessageDropped)] == [
+        ("MessageDropped", "refused")
+    ]
+    assert shell.outbox == []

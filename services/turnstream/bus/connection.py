@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -13,8 +14,9 @@ import nats
 from nats.aio.client import Client
 
 from turnstream.bus.kv import cannot_place
+from turnstream.bus.permissions import Refusals
 from turnstream.bus.store import JetStreamEventStore
-from turnstream.bus.streams import StreamLimits, ensure_streams
+from turnstream.bus.streams import StreamLimits, StreamsMissing, check_streams, ensure_streams
 from turnstream.core.subjects import Subjects
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,12 @@ def user_of(url: str) -> str | None:
     return urlsplit(url.split(",")[0].strip()).username
 
 
+def inbox_of(user: str | None) -> str:
+    """A user's own inbox prefix (`_INBOX.<user>`): ops/accounts.conf lets each user
+    subscribe to its own alone, so no other user hears its replies."""
+    return f"_INBOX.{user}" if user else "_INBOX"
+
+
 @dataclass
 class Bus:
     """One NATS connection with its JetStream context and the event store over it."""
@@ -45,6 +53,8 @@ class Bus:
     nc: Client
     js: Any
     subjects: Subjects
+    refusals: Refusals = field(default_factory=lambda: Refusals(None))
+    """What the server refused this connection's user (a publish, a subscription)."""
     store: JetStreamEventStore = field(init=False)
     _blobs: Any = field(default=None, init=False, repr=False)
 
@@ -76,13 +86,19 @@ async def connect(
     *,
     name: str = "turnstream",
     ensure: StreamLimits | None = None,
+    check: bool = False,
     connect_timeout: float = 5.0,
+    inbox_prefix: str | None = None,
 ) -> Bus:
-    """Connect; with `ensure`, create or update the streams and buckets first.
+    """Connect; with `ensure`, run the setup step (create or update the streams and
+    buckets) first; with `check`, `StreamsMissing` unless they exist (a service). Replies
+    come on `inbox_prefix` (default: the URL's user's own, `inbox_of`).
 
     A server that refuses the credentials ends the attempt at once with an error naming
     the user (nats-py would otherwise retry forever)."""
     refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    user = user_of(url)
+    refusals = Refusals(user)
 
     async def on_error(exc: Exception) -> None:
         text = str(exc)
@@ -90,6 +106,7 @@ async def connect(
         if auth and not refused.done() and not connecting.done():
             refused.set_result(text)  # refused at start: connect() says so and gives up
             return
+        refusals.record(text)
         log.error("NATS: %s", text)  # a permissions violation names the subject here
 
     connecting = asyncio.ensure_future(
@@ -102,6 +119,7 @@ async def connect(
             pending_size=64 * 1024 * 1024,
             allow_reconnect=True,
             error_cb=on_error,
+            inbox_prefix=inbox_prefix or inbox_of(user),
         )
     )
     try:
@@ -109,7 +127,6 @@ async def connect(
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if refused.done() and not connecting.done():
             connecting.cancel()
-            user = user_of(url)
             raise ConnectionError(
                 f"NATS at {without_password(url)} refused user {user or '(none)'!r}: "
                 f"{refused.result()} (wrong password for this user, or no such user: check "
@@ -125,23 +142,53 @@ async def connect(
             "or fix TURNSTREAM_NATS_URL / --nats-url"
         ) from exc
     js = nc.jetstream(publish_async_max_pending=8192)
-    if ensure is not None:
-        try:
-            await _ensure_within(js, subjects, ensure, ENSURE_WITHIN_S)
-        except BaseException:
-            await nc.close()
-            raise
-    return Bus(nc, js, subjects)
+    try:
+        if ensure is not None:
+            await _ensure_within(js, subjects, ensure, ENSURE_WITHIN_S, refusals)
+        if check:
+            await _check_within(js, subjects, ENSURE_WITHIN_S, refusals)
+    except nats.errors.TimeoutError as exc:
+        await nc.close()
+        denied = refusals.latest()  # not a slow cluster: this user may not ask that
+        if denied is not None:
+            raise denied from exc
+        raise
+    except BaseException:
+        await nc.close()
+        raise
+    return Bus(nc, js, subjects, refusals)
 
 
-async def _ensure_within(js: Any, subjects: Subjects, limits: StreamLimits, within: float) -> None:
+async def _ensure_within(
+    js: Any,
+    subjects: Subjects,
+    limits: StreamLimits,
+    within: float,
+    refusals: Refusals | None = None,
+) -> None:
+    await _within(lambda: ensure_streams(js, subjects, limits), within, refusals)
+
+
+async def _check_within(js: Any, subjects: Subjects, within: float, refusals: Refusals) -> None:
+    await _within(lambda: check_streams(js, subjects), within, refusals)
+
+
+async def _within(
+    step: Callable[[], Awaitable[None]], within: float, refusals: Refusals | None
+) -> None:
+    """`step`, asked again while JetStream times out or cannot place replicas yet (a
+    cluster coming up), for up to `within`; not when the server refused this user."""
     deadline = asyncio.get_running_loop().time() + within
     while True:
         try:
-            await ensure_streams(js, subjects, limits)
+            await step()
             return
+        except StreamsMissing:
+            raise
         except Exception as exc:
             if not isinstance(exc, nats.errors.TimeoutError) and not cannot_place(exc):
+                raise
+            if refusals is not None and refusals.latest() is not None:
                 raise
             if asyncio.get_running_loop().time() > deadline:
                 raise

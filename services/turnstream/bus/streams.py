@@ -1,4 +1,7 @@
-"""Idempotent creation of the streams and buckets (DESIGN §3); `ops/` documents the same."""
+"""The streams and buckets of a deployment, defined once (DESIGN §3, §13): the setup step
+(`turnstream streams apply`, run as the operator, and `turnstream up`) creates them with
+`ensure_streams`; a service only checks they exist (`check_streams`) and never creates,
+updates, purges or deletes one. `ops/streams.json` documents the streams."""
 
 from __future__ import annotations
 
@@ -6,14 +9,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from nats.js import api
-from nats.js.errors import BadRequestError
+from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 
+from turnstream.bus.kv import open_or_create
 from turnstream.core.subjects import Subjects
 
 DAY_S = 86_400.0
 DEAD_LETTER_MAX_AGE_DAYS = 30.0
 LEASE_MARKER_TTL_S = 60.0
 """How long the marker of an expired lease stays (runners watching the bucket see it at once)."""
+A2A_TASK_MAX_AGE_S = 30 * DAY_S
+"""An A2A task is kept 30 days after its last change (the log keeps the turn itself)."""
+SETUP_STEP = (
+    "streams and buckets are created by the setup step: run `turnstream streams apply` as "
+    "the operator user (TURNSTREAM_NATS_USER=operator), or `turnstream up`, which runs it"
+)
 
 
 @dataclass(frozen=True)
@@ -77,37 +87,113 @@ def describe(subjects: Subjects, limits: StreamLimits) -> list[dict[str, Any]]:
     return [config.as_dict() for config in stream_configs(subjects, limits)]
 
 
-async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> None:
-    """Create or update the streams and KV buckets; safe to call from every service."""
-    for config in stream_configs(subjects, limits):
-        try:
-            await js.add_stream(config=config)
-        except BadRequestError:
-            await js.update_stream(config=config)
-    for bucket in (
+def bucket_configs(subjects: Subjects, limits: StreamLimits) -> list[api.KeyValueConfig]:
+    """Every KV bucket of a deployment. A new bucket is added here (and its users' rights
+    in ops/accounts.conf); its service opens it with `existing_bucket`."""
+
+    def kv(bucket: str, ttl: float | None = None, **more: Any) -> api.KeyValueConfig:
+        return api.KeyValueConfig(
+            bucket=bucket,
+            history=1,
+            ttl=ttl,
+            storage=api.StorageType.FILE,
+            replicas=limits.replicas,
+            **more,
+        )
+
+    inbound_age = limits.inbound_max_age_days * DAY_S
+    markers = {subjects.leases_bucket: LEASE_MARKER_TTL_S}
+    return [
+        *(kv(bucket, limit_marker_ttl=markers.get(bucket)) for bucket in shared_buckets(subjects)),
+        kv(
+            subjects.idempotency_bucket,
+            inbound_age or None,
+            description="turnstream idempotency keys: <session>.<sha256(key)> -> inbound seq",
+        ),
+        kv(tools_bucket(subjects.prefix)),
+        kv(a2a_tasks_bucket(subjects.prefix), A2A_TASK_MAX_AGE_S),
+        kv(a2a_push_bucket(subjects.prefix), A2A_TASK_MAX_AGE_S),
+    ]
+
+
+def shared_buckets(subjects: Subjects) -> tuple[str, ...]:
+    """The buckets several services use: each service checks them at start."""
+    return (
         subjects.leases_bucket,
         subjects.sessions_bucket,
         subjects.snapshots_bucket,
         subjects.invocations_bucket,
         subjects.hooks_bucket,
-    ):
-        marker_ttl = LEASE_MARKER_TTL_S if bucket == subjects.leases_bucket else None
-        kv_config = api.KeyValueConfig(
-            bucket=bucket,
-            history=1,
-            storage=api.StorageType.FILE,
-            replicas=limits.replicas,
-            limit_marker_ttl=marker_ttl,
-        )
+    )
+
+
+def tools_bucket(prefix: str) -> str:
+    """The executors' tool manifest (`turnstream.runtime.manifest`)."""
+    return f"{prefix}_tools"
+
+
+def a2a_tasks_bucket(prefix: str) -> str:
+    """The HTTP face's A2A task store (`turnstream.http.a2a.store`)."""
+    return f"{prefix}_a2a_tasks"
+
+
+def a2a_push_bucket(prefix: str) -> str:
+    """The HTTP face's A2A push-notification configs (`turnstream.http.a2a.push`)."""
+    return f"{prefix}_a2a_push"
+
+
+def checked_streams(subjects: Subjects) -> list[str]:
+    """What every service checks at start: the streams, and the buckets several use (one
+    service's own bucket is checked when it opens it)."""
+    return [
+        subjects.inbound_stream,
+        subjects.log_stream,
+        dead_letter_stream(subjects.prefix),
+        *(f"KV_{bucket}" for bucket in shared_buckets(subjects)),
+        f"OBJ_{subjects.blobs_bucket}",
+    ]
+
+
+class StreamsMissing(RuntimeError):
+    """A service started before the setup step created its streams."""
+
+
+async def check_streams(js: Any, subjects: Subjects) -> None:
+    """`StreamsMissing`, naming the fix, unless every stream and shared bucket exists."""
+    missing = []
+    for name in checked_streams(subjects):
         try:
-            await js.create_key_value(config=kv_config)
+            await js.stream_info(name)
+        except NotFoundError:
+            missing.append(name)
+    if missing:
+        raise StreamsMissing(f"{', '.join(missing)} missing: {SETUP_STEP}")
+
+
+async def existing_bucket(js: Any, bucket: str) -> Any:
+    """The KV bucket `bucket`, which the setup step created (`bucket_configs`); a service
+    never creates one. Missing: `StreamsMissing`, naming the setup step."""
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError as exc:
+        raise StreamsMissing(f"bucket {bucket} missing: {SETUP_STEP}") from exc
+
+
+async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> None:
+    """The setup step: create or update the streams, create the buckets missing (one that
+    exists keeps its settings); idempotent."""
+    for config in stream_configs(subjects, limits):
+        try:
+            await js.add_stream(config=config)
         except BadRequestError:
-            if bucket != subjects.leases_bucket:
-                raise  # a real mismatch (replicas, say): say so
-            # a leases bucket from before expiry markers: add them
-            info = await js.stream_info(f"KV_{bucket}")
-            info.config.subject_delete_marker_ttl = marker_ttl
-            await js.update_stream(config=info.config)
+            await js.update_stream(config=config)
+    for kv_config in bucket_configs(subjects, limits):
+        await open_or_create(js, kv_config)
+    leases = await js.stream_info(f"KV_{subjects.leases_bucket}")
+    if leases.config.subject_delete_marker_ttl != LEASE_MARKER_TTL_S:
+        # a leases bucket from before expiry markers: add them
+        leases.config.subject_delete_marker_ttl = LEASE_MARKER_TTL_S
+        await js.update_stream(config=leases.config)
     await js.create_object_store(  # nats-py takes the name from `bucket`, not the config
         bucket=subjects.blobs_bucket,
         config=api.ObjectStoreConfig(storage=api.StorageType.FILE, replicas=limits.replicas),

@@ -127,9 +127,10 @@ def send(
     """Send a message, stream its tokens and stages, print the reply.
 
     Exits 0 when the turn completed, 1 when it failed or was denied, 130 on Ctrl-C (which
-    stops watching; the turn goes on). Approval prompts are asked inline on a terminal, or
-    answered by the lines of a piped stdin (`echo y | turnstream send …`); without either,
-    answer with `turnstream approve`.
+    stops watching; the turn goes on); as a NATS user that may send but not read the log
+    (`client`), 0 once the command is stored. A refused publish exits 2 and says so.
+    Approval prompts are asked inline on a terminal, or answered by the lines of a piped
+    stdin (`echo y | turnstream send …`); without either, answer with `turnstream approve`.
     """
     require_session_id(session)
     settings = settings_of(nats_url, data_dir)
@@ -318,16 +319,42 @@ def schemas_export(
 
 @app.command()
 def streams(
-    replicas: Annotated[int, typer.Option(help="Stream replicas.")] = 1,
+    action: Annotated[
+        str,
+        typer.Argument(
+            help="show: print the stream definitions (ops/streams.json is this output); "
+            "apply: the setup step, create or update the streams and buckets (as operator)."
+        ),
+    ] = "show",
+    replicas: Annotated[
+        int | None, typer.Option(help="Stream replicas (apply: default TURNSTREAM_REPLICAS).")
+    ] = None,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
 ) -> None:
-    """Print the stream definitions services create (ops/streams.json is this output)."""
+    """The streams and buckets: print them, or create them (services only check they exist)."""
     import orjson
 
     from turnstream.bus.streams import StreamLimits, describe
-    from turnstream.runtime import stream_limits
+    from turnstream.runtime import apply_streams, stream_limits
 
+    if action not in ("show", "apply"):
+        err.print(f"[red]error:[/] {action!r}: use `streams show` or `streams apply`")
+        raise typer.Exit(2)
+    if action == "apply":
+        settings = settings_of(nats_url, data_dir, replicas=replicas)
+        try:
+            asyncio.run(apply_streams(settings))
+        except (ConnectionError, RuntimeError, ValueError, PermissionError) as exc:
+            err.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from exc
+        except Exception as exc:  # nats-py's own
+            err.print(f"[red]error:[/] the setup step failed: {type(exc).__name__}: {exc}")
+            raise typer.Exit(2) from exc
+        console.print(f"streams and buckets applied ({settings.replicas} replica(s))")
+        return
     limits = stream_limits(settings_of())
-    limits = StreamLimits(**{**limits.__dict__, "replicas": replicas})
+    limits = StreamLimits(**{**limits.__dict__, "replicas": replicas or 1})
     options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
     sys.stdout.write(
         orjson.dumps(describe(settings_of().subjects, limits), option=options).decode()

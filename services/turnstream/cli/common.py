@@ -92,10 +92,11 @@ def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
     exits 130 (`Interrupted`) without a traceback."""
     import nats.errors
 
-    from turnstream.runtime import connect_service
+    from turnstream.bus.permissions import PermissionDenied
+    from turnstream.runtime import connect_client
 
     async def main() -> T:
-        bus = await connect_service(settings, "cli")
+        bus = await connect_client(settings, "cli")
         try:
             return await work(bus)
         finally:
@@ -108,6 +109,9 @@ def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
         return asyncio.run(main())
     except KeyboardInterrupt:
         raise Interrupted() from None
+    except PermissionDenied as exc:  # before the timeout it would otherwise look like
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
         # a request to a service (approval, turn-runner) that is down or busy
         err.print(

@@ -50,19 +50,26 @@ class SecureServer(EmbeddedServer):
     """The embedded server with ops/accounts.conf (included, not copied) and its users'
     passwords from the development secrets file."""
 
-    def __init__(self, store_dir: Path, port: int | None, passwords: dict[str, str]) -> None:
+    def __init__(
+        self,
+        store_dir: Path,
+        port: int | None,
+        passwords: dict[str, str],
+        accounts: Path = ACCOUNTS,
+    ) -> None:
         super().__init__(store_dir, port, log_file=store_dir.parent / "nats-server.log")
         self.passwords = passwords
+        self.accounts = accounts
 
     config_name = "nats-server-secure.conf"
 
     def config(self) -> str:
-        return super().config() + f'include "{os.path.relpath(ACCOUNTS, self.store_dir)}"\n'
+        return super().config() + f'include "{os.path.relpath(self.accounts, self.store_dir)}"\n'
 
     def environment(self) -> dict[str, str]:
         return {**os.environ, **{password_variable(u): p for u, p in self.passwords.items()}}
 
     def start(self, timeout: float = 10.0) -> EmbeddedServer:
-        if not ACCOUNTS.exists():
-            raise RuntimeError(f"--secure needs {ACCOUNTS} (run from a source checkout)")
+        if not self.accounts.exists():
+            raise RuntimeError(f"--secure needs {self.accounts} (run from a source checkout)")
         return super().start(timeout)

@@ -19,10 +19,11 @@ from pydantic import ValidationError
 from rich.markup import escape
 
 from turnstream.bus import Bus
+from turnstream.bus.permissions import PermissionDenied
 from turnstream.cli.common import Interrupted, command_name, console, err, run_on_bus
 from turnstream.cli.prompt import Prompts, Source, answer_source
 from turnstream.cli.render import event_line
-from turnstream.client import TurnOutcome, send_and_wait
+from turnstream.client import TurnOutcome, publish_command, send_and_wait
 from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import (
     ContextSkipped,
@@ -161,6 +162,14 @@ def require_valid(command: dict[str, Any]) -> None:
         raise typer.Exit(2) from None
 
 
+@dataclass(frozen=True)
+class Unfollowed:
+    """Sent, but this NATS user may not read the session's log to follow its turn."""
+
+    seq: int
+    why: PermissionDenied
+
+
 def run_send(
     settings: Settings,
     command: dict[str, Any],
@@ -176,7 +185,7 @@ def run_send(
     screen = SendScreen(session, quiet, answer_source(quiet), timeout)
     started = time.perf_counter()
 
-    async def work(bus: Bus) -> TurnOutcome:
+    async def work(bus: Bus) -> TurnOutcome | Unfollowed:
         try:
             async with asyncio.timeout(timeout) as screen.deadline:
                 return await send_and_wait(
@@ -186,6 +195,11 @@ def run_send(
                     on_delta=screen.on_delta,
                     timeout=None,
                 )
+        except PermissionDenied as denied:
+            if denied.action != "subscription":
+                raise
+            # a user that may send commands but not read the log (`client`): send it only
+            return Unfollowed(await publish_command(bus, session, command), denied)
         finally:
             screen.deadline = None  # exited: a prompt ending now must not touch it
             await screen.prompts.close()
@@ -204,6 +218,10 @@ def run_send(
         console.print()
         err.print(screen.interrupted())
         raise
+    if isinstance(outcome, Unfollowed):
+        console.print(f"[green]✔ sent[/] [dim]inbound seq {outcome.seq}[/]")
+        err.print(f"[yellow]not followed:[/] {escape(str(outcome.why))}")
+        return
     elapsed = (time.perf_counter() - started - screen.prompts.waited_s) * 1000
     screen.end_tokens()
     if outcome.completed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import signal
@@ -17,6 +18,7 @@ from turnstream.bus.embedded import EmbeddedServer, free_port, port_is_free
 from turnstream.cli.common import command_name
 from turnstream.cli.secure import USERS, SecureServer, dev_secrets
 from turnstream.providers import api_key
+from turnstream.runtime import apply_streams
 from turnstream.settings import Settings
 
 SERVICES = ("gateway", "turn_runner", "approval", "tool_executor", "audit", "http")
@@ -187,6 +189,7 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
         (settings.data_dir / PORT_FILE).write_text(f"{server.port}\n")
     supervisor = Supervisor(url, settings, console, passwords)
     try:
+        setup(settings, url, passwords)
         supervisor.start_all()
         where = "embedded" if server else "external"
         console.print(f"[bold green]turnstream is up[/] on {url} ({where})")
@@ -222,6 +225,14 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
             server.stop()
             settings.url_file.unlink(missing_ok=True)
         console.print("stopped")
+
+
+def setup(settings: Settings, url: str, passwords: dict[str, str] | None) -> None:
+    """The setup step before any service starts (they only check): the streams and buckets,
+    created as the operator under --secure."""
+    if passwords is not None:
+        url = url.replace("://", f"://operator:{passwords['operator']}@", 1)
+    asyncio.run(apply_streams(settings.model_copy(update={"nats_url": url, "nats_user": None})))
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -131,9 +131,7 @@ async def _consume(
         for msg in msgs:
             await msg.ack()
 
-    claims = await open_bucket(
-        bus.js, subjects.idempotency_bucket, settings.inbound_max_age_days, settings.replicas
-    )
+    claims = await open_bucket(bus.js, subjects.idempotency_bucket)
     sub = await durable_pull(
         bus.js, subjects.inbound_stream, DURABLE, [subjects.inbound_all], ack_wait_s=ACK_WAIT_S
     )

@@ -11,7 +11,7 @@ that key.
 
 How long a key is remembered: as long as the raw inbound commands are kept
 (`TURNSTREAM_INBOUND_MAX_AGE_DAYS`, 7 days by default; 0 keeps both forever). The bucket's
-TTL is set when it is first created.
+TTL is set when the setup step first creates it (`turnstream.bus.streams.bucket_configs`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import hashlib
 import logging
 from typing import Any
 
-from nats.js import api
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-from turnstream.bus.kv import open_or_create
+from turnstream.bus.streams import existing_bucket
 from turnstream.core.subjects import session_key
 
 log = logging.getLogger("turnstream.gateway")
@@ -36,17 +35,9 @@ def claim_key(session_id: str, idempotency_key: str) -> str:
     return f"{session_key(session_id)}.{digest}"
 
 
-async def open_bucket(js: Any, bucket: str, max_age_days: float, replicas: int) -> Any:
-    """The idempotency bucket, created on first use with its TTL."""
-    config = api.KeyValueConfig(
-        bucket=bucket,
-        history=1,
-        ttl=max_age_days * DAY_S if max_age_days else None,
-        storage=api.StorageType.FILE,
-        replicas=replicas,
-        description="turnstream idempotency keys: <session>.<sha256(key)> -> inbound seq",
-    )
-    return await open_or_create(js, config)  # an older bucket keeps its TTL
+async def open_bucket(js: Any, bucket: str) -> Any:
+    """The idempotency bucket (the setup step creates it with its TTL)."""
+    return await existing_bucket(js, bucket)
 
 
 async def first_time(kv: Any, session_id: str, idempotency_key: str, seq: int) -> bool:

@@ -25,14 +25,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnstream import console
-from turnstream.bus import Bus, connect
+from turnstream.bus import Bus
 from turnstream.http import a2a, commands, docs, reads, replay, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
 from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
-from turnstream.runtime import source_name, tune_gc
+from turnstream.runtime import connect_client, tune_gc
+from turnstream.runtime.redaction import redact_logs
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.http")
@@ -52,9 +53,7 @@ def create_app(
         own = bus is None
         # a client, not a service: it creates no stream (its NATS user may not; the
         # services do), only the A2A task bucket when first needed
-        the_bus = bus or await connect(
-            settings.resolved_nats_url(), settings.subjects, name=source_name("http")
-        )
+        the_bus = bus or await connect_client(settings, "http")
         hub = Hub(the_bus)  # subscribes when the first stream or POST needs it
         app.state.ctx = HttpContext(settings, the_bus, hub, auth, opts)
         try:
@@ -271,6 +270,7 @@ def run(settings: Settings) -> None:
         level=os.environ.get("TURNSTREAM_LOG_LEVEL", "INFO"),
         format="%(asctime)s http %(levelname)s %(message)s",
     )
+    redact_logs(settings.log_secrets())
     try:
         sock = bind(settings.http_addr, settings.http_keys_file is not None)
     except (OSError, ValueError) as exc:

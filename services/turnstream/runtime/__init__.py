@@ -2,12 +2,20 @@
 its plug-ins. Each concept has its module; this package re-exports them."""
 
 from turnstream.runtime.clock import new_event_id, now, source_name
-from turnstream.runtime.connection import connect_service, service_bus, stream_limits
+from turnstream.runtime.connection import (
+    apply_streams,
+    connect_client,
+    connect_service,
+    service_bus,
+    stream_limits,
+)
 from turnstream.runtime.plugins import tool_infos, watch_hooks
 from turnstream.runtime.process import YOUNG_GC_EVERY, run_service, tune_gc
 
 __all__ = [
     "YOUNG_GC_EVERY",
+    "apply_streams",
+    "connect_client",
     "connect_service",
     "new_event_id",
     "now",

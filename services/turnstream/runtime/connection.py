@@ -21,12 +21,37 @@ def stream_limits(settings: Settings) -> StreamLimits:
 
 
 async def connect_service(settings: Settings, service: str) -> Bus:
-    """Connect and make sure the streams exist (every service may be the first one up)."""
+    """Connect and check the streams exist: the setup step created them (`turnstream
+    streams apply`, `turnstream up`); a service never creates one."""
     return await connect(
         settings.resolved_nats_url(),
         settings.subjects,
         name=source_name(service),
+        check=True,
+        inbox_prefix=settings.nats_inbox_prefix,
+    )
+
+
+async def apply_streams(settings: Settings) -> None:
+    """The setup step: create or update the streams and buckets (as the operator)."""
+    bus = await connect(
+        settings.resolved_nats_url(),
+        settings.subjects,
+        name=source_name("setup"),
         ensure=stream_limits(settings),
+        inbox_prefix=settings.nats_inbox_prefix,
+    )
+    await bus.close()
+
+
+async def connect_client(settings: Settings, name: str) -> Bus:
+    """Connect as a client (the CLI, the HTTP face): nothing is created, so a user that may
+    only send commands can connect."""
+    return await connect(
+        settings.resolved_nats_url(),
+        settings.subjects,
+        name=source_name(name),
+        inbox_prefix=settings.nats_inbox_prefix,
     )
 
 

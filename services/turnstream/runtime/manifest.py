@@ -17,7 +17,8 @@ from typing import Any
 from nats.js.errors import KeyNotFoundError
 
 from turnstream.bus import Bus
-from turnstream.bus.kv import open_or_create, watch
+from turnstream.bus.kv import watch
+from turnstream.bus.streams import existing_bucket, tools_bucket
 from turnstream.core.turn import ToolInfo
 from turnstream.tools.manifest import infos, manifest
 from turnstream.tools.registry import ToolRegistry
@@ -27,15 +28,12 @@ KEY = "manifest"
 
 
 def bucket_name(bus: Bus) -> str:
-    return f"{bus.subjects.prefix}_tools"
+    return tools_bucket(bus.subjects.prefix)
 
 
 async def tools_kv(bus: Bus) -> Any:
-    """The manifest bucket, created if missing (idempotent, like `ensure_streams`)."""
-    from nats.js import api
-
-    config = api.KeyValueConfig(bucket=bucket_name(bus), history=1, storage=api.StorageType.FILE)
-    return await open_or_create(bus.js, config)
+    """The manifest bucket (the setup step creates it)."""
+    return await existing_bucket(bus.js, bucket_name(bus))
 
 
 async def publish(bus: Bus, registry: ToolRegistry) -> str:

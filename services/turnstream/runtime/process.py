@@ -9,7 +9,10 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 
+from turnstream.bus.permissions import PermissionDenied
+from turnstream.bus.streams import StreamsMissing
 from turnstream.runtime import telemetry
+from turnstream.runtime.redaction import redact_logs
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream")
@@ -36,6 +39,7 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
         format=f"%(asctime)s {service} %(levelname)s %(message)s",
     )
     settings = Settings()
+    redact_logs(settings.log_secrets())
     telemetry.setup(service)
     tune_gc()
 
@@ -56,7 +60,7 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
             profile.dump_stats(f"{profile_to}/{service}-{os.getpid()}.prof")
         else:
             asyncio.run(main())
-    except (ConnectionError, ValueError) as exc:  # bad settings or no server: say which
+    except (ConnectionError, ValueError, StreamsMissing, PermissionDenied) as exc:  # the fix
         log.error("%s", exc)
         raise SystemExit(2) from exc
     finally:

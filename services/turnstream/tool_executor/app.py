@@ -32,8 +32,9 @@ from turnstream.core.events import (
 )
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.runtime.manifest import keep_published
+from turnstream.runtime.redaction import Redactor
 from turnstream.settings import Settings
-from turnstream.tool_executor.outcome import Facts, Redactor, needs_blob
+from turnstream.tool_executor.outcome import Facts, needs_blob
 from turnstream.tools import ToolContext, ToolError, ToolRegistry
 from turnstream.tools.mcp import McpTools
 

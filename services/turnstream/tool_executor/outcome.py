@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -91,23 +90,6 @@ class Facts:
     def cancelled(self, reason: str, now: datetime) -> ToolInvocationCancelled:
         data = ToolInvocationCancelledData(invocation_id=self.invocation_id, reason=reason)
         return self._make(ToolInvocationCancelled, "result", data, now)  # type: ignore[no-any-return]
-
-
-class Redactor:
-    """Replaces configured secret values in text (longest first, so a secret that contains
-    another is replaced whole)."""
-
-    def __init__(self, secrets: Sequence[str] = ()) -> None:
-        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
-
-
-REDACTED = "[redacted]"
 
 
 def needs_blob(output: str, budget: int) -> bool:

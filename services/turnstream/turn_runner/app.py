@@ -191,8 +191,11 @@ class Runner:
         return self.agent_providers[key]
 
     async def publish_inbound(self, session_id: str, payload: bytes, msg_id: str) -> None:
+        """Publish a message to a session; `PermissionDenied` when the server refuses it."""
         subject = self.bus.subjects.inbound(session_id)
-        await self.bus.js.publish(subject, payload, headers={"Nats-Msg-Id": msg_id})
+        await self.bus.refusals.publish(
+            self.bus.js, subject, payload, headers={"Nats-Msg-Id": msg_id}
+        )
 
     async def close(self) -> None:
         providers = [

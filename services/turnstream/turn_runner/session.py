@@ -29,6 +29,7 @@ import orjson
 
 from turnstream.bus import AppendConflict
 from turnstream.bus.leases import Ownership
+from turnstream.bus.permissions import PermissionDenied
 from turnstream.core.events import Event
 from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.core.session import SessionState
@@ -287,10 +288,21 @@ class SessionActor:
 
     async def deliver(self, messages: tuple[Outbound, ...]) -> Input:
         """Publish each message to its session's inbound subject, its key as `Nats-Msg-Id`
-        (a redo after a crash is deduplicated there); recorded once all are acknowledged."""
+        (a redo after a crash is deduplicated there); recorded once all are acknowledged,
+        or refused by the server (then never sent: asking again would be refused again)."""
         publish = self.ctx.publish_inbound
-        await asyncio.gather(*(publish(m.to, m.payload(), m.key) for m in messages))
-        return Published(frozenset(m.key for m in messages))
+        outcomes = await asyncio.gather(
+            *(publish(m.to, m.payload(), m.key) for m in messages), return_exceptions=True
+        )
+        refused: list[tuple[str, str]] = []
+        for message, outcome in zip(messages, outcomes, strict=True):
+            if isinstance(outcome, PermissionDenied):
+                log.error("%s: %s", self.session_id, outcome)
+                refused.append((message.key, str(outcome)))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        done = frozenset(m.key for m in messages) - {key for key, _ in refused}
+        return Published(done, tuple(refused))
 
     @property
     def config(self) -> TurnConfig:

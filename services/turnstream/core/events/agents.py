@@ -84,11 +84,15 @@ class MessageSent(EventBase):
 
 class MessageDroppedData(WireModel):
     to: str
-    reason: Literal["hop_limit"]
+    reason: Literal["hop_limit", "refused"]
+    """`hop_limit`: past TURNSTREAM_MAX_HOPS, not sent; `refused`: the server refused the
+    turn-runner's publish (its NATS user may not publish to `<prefix>.in.<to>`)."""
     hops: int
     """The hops the message would have carried."""
     cause: MessageCause
     invocation_id: str | None = None
+    detail: str | None = None
+    """Why, in words (a refusal: the server's error)."""
 
 
 class MessageDropped(EventBase):

@@ -134,9 +134,11 @@ class WorkflowHookSaid:
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """The shell published these `Deliver` messages and JetStream acknowledged them."""
+    """The shell published these `Deliver` messages and JetStream acknowledged them;
+    `refused`: those the server refused to take (key, why), never to be sent."""
 
     keys: frozenset[str]
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 Input = (
@@ -229,8 +231,9 @@ def _step(
     match input:
         case Fact() | Tick():
             return Decision((), state)  # the fact is folded in: what follows is all
-        case Published(keys=keys):
+        case Published(keys=keys, refused=refused):
             sent = outbound.record(state, keys, config, ctx)
+            sent += outbound.refused(state, dict(refused), config, ctx)
             return Decision(tuple(sent), fold(state, sent))
         case ProviderDone(turn_id=turn_id, outcome=result):
             return lane_step(

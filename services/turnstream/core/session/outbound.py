@@ -34,6 +34,9 @@ from turnstream.core.events import (
     ParentRef,
     SubTurnSpawned,
     SubTurnSpawnedData,
+    ToolError,
+    ToolInvocationFailed,
+    ToolInvocationFailedData,
     ToolInvocationSucceeded,
     ToolInvocationSucceededData,
 )
@@ -167,6 +170,42 @@ def record(
         elif o.spawned is not None and o.spawned.mode == "async":
             body = {"childSessionId": o.to, "status": "running"}
             events.append(_succeeded(b, o, orjson.dumps(body).decode()))
+    return events
+
+def refused(state: SessionState, why: dict[str, str], config: TurnConfig, ctx: Context) -> list[Event]:
+    """The events that end the delivery of the messages the server refused (key → why):
+    each `MessageDropped{refused}`, and a runtime call's failure, which the model sees."""
+    events: list[Event] = []
+    turn = state.active
+    for o in wanted(state, config):
+        if o.key not in why:
+            continue
+        data = MessageDroppedData(
+            to=o.to,
+            reason="refused",
+            hops=o.hops,
+            cause=o.cause,
+            invocation_id=o.invocation_id,
+            detail=why[o.key],
+        )
+        if o.kind == "interrupt":
+            child = next(c for c in state.children if c.invocation_id == o.invocation_id)
+            events.append(child_event(child, MessageDropped, data, ctx))
+        elif o.rejected is not None:
+            rejected = o.rejected
+            events.append(filed(rejected.envelope, rejected.event_id, MessageDropped, data, ctx))
+        else:
+            assert turn is not None
+            b = Builder(state.session_id, turn, ctx)
+            events.append(b.make(MessageDropped, data))
+            if o.invocation_id is not None:
+                error = ToolError(
+                    error_class=FailureClass.POLICY_DENIED,
+                    kind="refused",
+                    detail=f"the message to {o.to} was refused: {why[o.key]}",
+                )
+                failed = ToolInvocationFailedData(invocation_id=o.invocation_id, error=error)
+                events.append(b.make(ToolInvocationFailed, failed))
     return events
 
 
@@ -374,6 +413,7 @@ def _compact(command: dict[str, Any]) -> dict[str, Any]:
 __all__ = [
     "Outbound",
     "record",
+    "refused",
     "rejections_dropped",
     "reply_key",
     "wanted",

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from nats.js import api
 from nats.js.errors import (
     BadRequestError,
     KeyNotFoundError,
@@ -25,11 +24,15 @@ from nats.js.errors import (
 )
 
 from turnstream.bus import Bus
-from turnstream.bus.kv import open_or_create
+from turnstream.bus.streams import (
+    A2A_TASK_MAX_AGE_S,
+    a2a_push_bucket,
+    a2a_tasks_bucket,
+    existing_bucket,
+)
 from turnstream.http.a2a.view import TurnView
 
-MAX_AGE_S = 30 * 24 * 3600.0
-"""A task is kept 30 days after its last change (the log keeps the turn itself)."""
+MAX_AGE_S = A2A_TASK_MAX_AGE_S
 
 
 MESSAGE_KEY = "msg."
@@ -38,26 +41,18 @@ context the message first ran in."""
 
 
 def bucket_name(bus: Bus) -> str:
-    return f"{bus.subjects.prefix}_a2a_tasks"
+    return a2a_tasks_bucket(bus.subjects.prefix)
 
 
 def push_bucket_name(bus: Bus) -> str:
     """The A2A push-notification configs (`http/a2a/push.py`), one entry per task."""
-    return f"{bus.subjects.prefix}_a2a_push"
+    return a2a_push_bucket(bus.subjects.prefix)
 
 
 async def open_bucket(bus: Bus, name: str) -> Any:
-    """One of the HTTP face's two buckets (tasks, push configs): created on first use,
-    entries kept `MAX_AGE_S` after their last change, replicas as the log's."""
-    info = await bus.js.stream_info(bus.subjects.log_stream)
-    config = api.KeyValueConfig(
-        bucket=name,
-        history=1,
-        ttl=MAX_AGE_S,
-        storage=api.StorageType.FILE,
-        replicas=info.config.num_replicas or 1,
-    )
-    return await open_or_create(bus.js, config)
+    """One of the HTTP face's two buckets (tasks, push configs), which the setup step
+    created (`bus/streams.bucket_configs`)."""
+    return await existing_bucket(bus.js, name)
 
 
 @dataclass
