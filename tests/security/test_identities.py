@@ -5,11 +5,13 @@ under its own user, and wrong credentials say which user was refused."""
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from tests.http.conftest import http_app
@@ -18,6 +20,7 @@ from tests.integration.test_tools_path import ROUND_TRIP, registry, script
 from tests.security.conftest import SecureServer, apply_as_operator
 from turnstream.bus import Bus, connect
 from turnstream.client import message_command, send_and_wait
+from turnstream.core.events import ToolInvocationSucceeded
 from turnstream.core.subjects import Subjects
 from turnstream.settings import Settings
 
@@ -31,13 +34,15 @@ def settings(server: SecureServer, user: str, tmp: Path, **overrides: object) ->
 
 
 @asynccontextmanager
-async def services_as_themselves(server: SecureServer, tmp: Path) -> AsyncIterator[None]:
+async def services_as_themselves(
+    server: SecureServer, tmp: Path, **overrides: object
+) -> AsyncIterator[None]:
     """The five services in-process, each on its own connection as its own user, after the
     operator's setup step."""
     await apply_as_operator(server)
     scripted = script(tmp, *ROUND_TRIP)
     async with running_services(
-        lambda user: settings(server, user, tmp, script=scripted),
+        lambda user: settings(server, user, tmp, script=scripted, **overrides),
         tools=registry(),
         with_audit=True,
         settle_s=0.6,
@@ -77,6 +82,33 @@ async def test_each_service_runs_the_tool_turn_under_its_own_identity(
     assert outcome.status == "completed", (outcome, refused)
     assert "turnip" in (outcome.reply or "")
     assert refused == []
+
+
+async def test_a_result_over_the_budget_is_kept_without_the_right_to_purge(
+    secure_server: SecureServer, tmp: Path
+) -> None:
+    """The object store replaces an object by purging its chunks, a right no service has:
+    the executor keeps each full result under a name of its own, never replacing one."""
+    (tmp / "workspace" / "notes.txt").write_text("the secret word is turnip\n" + "x" * 2000)
+    async with services_as_themselves(secure_server, tmp, tool_result_budget=256):
+        tenant = await as_user(secure_server, "client-acme")
+        operator = await as_user(secure_server, "operator")
+        try:
+            outcome = await send_and_wait(
+                tenant, message_command("acme", "read my notes"), timeout=20
+            )
+            events = await operator.store.read_session("acme")
+            [result] = [e.event for e in events if isinstance(e.event, ToolInvocationSucceeded)]
+            assert result.data.truncated and result.data.blob, result.data
+            name = base64.urlsafe_b64encode(result.data.blob.encode()).decode()
+            meta = await operator.js.get_last_msg(
+                f"OBJ_{SUBJECTS.blobs_bucket}", f"$O.{SUBJECTS.blobs_bucket}.M.{name}"
+            )
+        finally:
+            for bus in (operator, tenant):
+                await bus.close()
+    assert outcome.status == "completed", outcome
+    assert orjson.loads(meta.data)["size"] == result.data.size
 
 
 @pytest.mark.parametrize(

@@ -82,8 +82,6 @@ def test_no_user_but_the_operator_administers_a_stream() -> None:
     for user, columns in granted.items():
         if user == "operator":
             assert not any(a.startswith(("PURGE", "DELETE")) for a in columns["admin"])
-        elif user == "tool-executor":  # the object store replaces a result's chunks by purge
-            assert columns["admin"] == {"PURGE.OBJ_ts_blobs"}
         else:
             assert columns["admin"] == set(), user
 

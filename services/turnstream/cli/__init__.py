@@ -333,6 +333,8 @@ def streams(
     data_dir: DataDir = None,
 ) -> None:
     """The streams and buckets: print them, or create them (services only check they exist)."""
+    import asyncio
+
     import orjson
 
     from turnstream.bus.streams import StreamLimits, describe

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import KeyWrongLastSequenceError, ObjectNotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, durable_push
@@ -269,7 +269,7 @@ class Executor:
             blob = None
             kept: str | None = None
             if needs_blob(output, self.budget):
-                blob = data.invocation_id
+                blob = facts.blob_name
                 kept = await self._keep_blob(blob, output)
             if kept is not None:
                 event = facts.failed(
@@ -304,14 +304,22 @@ class Executor:
             return None
 
     async def _keep_blob(self, name: str, output: str) -> str | None:
-        """Put a full result in the object store; None when kept, else why not."""
+        """Put a full result in the object store; None when kept, else why not.
+
+        An object is never replaced: the store would purge the old one's chunks, a right
+        no service has (ops/accounts.conf). A name already kept is this attempt's, put
+        before a redelivery; an idempotent call's rerun keeps that result."""
         if self.blobs is None:
             self.blobs = await self._object_store()
         if self.blobs is None:
             return "the bucket is missing or not permitted"
         try:
             async with asyncio.timeout(BLOB_TIMEOUT_S):
-                await self.blobs.put(name, output.encode())
+                try:
+                    await self.blobs.get_info(name)
+                    return None
+                except ObjectNotFoundError:
+                    await self.blobs.put(name, output.encode())
         except Exception as exc:
             log.warning("cannot keep result %s in the object store: %r", name, exc)
             self.blobs = None  # looked up again next time (it may have been deleted)

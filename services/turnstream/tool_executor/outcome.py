@@ -50,6 +50,14 @@ class Facts:
     def invocation_id(self) -> str:
         return self.request.data.invocation_id
 
+    @property
+    def blob_name(self) -> str:
+        """Where this attempt keeps a full result in the object store (the event names it):
+        a rerun of an idempotent call does not replace the first attempt's."""
+        if self.attempt == 1:
+            return self.invocation_id
+        return f"{self.invocation_id}.{self.attempt}"
+
     def started(self, now: datetime) -> ToolInvocationStarted:
         data = ToolInvocationStartedData(invocation_id=self.invocation_id, attempt=self.attempt)
         return self._make(ToolInvocationStarted, "started", data, now)  # type: ignore[no-any-return]

@@ -172,7 +172,10 @@ def record(
             events.append(_succeeded(b, o, orjson.dumps(body).decode()))
     return events
 
-def refused(state: SessionState, why: dict[str, str], config: TurnConfig, ctx: Context) -> list[Event]:
+
+def refused(
+    state: SessionState, why: dict[str, str], config: TurnConfig, ctx: Context
+) -> list[Event]:
     """The events that end the delivery of the messages the server refused (key → why):
     each `MessageDropped{refused}`, and a runtime call's failure, which the model sees."""
     events: list[Event] = []
