@@ -12,6 +12,8 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
+import orjson
 import pytest
 import uvicorn
 from a2a.types.a2a_pb2 import TaskState
@@ -20,10 +22,10 @@ from tests.http.conftest import http_app
 from tests.http.test_a2a import a2a, message, send
 from tests.http.test_a2a_push import Receiver, config, settings, states_of, until
 from turnstream.bus import Bus
-from turnstream.core.events import PushNotificationAbandoned
+from turnstream.core.events import PushNotificationAbandoned, TurnEnded
 from turnstream.http.a2a.push import PushStore
 from turnstream.http.a2a.push_watch import ConfigWatch
-from turnstream.http.a2a.pusher import DURABLE, PUSHED_KINDS
+from turnstream.http.a2a.pusher import DURABLE, PUSHED_KINDS, Pusher
 from turnstream.http.a2a.store import push_bucket_name
 from turnstream.http.a2a.view import TurnView
 from turnstream.settings import Settings
@@ -215,3 +217,61 @@ async def test_the_index_is_trusted_only_once_it_holds_every_config_written_befo
             assert "barrier-29" not in watch.index.tasks
         finally:
             stop.set()
+
+
+class InHand:
+    """What `Pusher.handle` needs of the message it holds: saying it is in progress."""
+
+    async def in_progress(self) -> None:
+        return None
+
+
+async def test_a_tasks_later_event_handled_first_sends_the_earlier_update_first(
+    services: Settings, receiver: Receiver, bus: Bus
+) -> None:
+    """As when a task's two events are in two replicas' hands: the later one handled
+    first sends the earlier update, then its own; the earlier event's delivery (and the
+    later's again) then sends nothing."""
+    session = "a2a-cost-order"
+    async with http_app(services) as url, a2a(url) as client:
+        waiting = await waiting_task(client, session)
+        await client.create_task_push_notification_config(
+            config(waiting.id, f"{receiver.url}/order", config_id="o1")
+        )
+    # the face is down: the answer and the turn's end are in the log, nobody delivers them
+    answer = orjson.dumps(
+        {
+            "type": "answer",
+            "sessionId": session,
+            "chatId": session,
+            "sender": {"kind": "human", "id": "test"},
+            "idempotencyKey": "push-order-answer",
+            "interactionId": waiting.status.message.parts[1].data.struct_value["interaction"][
+                "interactionId"
+            ],
+            "decision": "approve",
+        }
+    )
+    await bus.js.publish(bus.subjects.inbound(session), answer)
+    ended = None
+    for _ in range(200):
+        stored = await bus.store.read_session(session)
+        ends = [s for s in stored if isinstance(s.event, TurnEnded)]
+        ended = next((s for s in ends if s.event.turn_id == waiting.id), None)
+        if ended is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert ended is not None
+    pusher = Pusher(bus, services, PushStore(bus), "test/1")
+    async with httpx.AsyncClient() as pusher.http:
+        await pusher.handle(ended.seq, ended.event, InHand())  # the turn's end, first
+    assert states_of(receiver, "/order") == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
+    async with http_app(services):  # the face: the answer's event, and the end's, again
+        await delivery_past(bus, ended.seq)
+        await asyncio.sleep(0.3)
+    updates = receiver.updates("/order")
+    assert [u["status"]["state"] for u in updates] == [
+        "TASK_STATE_WORKING",
+        "TASK_STATE_COMPLETED",
+    ]
+    assert updates[-1]["metadata"]["updateId"] == f"{waiting.id}:{ended.seq}"

@@ -102,11 +102,15 @@ class PushStore:
 
     async def save_delivery(self, entry: PushEntry) -> None:
         """Write the delivery's state (`view`, `sent`) of `entry`, keeping the configs a
-        client changed meanwhile (theirs are the configs, the delivery's the rest)."""
+        client changed meanwhile (theirs are the configs, the delivery's the rest), and
+        what another replica delivered meanwhile (a view further on, later `sent`)."""
         while not await self.save(entry):
             stored = await self.get(entry.view.turn_id)
             if stored is None:
                 return  # expired: nothing to deliver to any more
+            if stored.view.last_seq > entry.view.last_seq:
+                entry.view = stored.view
+            entry.sent = merged_sent(entry.sent, stored.sent)
             entry.configs, entry.revision = stored.configs, stored.revision
 
     async def change_configs(self, view: TurnView, change: Any) -> PushEntry:
@@ -131,6 +135,11 @@ class PushStore:
         except KeyNotFoundError:
             return None
         return bytes(entry.value).decode() if entry.value else None
+
+
+def merged_sent(ours: dict[str, int], theirs: dict[str, int]) -> dict[str, int]:
+    """Per config, the later of two deliveries' `sent`."""
+    return {k: max(ours.get(k, 0), theirs.get(k, 0)) for k in ours.keys() | theirs.keys()}
 
 
 def webhook_of(url: str) -> str:

@@ -26,8 +26,11 @@ An event is acknowledged after the entry records what was sent. A restart of a r
 of NATS resumes at the first event not acknowledged (a worker stopping naks its queue, in
 order); an update a config was sent is skipped when its event comes again (`sent`). A
 replica that dies between a 2xx and writing `sent` sends that update again: the receiver
-tells it by its `updateId`. Several replicas share the consumer: a task's events handled
-on two replicas at once may go out of order or twice (docs/http.md).
+tells it by its `updateId`. Several replicas share the consumer, so a task's later event
+may be handled before an earlier one another replica holds: the task's events the entry
+has not seen are read from the log and folded first (`unfolded`), so no update is lost or
+sent out of order by one replica; two replicas sending at the same moment may both send
+one (docs/http.md).
 """
 
 from __future__ import annotations
@@ -248,8 +251,8 @@ class Pusher:
 
     async def handle(self, seq: int, event: Event, msg: Any, task: str | None = None) -> None:
         """Fold the event at `seq` into its task's push entry (`task`, or the event's own,
-        or its answer's as KV says); send the update, if it is one, to each config not
-        sent it yet."""
+        or its answer's as KV says), after any of the task's earlier events the entry has
+        not seen (`unfolded`); send each update to each config not sent it yet."""
         task_id = task or event.turn_id
         if task is None and isinstance(event, InteractionAnswered):
             task_id = await self.store.task_of_interaction(event.data.interaction_id)
@@ -258,8 +261,25 @@ class Pusher:
         entry = await self.store.get(task_id)
         if entry is None or seq <= entry.view.last_seq:
             return
+        for earlier_seq, earlier in await self.unfolded(entry, seq):
+            await self._fold(entry, earlier_seq, earlier, msg)
+        await self._fold(entry, seq, event, msg)
+
+    async def unfolded(self, entry: PushEntry, seq: int) -> list[tuple[int, Event]]:
+        """The session's events of `PUSHED_KINDS` between the entry's view and `seq`: one
+        of the task's may be in another replica's hands (or skipped, its answer not yet
+        known there), and is folded here first, in log order (its own delivery then finds
+        it done). One direct read of the session; a single replica finds none that change
+        the view (it folds them in order)."""
+        stored = await self.bus.store.read_session(
+            entry.view.session_id, after_seq=entry.view.last_seq
+        )
+        return [(s.seq, s.event) for s in stored if s.seq < seq and s.event.type in PUSHED_KINDS]
+
+    async def _fold(self, entry: PushEntry, seq: int, event: Event, msg: Any) -> None:
         if not entry.view.feed(seq, event):
             return  # nothing a client sees changed (saved with the next update)
+        task_id = entry.view.turn_id
         if isinstance(event, InteractionRequested):
             await self.store.note_interaction(event.data.interaction_id, task_id)
         update = status_update(entry.view, seq)
@@ -267,7 +287,7 @@ class Pusher:
             error = await self.deliver(entry, config_id, update, msg)
             if error is not None:
                 await self.abandon(entry, config_id, seq, event, error)
-            entry.sent[config_id] = seq
+            entry.sent[config_id] = max(seq, entry.sent.get(config_id, 0))
             await self.store.save_delivery(entry)
         entry.sent = {k: v for k, v in entry.sent.items() if k in entry.configs}
         await self.store.save_delivery(entry)
