@@ -33,7 +33,8 @@ from turnstream.settings import Settings
 __all__ = ["settings"]
 pytestmark = pytest.mark.integration
 S = TaskState
-SLOW_S = 1.0
+SLOW_S = 1.9
+"""Three tries of it outlast the delivery's ack wait (5 s with these settings)."""
 
 
 class SlowReceiver(Receiver):
@@ -150,6 +151,8 @@ async def test_a_slow_failing_webhook_does_not_delay_another_tasks_updates(
         await client.create_task_push_notification_config(
             config(b.id, f"{receiver.url}/quick", config_id="b1")
         )
+        sessions = ["a2a-cost-slow", "a2a-cost-quick"]
+        before = await delivery_past(bus, max([max(await pushed_seqs(bus, s)) for s in sessions]))
         await send(client, message("approve", context="a2a-cost-slow", task=a.id))
         await until(lambda: len(receiver.updates("/fail-slow")) >= 1)  # A's first try is in hand
         await send(client, message("approve", context="a2a-cost-quick", task=b.id))
@@ -162,11 +165,17 @@ async def test_a_slow_failing_webhook_does_not_delay_another_tasks_updates(
             stored = await bus.store.read_session("a2a-cost-slow")
             return sum(isinstance(s.event, PushNotificationAbandoned) for s in stored)
 
-        for _ in range(300):
+        for _ in range(400):
             if await abandoned() >= 2:
                 break
             await asyncio.sleep(0.05)
         assert await abandoned() == 2
+        # A's turn end waited in its queue longer than the ack wait, kept in progress:
+        # each event was delivered once
+        seqs = [q for s in sessions for q in await pushed_seqs(bus, s)]
+        after = await delivery_past(bus, max(seqs))
+        since = [q for q in seqs if q > before.ack_floor.stream_seq]
+        assert after.delivered.consumer_seq - before.delivered.consumer_seq == len(since)
     # A's own updates in log order, each tried to the end before the next
     assert (
         states_of(receiver, "/fail-slow")

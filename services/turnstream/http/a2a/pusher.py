@@ -45,7 +45,7 @@ from a2a.types.a2a_pb2 import StreamResponse, TaskStatusUpdateEvent
 from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.bus.consume import InProgress, durable_pull, fetch_loop
 from turnstream.core.events import (
     Envelope,
     Event,
@@ -77,8 +77,9 @@ MAX_IN_FLIGHT = 1024
 """Events in hand at once (the consumer's `max_ack_pending`), across every task's queue:
 so many held by failing webhooks stall the rest until one is given up."""
 BATCH = 256
-Held = tuple[int, Event, Any, str | None]
-"""An event in a task's queue: its sequence, itself, its message, its task if known."""
+Held = tuple[int, Event, Any, str | None, InProgress]
+"""An event in a task's queue: its sequence, itself, its message, its task if known, and
+the timer keeping it in progress while it waits (the ack wait is short)."""
 
 
 class Stopped(Exception):
@@ -205,11 +206,12 @@ class Pusher:
                 continue
             task = self.watch.index.task_of(event)
             if task is None and trusted:
-                await _settle(msg.ack())  # nobody's: lost, it comes again and is skipped again
+                await _settle(msg.ack())  # an ack lost: it comes again, is skipped again
                 continue
             # not trusted: the slow path, the entry read from KV (an answer's task too)
             key = task or event.turn_id or f"session:{event.session_id}"
-            self._enqueue(key, (msg.metadata.sequence.stream, event, msg, task))
+            beat = InProgress([msg], self.ack_wait_s)
+            self._enqueue(key, (msg.metadata.sequence.stream, event, msg, task, beat))
 
     def _enqueue(self, key: str, item: Held) -> None:
         queue = self._queues.get(key)
@@ -223,15 +225,18 @@ class Pusher:
         are nak'd, in order, for the next process."""
         try:
             while queue and not self._stop.is_set():
-                seq, event, msg, task = queue[0]
+                seq, event, msg, task, beat = queue[0]
                 try:
                     await self._handle_until_done(seq, event, msg, task)
                 except Stopped:
                     break
                 queue.popleft()
+                beat.stop()
                 await _settle(msg.ack_sync())
         finally:
             del self._queues[key]
+            for held in queue:
+                held[4].stop()
             while queue:
                 await _settle(queue.popleft()[2].nak())
 
