@@ -17,7 +17,7 @@ from turnstream.core.events import (
     Sender,
 )
 from turnstream.http.a2a.card import agent_card, card_body, card_version
-from turnstream.http.a2a.push import PushEntry, webhook_of
+from turnstream.http.a2a.push import PushEntry, merged_sent, webhook_of
 from turnstream.http.a2a.push_index import PushIndex, interaction_key
 from turnstream.http.a2a.pusher import due, headers_for, status_update
 from turnstream.http.a2a.view import TurnView
@@ -124,3 +124,7 @@ def test_only_events_of_tasks_with_configs_are_anyones_and_an_answer_finds_its_t
     assert other.task_of(answer) == "t1"
     other.apply(interaction_key("i1"), b"", "PURGE", 3)
     assert other.task_of(answer) is None
+
+
+def test_two_deliveries_of_a_task_keep_the_later_sent_per_config() -> None:
+    assert merged_sent({"a": 5, "b": 9}, {"a": 7, "c": 2}) == {"a": 7, "b": 9, "c": 2}
