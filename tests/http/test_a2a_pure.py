@@ -1,13 +1,24 @@
 """The A2A edge's pure parts: the card's form per protocol version, what a webhook is sent
-and to whom, and what the log keeps of its URL (no I/O)."""
+and to whom, what the log keeps of its URL, and which tasks' events the push delivery
+acts on (no I/O)."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from a2a.types.a2a_pb2 import AuthenticationInfo, TaskPushNotificationConfig
 
+from tests.unit.factories import T0, fact
+from turnstream.core.events import (
+    InteractionAnswered,
+    InteractionAnsweredData,
+    InteractionRequested,
+    InteractionRequestedData,
+    Sender,
+)
 from turnstream.http.a2a.card import agent_card, card_body, card_version
-from turnstream.http.a2a.push import PushEntry, webhook_of
+from turnstream.http.a2a.push import PushEntry, merged_sent, webhook_of
+from turnstream.http.a2a.push_index import PushIndex, interaction_key
 from turnstream.http.a2a.pusher import due, headers_for, status_update
 from turnstream.http.a2a.view import TurnView
 from turnstream.settings import Settings
@@ -52,3 +63,68 @@ def test_an_update_names_itself_and_goes_to_the_configs_not_sent_it() -> None:
     assert update.task_id == "t1" and update.metadata["updateId"] == "t1:40"
     entry = PushEntry(view, configs={"a": {}, "b": {}, "c": {}}, sent={"a": 40, "b": 39})
     assert due(entry, 40) == ["b", "c"]
+
+
+def _entry(configs: dict[str, object]) -> bytes:
+    return orjson.dumps({"view": {}, "configs": configs, "sent": {}})
+
+
+def test_the_index_holds_the_tasks_with_configs_as_the_watch_hands_them_on() -> None:
+    index = PushIndex()
+    index.apply("t1", _entry({"c1": {"url": "https://x"}}), None, 3)
+    index.apply("t2", _entry({}), None, 4)  # an entry whose configs were all deleted
+    assert index.tasks == {"t1"} and index.applied == 4
+    index.apply("t1", _entry({}), None, 5)
+    index.apply("t2", _entry({"c": {}}), None, 6)
+    assert index.tasks == {"t2"}
+    index.apply("t2", b"", "DEL", 7)
+    assert index.tasks == set() and index.applied == 7
+
+
+def test_the_index_is_trusted_only_up_to_what_it_applied() -> None:
+    index = PushIndex()
+    assert not index.current(1) and index.current(0)
+    index.caught_up(10)  # the watch's first values cover the bucket as of sequence 10
+    assert index.current(10) and not index.current(11)
+    index.apply("t1", _entry({"c": {}}), None, 11)
+    assert index.current(11)
+    index.caught_up(5)  # never backwards
+    assert index.applied == 11
+
+
+def test_only_events_of_tasks_with_configs_are_anyones_and_an_answer_finds_its_task() -> None:
+    index = PushIndex()
+    asked = fact(
+        InteractionRequested,
+        InteractionRequestedData,
+        turn="t1",
+        interaction_id="i1",
+        invocation_id="v1",
+        tool="write_file",
+        args={},
+        deadline=T0,
+        prompt="ok?",
+    )
+    answer = fact(
+        InteractionAnswered,
+        InteractionAnsweredData,
+        turn="",
+        interaction_id="i1",
+        decision="approve",
+        sender=Sender(kind="human", id="ana"),
+        idempotency_key="k",
+        inbound_seq=1,
+    )
+    assert index.task_of(asked) is None and index.task_of(answer) is None  # no configs
+    index.apply("t1", _entry({"c": {}}), None, 1)
+    assert index.task_of(asked) == "t1"
+    assert index.task_of(answer) == "t1"  # remembered when its prompt was seen
+    other = PushIndex()
+    other.apply(interaction_key("i1"), b"t1", None, 2)  # another replica wrote it
+    assert other.task_of(answer) == "t1"
+    other.apply(interaction_key("i1"), b"", "PURGE", 3)
+    assert other.task_of(answer) is None
+
+
+def test_two_deliveries_of_a_task_keep_the_later_sent_per_config() -> None:
+    assert merged_sent({"a": 5, "b": 9}, {"a": 7, "c": 2}) == {"a": 7, "b": 9, "c": 2}

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import orjson
@@ -32,12 +33,14 @@ def test_prefix_renames_streams_and_subjects() -> None:
 def test_services_never_use_asyncio_wait_for() -> None:
     """On Python 3.11 `asyncio.wait_for` swallows a cancellation that races its inner
     future; the cancelled task then waits forever (it hung service shutdown here).
-    `async with asyncio.timeout(...)` is correct; this keeps it that way."""
+    `async with asyncio.timeout(...)` is correct; this keeps it that way (a condition's
+    own `wait_for(predicate)` is another method)."""
+    asyncio_wait_for = re.compile(r"asyncio\.wait_for\(|(?<![.\w])wait_for\(")
     offenders = [
         f"{path.relative_to(ROOT)}:{n}"
         for path in (ROOT / "services").rglob("*.py")
         for n, line in enumerate(path.read_text().splitlines(), 1)
-        if "wait_for(" in line and not line.lstrip().startswith("#")
+        if asyncio_wait_for.search(line) and not line.lstrip().startswith("#")
     ]
     assert offenders == []
 

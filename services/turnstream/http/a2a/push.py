@@ -11,7 +11,6 @@ it was sent (`sent`), so a redelivered log event sends no update twice.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,15 +27,12 @@ from google.protobuf.json_format import MessageToDict, ParseDict  # type: ignore
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from turnstream.bus import Bus
+from turnstream.http.a2a.push_index import interaction_key
 from turnstream.http.a2a.store import open_bucket, push_bucket_name, valid_key
 from turnstream.http.a2a.tasks import Tasks
 from turnstream.http.a2a.view import TurnView
 from turnstream.http.auth import Principal
 from turnstream.settings import Settings
-
-INTERACTION_KEY = "i."
-"""`i.<sha256 of an interaction id>` names the task whose prompt it is (an answer's event
-carries no turn id)."""
 
 
 @dataclass
@@ -106,35 +102,44 @@ class PushStore:
 
     async def save_delivery(self, entry: PushEntry) -> None:
         """Write the delivery's state (`view`, `sent`) of `entry`, keeping the configs a
-        client changed meanwhile (theirs are the configs, the delivery's the rest)."""
+        client changed meanwhile (theirs are the configs, the delivery's the rest), and
+        what another replica delivered meanwhile (a view further on, later `sent`)."""
         while not await self.save(entry):
             stored = await self.get(entry.view.turn_id)
             if stored is None:
                 return  # expired: nothing to deliver to any more
+            if stored.view.last_seq > entry.view.last_seq:
+                entry.view = stored.view
+            entry.sent = merged_sent(entry.sent, stored.sent)
             entry.configs, entry.revision = stored.configs, stored.revision
 
     async def change_configs(self, view: TurnView, change: Any) -> PushEntry:
         """Apply `change(configs)` to the task's configs (its entry made, from `view`, if
-        there is none), retried until it is written over the latest entry."""
+        there is none), retried until it is written over the latest entry. An entry left
+        without configs is not followed by the delivery (`push_index`): its view is
+        `view` again when a config comes back, if that is further on."""
         while True:
             entry = await self.get(view.turn_id) or PushEntry(TurnView.from_dict(view.to_dict()))
+            if not entry.configs and view.last_seq > entry.view.last_seq:
+                entry.view = TurnView.from_dict(view.to_dict())
             change(entry.configs)
             if await self.save(entry):
                 return entry
 
     async def note_interaction(self, interaction_id: str, task_id: str) -> None:
-        await (await self.kv()).put(_interaction_key(interaction_id), task_id.encode())
+        await (await self.kv()).put(interaction_key(interaction_id), task_id.encode())
 
     async def task_of_interaction(self, interaction_id: str) -> str | None:
         try:
-            entry = await (await self.kv()).get(_interaction_key(interaction_id))
+            entry = await (await self.kv()).get(interaction_key(interaction_id))
         except KeyNotFoundError:
             return None
         return bytes(entry.value).decode() if entry.value else None
 
 
-def _interaction_key(interaction_id: str) -> str:
-    return INTERACTION_KEY + hashlib.sha256(interaction_id.encode()).hexdigest()
+def merged_sent(ours: dict[str, int], theirs: dict[str, int]) -> dict[str, int]:
+    """Per config, the later of two deliveries' `sent`."""
+    return {k: max(ours.get(k, 0), theirs.get(k, 0)) for k in ours.keys() | theirs.keys()}
 
 
 def webhook_of(url: str) -> str:

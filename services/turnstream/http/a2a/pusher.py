@@ -2,25 +2,41 @@
 POSTed to each of its webhooks, once per update.
 
 ```
-log event (ACTED_ON kinds) ─► the task's push entry (none: nothing to do)
-   └─ folded into the entry's view ─ no change: done
-                                   └ change = an update (id: task, log sequence)
-        └─ per config not yet sent it: POST ─ 2xx ─────────────► sent[config] = seq
-                                             └ fails: wait, double, again … given up:
-                                               PushNotificationAbandoned ─► sent[config] = seq
+push bucket ─ KV watch ─► PushIndex (tasks with configs)      started before the consumer
+log event (PUSHED_KINDS) ─► batch ─► barrier: index current to the bucket's last seq?
+   ├─ its task has no config: ack (no KV read)
+   └─ its task's queue ─► the task's push entry ─ folded into its view ─ no change: done
+        └ change = an update (id: task, log sequence)
+          └─ per config not yet sent it: POST ─ 2xx ─────────────► sent[config] = seq
+                                               └ fails: wait, double, again … given up:
+                                                 PushNotificationAbandoned ─► sent[config] = seq
 ```
 
 The log is read through one durable consumer (`a2a-push`) shared by every HTTP replica,
-one event at a time (`max_ack_pending` 1: a task's updates go out in log order, whichever
-replica sends them), acknowledged after the entry records what was sent. A restart of a
-replica or of NATS resumes at the first event not acknowledged; an update a config was
-sent is skipped when its event comes again (`sent`). A replica that dies between a 2xx and
-writing `sent` sends that update again: the receiver tells it by its `updateId`.
+`MAX_IN_FLIGHT` events at a time. Events of tasks nobody set a config for (nearly all) are
+acknowledged at once: which tasks have configs is known locally (`push_index`), and a
+skip is trusted only once the index is current to the bucket's last sequence read after
+the batch was fetched (one `STREAM.INFO` per batch, not a KV read per event): a config
+written before its task's next event was appended is in it by then. Otherwise (the watch
+lags past `BARRIER_WITHIN_S`) the event takes the old path, a KV read of its task's entry.
+
+The others go to their task's queue: one worker per task with events in hand, so a task's
+updates go out in log order while a slow or failing webhook holds up only its own task.
+An event is acknowledged after the entry records what was sent. A restart of a replica or
+of NATS resumes at the first event not acknowledged (a worker stopping naks its queue, in
+order); an update a config was sent is skipped when its event comes again (`sent`). A
+replica that dies between a 2xx and writing `sent` sends that update again: the receiver
+tells it by its `updateId`. Several replicas share the consumer, so a task's later event
+may be handled before an earlier one another replica holds: the task's events the entry
+has not seen are read from the log and folded first (`unfolded`), so no update is lost or
+sent out of order by one replica; two replicas sending at the same moment may both send
+one (docs/http.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from typing import Any
 
@@ -29,7 +45,7 @@ from a2a.types.a2a_pb2 import StreamResponse, TaskStatusUpdateEvent
 from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_pull, fetch_loop
+from turnstream.bus.consume import InProgress, durable_pull, fetch_loop
 from turnstream.core.events import (
     Envelope,
     Event,
@@ -43,6 +59,7 @@ from turnstream.core.events import (
 from turnstream.core.ids import derived_id
 from turnstream.http.a2a.mapping import to_task
 from turnstream.http.a2a.push import PushEntry, PushStore, allowed_url, webhook_of
+from turnstream.http.a2a.push_watch import ConfigWatch
 from turnstream.http.a2a.store import TaskRecord
 from turnstream.http.a2a.view import ACTED_ON, TurnView
 from turnstream.settings import Settings
@@ -52,8 +69,17 @@ DURABLE = "a2a-push"
 TOKEN_HEADER = "X-A2A-Notification-Token"
 PUSHED_KINDS = ACTED_ON - {"StagePreFired"}
 """The kinds a task's state changes on: `TurnView`'s, but for the stage markers (a turn
-has a dozen, and its `SessionTurnStart` makes it `working` first), so the one-at-a-time
-consumer reads a third of the events it would."""
+has a dozen, and its `SessionTurnStart` makes it `working` first), so the consumer
+reads a third of the events it would."""
+
+
+MAX_IN_FLIGHT = 1024
+"""Events in hand at once (the consumer's `max_ack_pending`), across every task's queue:
+so many held by failing webhooks stall the rest until one is given up."""
+BATCH = 256
+Held = tuple[int, Event, Any, str | None, InProgress]
+"""An event in a task's queue: its sequence, itself, its message, its task if known, and
+the timer keeping it in progress while it waits (the ack wait is short)."""
 
 
 class Stopped(Exception):
@@ -112,20 +138,31 @@ class Pusher:
         self.store = store
         self.source = source
         self._stop = asyncio.Event()
+        self.watch = ConfigWatch(bus, store)
+        self._queues: dict[str, collections.deque[Held]] = {}
+        self._workers = asyncio.TaskGroup()
         self.ack_wait_s = 2 * settings.a2a_push_timeout_s + 1
         """An event in hand whose acknowledgement is lost (NATS restarting) comes again
         after this; each POST (bounded by its timeout) and each slice of a wait between
         tries is announced as in progress, so a slow webhook does not make it come again."""
 
     async def run(self, stop: asyncio.Event) -> None:
+        """The configs' watch first, live before the consumer is bound (a skip needs it);
+        then the consumer, its events handed to the tasks' workers (`_on_batch`)."""
         self._stop = stop
-        async with httpx.AsyncClient(follow_redirects=False) as self.http:
+        async with (
+            httpx.AsyncClient(follow_redirects=False) as self.http,
+            asyncio.TaskGroup() as self._workers,
+        ):
+            self._workers.create_task(self.watch.follow(stop))
+            while not stop.is_set() and not self.watch.live.is_set():
+                await stopped_within(stop, 0.1)
             while not stop.is_set():
                 sub = await self._bind(stop)
                 if sub is None:
                     return
                 try:
-                    await fetch_loop(sub, stop, self._on_batch, batch=1)
+                    await fetch_loop(sub, stop, self._on_batch, batch=BATCH)
                 except Exception:  # NATS gone mid-call: bind again, the log still has it
                     log.exception("push delivery stopped; binding again")
                     await stopped_within(stop, 1.0)
@@ -143,7 +180,7 @@ class Pusher:
                     DURABLE,
                     filters,
                     ack_wait_s=self.ack_wait_s,
-                    max_ack_pending=1,
+                    max_ack_pending=MAX_IN_FLIGHT,
                     deliver_new=True,
                 )
             except Exception as exc:
@@ -152,31 +189,102 @@ class Pusher:
         return None
 
     async def _on_batch(self, msgs: list[Any]) -> None:
+        """Ack the events of tasks without configs (once the index is trusted for this
+        batch: `ConfigWatch.trusted`), queue the rest per task, in log order."""
+        trusted = await self.watch.trusted()
         for msg in msgs:
-            try:
-                await self.handle(msg.metadata.sequence.stream, decode(msg.data), msg)
-            except Stopped:
+            if self._stop.is_set():
                 await _settle(msg.nak())
-                return
-            except Exception:
-                log.exception("push delivery failed; the event comes again")
-                await _settle(msg.nak(delay=1.0))
                 continue
-            await _settle(msg.ack_sync())
+            try:
+                event = decode(msg.data)
+            except Exception:
+                log.exception(
+                    "push delivery: seq %d undecodable; skipped", msg.metadata.sequence.stream
+                )
+                await _settle(msg.ack())
+                continue
+            task = self.watch.index.task_of(event)
+            if task is None and trusted:
+                await _settle(msg.ack())  # an ack lost: it comes again, is skipped again
+                continue
+            # not trusted: the slow path, the entry read from KV (an answer's task too)
+            key = task or event.turn_id or f"session:{event.session_id}"
+            beat = InProgress([msg], self.ack_wait_s)
+            self._enqueue(key, (msg.metadata.sequence.stream, event, msg, task, beat))
 
-    async def handle(self, seq: int, event: Event, msg: Any) -> None:
-        """Fold the event at `seq` into its task's push entry; send the update, if it is
-        one, to each config not sent it yet."""
-        task_id = event.turn_id
-        if isinstance(event, InteractionAnswered):
+    def _enqueue(self, key: str, item: Held) -> None:
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = collections.deque()
+            self._workers.create_task(self._work(key, queue))
+        queue.append(item)
+
+    async def _work(self, key: str, queue: collections.deque[Held]) -> None:
+        """One task's events, one at a time, until its queue is empty; on stop the rest
+        are nak'd, in order, for the next process."""
+        try:
+            while queue and not self._stop.is_set():
+                seq, event, msg, task, beat = queue[0]
+                try:
+                    await self._handle_until_done(seq, event, msg, task)
+                except Stopped:
+                    break
+                queue.popleft()
+                beat.stop()
+                await _settle(msg.ack_sync())
+        finally:
+            del self._queues[key]
+            for held in queue:
+                held[4].stop()
+            while queue:
+                await _settle(queue.popleft()[2].nak())
+
+    async def _handle_until_done(self, seq: int, event: Event, msg: Any, task: str | None) -> None:
+        """`handle`, again after a second while it fails (KV or NATS away): the task's
+        later events wait, the other tasks' do not."""
+        while True:
+            try:
+                await self.handle(seq, event, msg, task)
+                return
+            except Stopped:
+                raise
+            except Exception:
+                log.exception("push delivery failed on seq %d; again", seq)
+                if await self._pause(1.0, msg):
+                    raise Stopped from None
+
+    async def handle(self, seq: int, event: Event, msg: Any, task: str | None = None) -> None:
+        """Fold the event at `seq` into its task's push entry (`task`, or the event's own,
+        or its answer's as KV says), after any of the task's earlier events the entry has
+        not seen (`unfolded`); send each update to each config not sent it yet."""
+        task_id = task or event.turn_id
+        if task is None and isinstance(event, InteractionAnswered):
             task_id = await self.store.task_of_interaction(event.data.interaction_id)
         if not task_id:
             return
         entry = await self.store.get(task_id)
         if entry is None or seq <= entry.view.last_seq:
             return
+        for earlier_seq, earlier in await self.unfolded(entry, seq):
+            await self._fold(entry, earlier_seq, earlier, msg)
+        await self._fold(entry, seq, event, msg)
+
+    async def unfolded(self, entry: PushEntry, seq: int) -> list[tuple[int, Event]]:
+        """The session's events of `PUSHED_KINDS` between the entry's view and `seq`: one
+        of the task's may be in another replica's hands (or skipped, its answer not yet
+        known there), and is folded here first, in log order (its own delivery then finds
+        it done). One direct read of the session; a single replica finds none that change
+        the view (it folds them in order)."""
+        stored = await self.bus.store.read_session(
+            entry.view.session_id, after_seq=entry.view.last_seq
+        )
+        return [(s.seq, s.event) for s in stored if s.seq < seq and s.event.type in PUSHED_KINDS]
+
+    async def _fold(self, entry: PushEntry, seq: int, event: Event, msg: Any) -> None:
         if not entry.view.feed(seq, event):
             return  # nothing a client sees changed (saved with the next update)
+        task_id = entry.view.turn_id
         if isinstance(event, InteractionRequested):
             await self.store.note_interaction(event.data.interaction_id, task_id)
         update = status_update(entry.view, seq)
@@ -184,7 +292,7 @@ class Pusher:
             error = await self.deliver(entry, config_id, update, msg)
             if error is not None:
                 await self.abandon(entry, config_id, seq, event, error)
-            entry.sent[config_id] = seq
+            entry.sent[config_id] = max(seq, entry.sent.get(config_id, 0))
             await self.store.save_delivery(entry)
         entry.sent = {k: v for k, v in entry.sent.items() if k in entry.configs}
         await self.store.save_delivery(entry)
