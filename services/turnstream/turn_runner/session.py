@@ -78,7 +78,7 @@ class SessionActor:
     def __init__(self, ctx: ActorContext, session_id: str) -> None:
         self.ctx = ctx
         self.session_id = session_id
-        self.state = SessionState(session_id)
+        self.state = SessionState.of(session_id)
         self.last_seq = 0
         self.input_mark = 0
         self.held: tuple[Event, ...] = ()
@@ -97,13 +97,13 @@ class SessionActor:
     def busy(self) -> bool:
         """Work in flight or open: the mailbox must not retire this actor (its timers and
         its lease would go with it)."""
-        state, run = self.state, self.state.workflow
+        chat, run = self.state.chat, self.state.workflow
         open_work = (
-            state.active is not None
-            or bool(state.pending)
+            chat.active is not None
+            or bool(chat.pending)
             or (run is not None and run.open)
-            or waiting_on(state)
-            or bool(state.unanswered)
+            or waiting_on(chat)
+            or bool(self.state.unanswered)
         )
         return bool(self.provider_tasks) or (self.loaded and open_work)
 

@@ -1,10 +1,11 @@
 """A session: a fold over its log, and the one decider of what comes next (DESIGN §1.3).
 
-Dependencies go one way: session → workflow → turn. A session without a workflow is its
-chat's turns (`turnstream.core.turn`, whose `ChatState` the session's `SessionState`
-extends with the attached run and its agent); with one, each stage runs as a turn of its
-own in a lane of the run (`turnstream.core.workflow` holds the definitions and the run's
-state), and `run.py` here decides the stage lifecycle around them.
+Dependencies go one way: session → workflow → turn. The session's `SessionState` holds
+its parts: its chat (a `ChatState` of `turnstream.core.turn`, whose turns it runs), the
+attached run, its agent and the replies it owes. A session without a workflow is its
+chat's turns; with one, each stage runs as a turn of its own in a lane of the run (a
+`ChatState` too; `turnstream.core.workflow` holds the definitions and the run's state),
+and `run.py` here decides the stage lifecycle around them.
 """
 
 from __future__ import annotations

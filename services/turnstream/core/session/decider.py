@@ -282,7 +282,7 @@ def effects_of(state: SessionState, config: TurnConfig, now: datetime) -> tuple[
         effects.append(hook)
     if live:
         effects.append(TimeTurns(live))
-    wakes = [t for t in (next_wakeup(state, now), subturns.next_deadline(state)) if t]
+    wakes = [t for t in (next_wakeup(state, now), subturns.next_deadline(state.chat)) if t]
     if wakes:
         effects.append(WakeAt(min(wakes)))
     messages = outbound.wanted(state, config)

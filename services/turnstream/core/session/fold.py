@@ -50,7 +50,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             return with_changes(state, workflow=with_changes(run, queued=(*run.queued, event)))
         return with_changes(state, workflow=_attached(event))
     if run is None:
-        return evolve_turn(state, event)
+        return _chat(state, event)
     changed = _evolve_run(run, event)
     if changed is not None:
         return with_changes(state, workflow=changed)
@@ -63,7 +63,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 if ex.running and ex.lane.active is not None:
                     run = _replace(run, with_changes(ex, lane=evolve_turn(ex.lane, event)))
             state = with_changes(state, workflow=run)
-        return evolve_turn(state, event)
+        return _chat(state, event)
     lane = evolve_turn(ex.lane, event)
     failure = ex.failure
     if isinstance(event, TurnEnded) and ex.running and event.data.status != "completed":
@@ -72,6 +72,11 @@ def evolve(state: SessionState, event: Event) -> SessionState:
 
 
 fold = projector(evolve)
+
+
+def _chat(state: SessionState, event: Event) -> SessionState:
+    """The event folded into the session's chat."""
+    return with_changes(state, chat=evolve_turn(state.chat, event))
 
 
 def _owed(state: SessionState, event: InputRejected) -> SessionState:

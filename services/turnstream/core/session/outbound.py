@@ -48,7 +48,6 @@ from turnstream.core.turn.runtime_calls import (
 from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
-    ChatState,
     Child,
     Context,
     ToolCallState,
@@ -87,7 +86,7 @@ def reply_key(turn_id: str) -> str:
 def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
     """Every message `state` wants delivered and has not recorded as delivered."""
     out: list[Outbound] = []
-    turn = state.active
+    turn = state.chat.active
     if turn is not None:
         if (
             turn.ended is not None
@@ -96,10 +95,10 @@ def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
             and turn.hops + 1 <= config.max_hops
         ):
             out.append(_reply(state, turn))
-        for call, error, share in judged_with_shares(state, turn, config):
+        for call, error, share in judged_with_shares(state.chat, turn, config):
             if error is None:
                 out.append(_for_call(state, turn, call, config, share))
-    for child in state.children:
+    for child in state.chat.children:
         if child.interrupt is not None and not child.interrupt_sent and child.status == "running":
             out.append(_interrupt(state, child))
     for rejected in state.unanswered:
@@ -131,7 +130,7 @@ def record(
     interrupt folded in a reload between the publish and this record: the child exists, so
     it is recorded, and only a call still open gets a result)."""
     events: list[Event] = []
-    turn = state.active
+    turn = state.chat.active
     b = Builder(state.session_id, turn, ctx) if turn is not None else None
     listed = wanted(state, config)
     for o in [*listed, *_went_out(state, config, keys, {o.key for o in listed})]:
@@ -147,7 +146,7 @@ def record(
             in_reply_to=o.in_reply_to,
         )
         if o.kind == "interrupt":
-            child = next(c for c in state.children if c.invocation_id == o.invocation_id)
+            child = next(c for c in state.chat.children if c.invocation_id == o.invocation_id)
             events.append(child_event(child, MessageSent, sent, ctx))
             continue
         if o.rejected is not None:
@@ -175,16 +174,16 @@ def _went_out(
 ) -> list[Outbound]:
     """Messages of this turn's runtime calls in `keys` that `wanted` no longer lists
     (`listed`: the keys it lists)."""
-    turn = state.active
+    turn = state.chat.active
     if turn is None:
         return []
     out = []
     for call in turn.calls:
         if not is_runtime_tool(call.tool) or call.status not in ("approved", "cancelled"):
             continue
-        if problem(state, turn, call, config) is not None:
+        if problem(state.chat, turn, call, config) is not None:
             continue
-        o = _for_call(state, turn, call, config, budget_share(state, turn, config, 0))
+        o = _for_call(state, turn, call, config, budget_share(state.chat, turn, config, 0))
         if o.key in keys and o.key not in listed:
             out.append(o)
     return out
@@ -198,11 +197,11 @@ def _succeeded(b: Builder, o: Outbound, output: str) -> Event:
     return b.make(ToolInvocationSucceeded, data)
 
 
-def _sender(state: ChatState) -> dict[str, str]:
+def _sender(state: SessionState) -> dict[str, str]:
     return {"kind": "agent", "id": state.session_id}
 
 
-def _reply(state: ChatState, turn: ActiveTurn) -> Outbound:
+def _reply(state: SessionState, turn: ActiveTurn) -> Outbound:
     assert turn.reply_to is not None and turn.ended is not None
     if turn.ended == "completed":
         text = turn.reply or "(the turn completed with no text)"
@@ -221,7 +220,7 @@ def _reply(state: ChatState, turn: ActiveTurn) -> Outbound:
     )
 
 
-def _rejection(state: ChatState, rejected: Unanswered) -> Outbound:
+def _rejection(state: SessionState, rejected: Unanswered) -> Outbound:
     return _answer(
         state,
         rejected.turn_id,
@@ -236,7 +235,7 @@ def _rejection(state: ChatState, rejected: Unanswered) -> Outbound:
 
 
 def _answer(
-    state: ChatState,
+    state: SessionState,
     turn_id: str,
     to: str,
     in_reply_to: str,
@@ -273,7 +272,7 @@ def _answer(
 
 
 def _for_call(
-    state: ChatState,
+    state: SessionState,
     turn: ActiveTurn,
     call: ToolCallState,
     config: TurnConfig,
@@ -347,7 +346,7 @@ def _for_call(
     )
 
 
-def _interrupt(state: ChatState, child: Child) -> Outbound:
+def _interrupt(state: SessionState, child: Child) -> Outbound:
     key = f"interrupt:{child.invocation_id}"
     command = {
         "type": "interrupt",

@@ -1,5 +1,5 @@
-"""What the session's decider knows: its chat, the workflow attached to it, its agent, the
-replies it owes."""
+"""What the session's decider knows, part by part: its chat, the workflow attached to it,
+its agent, the replies it owes."""
 
 from __future__ import annotations
 
@@ -25,15 +25,16 @@ class Unanswered:
 
 
 @dataclass(frozen=True)
-class SessionState(ChatState):
+class SessionState:
     """Everything the decider knows about a session; a fold over its log.
 
-    It is the session's chat with what only a session has added (the attached run, the
-    agent, the replies owed): the turn's folds and steps are generic in the chat state
-    they are given (`turnstream.core.turn.state.C`), so a session's state handed through
-    them comes back a `SessionState`, workflow and all.
+    It holds its parts, each folded by its own fold: the session's chat (a `ChatState`, the
+    turn's, as a stage's lane is one), the attached run, and what only a session has (its
+    agent, the replies it owes).
     """
 
+    chat: ChatState
+    """The session's own chat and its turns (`turnstream.core.turn`)."""
     workflow: WorkflowRun | None = None
     """The workflow attached to the session (its stage turns run as lanes inside it)."""
     agent: SessionConfiguredData | None = None
@@ -41,3 +42,12 @@ class SessionState(ChatState):
     unanswered: tuple[Unanswered, ...] = ()
     """Rejected inputs whose rejection is still to be delivered to their `replyTo` (the
     replies it owes: `outbound`)."""
+
+    @classmethod
+    def of(cls, session_id: str) -> SessionState:
+        """A session before its first event."""
+        return cls(ChatState(session_id))
+
+    @property
+    def session_id(self) -> str:
+        return self.chat.session_id

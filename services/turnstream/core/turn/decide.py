@@ -74,7 +74,6 @@ from turnstream.core.turn.provider import (
 from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
-    C,
     ChatState,
     Context,
     HookPoint,
@@ -99,7 +98,7 @@ SUMMARY_REQUEST = (
 )
 
 
-def decide(state: C, config: TurnConfig, ctx: Context) -> Decision[C]:
+def decide(state: ChatState, config: TurnConfig, ctx: Context) -> Decision[ChatState]:
     """Every event that follows from `state` without an outside effect, in order."""
     return until_quiet(state, partial(_next_step, config=config, ctx=ctx), fold)
 
@@ -110,8 +109,8 @@ def needs_provider_call(state: ChatState) -> bool:
 
 
 def on_stage_hooks(
-    state: C, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
-) -> Decision[C]:
+    state: ChatState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
+) -> Decision[ChatState]:
     """Record what the hooks at a hook point decided, move the turn on, go on."""
     events = intercepted(state, verdict, config, ctx)
     if events is None:
@@ -120,8 +119,8 @@ def on_stage_hooks(
 
 
 def on_provider_result(
-    state: C, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
-) -> Decision[C]:
+    state: ChatState, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
+) -> Decision[ChatState]:
     """The events that record a provider outcome, then whatever follows from them."""
     turn = state.active
     if turn is None or not turn.awaiting_provider or turn.ended:
@@ -164,8 +163,8 @@ def on_provider_result(
 
 
 def on_context(
-    state: C, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
-) -> Decision[C]:
+    state: ChatState, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
+) -> Decision[ChatState]:
     """The context providers' answers for the turn's COMPOSE_REQUEST, then what follows."""
     turn = state.active
     if turn is None or awaiting_context(state, config) is None:
@@ -177,12 +176,12 @@ def on_context(
 
 
 def on_tool_call_ready(
-    state: C,
+    state: ChatState,
     call: ToolCall,
     first_byte_at: datetime,
     config: TurnConfig,
     ctx: Context,
-) -> Decision[C]:
+) -> Decision[ChatState]:
     """A tool call whose block is complete while the model still streams: propose it now,
     so approval (and, once approved, the run) starts before the response ends."""
     turn = state.active
@@ -206,8 +205,8 @@ def on_tool_call_ready(
 
 
 def on_hook_verdicts(
-    state: C, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
-) -> Decision[C]:
+    state: ChatState, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
+) -> Decision[ChatState]:
     """Record what the tool hooks decided, request the calls they let through, go on."""
     turn = state.active
     if turn is None:

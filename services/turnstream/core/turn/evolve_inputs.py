@@ -24,16 +24,16 @@ from turnstream.core.events import (
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn import subturns
 from turnstream.core.turn.changes import call_changed, pending_dropped, turn_changed
-from turnstream.core.turn.state import C, ChildResult, PendingInput
+from turnstream.core.turn.state import ChatState, ChildResult, PendingInput
 
 INTERRUPT_INPUT = "interrupt:"
 """`SteeringInjected.inputId` prefix of a graceful interrupt's request to summarise."""
 
 
 def evolve_input(
-    state: C,
+    state: ChatState,
     event: InputAccepted | FollowUpQueued | SteeringInjected | InterruptReceived,
-) -> C:
+) -> ChatState:
     match event:
         case InputAccepted():
             return _accepted(state, event)
@@ -56,7 +56,7 @@ def evolve_input(
             assert_never(event)
 
 
-def _accepted(state: C, event: InputAccepted) -> C:
+def _accepted(state: ChatState, event: InputAccepted) -> ChatState:
     """An input waits for its turn, unless it is a sub-turn's reply: its result then."""
     data = event.data
     pending = PendingInput(
@@ -92,7 +92,7 @@ def _accepted(state: C, event: InputAccepted) -> C:
     return subturns.replied(state, child, result)
 
 
-def _interrupted(state: C, event: InterruptReceived) -> C:
+def _interrupted(state: ChatState, event: InterruptReceived) -> ChatState:
     current = state.active
     if current is None or current.ended or current.interrupt is not None:
         return state  # nothing to interrupt, or already interrupted
@@ -103,7 +103,7 @@ def _interrupted(state: C, event: InterruptReceived) -> C:
     return with_changes(state, active=with_changes(current, interrupt=interrupt))
 
 
-def evolve_message(state: C, event: MessageSent | MessageDropped) -> C:
+def evolve_message(state: ChatState, event: MessageSent | MessageDropped) -> ChatState:
     """A message to another session went out, or was dropped: the turn's reply, a
     send_message call, a sub-turn's interrupt (a rejection's reply is the session's)."""
     match event:
@@ -124,7 +124,9 @@ def evolve_message(state: C, event: MessageSent | MessageDropped) -> C:
             assert_never(event)
 
 
-def evolve_subturn(state: C, event: SubTurnSpawned | SubTurnEnded | SubTurnResultDelivered) -> C:
+def evolve_subturn(
+    state: ChatState, event: SubTurnSpawned | SubTurnEnded | SubTurnResultDelivered
+) -> ChatState:
     match event:
         case SubTurnSpawned(data=data):
             state = subturns.spawned(state, event)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from turnstream.core.events import (
     CompactionChange,
@@ -231,8 +231,8 @@ class ChatState:
     """A conversation and its turns: the session's own chat, or a workflow stage's lane,
     whose history is the stage-local transcript; a fold over the events of its turns.
 
-    The session's state (`turnstream.core.session.SessionState`) is one of these with the
-    attached workflow added.
+    The session's state (`turnstream.core.session.SessionState`) holds one (its chat)
+    beside the attached run, whose stage executions hold one each (their lanes).
     """
 
     session_id: str
@@ -250,10 +250,6 @@ class ChatState:
     between its input's publish and the record of it), by the spawn's key."""
     summary: str = ""
     """A running summary of the messages compaction dropped (the `summary` context provider)."""
-
-
-C = TypeVar("C", bound=ChatState)
-"""A chat's state, or the session's, which the turn's folds and steps hand back as such."""
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,6 @@ from turnstream.core.events import (
 )
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.state import (
-    C,
     ChatState,
     Child,
     ChildResult,
@@ -56,7 +55,7 @@ SUBTURN_INPUT = "subturn:"
 # -- fold -----------------------------------------------------------------------------
 
 
-def spawned(state: C, event: SubTurnSpawned) -> C:
+def spawned(state: ChatState, event: SubTurnSpawned) -> ChatState:
     data = event.data
     if any(c.invocation_id == data.invocation_id for c in state.children):
         return state
@@ -99,20 +98,20 @@ def spawning(state: ChatState, in_reply_to: str | None) -> bool:
     return any(c.tool == "spawn" and in_reply_to == f"spawn:{c.invocation_id}" for c in turn.calls)
 
 
-def replied_early(state: C, key: str, result: ChildResult) -> C:
+def replied_early(state: ChatState, key: str, result: ChildResult) -> ChatState:
     if any(k == key for k, _ in state.early):
         return state
     return with_changes(state, early=(*state.early, (key, result)))
 
 
-def replied(state: C, child: Child, result: ChildResult) -> C:
+def replied(state: ChatState, child: Child, result: ChildResult) -> ChatState:
     """A child's reply arrived: kept until `SubTurnEnded` records it (first reply wins)."""
     if child.status != "running" or child.result is not None:
         return state
     return _replace(state, with_changes(child, result=result))
 
 
-def ended(state: C, event: SubTurnEnded) -> C:
+def ended(state: ChatState, event: SubTurnEnded) -> ChatState:
     child = _find(state, event.data.invocation_id)
     if child is None or child.status != "running":
         return state
@@ -130,7 +129,7 @@ def ended(state: C, event: SubTurnEnded) -> C:
     )
 
 
-def delivered(state: C, event: SubTurnResultDelivered) -> C:
+def delivered(state: ChatState, event: SubTurnResultDelivered) -> ChatState:
     child = _find(state, event.data.invocation_id)
     if child is None or child.status != "ended":
         return state
@@ -156,7 +155,7 @@ def delivered(state: C, event: SubTurnResultDelivered) -> C:
     return with_changes(state, pending=(*state.pending, follow))
 
 
-def interrupted(state: C, turn_id: str, mode: str) -> C:
+def interrupted(state: ChatState, turn_id: str, mode: str) -> ChatState:
     """The parent turn was interrupted: its running children must be too."""
     if mode not in ("graceful", "hard"):
         return state
@@ -169,7 +168,7 @@ def interrupted(state: C, turn_id: str, mode: str) -> C:
     return with_changes(state, children=children)
 
 
-def interrupt_sent(state: C, invocation_id: str | None) -> C:
+def interrupt_sent(state: ChatState, invocation_id: str | None) -> ChatState:
     child = _find(state, invocation_id or "")
     if child is None:
         return state
@@ -318,6 +317,6 @@ def _find(state: ChatState, invocation_id: str) -> Child | None:
     return next((c for c in state.children if c.invocation_id == invocation_id), None)
 
 
-def _replace(state: C, child: Child) -> C:
+def _replace(state: ChatState, child: Child) -> ChatState:
     children = tuple(child if c.invocation_id == child.invocation_id else c for c in state.children)
     return with_changes(state, children=children)
