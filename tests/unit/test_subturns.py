@@ -47,9 +47,9 @@ from turnstream.core.session.decider import (
     decide,
 )
 from turnstream.core.session.outbound import Outbound, reply_key
+from turnstream.core.session.subturns import waiting_on
 from turnstream.core.turn import Context, ProviderSuccess, ToolCall, TurnConfig
 from turnstream.core.turn.runtime_calls import child_session_id
-from turnstream.core.turn.subturns import waiting_on
 
 
 def ok(text: str = "", calls: tuple[ToolCall, ...] = ()) -> ProviderSuccess:
@@ -281,11 +281,11 @@ def test_a_child_answering_before_its_spawn_is_recorded_still_answers_the_call()
         [message] = shell.outbox
         # the child ran and replied between the publish and the parent's record of it
         assert shell.fact(reply_of(message.to, message.key, 1, text="quick")) == []
-        assert shell.state.chat.pending == () and shell.state.chat.early
+        assert shell.state.chat.pending == () and shell.state.early
         events = shell.publish()
         kinds = [e.type for e in events]
         assert kinds[:2] == ["SubTurnSpawned", "MessageSent"] and "SubTurnEnded" in kinds
-        assert len(shell.of(SubTurnResultDelivered)) == 1 and shell.state.chat.early == ()
+        assert len(shell.of(SubTurnResultDelivered)) == 1 and shell.state.early == ()
         if mode == "sync":
             assert shell.of(ToolInvocationSucceeded)[0].data.output == "quick"
         _assert_at_most_once(shell)
@@ -394,7 +394,7 @@ def test_a_child_published_just_before_an_interrupt_is_recorded_and_interrupted(
     assert kinds[:3] == ["SubTurnSpawned", "MessageSent", "ToolInvocationSucceeded"]
     assert kinds[-2:] == ["TurnEnded", "SessionTurnEnd"]  # then the interrupt ends the turn
     _assert_at_most_once(shell)
-    [child] = shell.state.chat.children
+    [child] = shell.state.children
     assert child.interrupt == "hard"
     assert [m.kind for m in shell.outbox] == ["interrupt"]
 
@@ -517,18 +517,14 @@ def test_no_sequence_delivers_twice_or_leaves_the_parent_waiting(
         turn = shell.state.chat.active
         if turn is not None and turn.awaiting_provider:
             shell.model(ok("text"))
-        elif (
-            shell.state.chat.active is None
-            and not shell.outbox
-            and not waiting_on(shell.state.chat)
-        ):
+        elif shell.state.chat.active is None and not shell.outbox and not waiting_on(shell.state):
             break
     _assert_at_most_once(shell)
     spawned_ids = {e.data.invocation_id for e in shell.of(SubTurnSpawned)}
     assert spawned_ids == {e.data.invocation_id for e in shell.of(SubTurnEnded)}
     assert spawned_ids == {e.data.invocation_id for e in shell.of(SubTurnResultDelivered)}
     assert shell.state.chat.active is None, "the parent is stuck"
-    assert all(c.status == "delivered" for c in shell.state.chat.children)
+    assert all(c.status == "delivered" for c in shell.state.children)
     assert len(shell.of(SessionTurnEnd)) == len(shell.of(TurnEnded))
     # a child's reply is its result: a turn of the parent only as an async follow-up
     follow_ups = {
@@ -561,7 +557,7 @@ def test_a_state_with_agents_children_and_replies_round_trips_as_a_snapshot() ->
     shell.publish()
     [first, _] = [e.data for e in shell.of(SubTurnSpawned)]
     shell.fact(reply_of(first.child_session_id, first.idempotency_key, 1))
-    assert shell.state.chat.children and shell.state.agent is not None
+    assert shell.state.children and shell.state.agent is not None
     assert state_from_json(state_to_json(shell.state)) == shell.state
 
 

@@ -50,6 +50,7 @@ from turnstream.core.session.decider import (
     decide,
 )
 from turnstream.core.session.outbound import Outbound
+from turnstream.core.session.subturns import waiting_on
 from turnstream.core.turn import (
     Context,
     ProviderFailure,
@@ -58,7 +59,6 @@ from turnstream.core.turn import (
     TurnConfig,
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext
-from turnstream.core.turn.subturns import waiting_on
 from turnstream.runtime.interpreter import run_until_quiet
 from turnstream.runtime.mailbox import Delivered
 from turnstream.turn_runner import snapshots
@@ -102,7 +102,7 @@ class SessionActor:
             chat.active is not None
             or bool(chat.pending)
             or (run is not None and run.open)
-            or waiting_on(chat)
+            or waiting_on(self.state)
             or bool(self.state.unanswered)
         )
         return bool(self.provider_tasks) or (self.loaded and open_work)

@@ -9,11 +9,13 @@ from turnstream.core.events import (
     Envelope,
     Event,
     EventBase,
+    InputAccepted,
     InputRejected,
     InterruptReceived,
     MessageDropped,
     MessageSent,
     SessionConfigured,
+    SessionTurnEnd,
     StageAssertOutcome,
     StageCancelled,
     StageCheckGateResult,
@@ -22,13 +24,18 @@ from turnstream.core.events import (
     StageExited,
     StageInitFailed,
     StageResult,
+    SubTurnEnded,
+    SubTurnResultDelivered,
+    SubTurnSpawned,
     TurnEnded,
     WorkflowAttached,
     WorkflowExit,
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
+from turnstream.core.session import subturns
 from turnstream.core.session.state import SessionState, Unanswered
+from turnstream.core.turn.changes import is_active
 from turnstream.core.turn.evolve import evolve as evolve_turn
 from turnstream.core.turn.state import ChatState
 from turnstream.core.workflow.definition import WorkflowDef
@@ -75,8 +82,29 @@ fold = projector(evolve)
 
 
 def _chat(state: SessionState, event: Event) -> SessionState:
-    """The event folded into the session's chat."""
-    return with_changes(state, chat=evolve_turn(state.chat, event))
+    """The event folded into the session's chat, and into its sub-turns (`subturns`): a
+    child's reply, end and delivery are theirs alone; a spawn, an interrupt and a turn's
+    close are the chat's too."""
+    closing = False
+    match event:
+        case InputAccepted():
+            answered = subturns.answered(state, event)
+            if answered is not None:
+                return answered
+        case MessageSent(data=data) if data.kind == "interrupt":
+            return subturns.interrupt_sent(state, data.invocation_id)
+        case SubTurnEnded():
+            return subturns.ended(state, event)
+        case SubTurnResultDelivered():
+            return subturns.delivered(state, event)
+        case SubTurnSpawned():
+            state = subturns.spawned(state, event)
+        case InterruptReceived():
+            state = subturns.parent_interrupted(state, event)
+        case SessionTurnEnd():
+            closing = is_active(state.chat, event)
+    state = with_changes(state, chat=evolve_turn(state.chat, event))
+    return subturns.orphans_kept(state) if closing else state
 
 
 def _owed(state: SessionState, event: InputRejected) -> SessionState:

@@ -37,7 +37,8 @@ from turnstream.core.events import (
     ToolInvocationSucceeded,
     ToolInvocationSucceededData,
 )
-from turnstream.core.session.state import SessionState, Unanswered
+from turnstream.core.session.state import Child, SessionState, Unanswered
+from turnstream.core.session.subturns import child_event, filed, spawned_by
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.runtime_calls import (
     budget_share,
@@ -48,12 +49,10 @@ from turnstream.core.turn.runtime_calls import (
 from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
-    Child,
     Context,
     ToolCallState,
     TurnConfig,
 )
-from turnstream.core.turn.subturns import child_event, filed
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +94,10 @@ def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
             and turn.hops + 1 <= config.max_hops
         ):
             out.append(_reply(state, turn))
-        for call, error, share in judged_with_shares(state.chat, turn, config):
+        for call, error, share in judged_with_shares(turn, config, spawned_by(state)):
             if error is None:
                 out.append(_for_call(state, turn, call, config, share))
-    for child in state.chat.children:
+    for child in state.children:
         if child.interrupt is not None and not child.interrupt_sent and child.status == "running":
             out.append(_interrupt(state, child))
     for rejected in state.unanswered:
@@ -146,7 +145,7 @@ def record(
             in_reply_to=o.in_reply_to,
         )
         if o.kind == "interrupt":
-            child = next(c for c in state.chat.children if c.invocation_id == o.invocation_id)
+            child = next(c for c in state.children if c.invocation_id == o.invocation_id)
             events.append(child_event(child, MessageSent, sent, ctx))
             continue
         if o.rejected is not None:
@@ -177,13 +176,13 @@ def _went_out(
     turn = state.chat.active
     if turn is None:
         return []
-    out = []
+    out, spawned = [], spawned_by(state)
     for call in turn.calls:
         if not is_runtime_tool(call.tool) or call.status not in ("approved", "cancelled"):
             continue
-        if problem(state.chat, turn, call, config) is not None:
+        if problem(turn, call, config, spawned) is not None:
             continue
-        o = _for_call(state, turn, call, config, budget_share(state.chat, turn, config, 0))
+        o = _for_call(state, turn, call, config, budget_share(turn, config, spawned, 0))
         if o.key in keys and o.key not in listed:
             out.append(o)
     return out

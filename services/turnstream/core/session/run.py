@@ -34,11 +34,13 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.immutable import with_changes
-from turnstream.core.session import outbound
+from turnstream.core.session import outbound, subturns
 from turnstream.core.session.fold import fold
 from turnstream.core.session.state import SessionState
+from turnstream.core.turn.answers import then_decide
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import decide as decide_turn
+from turnstream.core.turn.decide import next_step
 from turnstream.core.turn.state import ChatState, Context, StageSpec, TurnConfig
 from turnstream.core.workflow.build import (
     assert_events,
@@ -74,17 +76,24 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[Se
 
 def decide_chat(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
     """What the session's own chat decides: a rejection whose reply would pass the hop
-    limit is dropped (`outbound`), then its turn's decider decides."""
+    limit is dropped (`outbound`), then its turn and its sub-turns decide (`chat_steps`)."""
     dropped = outbound.rejections_dropped(state, config, ctx)
     if dropped:
         state = fold(state, dropped)
-    return in_chat(state, decide_turn(state.chat, config, ctx)).after(dropped)
+    return chat_steps(state, config, ctx).after(dropped)
 
 
-def in_chat(state: SessionState, chat: Decision[ChatState]) -> Decision[SessionState]:
-    """A decision of the session's chat as the session's: its events fold into the chat
-    alone (none is the run's, the agent's or a reply owed)."""
-    return Decision(chat.events, with_changes(state, chat=chat.state))
+def chat_steps(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
+    """Every event the session's chat decides, in order: at each step a sub-turn's end or
+    result first (`subturns`), then its turn's next step, a `spawn` judged against the
+    turn's children (`subturns.spawned_by`)."""
+    return until_quiet(state, partial(_chat_step, config=config, ctx=ctx), fold)
+
+
+def _chat_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequence[Event]:
+    return subturns.step(state, ctx) or next_step(
+        state.chat, config, ctx, subturns.spawned_by(state)
+    )
 
 
 def chat_config(state: SessionState, config: TurnConfig) -> TurnConfig:
@@ -122,11 +131,11 @@ def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[ChatState,
 
 
 class LaneStep(Protocol):
-    """A turn-level step (a provider result, hook verdicts, …) on a chat: the session's
-    own, or a stage's lane; it answers with the chat's decision (`in_chat` makes the
-    session's chat one the session's)."""
+    """What an answer to a turn (a provider result, hook verdicts, …) records on a chat: the
+    session's own, or a stage's lane (None: nothing; `turnstream.core.turn.decide`'s
+    `record_*`). What follows is decided by the chat's decider (`lane_step`)."""
 
-    def __call__(self, state: ChatState, config: TurnConfig, /) -> Decision[ChatState]: ...
+    def __call__(self, state: ChatState, config: TurnConfig, /) -> Decision[ChatState] | None: ...
 
 
 def lane_step(
@@ -143,13 +152,18 @@ def lane_step(
     if ex is None or run is None:
         if state.chat.active is None or state.chat.active.turn_id != turn_id:
             return Decision((), state)
-        chat = in_chat(state, step(state.chat, chat_config(state, config)))
+        own = chat_config(state, config)
+        recorded = step(state.chat, own)
+        if recorded is None:
+            return Decision((), state)
+        chat = chat_steps(fold(state, recorded), own, ctx).after(recorded)
         if run is None or not run.open:
-            return chat  # the turn's decider has decided everything that follows
+            return chat  # the chat's decider has decided everything that follows
         return decide(chat.state, config, ctx).after(chat)
     if ex.status != "act":
         return Decision((), state)
-    lane = step(ex.lane, lane_config(config, run, ex))
+    lane_cfg = lane_config(config, run, ex)
+    lane = then_decide(step(ex.lane, lane_cfg), ex.lane, lane_cfg, ctx)
     if not lane:
         return Decision((), state)
     return decide(fold(state, lane), config, ctx).after(lane)

@@ -5,7 +5,8 @@ workflow stage's lane), by the family the event is of:
                   SteeringInjected, InterruptReceived (`evolve_inputs`, with the next two;
                   SessionConfigured and InputRejected are the session's)
     messages      MessageSent, MessageDropped (a reply, a send_message, an interrupt)
-    sub-turns     SubTurnSpawned, SubTurnEnded, SubTurnResultDelivered (`subturns`)
+    sub-turns     SubTurnSpawned (the call is requested; the children are the session's:
+                  `turnstream.core.session.subturns`)
     the turn      SessionTurnStart → StagePreFired / StagePostFired … → RenderEmitted →
                   TurnEnded → SessionTurnEnd (the turn is gone: the next may start)
     context       ContextProvided, ContextSkipped, ContextCompacted
@@ -237,14 +238,9 @@ def _closed(state: ChatState, event: SessionTurnEnd) -> ChatState:
         return state
     assert state.active is not None
     leftover = tuple(Message("user", text) for text in state.active.steering)
-    # an early reply whose spawn was never recorded has no child to go to: it is
-    # kept as an ordinary message (nothing accepted is lost)
-    orphans = tuple(r.input for _, r in state.early if r.input is not None)
     return with_changes(
         state,
         active=None,
-        pending=state.pending + orphans,
-        early=(),
         history=state.history + leftover,
         turns_ended=state.turns_ended + 1,
         last_turn_id=state.active.turn_id,
