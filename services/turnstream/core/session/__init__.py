@@ -2,7 +2,8 @@
 
 Dependencies go one way: session → workflow → turn. The session's `SessionState` holds
 its parts: its chat (a `ChatState` of `turnstream.core.turn`, whose turns it runs), the
-attached run, its agent and the replies it owes. A session without a workflow is its
+attached run, its agent, the replies it owes and the sub-turns its chat spawned
+(`subturns.py`: only the session's chat may spawn). A session without a workflow is its
 chat's turns; with one, each stage runs as a turn of its own in a lane of the run (a
 `ChatState` too; `turnstream.core.workflow` holds the definitions and the run's state),
 and `run.py` here decides the stage lifecycle around them.
