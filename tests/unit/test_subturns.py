@@ -561,6 +561,36 @@ def test_a_state_with_agents_children_and_replies_round_trips_as_a_snapshot() ->
     assert state_from_json(state_to_json(shell.state)) == shell.state
 
 
+def test_the_state_json_keeps_the_chat_s_fields_at_the_top_as_snapshots_had_them() -> None:
+    """The session holds its chat as a part; its JSON (snapshots, `status --json`) is flat
+    as before, so a snapshot written before loads to the same state."""
+    import orjson
+
+    from turnstream.core.session import state_from_json, state_to_json
+
+    shell = started((spawn_call(mode="async"),))
+    shell.publish()
+    body = orjson.loads(state_to_json(shell.state))
+    assert list(body) == [
+        "session_id",
+        "pending",
+        "active",
+        "history",
+        "provider_calls",
+        "turns_ended",
+        "last_turn_id",
+        "last_status",
+        "children",
+        "early",
+        "summary",
+        "workflow",
+        "agent",
+        "unanswered",
+    ]
+    assert body["children"] and body["active"]["turn_id"] == shell.state.chat.active.turn_id
+    assert state_from_json(orjson.dumps(body)) == shell.state
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     hops=st.integers(0, 9),
