@@ -64,7 +64,7 @@ async def own_share(n: int) -> float:
 
     registry = ContextRegistry([(ContextSpec("team"), team_rules)])
     plain, with_context = TurnConfig(), TurnConfig(context_providers=True)
-    state = fold(SessionState("s"), [accepted(1)])
+    state = fold(SessionState.of("s"), [accepted(1)])
     added = []
     for i in range(n):
         c = Context(now=accepted(1).time, new_id=lambda: f"e{time.perf_counter_ns()}", source="b")

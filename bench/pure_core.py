@@ -40,7 +40,7 @@ def main() -> None:
         print(f"{name:>20}: {seconds / N * 1e6:6.2f} µs per copy of ActiveTurn")
     ratio = copies["dataclasses.replace"] / copies["with_changes"]
     print(f"{'':>20}  with_changes is {ratio:.1f}× faster")
-    state = fold(SessionState("s1"), [accepted(1)])
+    state = fold(SessionState.of("s1"), [accepted(1)])
     turns, rounds = 100, 7
     ways = {
         "now": lambda: text_turn(state, False),
@@ -65,7 +65,7 @@ def text_turn(state: SessionState, fold_again: bool) -> SessionState:
     config, c = TurnConfig(), ctx(Ids())
     decided = decide(state, config, c)
     state = fold(state, decided) if fold_again else decided.state
-    outcome = on_provider_result(state, success(), config, c)
+    outcome = on_provider_result(state.chat, success(), config, c)
     return fold(state, outcome) if fold_again else outcome.state
 
 
@@ -74,8 +74,8 @@ def text_turn_by_inputs(state: SessionState) -> SessionState:
     effects out (`turnstream.core.session.decider`)."""
     config, c = TurnConfig(), ctx(Ids())
     decided = decide_input(state, Tick(), config, c)
-    assert decided.state.active is not None
-    done = ProviderDone(decided.state.active.turn_id, success())
+    assert decided.state.chat.active is not None
+    done = ProviderDone(decided.state.chat.active.turn_id, success())
     return decide_input(decided.state, done, config, c).state
 
 

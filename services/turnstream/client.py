@@ -129,7 +129,7 @@ async def replay_session(
     events = [s.event for s in kept]
     last = kept[-1].seq if kept else 0
     head = stored[-1].seq if stored else 0
-    return Replayed(fold(SessionState(session_id), events), events, last, head)
+    return Replayed(fold(SessionState.of(session_id), events), events, last, head)
 
 
 async def pending_prompts(bus: Bus, session_id: str | None = None) -> list[dict[str, Any]]:

@@ -100,9 +100,9 @@ async def test_providers_add_context_to_every_request_and_the_log(
     assert "Answer in French." in system and "On call for ctx-1: Ana." in system
     # a replay composes the same request from the log alone
     started = next(i for i, e in enumerate(events) if e.type == "ProviderRequestStarted")
-    state = fold(SessionState("ctx-1"), events[: started + 1])
+    state = fold(SessionState.of("ctx-1"), events[: started + 1])
     config = replace(settings.turn_config(), context_providers=True)
-    assert compose_request(state, config).system == system
+    assert compose_request(state.chat, config).system == system
 
 
 async def test_a_remote_provider_registers_at_runtime_in_the_hooks_bucket(

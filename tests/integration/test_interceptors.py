@@ -113,8 +113,8 @@ async def test_interceptors_change_what_the_model_gets_and_the_log_says_so(
     assert [s.data.model for s in started] == ["claude-cheap"] * 3
     # a replay composes the request the model got from the log alone
     last = events.index(started[-1])
-    state = fold(SessionState("icpt"), events[: last + 1])
-    request = compose_request(state, settings.turn_config())
+    state = fold(SessionState.of("icpt"), events[: last + 1])
+    request = compose_request(state.chat, settings.turn_config())
     assert request.system == bodies[2]["system"] and request.model == "claude-cheap"
     assert [m.text for m in request.messages][-1] == "Did you check? Say 'checked'."
 

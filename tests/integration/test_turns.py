@@ -147,15 +147,15 @@ async def test_replay_gives_the_same_state_as_the_live_runner(bus: Bus, services
     subject = bus.subjects.api("turn-runner", "session")
     # the reply is observable a moment before the runner has its own acks back
     for _ in range(50):
-        rebuilt = fold(SessionState("replayed"), await events_of(bus, "replayed"))
+        rebuilt = fold(SessionState.of("replayed"), await events_of(bus, "replayed"))
         reply = await bus.nc.request(subject, orjson.dumps({"sessionId": "replayed"}), timeout=5)
         live = state_from_json(reply.data)
         if live == rebuilt:
             break
         await asyncio.sleep(0.02)
     assert live == rebuilt
-    assert rebuilt.turns_ended == 3 and rebuilt.active is None
-    assert [m.text for m in rebuilt.history if m.role == "user"] == ["a", "b", "c"]
+    assert rebuilt.chat.turns_ended == 3 and rebuilt.chat.active is None
+    assert [m.text for m in rebuilt.chat.history if m.role == "user"] == ["a", "b", "c"]
 
 
 async def test_tokens_stream_on_the_live_subject(bus: Bus, services) -> None:
@@ -195,7 +195,7 @@ async def test_a_reload_reads_the_snapshot_and_only_the_tail(bus: Bus, services)
     first = SessionActor(runner.actor_context(), "agent:snapshotted")
     await first.reload()
     assert runner.reloaded_events == len(everything) > 200
-    assert first.state == fold(SessionState("agent:snapshotted"), everything)
+    assert first.state == fold(SessionState.of("agent:snapshotted"), everything)
     kv = await bus.js.key_value(bus.subjects.snapshots_bucket)
     assert (await kv.get(session_key("agent:snapshotted"))).value
     await send_and_wait(bus, message_command("agent:snapshotted", "one more"), timeout=15)
@@ -204,5 +204,5 @@ async def test_a_reload_reads_the_snapshot_and_only_the_tail(bus: Bus, services)
     tail = runner.reloaded_events - len(everything)
     assert 0 < tail < 30  # the snapshot, then one turn's events
     assert second.state == fold(
-        SessionState("agent:snapshotted"), await events_of(bus, "agent:snapshotted")
+        SessionState.of("agent:snapshotted"), await events_of(bus, "agent:snapshotted")
     )

@@ -94,8 +94,8 @@ async def test_the_example_workflow_runs_end_to_end_with_a_grant_prompt(
     outcomes = [e.data.outcome for e in only(events, StageCompletionChecked)]
     assert "no_call" in outcomes  # review-tests answered in prose first and was steered
     one_terminal_per_turn(events)
-    state = fold(SessionState(session), events)
-    assert state.history == ()  # stage transcripts stay out of session history
+    state = fold(SessionState.of(session), events)
+    assert state.chat.history == ()  # stage transcripts stay out of session history
     assert state.workflow is not None
     rows = stage_rows(state.workflow)
     assert [(r.stage, r.verdict) for r in rows] == [

@@ -207,5 +207,7 @@ async def check_invariants(bus: Bus, session: str, witness: Witness | None = Non
         in_log = {s.seq: s.event.id for s in stored}
         lost = {seq: i for seq, i in witness.seen.items() if in_log.get(seq) != i}
         assert not lost, f"acked events missing from the log: {lost}"
-    assert state_from_json(await live_state(bus, session, 10)) == fold(SessionState(session), log)
+    assert state_from_json(await live_state(bus, session, 10)) == fold(
+        SessionState.of(session), log
+    )
     return log

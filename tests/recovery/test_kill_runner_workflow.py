@@ -73,7 +73,7 @@ async def test_a_runner_killed_mid_stage_restarts_and_the_workflow_completes(
     assert end.data.status == "completed", end.data
     assert len([e for e in events if e.type == "SessionTurnStart"]) == 2
     live = state_from_json(reply).workflow
-    rebuilt = fold(SessionState(session), events).workflow
+    rebuilt = fold(SessionState.of(session), events).workflow
     assert live is not None and rebuilt is not None
     assert stage_rows(live) == stage_rows(rebuilt)
     assert [r.verdict for r in stage_rows(rebuilt)] == ["ok", "ok"]

@@ -26,7 +26,7 @@ CONFIG = TurnConfig(system_prompt="Be brief.", context_providers=True, max_outpu
 
 def start() -> tuple[SessionState, list[Event], GatherContext]:
     c = ctx(Ids())
-    state = fold(SessionState("s1"), [accepted(1, "what is in AGENTS.md?")])
+    state = fold(SessionState.of("s1"), [accepted(1, "what is in AGENTS.md?")])
     decision = decide(state, Tick(), CONFIG, c)
     (gather,) = [e for e in decision.effects if isinstance(e, GatherContext)]
     return decision.state, list(decision), gather
@@ -51,14 +51,14 @@ def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> No
     assert provided[0].data.tokens == 3 and provided[0].data.digest.startswith("sha256:")
     assert provided[1].data.truncated
     assert not any(isinstance(e, GatherContext) for e in decision.effects)
-    request = compose_request(decision.state, CONFIG)
+    request = compose_request(decision.state.chat, CONFIG)
     assert request.system == (
         'Be brief.\n\n<context provider="agents_md">\nUse tabs.\n</context>\n\n'
         '<context provider="datetime">\nNow: 2026-01-01T00:00:00Z\n</context>'
     )
     # a replay folds the log: the same request, no provider asked
-    replayed = fold(SessionState("s1"), [accepted(1, "what is in AGENTS.md?"), *log, *decision])
-    assert compose_request(replayed, CONFIG).system == request.system
+    replayed = fold(SessionState.of("s1"), [accepted(1, "what is in AGENTS.md?"), *log, *decision])
+    assert compose_request(replayed.chat, CONFIG).system == request.system
     # the turn's next request carries it too, and asks no provider again
     done = decide(
         decision.state,
@@ -78,7 +78,7 @@ def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> No
 
 def test_without_providers_nothing_waits() -> None:
     config = replace(CONFIG, context_providers=False)
-    state = fold(SessionState("s1"), [accepted(1)])
+    state = fold(SessionState.of("s1"), [accepted(1)])
     decision = decide(state, Tick(), config, ctx())
     assert "ProviderRequestStarted" in [e.type for e in decision]
     assert not any(isinstance(e, GatherContext) for e in decision.effects)
@@ -92,9 +92,10 @@ def test_compaction_keeps_a_running_summary_of_what_it_dropped() -> None:
     )
     assert len(summary.splitlines()[0]) <= 210
     state, _, _ = start()
-    assert state.active is not None
-    active = with_changes(state.active, history_start=2)
-    state = with_changes(state, history=(*dropped, *state.history), active=active)
+    assert state.chat.active is not None
+    active = with_changes(state.chat.active, history_start=2)
+    chat = with_changes(state.chat, history=(*dropped, *state.chat.history), active=active)
+    state = with_changes(state, chat=chat)
     compacted = ContextCompacted(
         id="cc",
         time=accepted(1).time,
@@ -107,12 +108,14 @@ def test_compaction_keeps_a_running_summary_of_what_it_dropped() -> None:
         data=ContextCompactedData(dropped_messages=2, tokens_before=100, tokens_after=10),
     )
     after = fold(state, [compacted])
-    assert after.summary == summary and [m.text for m in after.history] == ["what is in AGENTS.md?"]
+    assert after.chat.summary == summary and [m.text for m in after.chat.history] == [
+        "what is in AGENTS.md?"
+    ]
 
 
 def test_a_runner_restarted_while_a_turn_waits_for_context_asks_again() -> None:
     _, log, gather = start()
-    reloaded = fold(SessionState("s1"), [accepted(1, "what is in AGENTS.md?"), *log])
+    reloaded = fold(SessionState.of("s1"), [accepted(1, "what is in AGENTS.md?"), *log])
     again = decide(reloaded, Tick(), CONFIG, ctx(Ids("r")))
     assert list(again) == []  # nothing new to record: the turn still waits
     assert [e for e in again.effects if isinstance(e, GatherContext)] == [gather]

@@ -62,7 +62,7 @@ def _switched(answer: ProviderSuccess, primary_retries: int = 2) -> ProviderSucc
 
 def test_the_log_records_the_primary_retries_then_the_switch_then_the_answer() -> None:
     answer = replace(success("from the fallback"), retries=(_retry(1, "server_error"),))
-    _state, log = run_turn(fold(SessionState("s1"), [accepted(1)]), [_switched(answer)], CONFIG)
+    _state, log = run_turn(fold(SessionState.of("s1"), [accepted(1)]), [_switched(answer)], CONFIG)
     kinds = [e.type for e in log if e.type.startswith("Provider")]
     assert kinds == [
         "ProviderRequestStarted",
@@ -88,7 +88,7 @@ def test_the_rest_of_the_turn_stays_on_the_fallback_and_the_next_turn_tries_the_
     config = replace(CONFIG, max_output_continuations=1)
     first = _switched(success("part one, ", "max_tokens"))
     state, log = run_turn(
-        fold(SessionState("s1"), [accepted(1)]),
+        fold(SessionState.of("s1"), [accepted(1)]),
         [first, success("part two")],
         config,
     )
@@ -103,15 +103,15 @@ def test_the_rest_of_the_turn_stays_on_the_fallback_and_the_next_turn_tries_the_
 
 
 def test_the_request_of_a_switched_turn_says_so() -> None:
-    state, _ = run_turn(fold(SessionState("s1"), [accepted(1)]), [], CONFIG)
-    assert state.active is not None and not compose_request(state, CONFIG).on_fallback
+    state, _ = run_turn(fold(SessionState.of("s1"), [accepted(1)]), [], CONFIG)
+    assert state.chat.active is not None and not compose_request(state.chat, CONFIG).on_fallback
     state, _ = run_turn(
-        fold(SessionState("s1"), [accepted(1)]),
+        fold(SessionState.of("s1"), [accepted(1)]),
         [_switched(success("x", "max_tokens"))],
         replace(CONFIG, max_output_continuations=1),
     )
-    assert state.active is not None and state.active.on_fallback
-    assert compose_request(state, CONFIG).on_fallback
+    assert state.chat.active is not None and state.chat.active.on_fallback
+    assert compose_request(state.chat, CONFIG).on_fallback
 
 
 def test_fallback_settings_default_to_the_primary_provider_and_its_endpoint() -> None:

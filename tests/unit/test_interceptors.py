@@ -71,7 +71,7 @@ class Shell(InMemory):
         state: SessionState | None = None,
     ) -> None:
         config = replace(config, stage_hooks=frozenset(hooks))
-        super().__init__(state or SessionState("s1"), config, Ids("h"), replies)
+        super().__init__(state or SessionState.of("s1"), config, Ids("h"), replies)
         self.hooks, self.outputs = hooks, outputs or {}
         self.seen: dict[HookPoint, list[HookSubject]] = {}
         self.requests: list = []
@@ -114,7 +114,7 @@ class Shell(InMemory):
         return [e for e in self.log if isinstance(e, cls)]
 
     def replayed(self) -> SessionState:
-        return fold(SessionState("s1"), self.log)
+        return fold(SessionState.of("s1"), self.log)
 
 
 def start(shell: Shell, text: str = "hello") -> Shell:
@@ -155,7 +155,9 @@ def test_an_llm_interceptor_changes_the_request_and_the_log_says_how() -> None:
     assert shell.events(TurnEnded)[0].data.status == "completed"
     # the log alone composes the same request: fold up to the start of the call
     at = shell.log.index(started)
-    assert compose_request(fold(SessionState("s1"), shell.log[: at + 1]), shell.config) == sent
+    assert (
+        compose_request(fold(SessionState.of("s1"), shell.log[: at + 1]).chat, shell.config) == sent
+    )
 
 
 def test_a_request_change_holds_for_its_own_request_only() -> None:
@@ -210,8 +212,8 @@ def test_a_response_interceptor_replaces_the_response_before_the_turn_acts_on_it
     assert (decided.data.stage, decided.data.point) == ("STREAM_RESPONSE", "post")
     (ended,) = shell.events(TurnEnded)
     assert ended.data.status == "completed" and ended.data.reply == "I can't read that file."
-    assert shell.state.history[-1].text == "I can't read that file."
-    assert shell.state.history[-1].tool_calls == ()
+    assert shell.state.chat.history[-1].text == "I can't read that file."
+    assert shell.state.chat.history[-1].tool_calls == ()
     assert shell.replayed() == shell.state
 
 
@@ -286,7 +288,7 @@ def test_a_tool_interceptor_may_stop_the_turn_after_a_result() -> None:
 
 def history(n_turns: int) -> SessionState:
     """A session with `n_turns` earlier turns (a message and a reply each)."""
-    state = SessionState("s1")
+    state = SessionState.of("s1")
     for n in range(1, n_turns + 1):
         shell = Shell(TurnConfig(), {}, [success(f"reply {n} " + "x" * 100)], state=state)
         shell.ids = Ids(f"t{n}")
@@ -326,8 +328,8 @@ def test_a_compaction_interceptor_chooses_what_is_dropped_and_summarises_it() ->
         compacted.data.dropped_messages == 2
         and compacted.data.summary == "The user said hello twice."
     )
-    assert shell.state.summary.endswith("The user said hello twice.")
-    assert shell.state.history[0].text == "message 2"
+    assert shell.state.chat.summary.endswith("The user said hello twice.")
+    assert shell.state.chat.history[0].text == "message 2"
     assert shell.events(TurnEnded)[0].data.status == "completed"
 
 

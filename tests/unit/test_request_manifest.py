@@ -19,7 +19,7 @@ WRITE = ToolInfo("write_file", "write", {"type": "object"}, False, False, 5.0)
 
 
 def started(config: TurnConfig) -> ProviderRequestStarted:
-    _, log = run_turn(fold(SessionState("s1"), [accepted(1)]), [success()], config)
+    _, log = run_turn(fold(SessionState.of("s1"), [accepted(1)]), [success()], config)
     return next(e for e in log if isinstance(e, ProviderRequestStarted))
 
 

@@ -47,9 +47,9 @@ from turnstream.core.session.decider import (
     decide,
 )
 from turnstream.core.session.outbound import Outbound, reply_key
+from turnstream.core.session.subturns import waiting_on
 from turnstream.core.turn import Context, ProviderSuccess, ToolCall, TurnConfig
 from turnstream.core.turn.runtime_calls import child_session_id
-from turnstream.core.turn.subturns import waiting_on
 
 
 def ok(text: str = "", calls: tuple[ToolCall, ...] = ()) -> ProviderSuccess:
@@ -99,12 +99,12 @@ class Shell:
         return self.feed(Published(keys)) if keys else []
 
     def model(self, reply: ProviderSuccess) -> list[Event]:
-        turn = self.state.active
+        turn = self.state.chat.active
         assert turn is not None and turn.awaiting_provider
         return self.feed(ProviderDone(turn.turn_id, reply))
 
     def approve_all(self) -> None:
-        turn = self.state.active
+        turn = self.state.chat.active
         assert turn is not None
         for call in turn.calls:
             if call.status == "proposed":
@@ -158,7 +158,7 @@ def reply_of(child: str, key: str, n: int, status: str = "completed", text: str 
 
 def started(calls: tuple[ToolCall, ...], config: TurnConfig | None = None) -> Shell:
     """A turn of s1 whose model asked for `calls`, approved."""
-    shell = Shell(fold(SessionState("s1"), [accepted(1)]), config or TurnConfig())
+    shell = Shell(fold(SessionState.of("s1"), [accepted(1)]), config or TurnConfig())
     shell.feed(Tick())
     shell.model(ok(calls=calls))
     shell.approve_all()
@@ -175,7 +175,7 @@ def with_reply_to(hops: int = 0) -> InputAccepted:
 
 
 def test_a_turn_with_reply_to_delivers_its_reply_then_closes() -> None:
-    shell = Shell(fold(SessionState("s1"), [with_reply_to()]))
+    shell = Shell(fold(SessionState.of("s1"), [with_reply_to()]))
     shell.feed(Tick())
     events = shell.model(ok("the answer"))
     assert isinstance(events[-1], TurnEnded)  # the turn waits for its reply to go out
@@ -186,13 +186,13 @@ def test_a_turn_with_reply_to_delivers_its_reply_then_closes() -> None:
     assert message.command["outcome"] == {"turnId": "turn1", "status": "completed"}
     recorded = shell.publish()
     assert [e.type for e in recorded] == ["MessageSent", "SessionTurnEnd"]
-    assert shell.outbox == [] and shell.state.active is None
+    assert shell.outbox == [] and shell.state.chat.active is None
     # a redelivered Published (a retry) records nothing again
     assert shell.feed(Published(frozenset({message.key}))) == []
 
 
 def test_a_failed_turn_replies_with_its_failure_class() -> None:
-    shell = Shell(fold(SessionState("s1"), [with_reply_to()]))
+    shell = Shell(fold(SessionState.of("s1"), [with_reply_to()]))
     shell.feed(Tick())
     shell.fact(interrupt("hard"))
     [message] = shell.outbox
@@ -203,7 +203,7 @@ def test_a_failed_turn_replies_with_its_failure_class() -> None:
 def test_a_message_wanting_a_reply_is_queued_not_steered() -> None:
     from turnstream.core.events import FollowUpQueued
 
-    shell = Shell(fold(SessionState("s1"), [accepted(1)]), TurnConfig(followup_policy="steer"))
+    shell = Shell(fold(SessionState.of("s1"), [accepted(1)]), TurnConfig(followup_policy="steer"))
     shell.feed(Tick())
     second = with_reply_to().model_copy(update={"id": "in2", "turn_id": "turn2"})
     events = shell.fact(second)
@@ -211,7 +211,7 @@ def test_a_message_wanting_a_reply_is_queued_not_steered() -> None:
 
 
 def test_past_the_hop_limit_the_reply_is_dropped() -> None:
-    shell = Shell(fold(SessionState("s1"), [with_reply_to(hops=8)]))
+    shell = Shell(fold(SessionState.of("s1"), [with_reply_to(hops=8)]))
     shell.feed(Tick())
     events = shell.model(ok("x"))
     assert [e.type for e in events[-3:]] == ["TurnEnded", "MessageDropped", "SessionTurnEnd"]
@@ -268,11 +268,11 @@ def test_a_sync_sub_turn_answers_its_call_once() -> None:
         "SubTurnResultDelivered",
     ]
     assert shell.of(ToolInvocationSucceeded)[0].data.output == "found it"
-    assert shell.state.active is not None and shell.state.active.awaiting_provider
+    assert shell.state.chat.active is not None and shell.state.chat.active.awaiting_provider
     # a duplicate reply changes nothing and starts no turn
     assert shell.fact(reply_of(child, key, 2)) == []
     shell.model(ok("done"))
-    assert len(shell.of(TurnEnded)) == 1 and shell.state.pending == ()
+    assert len(shell.of(TurnEnded)) == 1 and shell.state.chat.pending == ()
 
 
 def test_a_child_answering_before_its_spawn_is_recorded_still_answers_the_call() -> None:
@@ -281,7 +281,7 @@ def test_a_child_answering_before_its_spawn_is_recorded_still_answers_the_call()
         [message] = shell.outbox
         # the child ran and replied between the publish and the parent's record of it
         assert shell.fact(reply_of(message.to, message.key, 1, text="quick")) == []
-        assert shell.state.pending == () and shell.state.early
+        assert shell.state.chat.pending == () and shell.state.early
         events = shell.publish()
         kinds = [e.type for e in events]
         assert kinds[:2] == ["SubTurnSpawned", "MessageSent"] and "SubTurnEnded" in kinds
@@ -302,12 +302,12 @@ def test_an_async_sub_turn_steers_a_running_turn_or_follows_up() -> None:
     shell.fact(reply_of(children[0], keys[0], 1, text="first"))
     assert shell.of(SteeringInjected)[0].data.text.endswith("first")
     shell.model(ok("parent done"))
-    assert shell.state.active is None
+    assert shell.state.chat.active is None
     # the second ends after: a follow-up turn
     events = shell.fact(reply_of(children[1], keys[1], 1, text="second"))
     delivered = [e.data.delivered_as for e in shell.of(SubTurnResultDelivered)]
     assert delivered == ["steering", "follow_up"]
-    assert shell.state.active is not None and "second" in shell.state.history[-1].text
+    assert shell.state.chat.active is not None and "second" in shell.state.chat.history[-1].text
 
 
 def test_a_child_past_its_deadline_ends_timeout_and_a_late_reply_is_ignored() -> None:
@@ -324,7 +324,7 @@ def test_a_child_past_its_deadline_ends_timeout_and_a_late_reply_is_ignored() ->
 
 
 def test_spawn_limits_fail_the_call_with_limit_exceeded() -> None:
-    deep = Shell(fold(SessionState("s1"), [accepted(1)]), TurnConfig(max_subturn_depth=0))
+    deep = Shell(fold(SessionState.of("s1"), [accepted(1)]), TurnConfig(max_subturn_depth=0))
     deep.feed(Tick())
     deep.model(ok(calls=(spawn_call(),)))
     deep.approve_all()
@@ -380,15 +380,15 @@ def test_a_hard_interrupt_cascades_to_running_children() -> None:
     # the child's interrupted reply comes after the parent's turn ended: nobody waits for it
     shell.fact(reply_of(child, child_key, 1, status="failed"))
     assert [e.data.delivered_as for e in shell.of(SubTurnResultDelivered)] == ["dropped"]
-    assert shell.state.active is None and shell.state.pending == ()
+    assert shell.state.chat.active is None and shell.state.chat.pending == ()
 
 
 def test_a_child_published_just_before_an_interrupt_is_recorded_and_interrupted() -> None:
     shell = started((spawn_call(mode="async"),))
     [message] = shell.outbox
     shell.fact(interrupt("hard"))  # folded (a reload) between the publish and its record
-    assert shell.state.active is None  # the turn ended at once
-    shell.state = fold(SessionState("s1"), shell.log[: _index_after_interrupt(shell)])
+    assert shell.state.chat.active is None  # the turn ended at once
+    shell.state = fold(SessionState.of("s1"), shell.log[: _index_after_interrupt(shell)])
     events = shell.feed(Published(frozenset({message.key})))
     kinds = [e.type for e in events]
     assert kinds[:3] == ["SubTurnSpawned", "MessageSent", "ToolInvocationSucceeded"]
@@ -412,7 +412,7 @@ def test_tool_hooks_see_runtime_calls_before_they_run() -> None:
     for action, sent in (("continue", True), ("deny_tool", False)):
         shell = started((spawn_call(),), TurnConfig(tool_hooks=True))
         assert shell.outbox == []  # the hooks first
-        turn = shell.state.active
+        turn = shell.state.chat.active
         assert turn is not None
         decision = decide(shell.state, Tick(), shell.config, Context(T0, shell.ids, "t/1"))
         [hooks] = [e for e in decision.effects if isinstance(e, RunToolHooks)]
@@ -423,7 +423,7 @@ def test_tool_hooks_see_runtime_calls_before_they_run() -> None:
         assert bool(shell.outbox) is sent
         assert not any(e.type == "ToolInvocationRequested" for e in shell.log)
         if not sent:  # the model hears of the denial, like any tool's
-            assert shell.state.history[-1].text.startswith("policy_denied (hook")
+            assert shell.state.chat.history[-1].text.startswith("policy_denied (hook")
 
 
 def test_an_agent_profile_shapes_the_turn_config() -> None:
@@ -443,7 +443,7 @@ def test_an_agent_profile_shapes_the_turn_config() -> None:
         source="gateway/1",
         data=agent,
     )
-    state = fold(SessionState("s1"), [event, event.model_copy(update={"id": "sc2"})])
+    state = fold(SessionState.of("s1"), [event, event.model_copy(update={"id": "sc2"})])
     assert state.agent == agent
 
 
@@ -501,7 +501,7 @@ def test_no_sequence_delivers_twice_or_leaves_the_parent_waiting(
         elif kind == "interrupt":
             shell.fact(interrupt("hard" if arg else "graceful", n))
         elif kind == "model":
-            turn = shell.state.active
+            turn = shell.state.chat.active
             if turn is not None and turn.awaiting_provider:
                 shell.model(ok("text"))
         elif kind == "publish":
@@ -514,16 +514,16 @@ def test_no_sequence_delivers_twice_or_leaves_the_parent_waiting(
         going_out()
         shell.publish()
         shell.feed(Tick())
-        turn = shell.state.active
+        turn = shell.state.chat.active
         if turn is not None and turn.awaiting_provider:
             shell.model(ok("text"))
-        elif shell.state.active is None and not shell.outbox and not waiting_on(shell.state):
+        elif shell.state.chat.active is None and not shell.outbox and not waiting_on(shell.state):
             break
     _assert_at_most_once(shell)
     spawned_ids = {e.data.invocation_id for e in shell.of(SubTurnSpawned)}
     assert spawned_ids == {e.data.invocation_id for e in shell.of(SubTurnEnded)}
     assert spawned_ids == {e.data.invocation_id for e in shell.of(SubTurnResultDelivered)}
-    assert shell.state.active is None, "the parent is stuck"
+    assert shell.state.chat.active is None, "the parent is stuck"
     assert all(c.status == "delivered" for c in shell.state.children)
     assert len(shell.of(SessionTurnEnd)) == len(shell.of(TurnEnded))
     # a child's reply is its result: a turn of the parent only as an async follow-up
@@ -561,6 +561,36 @@ def test_a_state_with_agents_children_and_replies_round_trips_as_a_snapshot() ->
     assert state_from_json(state_to_json(shell.state)) == shell.state
 
 
+def test_the_state_json_keeps_the_chat_s_fields_at_the_top_as_snapshots_had_them() -> None:
+    """The session holds its chat as a part; its JSON (snapshots, `status --json`) is flat
+    as before, so a snapshot written before loads to the same state."""
+    import orjson
+
+    from turnstream.core.session import state_from_json, state_to_json
+
+    shell = started((spawn_call(mode="async"),))
+    shell.publish()
+    body = orjson.loads(state_to_json(shell.state))
+    assert list(body) == [
+        "session_id",
+        "pending",
+        "active",
+        "history",
+        "provider_calls",
+        "turns_ended",
+        "last_turn_id",
+        "last_status",
+        "children",
+        "early",
+        "summary",
+        "workflow",
+        "agent",
+        "unanswered",
+    ]
+    assert body["children"] and body["active"]["turn_id"] == shell.state.chat.active.turn_id
+    assert state_from_json(orjson.dumps(body)) == shell.state
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     hops=st.integers(0, 9),
@@ -570,11 +600,11 @@ def test_a_state_with_agents_children_and_replies_round_trips_as_a_snapshot() ->
     ),
 )
 def test_a_reply_is_recorded_once_whatever_comes_in_between(hops: int, script: list[str]) -> None:
-    shell = Shell(fold(SessionState("s1"), [with_reply_to(hops=hops)]))
+    shell = Shell(fold(SessionState.of("s1"), [with_reply_to(hops=hops)]))
     shell.feed(Tick())
     stale: frozenset[str] = frozenset()
     for n, step in enumerate(script):
-        turn = shell.state.active
+        turn = shell.state.chat.active
         if step == "model" and turn is not None and turn.awaiting_provider:
             shell.model(ok("an answer"))
         elif step == "publish":
@@ -587,14 +617,14 @@ def test_a_reply_is_recorded_once_whatever_comes_in_between(hops: int, script: l
         elif step in ("hard", "graceful"):
             shell.fact(interrupt(step, n))
     for _ in range(5):  # drain: answer the model, deliver what is wanted
-        turn = shell.state.active
+        turn = shell.state.chat.active
         if turn is not None and turn.awaiting_provider:
             shell.model(ok("an answer"))
         shell.publish()
     replies = [e for e in shell.log if isinstance(e, MessageSent | MessageDropped)]
     assert len(replies) == 1
     assert isinstance(replies[0], MessageDropped) is (hops + 1 > 8)
-    assert shell.state.active is None and len(shell.of(SessionTurnEnd)) == 1
+    assert shell.state.chat.active is None and len(shell.of(SessionTurnEnd)) == 1
     assert shell.outbox == []
 
 

@@ -61,7 +61,7 @@ def kinds(events: list) -> list[str]:
 
 
 def with_input(*inputs) -> SessionState:
-    return fold(SessionState("s1"), list(inputs))
+    return fold(SessionState.of("s1"), list(inputs))
 
 
 def test_text_turn_walks_every_stage_in_order() -> None:
@@ -71,8 +71,8 @@ def test_text_turn_walks_every_stage_in_order() -> None:
     assert len(ended) == 1
     assert ended[0].data.status == "completed"
     assert ended[0].data.reply == "hi there"
-    assert state.active is None
-    assert state.turns_ended == 1 and state.last_status == "completed"
+    assert state.chat.active is None
+    assert state.chat.turns_ended == 1 and state.chat.last_status == "completed"
 
 
 def test_decide_stops_to_wait_for_the_provider() -> None:
@@ -80,7 +80,7 @@ def test_decide_stops_to_wait_for_the_provider() -> None:
     events = decide(state, TurnConfig(), ctx())
     assert isinstance(events[-1], ProviderRequestStarted)
     state = fold(state, events)
-    assert needs_provider_call(state)
+    assert needs_provider_call(state.chat)
     assert list(decide(state, TurnConfig(), ctx())) == []
 
 
@@ -98,7 +98,7 @@ def test_request_is_composed_from_the_history() -> None:
     state, _ = run_turn(with_input(accepted(1, "first")), [success("one")])
     state = evolve(state, accepted(2, "second"))
     state = fold(state, decide(state, TurnConfig(system_prompt="be brief"), ctx(Ids("x"))))
-    request = compose_request(state, TurnConfig(system_prompt="be brief"))
+    request = compose_request(state.chat, TurnConfig(system_prompt="be brief"))
     assert [(m.role, m.text) for m in request.messages] == [
         ("user", "first"),
         ("assistant", "one"),
@@ -117,7 +117,7 @@ def test_provider_failure_ends_the_turn_with_provider_error() -> None:
     assert ended[0].data.failure_class is FailureClass.PROVIDER_ERROR
     assert ended[0].data.next_action
     assert isinstance(log[-1], SessionTurnEnd)
-    assert state.active is None and state.last_status == "failed"
+    assert state.chat.active is None and state.chat.last_status == "failed"
 
 
 def test_max_tokens_asks_for_one_continuation_and_joins_the_reply() -> None:
@@ -165,7 +165,7 @@ def test_input_during_a_turn_is_queued_then_runs_as_the_next_turn() -> None:
     assert isinstance(parked[0], FollowUpQueued) and parked[0].data.behind_turn_id == "turn1"
     state = fold(state, parked)
     assert list(decide(state, config, c)) == []  # still waiting for the provider
-    after = on_provider_result(state, success("one"), config, c)
+    after = on_provider_result(state.chat, success("one"), config, c)
     # turn 1 ends, then turn 2 starts in the same decision
     names = kinds(after)
     assert names.index("SessionTurnEnd") < names.index("SessionTurnStart")
@@ -182,9 +182,9 @@ def test_steer_during_a_turn_is_injected_before_the_next_compose() -> None:
     assert kinds(steer) == ["SteeringInjected"]
     assert isinstance(steer[0], SteeringInjected) and steer[0].turn_id == "turn1"
     state = fold(state, steer)
-    events = on_provider_result(state, success("long…", "max_tokens"), config, c)
+    events = on_provider_result(state.chat, success("long…", "max_tokens"), config, c)
     state = fold(state, events)
-    request = compose_request(state, config)
+    request = compose_request(state.chat, config)
     assert [m.text for m in request.messages] == ["first", "long…", "go shorter"]
 
 
@@ -195,7 +195,7 @@ def test_steer_with_no_active_turn_starts_one() -> None:
 
 def test_a_late_provider_result_is_ignored() -> None:
     state, _ = run_turn(with_input(accepted(1)), [success()])
-    assert list(on_provider_result(state, success(), TurnConfig(), ctx())) == []
+    assert list(on_provider_result(state.chat, success(), TurnConfig(), ctx())) == []
 
 
 def test_turn_ended_for_another_turn_does_not_touch_the_active_one() -> None:
@@ -237,16 +237,16 @@ def test_every_input_gets_exactly_one_terminal_event(texts, stops, fail_at) -> N
     log = list(decide(state, config, c))
     state = fold(state, log)
     calls = 0
-    while needs_provider_call(state):
+    while needs_provider_call(state.chat):
         outcome = failure() if calls == fail_at else success("x", stops[calls % len(stops)])
-        events = on_provider_result(state, outcome, config, c)
+        events = on_provider_result(state.chat, outcome, config, c)
         state = fold(state, events)
         log += events
         calls += 1
     ended = [e for e in log if isinstance(e, TurnEnded)]
     assert sorted(e.turn_id for e in ended) == sorted(f"turn{i}" for i in range(1, len(texts) + 1))
     assert [e.turn_id for e in ended] == [f"turn{i}" for i in range(1, len(texts) + 1)]
-    assert state.active is None and state.pending == ()
+    assert state.chat.active is None and state.chat.pending == ()
     rendered = [e for e in log if isinstance(e, RenderEmitted)]
     assert len(rendered) == sum(e.data.status == "completed" for e in ended)
 
@@ -257,7 +257,7 @@ def test_state_survives_a_json_round_trip() -> None:
     state = with_input(accepted(1), accepted(2))
     state = fold(state, decide(state, TurnConfig(), ctx()))
     assert state_from_json(state_to_json(state)) == state
-    assert replace(state, provider_calls=9) != state
+    assert replace(state, chat=replace(state.chat, provider_calls=9)) != state
 
 
 def test_stage_enum_matches_design_order() -> None:
@@ -288,7 +288,7 @@ def test_prompt_too_long_compacts_the_oldest_turns_and_asks_once_more() -> None:
     assert compacted[0].data.tokens_after < compacted[0].data.tokens_before
     ended = [e for e in log if isinstance(e, TurnEnded)]
     assert ended[-1].data.status == "completed" and ended[-1].data.reply == "three"
-    assert [m.text for m in state.history][:2] == ["second", "two"]
+    assert [m.text for m in state.chat.history][:2] == ["second", "two"]
 
 
 def test_prompt_too_long_twice_or_with_nothing_to_drop_fails_the_turn() -> None:
@@ -311,7 +311,7 @@ def test_tools_are_not_offered_to_a_model_without_tool_calling() -> None:
     for offer, expected in ((True, 1), (False, 0)):
         config = TurnConfig(tools=tools, offer_tools=offer)
         decided = fold(state, decide(state, config, ctx()))
-        assert len(compose_request(decided, config).tools) == expected
+        assert len(compose_request(decided.chat, config).tools) == expected
 
 
 def test_the_steer_policy_steers_a_message_that_arrives_mid_turn() -> None:

@@ -69,9 +69,11 @@ class Driver:
 
     def __init__(self, config: TurnConfig = CONFIG, *names: str) -> None:
         self.config, self.c = config, ctx(Ids())
-        self.state = fold(SessionState("s1"), [accepted(1, "do it")])
+        self.state = fold(SessionState.of("s1"), [accepted(1, "do it")])
         self.log = self.step(decide(self.state, config, self.c))
-        self.log += self.step(on_provider_result(self.state, tool_reply(*names), config, self.c))
+        self.log += self.step(
+            on_provider_result(self.state.chat, tool_reply(*names), config, self.c)
+        )
 
     def step(self, events):
         self.state = fold(self.state, events)
@@ -131,7 +133,7 @@ def test_results_join_the_history_in_call_order_for_the_next_request() -> None:
     d = Driver(CONFIG, "read_file", "grep")
     d.feed(approve(d.inv(0)), approve(d.inv(1)))
     d.feed(succeed(d.inv(1), "second"), fail(d.inv(0)))
-    request = compose_request(d.state, CONFIG)
+    request = compose_request(d.state.chat, CONFIG)
     tools = [m for m in request.messages if m.role == "tool"]
     assert [m.tool_call_id for m in tools] == ["c0", "c1"]
     assert tools[0].is_error and "io_error" in tools[0].text
@@ -146,7 +148,7 @@ def test_a_denied_call_returns_a_typed_result_and_the_rest_go_on() -> None:
     assert requested(d.feed(deny(d.inv(0)))) == []
     assert requested(d.feed(approve(d.inv(1)))) == ["read_file"]
     d.feed(succeed(d.inv(1)))
-    tools = [m for m in compose_request(d.state, CONFIG).messages if m.role == "tool"]
+    tools = [m for m in compose_request(d.state.chat, CONFIG).messages if m.role == "tool"]
     assert tools[0].is_error and tools[0].text.startswith("policy_denied (mode)")
 
 
@@ -165,13 +167,13 @@ def test_a_full_round_trip_ends_with_one_completed_turn() -> None:
     d = Driver(CONFIG, "read_file")
     d.feed(approve(d.inv(0)))
     d.feed(succeed(d.inv(0), "file text"))
-    final = on_provider_result(d.state, success("the file says hi"), CONFIG, d.c)
+    final = on_provider_result(d.state.chat, success("the file says hi"), CONFIG, d.c)
     d.log += d.step(final)
     ended = [e for e in d.log if isinstance(e, TurnEnded)]
     assert len(ended) == 1 and ended[0].data.status == "completed"
     assert ended[0].data.reply == "the file says hi"
     assert ended[0].data.iterations == 2
-    assert d.state.active is None
+    assert d.state.chat.active is None
 
 
 def test_max_tool_calls_per_turn_ends_the_turn() -> None:
@@ -208,26 +210,26 @@ def test_hooks_see_approved_calls_before_they_are_requested() -> None:
     config = TurnConfig(tools=TOOLS, tool_hooks=True)
     d = Driver(config, "read_file", "write_file")
     assert requested(d.feed(approve(d.inv(0)), approve(d.inv(1)))) == []
-    waiting = awaiting_hooks(d.state, config)
+    waiting = awaiting_hooks(d.state.chat, config)
     assert [c.tool for c in waiting] == ["read_file"]
     verdict = HookVerdict(d.inv(0), "modify", hook="redact", kind="transform", args={"path": "q"})
-    out = on_hook_verdicts(d.state, [verdict], config, d.c)
+    out = on_hook_verdicts(d.state.chat, [verdict], config, d.c)
     d.log += d.step(out)
     (hook,) = [e for e in out if isinstance(e, HookDecided)]
     assert hook.data.action == "modify" and hook.data.args == {"path": "q"}
     (req,) = [e for e in out if isinstance(e, ToolInvocationRequested)]
     assert req.data.args == {"path": "q"}
     d.feed(succeed(d.inv(0)))
-    waiting = awaiting_hooks(d.state, config)
+    waiting = awaiting_hooks(d.state.chat, config)
     assert [c.tool for c in waiting] == ["write_file"]
     denied = on_hook_verdicts(
-        d.state,
+        d.state.chat,
         [HookVerdict(d.inv(1), "deny_tool", hook="no-writes", reason="read-only day")],
         config,
         d.c,
     )
     d.log += d.step(denied)
-    tools = [m for m in compose_request(d.state, config).messages if m.role == "tool"]
+    tools = [m for m in compose_request(d.state.chat, config).messages if m.role == "tool"]
     assert tools[1].is_error and "no-writes" in tools[1].text
 
 
@@ -240,7 +242,7 @@ def test_a_hook_abort_ends_the_turn_with_its_class() -> None:
         d = Driver(config, "read_file")
         d.feed(approve(d.inv(0)))
         out = on_hook_verdicts(
-            d.state, [HookVerdict(d.inv(0), action, hook="h", reason="stop")], config, d.c
+            d.state.chat, [HookVerdict(d.inv(0), action, hook="h", reason="stop")], config, d.c
         )
         ended = [e for e in out if isinstance(e, TurnEnded)]
         assert len(ended) == 1 and ended[0].data.failure_class is failure
@@ -256,7 +258,7 @@ def test_facts_for_another_turn_or_twice_change_nothing() -> None:
     assert fold(before, [stale]) == before
     d.feed(approve(d.inv(0)))
     once = d.state
-    assert fold(once, [approve(d.inv(0))]).active.calls == once.active.calls
+    assert fold(once, [approve(d.inv(0))]).chat.active.calls == once.chat.active.calls
 
 
 def test_stage_hooks_gate_receive_input_and_render() -> None:
@@ -271,23 +273,23 @@ def test_stage_hooks_gate_receive_input_and_render() -> None:
         tools=TOOLS, stage_hooks=frozenset({HookPoint.RECEIVE_INPUT, HookPoint.RENDER})
     )
     c = ctx(Ids())
-    state = fold(SessionState("s1"), [accepted(1, "my password is hunter2")])
+    state = fold(SessionState.of("s1"), [accepted(1, "my password is hunter2")])
     events = decide(state, config, c)
     state = fold(state, events)
     assert (
         events[-1].type == "StagePreFired"
-        and awaiting_stage_hooks(state, config) is HookPoint.RECEIVE_INPUT
+        and awaiting_stage_hooks(state.chat, config) is HookPoint.RECEIVE_INPUT
     )
     redacted = StageHookVerdict(
         HookPoint.RECEIVE_INPUT, "modify", "redact", "transform", text="my password is ***"
     )
-    state = fold(state, on_stage_hooks(state, redacted, config, c))
-    request = compose_request(state, config)
+    state = fold(state, on_stage_hooks(state.chat, redacted, config, c))
+    request = compose_request(state.chat, config)
     assert request.messages[-1].text == "my password is ***"
-    state = fold(state, on_provider_result(state, success("Sure, SECRET"), config, c))
-    assert awaiting_stage_hooks(state, config) is HookPoint.RENDER
+    state = fold(state, on_provider_result(state.chat, success("Sure, SECRET"), config, c))
+    assert awaiting_stage_hooks(state.chat, config) is HookPoint.RENDER
     masked = StageHookVerdict(HookPoint.RENDER, "modify", "mask", "transform", text="Sure, ***")
-    out = on_stage_hooks(state, masked, config, c)
+    out = on_stage_hooks(state.chat, masked, config, c)
     ended = [e for e in out if isinstance(e, TurnEnded)]
     assert ended[0].data.reply == "Sure, ***"
     assert [e.data.text for e in out if e.type == "RenderEmitted"] == ["Sure, ***"]
@@ -298,12 +300,12 @@ def test_a_stage_guard_abort_ends_the_turn_before_the_model_is_called() -> None:
 
     config = TurnConfig(stage_hooks=frozenset({HookPoint.RECEIVE_INPUT}))
     c = ctx(Ids())
-    state = fold(SessionState("s1"), [accepted(1, "")])
+    state = fold(SessionState.of("s1"), [accepted(1, "")])
     state = fold(state, decide(state, config, c))
     empty = StageHookVerdict(
         HookPoint.RECEIVE_INPUT, "abort_turn", "not-empty", reason="empty input"
     )
-    out = on_stage_hooks(state, empty, config, c)
+    out = on_stage_hooks(state.chat, empty, config, c)
     ended = [e for e in out if isinstance(e, TurnEnded)]
     assert ended[0].data.failure_class is FailureClass.POLICY_DENIED
     assert "empty input" in (ended[0].data.reason or "")
@@ -316,27 +318,27 @@ def test_a_tool_call_complete_mid_stream_is_proposed_and_run_before_the_stream_e
     from turnstream.core.turn import on_tool_call_ready
 
     c = ctx(Ids())
-    state = fold(SessionState("s1"), [accepted(1, "go")])
+    state = fold(SessionState.of("s1"), [accepted(1, "go")])
     log = decide(state, CONFIG, c)
     state = fold(state, log)
     call = ToolCall("c0", "read_file", {"path": "p0"})
-    early = on_tool_call_ready(state, call, T0, CONFIG, c)
+    early = on_tool_call_ready(state.chat, call, T0, CONFIG, c)
     assert [e.type for e in early] == ["StagePostFired", "StagePreFired", "ToolInvocationProposed"]
     state = fold(state, early)
-    assert list(on_tool_call_ready(state, call, T0, CONFIG, c)) == []  # once
+    assert list(on_tool_call_ready(state.chat, call, T0, CONFIG, c)) == []  # once
     inv = early[-1].data.invocation_id
     state = fold(state, [approve(inv)])
     running = decide(state, CONFIG, c)
     assert requested(running) == ["read_file"]  # runs while the model still streams
     state = fold(state, [*running, succeed(inv, "file text")])
     reply = dc_replace(success("", "tool_use"), tool_calls=(call, ToolCall("c1", "grep", {})))
-    rest = on_provider_result(state, reply, CONFIG, c)
+    rest = on_provider_result(state.chat, reply, CONFIG, c)
     proposals = [e for e in rest if isinstance(e, ToolInvocationProposed)]
     assert [p.data.call_id for p in proposals] == ["c1"]  # c0 is not proposed twice
     assert [e.type for e in rest][:2] == ["ProviderRequestCompleted", "StagePostFired"]
     state = fold(state, rest)
-    assert [c.call_id for c in state.active.calls] == ["c0", "c1"]
-    assert [c.index for c in state.active.calls] == [0, 1]
+    assert [c.call_id for c in state.chat.active.calls] == ["c0", "c1"]
+    assert [c.index for c in state.chat.active.calls] == [0, 1]
 
 
 def test_a_hard_interrupt_ends_the_turn_at_once_even_mid_call() -> None:
@@ -347,7 +349,7 @@ def test_a_hard_interrupt_ends_the_turn_at_once_even_mid_call() -> None:
     assert "ana" in (ended[0].data.reason or "") and ended[0].data.next_action
     assert out[0].type == "StagePostFired" and out[0].data.outcome == "failed"
     c = ctx(Ids("q"))
-    state = fold(SessionState("s1"), [accepted(1)])
+    state = fold(SessionState.of("s1"), [accepted(1)])
     state = fold(state, decide(state, CONFIG, c))  # now waiting for the model
     out = decide(fold(state, [interrupt("hard")]), CONFIG, c)
     assert [e.type for e in out][-2:] == ["TurnEnded", "SessionTurnEnd"]
@@ -363,14 +365,14 @@ def test_a_graceful_interrupt_skips_remaining_tools_and_asks_for_a_summary() -> 
     assert cancelled == {d.inv(1), d.inv(2)}  # not started: skipped; the running one finishes
     assert out[0].type == "SteeringInjected"
     out = d.feed(succeed(d.inv(0), "file text"))
-    request = compose_request(d.state, CONFIG)
+    request = compose_request(d.state.chat, CONFIG)
     assert request.tools == ()  # the summary round offers no tools
     assert "interrupted" in request.messages[-1].text
     tools = [m for m in request.messages if m.role == "tool"]
     assert [m.is_error for m in tools] == [False, True, True]  # every call has a result
     # even if the model calls a tool in the summary round, the turn renders and ends
     reply = tool_reply("grep")
-    final = on_provider_result(d.state, reply, CONFIG, d.c)
+    final = on_provider_result(d.state.chat, reply, CONFIG, d.c)
     ended = [e for e in final if isinstance(e, TurnEnded)]
     assert ended and ended[0].data.status == "completed"
     proposals = [e for e in final if isinstance(e, ToolInvocationProposed)]
@@ -378,5 +380,5 @@ def test_a_graceful_interrupt_skips_remaining_tools_and_asks_for_a_summary() -> 
 
 
 def test_an_interrupt_with_no_turn_running_changes_nothing() -> None:
-    state = SessionState("s1")
+    state = SessionState.of("s1")
     assert fold(state, [interrupt("hard")]) == state

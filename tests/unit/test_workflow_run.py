@@ -90,7 +90,7 @@ class Sim(InMemory):
     """Drives the session as the turn-runner would, answering models by stage."""
 
     def __init__(self, definition: WorkflowDef, wf_ctx: dict[str, Any] | None = None) -> None:
-        super().__init__(SessionState("s1"), TurnConfig(tools=TOOLS))
+        super().__init__(SessionState.of("s1"), TurnConfig(tools=TOOLS))
         self.apply(
             [
                 WorkflowAttached(
@@ -183,7 +183,7 @@ def test_sequential_stages_hand_on_their_results_and_the_run_completes() -> None
     ended = sim.of(TurnEnded)
     assert [e.data.status for e in ended] == ["completed", "completed"]
     assert len({e.turn_id for e in ended}) == 2
-    assert sim.state.history == ()  # stage transcripts never join session history
+    assert sim.state.chat.history == ()  # stage transcripts never join session history
 
 
 def test_the_stage_manifest_is_its_envelope_plus_the_completion_tool() -> None:
@@ -405,7 +405,7 @@ def test_the_state_round_trips_through_json_mid_run_and_replays_the_same() -> No
     sim = Sim(workflow(Step(("a", "b"), join="c"), stages=[stage("a"), stage("b"), stage("c")]))
     sim.answer("a", complete("submit_a", summary="A"))
     assert state_from_json(state_to_json(sim.state)) == sim.state
-    replayed = SessionState("s1")
+    replayed = SessionState.of("s1")
     for event in sim.log:
         replayed = evolve(replayed, event)
     assert replayed == sim.state
@@ -515,7 +515,7 @@ def test_a_runner_that_crashed_mid_commit_continues_from_any_durable_prefix() ->
         before = [e for d in full.decisions[:index] for e in d]
         for k in range(1, len(decision)):
             sim = Sim(definition)
-            sim.state, sim.log, sim.ids = SessionState("s1"), [], Ids(f"r{index}-{k}-")
+            sim.state, sim.log, sim.ids = SessionState.of("s1"), [], Ids(f"r{index}-{k}-")
             sim.apply(before + decision[:k])
             drive(sim)
             check_invariants(sim.log)
@@ -543,7 +543,7 @@ def test_an_attach_during_a_chat_turn_runs_before_messages_sent_after_it() -> No
     chat.ids, chat.config, chat.state, chat.log, chat.decisions = (
         Ids(),
         TurnConfig(),
-        SessionState("s1"),
+        SessionState.of("s1"),
         [],
         [],
     )
@@ -551,7 +551,7 @@ def test_an_attach_during_a_chat_turn_runs_before_messages_sent_after_it() -> No
     chat.decide()
     chat.apply([attach, accepted(2, "second")])
     chat.decide()
-    turn = chat.state.active
+    turn = chat.state.chat.active
     assert turn is not None and turn.awaiting_provider
     c = chat.c
     chat.apply(

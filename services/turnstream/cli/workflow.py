@@ -189,7 +189,7 @@ def status(
         return await bus.store.read_session(session)
 
     stored = run_on_bus(settings_of(nats_url, data_dir), work)
-    run = fold(SessionState(session), [item.event for item in stored]).workflow
+    run = fold(SessionState.of(session), [item.event for item in stored]).workflow
     if run is None:
         err.print(f"[yellow]session {session} has no workflow[/]")
         raise typer.Exit(1)

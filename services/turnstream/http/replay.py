@@ -44,7 +44,8 @@ async def get_replay(
     if not head:
         raise Problem(404, "not_found", "Not found", f"session {session} has no events")
     pending = open_prompt_rows(session, events)
-    active = state.active
+    chat = state.chat
+    active = chat.active
     return json(
         {
             "sessionId": session,
@@ -52,8 +53,8 @@ async def get_replay(
             "event": _head(events[-1]) if events else None,
             "events": len(events),
             "lastSeq": head,
-            "turnsEnded": state.turns_ended,
-            "lastStatus": state.last_status,
+            "turnsEnded": chat.turns_ended,
+            "lastStatus": chat.last_status,
             "active": None
             if active is None
             else {
@@ -62,8 +63,8 @@ async def get_replay(
                 "iteration": active.iteration,
                 "calls": [{"tool": c.tool, "status": c.status} for c in active.calls],
             },
-            "queued": len(state.pending),
-            "history": [_camel(dataclasses.asdict(m)) for m in state.history],
+            "queued": len(chat.pending),
+            "history": [_camel(dataclasses.asdict(m)) for m in chat.history],
             "pendingApprovals": pending,
             "workflow": None if state.workflow is None else workflow_view(state.workflow),
         }

@@ -51,6 +51,7 @@ from turnstream.core.session.decider import (
     decide,
 )
 from turnstream.core.session.outbound import Outbound
+from turnstream.core.session.subturns import waiting_on
 from turnstream.core.turn import (
     Context,
     ProviderFailure,
@@ -59,7 +60,6 @@ from turnstream.core.turn import (
     TurnConfig,
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext
-from turnstream.core.turn.subturns import waiting_on
 from turnstream.runtime.interpreter import run_until_quiet
 from turnstream.runtime.mailbox import Delivered
 from turnstream.turn_runner import snapshots
@@ -79,7 +79,7 @@ class SessionActor:
     def __init__(self, ctx: ActorContext, session_id: str) -> None:
         self.ctx = ctx
         self.session_id = session_id
-        self.state = SessionState(session_id)
+        self.state = SessionState.of(session_id)
         self.last_seq = 0
         self.input_mark = 0
         self.held: tuple[Event, ...] = ()
@@ -98,13 +98,13 @@ class SessionActor:
     def busy(self) -> bool:
         """Work in flight or open: the mailbox must not retire this actor (its timers and
         its lease would go with it)."""
-        state, run = self.state, self.state.workflow
+        chat, run = self.state.chat, self.state.workflow
         open_work = (
-            state.active is not None
-            or bool(state.pending)
+            chat.active is not None
+            or bool(chat.pending)
             or (run is not None and run.open)
-            or waiting_on(state)
-            or bool(state.unanswered)
+            or waiting_on(self.state)
+            or bool(self.state.unanswered)
         )
         return bool(self.provider_tasks) or (self.loaded and open_work)
 

@@ -53,7 +53,7 @@ async def rebuild(kv: Any, store: Any, session_id: str) -> tuple[SessionState, i
     """The session from its latest snapshot and the log after it: the state, the sequence
     it is as of, and how many events had to be read."""
     found = await load(kv, session_id)
-    state, after = found if found else (SessionState(session_id), 0)
+    state, after = found if found else (SessionState.of(session_id), 0)
     stored = await store.read_session(session_id, after_seq=after)
     for item in stored:
         state = evolve(state, item.event)

@@ -45,7 +45,7 @@ from typing import assert_never
 
 from turnstream.core.fold import Decision
 from turnstream.core.inputs import Fact, Tick, WakeAt
-from turnstream.core.session import outbound
+from turnstream.core.session import outbound, subturns
 from turnstream.core.session.agent import with_agent
 from turnstream.core.session.fold import evolve, fold
 from turnstream.core.session.outbound import Outbound
@@ -77,14 +77,15 @@ from turnstream.core.turn import (
     compose_request,
     hook_subject,
     needs_provider_call,
-    on_hook_verdicts,
-    on_provider_result,
-    on_stage_hooks,
-    on_tool_call_ready,
-    subturns,
+)
+from turnstream.core.turn.answers import (
+    record_context,
+    record_hook_verdicts,
+    record_provider_result,
+    record_stage_hooks,
+    record_tool_call_ready,
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext, awaiting_context
-from turnstream.core.turn.decide import on_context
 from turnstream.core.workflow.definition import assert_verdict, gate_outcome
 from turnstream.core.workflow.state import StageRun
 
@@ -237,26 +238,34 @@ def _step(
             return Decision(tuple(sent), fold(state, sent))
         case ProviderDone(turn_id=turn_id, outcome=result):
             return lane_step(
-                state, turn_id, config, ctx, lambda s, c: on_provider_result(s, result, c, ctx)
+                state, turn_id, config, ctx, lambda s, c: record_provider_result(s, result, c, ctx)
             )
         case ToolCallReady(turn_id=turn_id, call=call, first_byte_at=at):
             return lane_step(
-                state, turn_id, config, ctx, lambda s, c: on_tool_call_ready(s, call, at, c, ctx)
+                state,
+                turn_id,
+                config,
+                ctx,
+                lambda s, c: record_tool_call_ready(s, call, at, c, ctx),
             )
         case ToolHooksSaid(turn_id=turn_id, verdicts=verdicts):
             said = list(verdicts)
             return lane_step(
-                state, turn_id, config, ctx, lambda s, c: on_hook_verdicts(s, said, c, ctx)
+                state, turn_id, config, ctx, lambda s, c: record_hook_verdicts(s, said, c, ctx)
             )
         case StageHooksSaid(turn_id=turn_id, verdict=stage_verdict):
             return lane_step(
-                state, turn_id, config, ctx, lambda s, c: on_stage_hooks(s, stage_verdict, c, ctx)
+                state,
+                turn_id,
+                config,
+                ctx,
+                lambda s, c: record_stage_hooks(s, stage_verdict, c, ctx),
             )
         case WorkflowHookSaid():
             return _workflow_hook_said(state, input, config, ctx)
         case ContextGathered(turn_id=turn_id, results=results):
             return lane_step(
-                state, turn_id, config, ctx, lambda s, c: on_context(s, results, c, ctx)
+                state, turn_id, config, ctx, lambda s, c: record_context(s, results, c, ctx)
             )
         case _:
             assert_never(input)

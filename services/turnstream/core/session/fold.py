@@ -9,11 +9,13 @@ from turnstream.core.events import (
     Envelope,
     Event,
     EventBase,
+    InputAccepted,
     InputRejected,
     InterruptReceived,
     MessageDropped,
     MessageSent,
     SessionConfigured,
+    SessionTurnEnd,
     StageAssertOutcome,
     StageCancelled,
     StageCheckGateResult,
@@ -22,13 +24,18 @@ from turnstream.core.events import (
     StageExited,
     StageInitFailed,
     StageResult,
+    SubTurnEnded,
+    SubTurnResultDelivered,
+    SubTurnSpawned,
     TurnEnded,
     WorkflowAttached,
     WorkflowExit,
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
+from turnstream.core.session import subturns
 from turnstream.core.session.state import SessionState, Unanswered
+from turnstream.core.turn.changes import is_active
 from turnstream.core.turn.evolve import evolve as evolve_turn
 from turnstream.core.turn.state import ChatState
 from turnstream.core.workflow.definition import WorkflowDef
@@ -50,7 +57,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             return with_changes(state, workflow=with_changes(run, queued=(*run.queued, event)))
         return with_changes(state, workflow=_attached(event))
     if run is None:
-        return evolve_turn(state, event)
+        return _chat(state, event)
     changed = _evolve_run(run, event)
     if changed is not None:
         return with_changes(state, workflow=changed)
@@ -63,7 +70,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
                 if ex.running and ex.lane.active is not None:
                     run = _replace(run, with_changes(ex, lane=evolve_turn(ex.lane, event)))
             state = with_changes(state, workflow=run)
-        return evolve_turn(state, event)
+        return _chat(state, event)
     lane = evolve_turn(ex.lane, event)
     failure = ex.failure
     if isinstance(event, TurnEnded) and ex.running and event.data.status != "completed":
@@ -72,6 +79,32 @@ def evolve(state: SessionState, event: Event) -> SessionState:
 
 
 fold = projector(evolve)
+
+
+def _chat(state: SessionState, event: Event) -> SessionState:
+    """The event folded into the session's chat, and into its sub-turns (`subturns`): a
+    child's reply, end and delivery are theirs alone; a spawn, an interrupt and a turn's
+    close are the chat's too."""
+    closing = False
+    match event:
+        case InputAccepted():
+            answered = subturns.answered(state, event)
+            if answered is not None:
+                return answered
+        case MessageSent(data=data) if data.kind == "interrupt":
+            return subturns.interrupt_sent(state, data.invocation_id)
+        case SubTurnEnded():
+            return subturns.ended(state, event)
+        case SubTurnResultDelivered():
+            return subturns.delivered(state, event)
+        case SubTurnSpawned():
+            state = subturns.spawned(state, event)
+        case InterruptReceived():
+            state = subturns.parent_interrupted(state, event)
+        case SessionTurnEnd():
+            closing = is_active(state.chat, event)
+    state = with_changes(state, chat=evolve_turn(state.chat, event))
+    return subturns.orphans_kept(state) if closing else state
 
 
 def _owed(state: SessionState, event: InputRejected) -> SessionState:

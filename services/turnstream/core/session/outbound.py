@@ -40,7 +40,8 @@ from turnstream.core.events import (
     ToolInvocationSucceeded,
     ToolInvocationSucceededData,
 )
-from turnstream.core.session.state import SessionState, Unanswered
+from turnstream.core.session.state import Child, SessionState, Unanswered
+from turnstream.core.session.subturns import child_event, filed, spawned_by
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.runtime_calls import (
     budget_share,
@@ -51,13 +52,10 @@ from turnstream.core.turn.runtime_calls import (
 from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
-    ChatState,
-    Child,
     Context,
     ToolCallState,
     TurnConfig,
 )
-from turnstream.core.turn.subturns import child_event, filed
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +88,7 @@ def reply_key(turn_id: str) -> str:
 def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
     """Every message `state` wants delivered and has not recorded as delivered."""
     out: list[Outbound] = []
-    turn = state.active
+    turn = state.chat.active
     if turn is not None:
         if (
             turn.ended is not None
@@ -99,7 +97,7 @@ def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
             and turn.hops + 1 <= config.max_hops
         ):
             out.append(_reply(state, turn))
-        for call, error, share in judged_with_shares(state, turn, config):
+        for call, error, share in judged_with_shares(turn, config, spawned_by(state)):
             if error is None:
                 out.append(_for_call(state, turn, call, config, share))
     for child in state.children:
@@ -134,7 +132,7 @@ def record(
     interrupt folded in a reload between the publish and this record: the child exists, so
     it is recorded, and only a call still open gets a result)."""
     events: list[Event] = []
-    turn = state.active
+    turn = state.chat.active
     b = Builder(state.session_id, turn, ctx) if turn is not None else None
     listed = wanted(state, config)
     for o in [*listed, *_went_out(state, config, keys, {o.key for o in listed})]:
@@ -217,16 +215,16 @@ def _went_out(
 ) -> list[Outbound]:
     """Messages of this turn's runtime calls in `keys` that `wanted` no longer lists
     (`listed`: the keys it lists)."""
-    turn = state.active
+    turn = state.chat.active
     if turn is None:
         return []
-    out = []
+    out, spawned = [], spawned_by(state)
     for call in turn.calls:
         if not is_runtime_tool(call.tool) or call.status not in ("approved", "cancelled"):
             continue
-        if problem(state, turn, call, config) is not None:
+        if problem(turn, call, config, spawned) is not None:
             continue
-        o = _for_call(state, turn, call, config, budget_share(state, turn, config, 0))
+        o = _for_call(state, turn, call, config, budget_share(turn, config, spawned, 0))
         if o.key in keys and o.key not in listed:
             out.append(o)
     return out
@@ -240,11 +238,11 @@ def _succeeded(b: Builder, o: Outbound, output: str) -> Event:
     return b.make(ToolInvocationSucceeded, data)
 
 
-def _sender(state: ChatState) -> dict[str, str]:
+def _sender(state: SessionState) -> dict[str, str]:
     return {"kind": "agent", "id": state.session_id}
 
 
-def _reply(state: ChatState, turn: ActiveTurn) -> Outbound:
+def _reply(state: SessionState, turn: ActiveTurn) -> Outbound:
     assert turn.reply_to is not None and turn.ended is not None
     if turn.ended == "completed":
         text = turn.reply or "(the turn completed with no text)"
@@ -263,7 +261,7 @@ def _reply(state: ChatState, turn: ActiveTurn) -> Outbound:
     )
 
 
-def _rejection(state: ChatState, rejected: Unanswered) -> Outbound:
+def _rejection(state: SessionState, rejected: Unanswered) -> Outbound:
     return _answer(
         state,
         rejected.turn_id,
@@ -278,7 +276,7 @@ def _rejection(state: ChatState, rejected: Unanswered) -> Outbound:
 
 
 def _answer(
-    state: ChatState,
+    state: SessionState,
     turn_id: str,
     to: str,
     in_reply_to: str,
@@ -315,7 +313,7 @@ def _answer(
 
 
 def _for_call(
-    state: ChatState,
+    state: SessionState,
     turn: ActiveTurn,
     call: ToolCallState,
     config: TurnConfig,
@@ -389,7 +387,7 @@ def _for_call(
     )
 
 
-def _interrupt(state: ChatState, child: Child) -> Outbound:
+def _interrupt(state: SessionState, child: Child) -> Outbound:
     key = f"interrupt:{child.invocation_id}"
     command = {
         "type": "interrupt",

@@ -34,12 +34,14 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.immutable import with_changes
-from turnstream.core.session import outbound
+from turnstream.core.session import outbound, subturns
 from turnstream.core.session.fold import fold
 from turnstream.core.session.state import SessionState
+from turnstream.core.turn.answers import then_decide
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import decide as decide_turn
-from turnstream.core.turn.state import C, ChatState, Context, StageSpec, TurnConfig
+from turnstream.core.turn.decide import next_step
+from turnstream.core.turn.state import ChatState, Context, StageSpec, TurnConfig
 from turnstream.core.workflow.build import (
     assert_events,
     cancel,
@@ -62,10 +64,9 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[Se
     """Every event that follows from `state` without an outside effect, in order."""
     run = state.workflow
     if run is None or not run.open:
-        # the chat turn's events are no run's: the turn's own fold is the session's
         return decide_chat(state, config, ctx)
     out: Sequence[Event] = ()
-    if state.active is not None:
+    if state.chat.active is not None:
         # a chat turn finishes before the run starts (inputs wait for the run)
         chat = decide_chat(state, with_changes(config, hold_inputs=True), ctx)
         out, state = chat.events, chat.state
@@ -75,11 +76,24 @@ def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[Se
 
 def decide_chat(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
     """What the session's own chat decides: a rejection whose reply would pass the hop
-    limit is dropped (`outbound`), then its turn's decider decides."""
+    limit is dropped (`outbound`), then its turn and its sub-turns decide (`chat_steps`)."""
     dropped = outbound.rejections_dropped(state, config, ctx)
-    if not dropped:
-        return decide_turn(state, config, ctx)
-    return decide_turn(fold(state, dropped), config, ctx).after(dropped)
+    if dropped:
+        state = fold(state, dropped)
+    return chat_steps(state, config, ctx).after(dropped)
+
+
+def chat_steps(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
+    """Every event the session's chat decides, in order: at each step a sub-turn's end or
+    result first (`subturns`), then its turn's next step, a `spawn` judged against the
+    turn's children (`subturns.spawned_by`)."""
+    return until_quiet(state, partial(_chat_step, config=config, ctx=ctx), fold)
+
+
+def _chat_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequence[Event]:
+    return subturns.step(state, ctx) or next_step(
+        state.chat, config, ctx, subturns.spawned_by(state)
+    )
 
 
 def chat_config(state: SessionState, config: TurnConfig) -> TurnConfig:
@@ -106,7 +120,8 @@ def lane_config(config: TurnConfig, run: WorkflowRun, ex: StageRun) -> TurnConfi
 
 def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[ChatState, TurnConfig]]:
     """Each live turn of the session with its configuration: the chat turn, stage turns."""
-    views: list[tuple[ChatState, TurnConfig]] = [] if state.active is None else [(state, config)]
+    chat = state.chat
+    views: list[tuple[ChatState, TurnConfig]] = [] if chat.active is None else [(chat, config)]
     run = state.workflow
     if run is not None:
         for ex in run.executions:
@@ -116,10 +131,11 @@ def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[ChatState,
 
 
 class LaneStep(Protocol):
-    """A turn-level step (a provider result, hook verdicts, …) on a chat: the session's
-    own, or a stage's lane; it hands back the state it was given, as such."""
+    """What an answer to a turn (a provider result, hook verdicts, …) records on a chat: the
+    session's own, or a stage's lane (None: nothing; `turnstream.core.turn.decide`'s
+    `record_*`). What follows is decided by the chat's decider (`lane_step`)."""
 
-    def __call__(self, state: C, config: TurnConfig, /) -> Decision[C]: ...
+    def __call__(self, state: ChatState, config: TurnConfig, /) -> Decision[ChatState] | None: ...
 
 
 def lane_step(
@@ -134,16 +150,20 @@ def lane_step(
     run = state.workflow
     ex = run.lane_of(turn_id) if run is not None else None
     if ex is None or run is None:
-        if state.active is None or state.active.turn_id != turn_id:
+        if state.chat.active is None or state.chat.active.turn_id != turn_id:
             return Decision((), state)
-        # the chat turn's fold is the session's
-        chat = step(state, chat_config(state, config))
+        own = chat_config(state, config)
+        recorded = step(state.chat, own)
+        if recorded is None:
+            return Decision((), state)
+        chat = chat_steps(fold(state, recorded), own, ctx).after(recorded)
         if run is None or not run.open:
-            return chat  # the turn's decider has decided everything that follows
+            return chat  # the chat's decider has decided everything that follows
         return decide(chat.state, config, ctx).after(chat)
     if ex.status != "act":
         return Decision((), state)
-    lane = step(ex.lane, lane_config(config, run, ex))
+    lane_cfg = lane_config(config, run, ex)
+    lane = then_decide(step(ex.lane, lane_cfg), ex.lane, lane_cfg, ctx)
     if not lane:
         return Decision((), state)
     return decide(fold(state, lane), config, ctx).after(lane)
@@ -231,12 +251,12 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequenc
     run = state.workflow
     assert run is not None
     if not run.open:
-        return decide_chat(state, config, ctx).events if state.active is None else ()
+        return decide_chat(state, config, ctx).events if state.chat.active is None else ()
     parked = _park_inputs(state, run, ctx)
     if parked:
         return parked
     if run.status == "attached":
-        if state.active is not None:
+        if state.chat.active is not None:
             return []
         return _enter_step(state, run, 0, (), ctx)
     repaired = _repair(state, run, ctx)
@@ -246,7 +266,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequenc
         running = [ex for ex in run.executions if ex.running]
         if running:
             return cancel(run, running, "interrupted", "hard interrupt", ctx)
-        return [exit_run(state, run, "cancelled", "interrupted", "hard interrupt", ctx)]
+        return [exit_run(state.session_id, run, "cancelled", "interrupted", "hard interrupt", ctx)]
     for ex in run.executions:
         if ex.running:
             events = _advance(state, run, ex, config, ctx)
@@ -257,10 +277,10 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequenc
 
 def _park_inputs(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
     """Messages that arrive while the run goes on wait for it (FollowUpQueued)."""
-    if state.active is not None:
+    if state.chat.active is not None:
         return []
     events: list[Event] = []
-    for p in state.pending:
+    for p in state.chat.pending:
         if p.queued:
             continue
         b = Builder(state.session_id, pseudo_turn(run, p.turn_id, p.input_id), ctx)
@@ -318,7 +338,7 @@ def _repair(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
     events: list[Event] = []
     for stage_id in step.stages:  # a sibling whose entry was lost
         if stage_id not in entered:
-            events += enter(state, run, stage_id, run.step, (), ctx)
+            events += enter(state.session_id, run, stage_id, run.step, (), ctx)
     return events
 
 
@@ -341,25 +361,29 @@ def _after_executions(state: SessionState, run: WorkflowRun, ctx: Context) -> li
         if recover.succeeded:
             return _next_workflow_step(state, run, ctx)
         why = f"recover stage {recover.stage_id} failed too: {_why(recover)}"
-        return [exit_run(state, run, "failed", "StageFailed", why, ctx)]
+        return [exit_run(state.session_id, run, "failed", "StageFailed", why, ctx)]
     if failed:
         first = failed[0]
         branch = run.definition.on_fail.get(first.stage_id)
         if branch is not None and run.interrupt is None:
             assert first.result is not None
-            return enter(state, run, branch, run.step, (first.result,), ctx, recovers=first)
+            return enter(
+                state.session_id, run, branch, run.step, (first.result,), ctx, recovers=first
+            )
         if step.parallel and first.role == "stage":
             kind = "ParallelSiblingFailure"
         elif first.status == "init_failed":
             kind = "StageInitFailed"
         else:
             kind = "StageFailed"
-        return [exit_run(state, run, "failed", kind, f"{first.stage_id}: {_why(first)}", ctx)]
+        return [
+            exit_run(state.session_id, run, "failed", kind, f"{first.stage_id}: {_why(first)}", ctx)
+        ]
     if step.join is not None and not any(ex.role == "join" for ex in current):
         if run.interrupt is not None:
-            return [exit_run(state, run, "cancelled", "interrupted", "interrupted", ctx)]
+            return [exit_run(state.session_id, run, "cancelled", "interrupted", "interrupted", ctx)]
         results = _step_results(run, current)
-        return enter(state, run, step.join, run.step, results, ctx)
+        return enter(state.session_id, run, step.join, run.step, results, ctx)
     return _next_workflow_step(state, run, ctx)
 
 
@@ -380,10 +404,10 @@ def _step_results(run: WorkflowRun, current: list[StageRun]) -> tuple[StageResul
 
 def _next_workflow_step(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
     if run.interrupt is not None:
-        return [exit_run(state, run, "cancelled", "interrupted", "interrupted", ctx)]
+        return [exit_run(state.session_id, run, "cancelled", "interrupted", "interrupted", ctx)]
     nxt = run.step + 1
     if nxt >= len(run.definition.steps):
-        return [exit_run(state, run, "completed", None, None, ctx)]
+        return [exit_run(state.session_id, run, "completed", None, None, ctx)]
     return _enter_step(state, run, nxt, _step_results(run, run.current()), ctx)
 
 
@@ -396,10 +420,10 @@ def _enter_step(
 ) -> list[Event]:
     step = run.definition.steps[index]
     if not step.parallel:
-        return enter(state, run, step.stages[0], index, upstream, ctx)
+        return enter(state.session_id, run, step.stages[0], index, upstream, ctx)
     events: list[Event] = []
     for stage_id in step.stages:  # siblings see no upstream
-        events += enter(state, run, stage_id, index, (), ctx)
+        events += enter(state.session_id, run, stage_id, index, (), ctx)
     return events
 
 

@@ -8,13 +8,13 @@ these turns, are `turnstream.core.session`'s: import `SessionState`, `evolve`, `
 
 from __future__ import annotations
 
-from turnstream.core.turn.decide import (
-    needs_provider_call,
+from turnstream.core.turn.answers import (
     on_hook_verdicts,
     on_provider_result,
     on_stage_hooks,
     on_tool_call_ready,
 )
+from turnstream.core.turn.decide import needs_provider_call
 from turnstream.core.turn.interceptors import (
     HookSubject,
     awaiting_stage_hooks,

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from turnstream.core.events import EventBase
 from turnstream.core.immutable import with_changes
-from turnstream.core.turn.state import C
+from turnstream.core.turn.state import ChatState
 
 
-def is_active(state: C, event: EventBase) -> bool:
+def is_active(state: ChatState, event: EventBase) -> bool:
     """The event is of the chat's active turn."""
     return state.active is not None and state.active.turn_id == event.turn_id
 
 
-def turn_changed(state: C, event: EventBase, **changes: object) -> C:
+def turn_changed(state: ChatState, event: EventBase, **changes: object) -> ChatState:
     """The active turn with `changes`, and `event` as its last (if it is the event's turn)."""
     if not is_active(state, event):
         return state
@@ -23,12 +23,12 @@ def turn_changed(state: C, event: EventBase, **changes: object) -> C:
 
 
 def call_changed(
-    state: C,
+    state: ChatState,
     event: EventBase,
     invocation_id: str,
     from_status: frozenset[str] | set[str],
     **changes: object,
-) -> C:
+) -> ChatState:
     """Move one call of the active turn on, if it is in one of `from_status` (idempotent)."""
     if not is_active(state, event):
         return state
@@ -54,6 +54,6 @@ def joined(round_reply: tuple[str, str], text: str) -> str:
     return before + separator + text if before and text else before + text
 
 
-def pending_dropped(state: C, input_id: str) -> C:
+def pending_dropped(state: ChatState, input_id: str) -> ChatState:
     """The chat without the pending input `input_id` (its turn started, or it steered one)."""
     return with_changes(state, pending=tuple(p for p in state.pending if p.input_id != input_id))

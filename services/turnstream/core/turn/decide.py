@@ -1,4 +1,4 @@
-"""`decide`: every event that follows from a session's state, until it must wait.
+"""`decide`: every event that follows from a chat's state, until it must wait.
 
     InputAccepted ──► pending ──(no active turn)──► SessionTurnStart
       RECEIVE_INPUT ─► COMPOSE_REQUEST ─► SEND_REQUEST ─► ProviderRequestStarted
@@ -17,28 +17,22 @@
     InputAccepted while a turn is active ─► FollowUpQueued (message) | SteeringInjected (steer)
 
 A turn's position is derived from its last stage event, so `decide` continues a turn
-from wherever the log left it. Pure: the clock and the id factory come in `Context`.
+from wherever the log left it. Pure: the clock and the id factory come in `Context`. The
+shell's answers (`on_*` above) are recorded in `answers`; `next_step` is one step, which
+the session's chat takes after its sub-turns' (`turnstream.core.session.run.chat_steps`).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from functools import partial
-from typing import assert_never
 
 from turnstream.core.events import (
-    AssistantMessage,
-    ContentBlock,
     Event,
     FailureClass,
     FollowUpQueued,
     FollowUpQueuedData,
     MessageDropped,
     MessageDroppedData,
-    ProviderRequestCompleted,
-    ProviderRequestCompletedData,
-    ProviderRequestFailed,
-    ProviderRequestFailedData,
     SessionTurnEnd,
     SessionTurnEndData,
     SessionTurnStart,
@@ -47,48 +41,31 @@ from turnstream.core.events import (
     StageCompletionChecked,
     SteeringInjected,
     SteeringInjectedData,
-    TextBlock,
 )
 from turnstream.core.fold import Decision, until_quiet
-from turnstream.core.turn import runtime_calls, subturns
+from turnstream.core.turn import runtime_calls
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response
 from turnstream.core.turn.context import (
-    ContextResult,
     awaiting_context,
-    context_events,
 )
 from turnstream.core.turn.evolve import fold
 from turnstream.core.turn.evolve_inputs import INTERRUPT_INPUT
-from turnstream.core.turn.fallback import attempt_events
 from turnstream.core.turn.interceptors import (
     hook_point,
-    intercepted,
     proceed,
 )
-from turnstream.core.turn.provider import (
-    ProviderFailure,
-    ProviderOutcome,
-    ProviderSuccess,
-)
-from turnstream.core.turn.runtime_tools import is_runtime_tool
+from turnstream.core.turn.runtime_calls import NONE_SPAWNED, Spawned
 from turnstream.core.turn.state import (
     ActiveTurn,
-    C,
     ChatState,
     Context,
-    HookPoint,
-    HookVerdict,
     PendingInput,
-    StageHookVerdict,
-    ToolCall,
     TurnConfig,
 )
 from turnstream.core.turn.steps import compose_or_stop, continues
 from turnstream.core.turn.tool_call import (
-    call_decided,
     executable,
-    propose_calls,
     requested,
     tool_step,
 )
@@ -99,9 +76,11 @@ SUMMARY_REQUEST = (
 )
 
 
-def decide(state: C, config: TurnConfig, ctx: Context) -> Decision[C]:
-    """Every event that follows from `state` without an outside effect, in order."""
-    return until_quiet(state, partial(_next_step, config=config, ctx=ctx), fold)
+def decide(state: ChatState, config: TurnConfig, ctx: Context) -> Decision[ChatState]:
+    """Every event that follows from `state` without an outside effect, in order (a chat
+    with no sub-turns: the session's own chat decides with its children,
+    `turnstream.core.session.run`)."""
+    return until_quiet(state, partial(next_step, config=config, ctx=ctx), fold)
 
 
 def needs_provider_call(state: ChatState) -> bool:
@@ -109,133 +88,10 @@ def needs_provider_call(state: ChatState) -> bool:
     return state.active is not None and state.active.awaiting_provider
 
 
-def on_stage_hooks(
-    state: C, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
-) -> Decision[C]:
-    """Record what the hooks at a hook point decided, move the turn on, go on."""
-    events = intercepted(state, verdict, config, ctx)
-    if events is None:
-        return Decision((), state)
-    return decide(events.state, config, ctx).after(events)
-
-
-def on_provider_result(
-    state: C, outcome: ProviderOutcome, config: TurnConfig, ctx: Context
-) -> Decision[C]:
-    """The events that record a provider outcome, then whatever follows from them."""
-    turn = state.active
-    if turn is None or not turn.awaiting_provider or turn.ended:
-        return Decision((), state)  # a late result for a turn that moved on: nothing to record
-    b = Builder(state.session_id, turn, ctx)
-    events: list[Event] = attempt_events(b, outcome, turn.iteration)
-    match outcome:
-        case ProviderSuccess():
-            if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
-                events.append(b.post(Stage.SEND_REQUEST, "ok", outcome.first_byte_at))
-            if not (turn.stage is Stage.STREAM_RESPONSE and turn.stage_open):
-                events.append(b.pre(Stage.STREAM_RESPONSE, outcome.first_byte_at))
-            content: list[ContentBlock] = []
-            if outcome.text:
-                content.append(TextBlock(text=outcome.text))
-            content += [c.block() for c in outcome.tool_calls]
-            data = ProviderRequestCompletedData(
-                message=AssistantMessage(content=content),
-                usage=outcome.usage,
-                stop_reason=outcome.stop_reason,
-                iteration=turn.iteration,
-            )
-            events.append(b.make(ProviderRequestCompleted, data, outcome.finished_at))
-            if HookPoint.STREAM_RESPONSE not in config.stage_hooks:
-                events.append(b.post(Stage.STREAM_RESPONSE, "ok", outcome.finished_at))
-        case ProviderFailure():
-            failed = ProviderRequestFailedData(
-                error_class=outcome.error_class,
-                message=outcome.message,
-                retryable=outcome.retryable,
-                status_code=outcome.status_code,
-                iteration=turn.iteration,
-            )
-            events.append(b.make(ProviderRequestFailed, failed, outcome.failed_at))
-            if turn.stage_open:
-                events.append(b.post(turn.stage, "failed", outcome.failed_at))
-        case _:
-            assert_never(outcome)
-    return decide(fold(state, events), config, ctx).after(events)
-
-
-def on_context(
-    state: C, results: tuple[ContextResult, ...], config: TurnConfig, ctx: Context
-) -> Decision[C]:
-    """The context providers' answers for the turn's COMPOSE_REQUEST, then what follows."""
-    turn = state.active
-    if turn is None or awaiting_context(state, config) is None:
-        return Decision((), state)  # late, or already recorded (a redelivered answer)
-    b = Builder(state.session_id, turn, ctx)
-    events = context_events(b, results, turn.iteration)
-    events.append(b.post(Stage.COMPOSE_REQUEST, "ok"))
-    return decide(fold(state, events), config, ctx).after(events)
-
-
-def on_tool_call_ready(
-    state: C,
-    call: ToolCall,
-    first_byte_at: datetime,
-    config: TurnConfig,
-    ctx: Context,
-) -> Decision[C]:
-    """A tool call whose block is complete while the model still streams: propose it now,
-    so approval (and, once approved, the run) starts before the response ends."""
-    turn = state.active
-    if turn is None or not turn.awaiting_provider or turn.ended or turn.abort:
-        return Decision((), state)
-    if config.stage is not None or HookPoint.STREAM_RESPONSE in config.stage_hooks:
-        # a stage, or a response interceptor, judges the whole response before any call
-        return Decision((), state)
-    if turn.interrupt is not None or any(c.call_id == call.id for c in turn.calls):
-        return Decision((), state)
-    if turn.tool_calls_made + 1 > config.max_tool_calls_per_turn:
-        return Decision((), state)  # the whole response decides: the bound ends the turn then
-    b = Builder(state.session_id, turn, ctx)
-    events: list[Event] = []
-    if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
-        events.append(b.post(Stage.SEND_REQUEST, "ok", first_byte_at))
-    if not (turn.stage is Stage.STREAM_RESPONSE and turn.stage_open):
-        events.append(b.pre(Stage.STREAM_RESPONSE, first_byte_at))
-    events += propose_calls(b, turn, config, [call], len(turn.calls))
-    return decide(fold(state, events), config, ctx).after(events)
-
-
-def on_hook_verdicts(
-    state: C, verdicts: list[HookVerdict], config: TurnConfig, ctx: Context
-) -> Decision[C]:
-    """Record what the tool hooks decided, request the calls they let through, go on."""
-    turn = state.active
-    if turn is None:
-        return Decision((), state)
-    b = Builder(state.session_id, turn, ctx)
-    events: list[Event] = []
-    calls = {c.invocation_id: c for c in turn.calls}
-    for verdict in verdicts:
-        call = calls.get(verdict.invocation_id)
-        if call is None or call.status != "approved":
-            continue
-        runtime = is_runtime_tool(call.tool)
-        if verdict.action != "continue" or runtime:
-            # a runtime call's pass is recorded too: the runner runs it, nobody requests it
-            args = verdict.args if verdict.action == "modify" else None
-            events.append(call_decided(b, verdict, "pre", args=args))
-        if verdict.action in ("abort_turn", "hard_abort"):
-            break
-        if verdict.action in ("continue", "modify") and not runtime:
-            args = verdict.args if verdict.action == "modify" and verdict.args else call.args
-            events.append(requested(b, call, config, args))
-    return decide(fold(state, events), config, ctx).after(events)
-
-
-def _next_step(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event]:
-    children = subturns.step(state, ctx)
-    if children:
-        return children
+def next_step(
+    state: ChatState, config: TurnConfig, ctx: Context, spawned: Spawned = NONE_SPAWNED
+) -> list[Event]:
+    """The chat's next events (none: it waits); a `spawn` is judged against `spawned`."""
     turn = state.active
     if turn is None:
         if config.hold_inputs:
@@ -340,7 +196,7 @@ def _next_step(state: ChatState, config: TurnConfig, ctx: Context) -> list[Event
                 return compose_or_stop(b, turn, config)
             return [b.pre(Stage.RENDER)]  # past its last round (or interrupted): no stop hook
         case Stage.TOOL_CALL, True:
-            refused = runtime_calls.refuse(b, state, turn, config)
+            refused = runtime_calls.refuse(b, state, turn, config, spawned)
             return refused or tool_step(b, turn, config)
         case Stage.TOOL_CALL, False:
             if turn.interrupt is not None and turn.iteration > turn.interrupt[2]:

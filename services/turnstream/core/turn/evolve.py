@@ -5,7 +5,8 @@ workflow stage's lane), by the family the event is of:
                   SteeringInjected, InterruptReceived (`evolve_inputs`, with the next two;
                   SessionConfigured and InputRejected are the session's)
     messages      MessageSent, MessageDropped (a reply, a send_message, an interrupt)
-    sub-turns     SubTurnSpawned, SubTurnEnded, SubTurnResultDelivered (`subturns`)
+    sub-turns     SubTurnSpawned (the call is requested; the children are the session's:
+                  `turnstream.core.session.subturns`)
     the turn      SessionTurnStart → StagePreFired / StagePostFired … → RenderEmitted →
                   TurnEnded → SessionTurnEnd (the turn is gone: the next may start)
     context       ContextProvided, ContextSkipped, ContextCompacted
@@ -85,14 +86,14 @@ from turnstream.core.turn.evolve_inputs import evolve_input, evolve_message, evo
 from turnstream.core.turn.evolve_tools import evolve_call, evolve_hook
 from turnstream.core.turn.state import (
     ActiveTurn,
-    C,
     CallStatus,
+    ChatState,
     Message,
     ToolCall,
 )
 
 
-def evolve(state: C, event: Event) -> C:
+def evolve(state: ChatState, event: Event) -> ChatState:
     """Fold one event into the chat's state, by the family it is of."""
     match event:
         case InputAccepted() | FollowUpQueued() | SteeringInjected() | InterruptReceived():
@@ -164,14 +165,14 @@ def evolve(state: C, event: Event) -> C:
 
 
 def _lifecycle(
-    state: C,
+    state: ChatState,
     event: SessionTurnStart
     | StagePreFired
     | StagePostFired
     | RenderEmitted
     | TurnEnded
     | SessionTurnEnd,
-) -> C:
+) -> ChatState:
     match event:
         case SessionTurnStart():
             return _started(state, event)
@@ -206,7 +207,7 @@ def _lifecycle(
             assert_never(event)
 
 
-def _started(state: C, event: SessionTurnStart) -> C:
+def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
     data = event.data
     started = next((p for p in state.pending if p.input_id == data.input_id), None)
     turn = ActiveTurn(
@@ -232,19 +233,14 @@ def _started(state: C, event: SessionTurnStart) -> C:
     )
 
 
-def _closed(state: C, event: SessionTurnEnd) -> C:
+def _closed(state: ChatState, event: SessionTurnEnd) -> ChatState:
     if not is_active(state, event):
         return state
     assert state.active is not None
     leftover = tuple(Message("user", text) for text in state.active.steering)
-    # an early reply whose spawn was never recorded has no child to go to: it is
-    # kept as an ordinary message (nothing accepted is lost)
-    orphans = tuple(r.input for _, r in state.early if r.input is not None)
     return with_changes(
         state,
         active=None,
-        pending=state.pending + orphans,
-        early=(),
         history=state.history + leftover,
         turns_ended=state.turns_ended + 1,
         last_turn_id=state.active.turn_id,
@@ -252,7 +248,7 @@ def _closed(state: C, event: SessionTurnEnd) -> C:
     )
 
 
-def _append_tool_results(state: C) -> C:
+def _append_tool_results(state: ChatState) -> ChatState:
     """The round's results join the history in the model's call order."""
     assert state.active is not None
     results = tuple(
@@ -265,7 +261,9 @@ def _append_tool_results(state: C) -> C:
 # -- context and the model ----------------------------------------------------------------
 
 
-def _context(state: C, event: ContextProvided | ContextSkipped | ContextCompacted) -> C:
+def _context(
+    state: ChatState, event: ContextProvided | ContextSkipped | ContextCompacted
+) -> ChatState:
     match event:
         case ContextProvided(data=data):
             if not is_active(state, event):
@@ -289,12 +287,12 @@ def _context(state: C, event: ContextProvided | ContextSkipped | ContextCompacte
 
 
 def _provider(
-    state: C,
+    state: ChatState,
     event: ProviderRequestStarted
     | ProviderRequestCompleted
     | ProviderFallback
     | ProviderRequestFailed,
-) -> C:
+) -> ChatState:
     match event:
         case ProviderRequestStarted():
             if not is_active(state, event):
@@ -313,7 +311,7 @@ def _provider(
             assert_never(event)
 
 
-def _completed(state: C, event: ProviderRequestCompleted) -> C:
+def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
     if not is_active(state, event):
         return state
     assert state.active is not None
@@ -340,7 +338,7 @@ def _completed(state: C, event: ProviderRequestCompleted) -> C:
 # -- a workflow stage's turn ----------------------------------------------------------------
 
 
-def _stage(state: C, event: StageCompletionChecked | StageAssertOutcome) -> C:
+def _stage(state: ChatState, event: StageCompletionChecked | StageAssertOutcome) -> ChatState:
     match event:
         case StageCompletionChecked():
             return _completion_checked(state, event)
@@ -359,7 +357,7 @@ def _stage(state: C, event: StageCompletionChecked | StageAssertOutcome) -> C:
             assert_never(event)
 
 
-def _completion_checked(state: C, event: StageCompletionChecked) -> C:
+def _completion_checked(state: ChatState, event: StageCompletionChecked) -> ChatState:
     """A stage's completion channel judged a response: answer its calls, or steer."""
     if not is_active(state, event):
         return state

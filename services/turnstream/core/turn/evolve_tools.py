@@ -23,7 +23,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.changes import call_changed, denied, is_active, joined, turn_changed
-from turnstream.core.turn.state import C, Message, ToolCall, ToolCallState
+from turnstream.core.turn.state import ChatState, Message, ToolCall, ToolCallState
 
 ToolFact = (
     ToolInvocationProposed
@@ -37,7 +37,7 @@ ToolFact = (
 OPEN: frozenset[str] = frozenset({"proposed", "approved", "requested"})
 
 
-def evolve_call(state: C, event: ToolFact) -> C:
+def evolve_call(state: ChatState, event: ToolFact) -> ChatState:
     """Fold one event of a tool call's life into the active turn."""
     match event:
         case ToolInvocationProposed():
@@ -78,7 +78,7 @@ def evolve_call(state: C, event: ToolFact) -> C:
             assert_never(event)
 
 
-def _proposed(state: C, event: ToolInvocationProposed) -> C:
+def _proposed(state: ChatState, event: ToolInvocationProposed) -> ChatState:
     if not is_active(state, event):
         return state
     assert state.active is not None
@@ -101,7 +101,7 @@ def _proposed(state: C, event: ToolInvocationProposed) -> C:
     )
 
 
-def evolve_hook(state: C, event: HookDecided) -> C:
+def evolve_hook(state: ChatState, event: HookDecided) -> ChatState:
     """Fold what a hook decided: a stop, a veto, more steering, or a change to what the
     turn holds at its point (the input, a call's arguments or result, the request, the
     response, the reply)."""
@@ -123,7 +123,7 @@ def evolve_hook(state: C, event: HookDecided) -> C:
     return _modified(state, event)
 
 
-def _modified(state: C, event: HookDecided) -> C:
+def _modified(state: ChatState, event: HookDecided) -> ChatState:
     """A hook's `modify`: what it changed, by what it carries."""
     data = event.data
     if data.stage == Stage.TOOL_CALL and data.point == "post":
@@ -147,7 +147,7 @@ def _modified(state: C, event: HookDecided) -> C:
     return turn_changed(state, event)
 
 
-def _result_changed(state: C, event: HookDecided) -> C:
+def _result_changed(state: ChatState, event: HookDecided) -> ChatState:
     """A tool interceptor changed an executed call's result (before the model sees it)."""
     data = event.data
     if data.invocation_id is None or data.output is None or state.active is None:
@@ -158,7 +158,7 @@ def _result_changed(state: C, event: HookDecided) -> C:
     return call_changed(state, event, data.invocation_id, {"succeeded", "failed"}, **changes)
 
 
-def _response_changed(state: C, event: HookDecided) -> C:
+def _response_changed(state: ChatState, event: HookDecided) -> ChatState:
     """A response interceptor replaced the round's response: the history's last message,
     the reply and the calls to make are the replacement's."""
     data = event.data

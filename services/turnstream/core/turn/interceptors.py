@@ -33,7 +33,6 @@ from turnstream.core.turn.evolve import fold
 from turnstream.core.turn.provider import ProviderRequest
 from turnstream.core.turn.state import (
     ActiveTurn,
-    C,
     ChatState,
     Context,
     HookPoint,
@@ -159,8 +158,8 @@ def proceed(
 
 
 def intercepted(
-    state: C, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
-) -> Decision[C] | None:
+    state: ChatState, verdict: StageHookVerdict, config: TurnConfig, ctx: Context
+) -> Decision[ChatState] | None:
     """What the hooks at a point said, recorded, and the turn moved on as they said (with
     the state they fold to); None when the turn does not wait there (a late or repeated
     answer)."""

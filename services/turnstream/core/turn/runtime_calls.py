@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 
 from turnstream.core.commands import AGENT_NAME_PATTERN, MAX_TEXT_CHARS
 from turnstream.core.events import (
@@ -35,6 +36,21 @@ from turnstream.core.turn.tool_call import dispatchable
 _AGENT = re.compile(AGENT_NAME_PATTERN)
 
 
+@dataclass(frozen=True, slots=True)
+class Spawned:
+    """What a turn's sub-turns hold so far, as its session counts them (the session keeps
+    the children: `turnstream.core.session.subturns`); a `spawn` is judged against it."""
+
+    running: int = 0
+    """Its sub-turns still running."""
+    used: int = 0
+    """What they took of its tree's budget: 1 each, and the share each was given."""
+
+
+NONE_SPAWNED = Spawned()
+"""A turn with no sub-turns (a stage's lane: it cannot spawn)."""
+
+
 def child_session_id(parent: str, invocation_id: str) -> str:
     """The child session a `spawn` call starts: named after its parent where it fits."""
     digest = hashlib.blake2b(invocation_id.encode(), digest_size=6).hexdigest()
@@ -57,53 +73,53 @@ def runtime_calls(turn: ActiveTurn, config: TurnConfig) -> list[ToolCallState]:
 
 
 def judged(
-    state: ChatState, turn: ActiveTurn, config: TurnConfig
+    turn: ActiveTurn, config: TurnConfig, spawned: Spawned
 ) -> list[tuple[ToolCallState, ToolError | None]]:
     """Each runtime call the turn may run now, and why it cannot (None: it can); spawns
     that go out together count against the running-children limit in call order."""
-    return [(call, error) for call, error, _ in judged_with_shares(state, turn, config)]
+    return [(call, error) for call, error, _ in judged_with_shares(turn, config, spawned)]
 
 
 def judged_with_shares(
-    state: ChatState, turn: ActiveTurn, config: TurnConfig
+    turn: ActiveTurn, config: TurnConfig, spawned: Spawned
 ) -> list[tuple[ToolCallState, ToolError | None, int]]:
     """`judged`, with the budget share each spawn that can go would give its child."""
     out: list[tuple[ToolCallState, ToolError | None, int]] = []
     spawning = spent = 0
     for call in runtime_calls(turn, config):
-        error = problem(state, turn, call, config, spawning, spent)
+        error = problem(turn, call, config, spawned, spawning, spent)
         share = 0
         if call.tool == "spawn" and error is None:
-            share = budget_share(state, turn, config, spent)
+            share = budget_share(turn, config, spawned, spent)
             spawning, spent = spawning + 1, spent + 1 + share
         out.append((call, error, share))
     return out
 
 
-def budget_left(state: ChatState, turn: ActiveTurn, config: TurnConfig, spent: int = 0) -> int:
+def budget_left(turn: ActiveTurn, config: TurnConfig, spawned: Spawned, spent: int = 0) -> int:
     """Sub-turns this turn may still start, below it included."""
     total = turn.budget if turn.budget is not None else config.max_subturns_per_root
-    used = sum(1 + c.budget for c in state.children if c.turn_id == turn.turn_id)
-    return total - used - spent
+    return total - spawned.used - spent
 
 
-def budget_share(state: ChatState, turn: ActiveTurn, config: TurnConfig, spent: int) -> int:
+def budget_share(turn: ActiveTurn, config: TurnConfig, spawned: Spawned, spent: int) -> int:
     """What a new child gets of what is left after itself: a fair part, so a tree never
     starts more than its root's budget."""
-    left = budget_left(state, turn, config, spent) - 1
+    left = budget_left(turn, config, spawned, spent) - 1
     return max(left // max(config.max_subturns, 1), 0)
 
 
 def problem(
-    state: ChatState,
     turn: ActiveTurn,
     call: ToolCallState,
     config: TurnConfig,
+    spawned: Spawned,
     spawning: int = 0,
     spent: int = 0,
 ) -> ToolError | None:
     """Why an approved runtime call cannot be run (a tool failure the model sees);
-    `spawning`: sub-turns of this turn about to start before it, `spent`: their cost."""
+    `spawned`: the turn's sub-turns so far, `spawning`: those about to start before it,
+    `spent`: their cost."""
     args = call.args
 
     def invalid(detail: str) -> ToolError:
@@ -149,16 +165,14 @@ def problem(
                 f"a sub-turn here would be at depth {turn.depth + 1}; "
                 f"TURNSTREAM_MAX_SUBTURN_DEPTH={config.max_subturn_depth}: do the task yourself",
             )
-        running = spawning + sum(
-            1 for c in state.children if c.turn_id == turn.turn_id and c.status == "running"
-        )
+        running = spawning + spawned.running
         if running >= config.max_subturns:
             return limit(
                 "subturn_limit",
                 f"{running} sub-turns of this turn are running; TURNSTREAM_MAX_SUBTURNS="
                 f"{config.max_subturns}: wait for one to end (spawn sync) or do it yourself",
             )
-        if budget_left(state, turn, config, spent) < 1:
+        if budget_left(turn, config, spawned, spent) < 1:
             return limit(
                 "tree_limit",
                 "this turn's tree of sub-turns has started all it may "
@@ -174,11 +188,13 @@ def problem(
     return None
 
 
-def refuse(b: Builder, state: ChatState, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+def refuse(
+    b: Builder, state: ChatState, turn: ActiveTurn, config: TurnConfig, spawned: Spawned
+) -> list[Event]:
     """The failures of approved runtime calls that cannot run (bad arguments, a limit);
     past the hop limit, the message is `MessageDropped` first."""
     events: list[Event] = []
-    for call, error in judged(state, turn, config):
+    for call, error in judged(turn, config, spawned):
         if error is None:
             continue
         if error.kind == "hop_limit":
@@ -198,6 +214,8 @@ def refuse(b: Builder, state: ChatState, turn: ActiveTurn, config: TurnConfig) -
 
 
 __all__ = [
+    "NONE_SPAWNED",
+    "Spawned",
     "budget_left",
     "budget_share",
     "child_session_id",

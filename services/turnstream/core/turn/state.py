@@ -5,17 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from turnstream.core.events import (
     CompactionChange,
-    Envelope,
     FailureClass,
     HookAction,
     RequestChange,
     ResponseChange,
     Sender,
-    SpawnMode,
     Stage,
     StopReason,
     ToolUseBlock,
@@ -184,55 +182,13 @@ class ActiveTurn:
     """A compaction interceptor refused the compaction: which hook, and why."""
 
 
-ChildStatus = Literal["running", "ended", "delivered"]
-
-
-@dataclass(frozen=True)
-class ChildResult:
-    """How a sub-turn ended, as its parent learnt it."""
-
-    status: TurnStatus
-    failure: FailureClass | None
-    reply: str
-    child_turn_id: str | None
-    input: PendingInput | None
-    """The parent's record of the child's reply (None: the child's deadline passed)."""
-
-
-@dataclass(frozen=True)
-class Child:
-    """A sub-turn this session spawned (`SubTurnSpawned`), until its result is delivered."""
-
-    invocation_id: str
-    session_id: str
-    turn_id: str
-    """The parent turn that spawned it."""
-    mode: SpawnMode
-    key: str
-    """The idempotency key of the child's input: its reply comes `inReplyTo` it."""
-    depth: int
-    deadline: datetime
-    budget: int = 0
-    """The share of this turn's sub-turn budget it was given (it costs 1 more)."""
-    spawned_at: datetime | None = None
-    status: ChildStatus = "running"
-    result: ChildResult | None = None
-    """The child's reply, once it arrived (`SubTurnEnded` follows)."""
-    interrupt: Literal["graceful", "hard"] | None = None
-    """Its parent turn was interrupted: the child must be too."""
-    interrupt_sent: bool = False
-    envelope: Envelope | None = None
-    """The envelope of its `SubTurnSpawned`: facts about the child are filed with it."""
-    last_event_id: str = ""
-
-
 @dataclass(frozen=True)
 class ChatState:
     """A conversation and its turns: the session's own chat, or a workflow stage's lane,
     whose history is the stage-local transcript; a fold over the events of its turns.
 
-    The session's state (`turnstream.core.session.SessionState`) is one of these with the
-    attached workflow added.
+    The session's state (`turnstream.core.session.SessionState`) holds one (its chat)
+    beside the attached run, whose stage executions hold one each (their lanes).
     """
 
     session_id: str
@@ -243,17 +199,8 @@ class ChatState:
     turns_ended: int = 0
     last_turn_id: str | None = None
     last_status: TurnStatus | None = None
-    children: tuple[Child, ...] = ()
-    """Sub-turns spawned (delivered ones stay, so a late duplicate reply is known)."""
-    early: tuple[tuple[str, ChildResult], ...] = ()
-    """Replies of children whose `SubTurnSpawned` is not folded yet (a child can answer
-    between its input's publish and the record of it), by the spawn's key."""
     summary: str = ""
     """A running summary of the messages compaction dropped (the `summary` context provider)."""
-
-
-C = TypeVar("C", bound=ChatState)
-"""A chat's state, or the session's, which the turn's folds and steps hand back as such."""
 
 
 @dataclass(frozen=True)

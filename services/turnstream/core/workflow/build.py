@@ -33,7 +33,7 @@ from turnstream.core.events import (
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import schema_errors
-from turnstream.core.turn.state import ActiveTurn, ChatState, Context
+from turnstream.core.turn.state import ActiveTurn, Context
 from turnstream.core.workflow.definition import StageDef
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 from turnstream.core.workflow.template import TemplateError, render
@@ -190,7 +190,7 @@ def cancel(
 
 
 def enter(
-    state: ChatState,
+    session_id: str,
     run: WorkflowRun,
     stage_id: str,
     step: int,
@@ -202,7 +202,7 @@ def enter(
     """Setup: check upstream, render the body, open the stage's turn."""
     stage = run.definition.stages[stage_id]
     execution_id = ctx.new_id()
-    b = Builder(state.session_id, pseudo_turn(run, execution_id, execution_id), ctx)
+    b = Builder(session_id, pseudo_turn(run, execution_id, execution_id), ctx)
     dumped = [r.model_dump(mode="json", by_alias=True) for r in upstream]
     errors: list[str] = []
     if stage.inputs_schema:
@@ -263,14 +263,14 @@ def lane_start(b: Builder, run: WorkflowRun, stage_id: str, execution_id: str) -
 
 
 def exit_run(
-    state: ChatState,
+    session_id: str,
     run: WorkflowRun,
     status: Literal["completed", "failed", "cancelled"],
     failure: str | None,
     reason: str | None,
     ctx: Context,
 ) -> Event:
-    b = Builder(state.session_id, pseudo_turn(run, run.run_id, run.run_id), ctx)
+    b = Builder(session_id, pseudo_turn(run, run.run_id, run.run_id), ctx)
     data = WorkflowExitData(
         run_id=run.run_id,
         workflow=run.name,

@@ -12,6 +12,10 @@
 
 A child's second reply (a duplicate, a reply after its deadline) changes nothing: the
 child is kept (as `delivered`) so its key is remembered. Pure: the clock is `ctx.now`.
+
+Only the session's own chat spawns (a stage's turn is refused `spawn`), so the children are
+the session's (`SessionState.children`); what they say to its chat's turn (a call's
+result, steering, a follow-up, an orphaned early reply) goes into the chat.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from turnstream.core.events import (
     Event,
     EventBase,
     FailureClass,
+    InputAccepted,
+    InterruptReceived,
     Sender,
     SteeringInjected,
     SteeringInjectedData,
@@ -40,14 +46,10 @@ from turnstream.core.events import (
     stamp,
 )
 from turnstream.core.immutable import with_changes
-from turnstream.core.turn.state import (
-    C,
-    ChatState,
-    Child,
-    ChildResult,
-    Context,
-    PendingInput,
-)
+from turnstream.core.session.state import Child, ChildResult, SessionState
+from turnstream.core.turn.evolve_inputs import pending_input
+from turnstream.core.turn.runtime_calls import Spawned
+from turnstream.core.turn.state import Context, PendingInput
 
 SUBTURN_INPUT = "subturn:"
 """`SteeringInjected.inputId` prefix of an async result with no input of its own."""
@@ -56,7 +58,57 @@ SUBTURN_INPUT = "subturn:"
 # -- fold -----------------------------------------------------------------------------
 
 
-def spawned(state: C, event: SubTurnSpawned) -> C:
+def answered(state: SessionState, event: InputAccepted) -> SessionState | None:
+    """An input that is a child's reply, as its result (None: an ordinary input, the
+    chat's): kept until `SubTurnEnded` records it, or, before its `SubTurnSpawned` is
+    folded, as an early reply."""
+    data = event.data
+    child = child_for_reply(state, data.in_reply_to)
+    if child is None and not spawning(state, data.in_reply_to):
+        return None
+    pending = pending_input(event)
+    outcome = data.outcome
+    result = ChildResult(
+        status=outcome.status if outcome is not None else "completed",
+        failure=outcome.failure_class if outcome is not None else None,
+        reply=data.text,
+        child_turn_id=outcome.turn_id if outcome is not None else None,
+        input=pending,
+    )
+    if child is None:
+        assert data.in_reply_to is not None
+        return replied_early(state, data.in_reply_to, result)
+    return replied(state, child, result)
+
+
+def parent_interrupted(state: SessionState, event: InterruptReceived) -> SessionState:
+    """The chat's turn is interrupted (if it runs, and was not already): its running
+    children must be too."""
+    current = state.chat.active
+    if current is None or current.ended or current.interrupt is not None:
+        return state
+    return interrupted(state, current.turn_id, event.data.mode)
+
+
+def orphans_kept(state: SessionState) -> SessionState:
+    """The chat's turn closed: an early reply whose spawn was never recorded has no child
+    to go to, so it is kept as an ordinary message (nothing accepted is lost)."""
+    orphans = tuple(r.input for _, r in state.early if r.input is not None)
+    chat = with_changes(state.chat, pending=state.chat.pending + orphans)
+    return with_changes(state, chat=chat, early=())
+
+
+def spawned_by(state: SessionState) -> Spawned:
+    """What the chat's active turn's sub-turns hold (a `spawn` is judged against it)."""
+    turn = state.chat.active
+    if turn is None:
+        return Spawned()
+    mine = [c for c in state.children if c.turn_id == turn.turn_id]
+    running = sum(1 for c in mine if c.status == "running")
+    return Spawned(running=running, used=sum(1 + c.budget for c in mine))
+
+
+def spawned(state: SessionState, event: SubTurnSpawned) -> SessionState:
     data = event.data
     if any(c.invocation_id == data.invocation_id for c in state.children):
         return state
@@ -73,7 +125,7 @@ def spawned(state: C, event: SubTurnSpawned) -> C:
         envelope=Envelope.of(event),
         last_event_id=event.id,
     )
-    turn = state.active
+    turn = state.chat.active
     if turn is not None and turn.turn_id == child.turn_id and turn.interrupt is not None:
         child = with_changes(child, interrupt=turn.interrupt[0])  # spawned as it was stopped
     early = next((r for k, r in state.early if k == child.key), None)
@@ -83,36 +135,36 @@ def spawned(state: C, event: SubTurnSpawned) -> C:
     return with_changes(state, children=(*state.children, child))
 
 
-def child_for_reply(state: ChatState, in_reply_to: str | None) -> Child | None:
+def child_for_reply(state: SessionState, in_reply_to: str | None) -> Child | None:
     """The child whose reply an input is (None: an ordinary input)."""
     if in_reply_to is None:
         return None
     return next((c for c in state.children if c.key == in_reply_to), None)
 
 
-def spawning(state: ChatState, in_reply_to: str | None) -> bool:
+def spawning(state: SessionState, in_reply_to: str | None) -> bool:
     """Whether an input answers a `spawn` call of the active turn not yet recorded as
     spawned (its child answered before the parent's record of it was appended)."""
-    turn = state.active
+    turn = state.chat.active
     if in_reply_to is None or turn is None:
         return False
     return any(c.tool == "spawn" and in_reply_to == f"spawn:{c.invocation_id}" for c in turn.calls)
 
 
-def replied_early(state: C, key: str, result: ChildResult) -> C:
+def replied_early(state: SessionState, key: str, result: ChildResult) -> SessionState:
     if any(k == key for k, _ in state.early):
         return state
     return with_changes(state, early=(*state.early, (key, result)))
 
 
-def replied(state: C, child: Child, result: ChildResult) -> C:
+def replied(state: SessionState, child: Child, result: ChildResult) -> SessionState:
     """A child's reply arrived: kept until `SubTurnEnded` records it (first reply wins)."""
     if child.status != "running" or child.result is not None:
         return state
     return _replace(state, with_changes(child, result=result))
 
 
-def ended(state: C, event: SubTurnEnded) -> C:
+def ended(state: SessionState, event: SubTurnEnded) -> SessionState:
     child = _find(state, event.data.invocation_id)
     if child is None or child.status != "running":
         return state
@@ -130,7 +182,7 @@ def ended(state: C, event: SubTurnEnded) -> C:
     )
 
 
-def delivered(state: C, event: SubTurnResultDelivered) -> C:
+def delivered(state: SessionState, event: SubTurnResultDelivered) -> SessionState:
     child = _find(state, event.data.invocation_id)
     if child is None or child.status != "ended":
         return state
@@ -153,10 +205,11 @@ def delivered(state: C, event: SubTurnResultDelivered) -> C:
         hops=base.hops if base is not None else 0,
         depth=child.depth - 1,
     )
-    return with_changes(state, pending=(*state.pending, follow))
+    chat = state.chat
+    return with_changes(state, chat=with_changes(chat, pending=(*chat.pending, follow)))
 
 
-def interrupted(state: C, turn_id: str, mode: str) -> C:
+def interrupted(state: SessionState, turn_id: str, mode: str) -> SessionState:
     """The parent turn was interrupted: its running children must be too."""
     if mode not in ("graceful", "hard"):
         return state
@@ -169,7 +222,7 @@ def interrupted(state: C, turn_id: str, mode: str) -> C:
     return with_changes(state, children=children)
 
 
-def interrupt_sent(state: C, invocation_id: str | None) -> C:
+def interrupt_sent(state: SessionState, invocation_id: str | None) -> SessionState:
     child = _find(state, invocation_id or "")
     if child is None:
         return state
@@ -179,7 +232,7 @@ def interrupt_sent(state: C, invocation_id: str | None) -> C:
 # -- decide ---------------------------------------------------------------------------
 
 
-def step(state: ChatState, ctx: Context) -> list[Event]:
+def step(state: SessionState, ctx: Context) -> list[Event]:
     """The next sub-turn events: a child's end, then its result's delivery."""
     for child in state.children:
         if child.status == "running" and child.result is not None:
@@ -207,13 +260,13 @@ def step(state: ChatState, ctx: Context) -> list[Event]:
     return []
 
 
-def next_deadline(state: ChatState) -> datetime | None:
+def next_deadline(state: SessionState) -> datetime | None:
     """When the first running child's deadline passes (the shell wakes the session)."""
     times = [c.deadline for c in state.children if c.status == "running" and c.result is None]
     return min(times) if times else None
 
 
-def waiting_on(state: ChatState) -> bool:
+def waiting_on(state: SessionState) -> bool:
     """Children still to end or deliver: the session has open work."""
     return any(c.status != "delivered" for c in state.children)
 
@@ -228,10 +281,10 @@ def result_text(child: Child) -> str:
     return f"[sub-turn {child.session_id} {r.status}{why}] {r.reply}"
 
 
-def _deliver(state: ChatState, child: Child, ctx: Context) -> list[Event]:
+def _deliver(state: SessionState, child: Child, ctx: Context) -> list[Event]:
     r = child.result
     assert r is not None
-    turn = state.active
+    turn = state.chat.active
     running = turn is not None and turn.turn_id == child.turn_id and turn.ended is None
     events: list[Event] = []
     if child.mode == "sync":
@@ -314,10 +367,10 @@ def _child_sender(child: Child) -> Sender:
     return Sender(kind="agent", id=child.session_id)
 
 
-def _find(state: ChatState, invocation_id: str) -> Child | None:
+def _find(state: SessionState, invocation_id: str) -> Child | None:
     return next((c for c in state.children if c.invocation_id == invocation_id), None)
 
 
-def _replace(state: C, child: Child) -> C:
+def _replace(state: SessionState, child: Child) -> SessionState:
     children = tuple(child if c.invocation_id == child.invocation_id else c for c in state.children)
     return with_changes(state, children=children)
