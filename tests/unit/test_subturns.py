@@ -638,14 +638,14 @@ def refuse_all(shell: Shell) -> list[Event]:
 
 
 def test_a_refused_reply_is_dropped_and_the_turn_closes() -> None:
-    shell = Shell(fold(SessionState("s1"), [with_reply_to()]))
+    shell = Shell(fold(SessionState.of("s1"), [with_reply_to()]))
     shell.feed(Tick())
     shell.model(ok("the answer"))
     events = refuse_all(shell)
     assert [e.type for e in events] == ["MessageDropped", "SessionTurnEnd"]
     dropped = shell.of(MessageDropped)[0].data
     assert dropped.reason == "refused" and dropped.detail == "may not publish to ts.in.a1"
-    assert shell.outbox == [] and shell.state.active is None
+    assert shell.outbox == [] and shell.state.chat.active is None
 
 
 def test_a_refused_send_message_or_spawn_fails_its_call() -> None:

@@ -22,7 +22,7 @@ const IN_A_TURN = new Set([
 
 const NO_LANE = new Set([
   "WorkflowAttached", "WorkflowExit", "InterruptReceived", "AuditViolation", "InputRejected",
-  "SessionConfigured",
+  "SessionConfigured", "PushNotificationAbandoned",
 ]);
 
 // event kinds the timeline deliberately does not draw: the events list shows them raw
@@ -306,6 +306,9 @@ export class Timeline {
       case "AuditViolation":
         this.notes.push({ seq, cls: "bad", violation: true, text: `audit: ${d.kind} — ${d.detail}`, eventSeq: d.eventSeq });
         if (t) t.items.push({ kind: "note", cls: "bad", text: `audit violation: ${d.kind} — ${d.detail}` });
+        break;
+      case "PushNotificationAbandoned":
+        this.notes.push({ seq, cls: "warn", text: `A2A push to ${d.webhook} given up after ${d.attempts} attempts (update ${d.updateSeq}): ${d.error}` });
         break;
       case "WorkflowAttached":
         this.workflow = true;

@@ -93,6 +93,10 @@ def _chat(state: SessionState, event: Event) -> SessionState:
                 return answered
         case MessageSent(data=data) if data.kind == "interrupt":
             return subturns.interrupt_sent(state, data.invocation_id)
+        case MessageDropped(data=data) if data.reason == "refused" and any(
+            c.invocation_id == data.invocation_id for c in state.children
+        ):
+            return subturns.interrupt_sent(state, data.invocation_id)  # a refused interrupt
         case SubTurnEnded():
             return subturns.ended(state, event)
         case SubTurnResultDelivered():

@@ -177,7 +177,7 @@ def refused(
     """The events that end the delivery of the messages the server refused (key → why):
     each `MessageDropped{refused}`, and a runtime call's failure, which the model sees."""
     events: list[Event] = []
-    turn = state.active
+    turn = state.chat.active
     for o in wanted(state, config):
         if o.key not in why:
             continue

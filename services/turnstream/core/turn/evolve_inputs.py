@@ -104,10 +104,6 @@ def evolve_message(state: ChatState, event: MessageSent | MessageDropped) -> Cha
                 invocation = sent.invocation_id
                 return call_changed(state, event, invocation, {"approved"}, status="requested")
             return turn_changed(state, event)
-        case MessageDropped(data=dropped) if dropped.reason == "refused" and any(
-            c.invocation_id == dropped.invocation_id for c in state.children
-        ):
-            return subturns.interrupt_sent(state, dropped.invocation_id)  # a refused interrupt
         case MessageDropped(data=dropped):
             if dropped.cause == "replyTo":
                 return turn_changed(state, event, reply_settled=True)
