@@ -97,8 +97,12 @@ async def test_a_result_over_the_budget_is_kept_without_the_right_to_purge(
             outcome = await send_and_wait(
                 tenant, message_command("acme", "read my notes"), timeout=20
             )
-            events = await operator.store.read_session("acme")
-            [result] = [e.event for e in events if isinstance(e.event, ToolInvocationSucceeded)]
+            events = [s.event for s in await operator.store.read_session("acme")]
+            [result] = [  # this turn's: the module's server has run other turns of acme
+                e
+                for e in events
+                if isinstance(e, ToolInvocationSucceeded) and e.turn_id == outcome.turn_id
+            ]
             assert result.data.truncated and result.data.blob, result.data
             name = base64.urlsafe_b64encode(result.data.blob.encode()).decode()
             meta = await operator.js.get_last_msg(
