@@ -83,7 +83,7 @@ async def run(
         done = asyncio.Event()
 
         async def on_end(msg: Any) -> None:
-            session = SUBJECTS.session_of_log(msg.subject)
+            session = SUBJECTS.session_from_log(msg.subject)
             if session in acked:
                 latency.append(time.perf_counter() - acked.pop(session))
                 if len(latency) == turns:

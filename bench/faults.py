@@ -50,7 +50,7 @@ replies:
 async def counts(bus: Bus, kind: str) -> dict[str, int]:
     subjects = bus.subjects
     found = await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind(kind))
-    return {subjects.session_of_log(s): n for s, n in found.items()}
+    return {subjects.session_from_log(s): n for s, n in found.items()}
 
 
 async def until(bus: Bus, kind: str, n: int, timeout: float) -> float:

@@ -64,7 +64,7 @@ async def wave(url: str, subjects: Subjects, n: int, first: int) -> float:
                 counts = await subject_counts(
                     bus.nc, subjects.log_stream, subjects.log_kind("TurnEnded")
                 )
-                if wanted <= {subjects.session_of_log(s) for s in counts}:
+                if wanted <= {subjects.session_from_log(s) for s in counts}:
                     return time.perf_counter() - started
                 await asyncio.sleep(0.25)
     finally:

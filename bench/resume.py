@@ -72,7 +72,7 @@ async def by_counting(bus: Bus) -> set[str]:
 
     async def per_session(kind: str) -> dict[str, int]:
         counts = await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind(kind))
-        return {subjects.session_of_log(subject): n for subject, n in counts.items()}
+        return {subjects.session_from_log(subject): n for subject, n in counts.items()}
 
     starts, ends = await per_session("SessionTurnStart"), await per_session("SessionTurnEnd")
     return {session for session, n in starts.items() if n > ends.get(session, 0)}

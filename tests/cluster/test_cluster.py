@@ -79,7 +79,7 @@ async def ended_in_log(operator: Bus, sessions: Iterable[str], timeout: float) -
             counts = await subject_counts(
                 operator.nc, SUBJECTS.log_stream, SUBJECTS.log_kind("TurnEnded")
             )
-            ended = {SUBJECTS.session_of_log(subject) for subject in counts} & wanted
+            ended = {SUBJECTS.session_from_log(subject) for subject in counts} & wanted
         if ended == wanted or time.monotonic() > deadline:
             return ended
         await asyncio.sleep(0.5)

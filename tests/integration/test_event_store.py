@@ -198,7 +198,7 @@ async def test_subject_counts_come_from_the_servers_index_per_session(bus: Bus) 
     counts = await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind("SessionTurnEnd"))
     assert counts[subjects.log(a, "SessionTurnEnd")] == 2
     assert counts[subjects.log(b, "SessionTurnEnd")] == 1
-    assert subjects.session_of_log(subjects.log(a, "SessionTurnEnd")) == a
+    assert subjects.session_from_log(subjects.log(a, "SessionTurnEnd")) == a
     assert await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind("Nothing")) == {}
 
 

@@ -49,7 +49,7 @@ async def test_facts_a_dead_runner_took_are_handled_within_the_ack_wait(
                 counts = await subject_counts(
                     bus.nc, bus.subjects.log_stream, bus.subjects.log_kind("TurnEnded")
                 )
-                ended = {bus.subjects.session_of_log(s) for s in counts} & set(sessions)
+                ended = {bus.subjects.session_from_log(s) for s in counts} & set(sessions)
                 await asyncio.sleep(0.2)
         took = time.monotonic() - started
     assert swallowed, "the dead runner got no fact: the test tested nothing"

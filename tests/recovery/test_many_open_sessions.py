@@ -32,7 +32,7 @@ machine (1,500 turns take many seconds to start; a few of the first may have end
 async def counts(bus: Bus, kind: str) -> dict[str, int]:
     subjects = bus.subjects
     by_subject = await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind(kind))
-    return {subjects.session_of_log(s): n for s, n in by_subject.items()}
+    return {subjects.session_from_log(s): n for s, n in by_subject.items()}
 
 
 async def until(bus: Bus, kind: str, n: int, timeout: float) -> dict[str, int]:

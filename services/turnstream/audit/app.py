@@ -194,9 +194,9 @@ class AuditService:
         """Read back the summaries of the sessions of `log_subjects` that are not in memory
         (forgotten once written; a new session has none); retry until they are read or
         `stop` is set (False)."""
-        session_of = self.bus.subjects.session_of_log
+        session_in = self.bus.subjects.session_from_log
         summaries = self.auditor.summaries
-        wanted = [s for s in {session_of(x) for x in log_subjects} if s not in summaries]
+        wanted = [s for s in {session_in(x) for x in log_subjects} if s not in summaries]
         wanted = [s for s in wanted if is_session_id(s)]  # none was written, none forgotten
         while wanted:
             try:

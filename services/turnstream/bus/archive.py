@@ -48,7 +48,7 @@ async def sessions_in_log(bus: Bus) -> dict[str, int]:
     counts = await subject_counts(bus.nc, subjects.log_stream, subjects.log_all)
     sessions: dict[str, int] = {}
     for subject, n in counts.items():
-        session_id = subjects.session_of_log(subject)
+        session_id = subjects.session_from_log(subject)
         sessions[session_id] = sessions.get(session_id, 0) + n
     return sessions
 

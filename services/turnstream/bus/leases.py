@@ -28,7 +28,7 @@ from nats.js.errors import APIError, NotFoundError
 from turnstream.bus.kv import watch
 from turnstream.bus.store import WRONG_LAST_SEQUENCE
 from turnstream.bus.streams import LEASE_MARKER_TTL_S
-from turnstream.core.subjects import Subjects, session_key, session_of_key
+from turnstream.core.subjects import Subjects, session_from_key, session_key
 
 log = logging.getLogger("turnstream.bus")
 KEY_PREFIX = "session."
@@ -177,7 +177,7 @@ class LeaseTable:
         def expired(entry: Any) -> None:
             if entry.operation != "PURGE" or not entry.key.startswith(KEY_PREFIX):
                 return
-            session_id = session_of_key(entry.key[len(KEY_PREFIX) :])
+            session_id = session_from_key(entry.key[len(KEY_PREFIX) :])
             if not self.holds(session_id):
                 on_expired(session_id)
 

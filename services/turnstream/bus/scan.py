@@ -232,10 +232,10 @@ async def open_sessions(nc: Any, subjects: Subjects) -> set[str]:
     for opened, closed in OPENS_CLOSES:
         starts = await subject_counts(nc, subjects.log_stream, subjects.log_kind(opened))
         ends = await subject_counts(nc, subjects.log_stream, subjects.log_kind(closed))
-        ended = {subjects.session_of_log(s): n for s, n in ends.items()}
+        ended = {subjects.session_from_log(s): n for s, n in ends.items()}
         found |= {
             session
-            for session, n in ((subjects.session_of_log(s), n) for s, n in starts.items())
+            for session, n in ((subjects.session_from_log(s), n) for s, n in starts.items())
             if n > ended.get(session, 0)
         }
     return found

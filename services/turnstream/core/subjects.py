@@ -28,7 +28,7 @@ def session_key(session_id: str) -> str:
     return session_id.replace(":", "=")
 
 
-def session_of_key(key: str) -> str:
+def session_from_key(key: str) -> str:
     """The session id a `session_key` was made from."""
     return key.replace("=", ":")
 
@@ -96,7 +96,7 @@ class Subjects:
     def inbound_all(self) -> str:
         return f"{self.prefix}.in.>"
 
-    def session_of_inbound(self, subject: str) -> str:
+    def session_from_inbound(self, subject: str) -> str:
         """The session token of an inbound subject (may be invalid; the gateway checks)."""
         return subject[len(self.prefix) + 4 :]
 
@@ -110,7 +110,7 @@ class Subjects:
     def log_kind(self, event_type: str) -> str:
         return f"{self.prefix}.log.*.{event_type}"
 
-    def session_of_log(self, subject: str) -> str:
+    def session_from_log(self, subject: str) -> str:
         """The session token of a log subject `<prefix>.log.<session>.<EventType>`."""
         return subject[len(self.prefix) + 5 : subject.rindex(".")]
 

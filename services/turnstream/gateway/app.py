@@ -87,7 +87,7 @@ async def _consume(
     async def decide(msg: Any) -> list[EventBase]:
         meta = msg.metadata
         raw = Inbound(
-            session_token=subjects.session_of_inbound(msg.subject),
+            session_token=subjects.session_from_inbound(msg.subject),
             data=msg.data,
             seq=meta.sequence.stream,
             stored_at=meta.timestamp,
