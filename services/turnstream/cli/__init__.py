@@ -14,6 +14,7 @@ from turnstream.cli.approvals import register as register_approvals
 from turnstream.cli.archive import register as register_archive
 from turnstream.cli.audit import register as register_audit
 from turnstream.cli.common import (
+    PLAIN_HELP,
     DataDir,
     NatsUrl,
     console,
@@ -36,8 +37,11 @@ app = typer.Typer(
     help="turnstream: LLM agent turns as event-sourced services on NATS JetStream.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=PLAIN_HELP,
 )
-schemas_app = typer.Typer(help="JSON Schema of the wire contract.", no_args_is_help=True)
+schemas_app = typer.Typer(
+    help="JSON Schema of the wire contract.", no_args_is_help=True, rich_markup_mode=PLAIN_HELP
+)
 app.add_typer(schemas_app, name="schemas")
 
 

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from turnstream.cli.common import DataDir, NatsUrl, console, err, run_on_bus, settings_of
+from turnstream.cli.common import (
+    PLAIN_HELP,
+    DataDir,
+    NatsUrl,
+    console,
+    err,
+    run_on_bus,
+    settings_of,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -24,6 +32,7 @@ if TYPE_CHECKING:
 audit_app = typer.Typer(
     help="Invariant violations found in the log, the hash-chained audit file, rebuilds.",
     invoke_without_command=True,
+    rich_markup_mode=PLAIN_HELP,
 )
 
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON object per line.")]

@@ -23,6 +23,11 @@ console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 """Errors are not wrapped: a path, a hash or a command in them stays whole."""
 
+PLAIN_HELP = None
+"""Every `typer.Typer`'s `rich_markup_mode`: help and usage errors as plain text, since
+typer's rich formatting imports ~0.16 s of modules (rich.markdown, rich.syntax, …) before
+its first line, more than a start may take (bench/cli_start.py)."""
+
 NatsUrl = Annotated[
     str | None, typer.Option("--nats-url", help="NATS server (default: the one `up` started).")
 ]

@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from turnstream.cli.common import (
+    PLAIN_HELP,
     DataDir,
     NatsUrl,
     console,
@@ -25,7 +26,10 @@ if TYPE_CHECKING:  # the rest is imported where used: `turnstream --help` starts
     from turnstream.core.events import Event
     from turnstream.core.workflow.state import WorkflowRun
 
-workflow_app = typer.Typer(help="Workflows: validate definitions, attach one, watch its stages.")
+workflow_app = typer.Typer(
+    help="Workflows: validate definitions, attach one, watch its stages.",
+    rich_markup_mode=PLAIN_HELP,
+)
 
 
 @workflow_app.command("validate")
