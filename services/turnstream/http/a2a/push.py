@@ -61,7 +61,7 @@ class PushEntry:
 
 
 class PushStore:
-    """Push entries in KV; the bucket is created on first use."""
+    """Push entries in KV; the bucket (the setup step's) is opened on first use."""
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus

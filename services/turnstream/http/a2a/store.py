@@ -77,7 +77,7 @@ class TaskRecord:
 
 
 class TaskStore:
-    """Tasks in KV; the bucket is created on first use (replicas as the log's)."""
+    """Tasks in KV; the bucket (the setup step's) is opened on first use."""
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
