@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -36,6 +37,10 @@ from turnstream.http.a2a.pusher import Pusher
 from turnstream.http.a2a.rest import rest_routes
 from turnstream.http.context import Caller, Ctx, HttpContext
 from turnstream.settings import Settings
+
+log = logging.getLogger("turnstream.http.push")
+BIND_WITHIN_S = 10.0
+"""How long the HTTP face waits at start for the push delivery's consumer before serving."""
 
 __all__ = ["Handler", "agent_card", "delivering", "mount"]
 CARD_PATH = "/.well-known/agent-card.json"
@@ -94,6 +99,13 @@ async def delivering(bus: Bus, settings: Settings, source: str) -> AsyncIterator
     pusher = Pusher(bus, settings, PushStore(bus), source)
     task = asyncio.create_task(pusher.run(stop))
     try:
+        # served only once bound: the first start creates the consumer at the log's next
+        # event, and a config set before that would miss its task's updates
+        try:
+            async with asyncio.timeout(BIND_WITHIN_S):
+                await pusher.bound.wait()
+        except TimeoutError:
+            log.warning("push delivery not bound within %.0f s; serving anyway", BIND_WITHIN_S)
         yield
     finally:
         stop.set()

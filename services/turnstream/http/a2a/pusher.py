@@ -139,6 +139,9 @@ class Pusher:
         self.source = source
         self._stop = asyncio.Event()
         self.watch = ConfigWatch(bus, store)
+        self.bound = asyncio.Event()
+        """Set once the durable consumer is bound: from then on no event is passed over
+        (a consumer created new starts at the log's next event)."""
         self._queues: dict[str, collections.deque[Held]] = {}
         self._workers = asyncio.TaskGroup()
         self.ack_wait_s = 2 * settings.a2a_push_timeout_s + 1
@@ -161,6 +164,7 @@ class Pusher:
                 sub = await self._bind(stop)
                 if sub is None:
                     return
+                self.bound.set()
                 try:
                     await fetch_loop(sub, stop, self._on_batch, batch=BATCH)
                 except Exception:  # NATS gone mid-call: bind again, the log still has it
