@@ -11,6 +11,7 @@ from turnstream import agents
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_pull, fetch_loop, kept_in_progress
 from turnstream.bus.scan import scan_log
+from turnstream.bus.streams import existing_bucket
 from turnstream.core.events import (
     EventBase,
     InputRejected,
@@ -21,7 +22,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.gateway.check import Inbound
-from turnstream.gateway.dedup import first_time, open_bucket
+from turnstream.gateway.dedup import first_time
 from turnstream.gateway.intake import intake, reject_unknown_answer, settle_agent
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.settings import Settings
@@ -131,7 +132,7 @@ async def _consume(
         for msg in msgs:
             await msg.ack()
 
-    claims = await open_bucket(bus.js, subjects.idempotency_bucket)
+    claims = await existing_bucket(bus.js, subjects.idempotency_bucket)
     sub = await durable_pull(
         bus.js, subjects.inbound_stream, DURABLE, [subjects.inbound_all], ack_wait_s=ACK_WAIT_S
     )

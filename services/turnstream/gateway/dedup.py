@@ -22,7 +22,6 @@ from typing import Any
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-from turnstream.bus.streams import existing_bucket
 from turnstream.core.subjects import session_key
 
 log = logging.getLogger("turnstream.gateway")
@@ -33,11 +32,6 @@ def claim_key(session_id: str, idempotency_key: str) -> str:
     """The KV key of a pair: a key may hold any characters, a KV key only a few."""
     digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
     return f"{session_key(session_id)}.{digest}"
-
-
-async def open_bucket(js: Any, bucket: str) -> Any:
-    """The idempotency bucket (the setup step creates it with its TTL)."""
-    return await existing_bucket(js, bucket)
 
 
 async def first_time(kv: Any, session_id: str, idempotency_key: str, seq: int) -> bool:

@@ -10,7 +10,6 @@ it was sent (`sent`), so a redelivered log event sends no update twice.
 
 from __future__ import annotations
 
-import asyncio
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequen
 
 from turnstream.bus import Bus
 from turnstream.http.a2a.push_index import interaction_key
-from turnstream.http.a2a.store import open_bucket, push_bucket_name, valid_key
+from turnstream.http.a2a.store import LazyBucket, push_bucket_name, valid_key
 from turnstream.http.a2a.tasks import Tasks
 from turnstream.http.a2a.view import TurnView
 from turnstream.http.auth import Principal
@@ -65,15 +64,7 @@ class PushStore:
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self._kv: Any = None
-        self._lock = asyncio.Lock()
-
-    async def kv(self) -> Any:
-        if self._kv is None:
-            async with self._lock:
-                if self._kv is None:
-                    self._kv = await open_bucket(self.bus, push_bucket_name(self.bus))
-        return self._kv
+        self.kv = LazyBucket(bus, push_bucket_name(bus)).kv
 
     async def get(self, task_id: str) -> PushEntry | None:
         if not valid_key(task_id):

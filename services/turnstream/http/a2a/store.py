@@ -24,16 +24,8 @@ from nats.js.errors import (
 )
 
 from turnstream.bus import Bus
-from turnstream.bus.streams import (
-    A2A_TASK_MAX_AGE_S,
-    a2a_push_bucket,
-    a2a_tasks_bucket,
-    existing_bucket,
-)
+from turnstream.bus.streams import a2a_push_bucket, a2a_tasks_bucket, existing_bucket
 from turnstream.http.a2a.view import TurnView
-
-MAX_AGE_S = A2A_TASK_MAX_AGE_S
-
 
 MESSAGE_KEY = "msg."
 """Entries under this prefix are not tasks: `msg.<sha256 of a messageId>` names the
@@ -49,10 +41,21 @@ def push_bucket_name(bus: Bus) -> str:
     return a2a_push_bucket(bus.subjects.prefix)
 
 
-async def open_bucket(bus: Bus, name: str) -> Any:
+class LazyBucket:
     """One of the HTTP face's two buckets (tasks, push configs), which the setup step
-    created (`bus/streams.bucket_configs`)."""
-    return await existing_bucket(bus.js, name)
+    created (`bus/streams.bucket_configs`), opened by whoever asks first."""
+
+    def __init__(self, bus: Bus, name: str) -> None:
+        self.bus, self.name = bus, name
+        self._kv: Any = None
+        self._lock = asyncio.Lock()
+
+    async def kv(self) -> Any:
+        if self._kv is None:
+            async with self._lock:
+                if self._kv is None:
+                    self._kv = await existing_bucket(self.bus.js, self.name)
+        return self._kv
 
 
 @dataclass
@@ -81,18 +84,7 @@ class TaskStore:
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self._kv: Any = None
-        self._lock = asyncio.Lock()
-
-    async def kv(self) -> Any:
-        if self._kv is None:
-            async with self._lock:
-                if self._kv is None:
-                    self._kv = await self._open()
-        return self._kv
-
-    async def _open(self) -> Any:
-        return await open_bucket(self.bus, bucket_name(self.bus))
+        self.kv = LazyBucket(bus, bucket_name(bus)).kv
 
     async def get(self, task_id: str) -> TaskRecord | None:
         if not valid_key(task_id):
