@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -72,9 +73,12 @@ class Receiver:
         return [body["statusUpdate"] for p, _, body in self.posts if p == path]
 
 
-@pytest.fixture(scope="module")
-async def receiver() -> AsyncIterator[Receiver]:
-    app = Receiver()
+R = TypeVar("R", bound=Receiver)
+
+
+@asynccontextmanager
+async def serving(app: R) -> AsyncIterator[R]:
+    """`app` served on a free loopback port (its `url` set) while inside."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     app.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -85,6 +89,12 @@ async def receiver() -> AsyncIterator[Receiver]:
     finally:
         server.should_exit = True
         await task
+
+
+@pytest.fixture(scope="module")
+async def receiver() -> AsyncIterator[Receiver]:
+    async with serving(Receiver()) as app:
+        yield app
 
 
 def config(task_id: str, url: str, token: str = "", config_id: str = "") -> Any:

@@ -8,19 +8,17 @@ task's next change is sent that change."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-import uvicorn
 from a2a.types.a2a_pb2 import TaskState
 
 from tests.http.conftest import http_app
 from tests.http.test_a2a import a2a, message, send
-from tests.http.test_a2a_push import Receiver, config, settings, states_of, until
+from tests.http.test_a2a_push import Receiver, config, serving, settings, states_of, until
 from turnstream.bus import Bus
 from turnstream.core.events import PushNotificationAbandoned, TurnEnded
 from turnstream.http.a2a.push import PushStore
@@ -49,17 +47,8 @@ class SlowReceiver(Receiver):
 
 @pytest.fixture(scope="module")
 async def receiver() -> AsyncIterator[SlowReceiver]:
-    app = SlowReceiver()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    app.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
-    task = asyncio.create_task(server.serve([sock]))
-    try:
+    async with serving(SlowReceiver()) as app:
         yield app
-    finally:
-        server.should_exit = True
-        await task
 
 
 class BucketReads:
