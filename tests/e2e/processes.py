@@ -17,14 +17,18 @@ from pathlib import Path
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, env: dict[str, str], timeout: float = 60, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The command run to its end; its stdin is `input` piped, else nothing."""
     return subprocess.run(
         [sys.executable, "-m", "turnstream.cli", *args],
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
-        stdin=subprocess.DEVNULL,
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
     )
 
 

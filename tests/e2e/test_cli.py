@@ -51,14 +51,7 @@ def test_send_takes_a_long_message_from_a_file_or_stdin(
     result = cli("send", "e2e-long", "--file", str(tmp_path / "message.txt"), env=deployment)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "echo: a long message a long message" in result.stdout
-    piped = subprocess.run(
-        [sys.executable, "-m", "turnstream.cli", "send", "e2e-long-2", "-"],
-        env=deployment,
-        input="from stdin\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    piped = cli("send", "e2e-long-2", "-", env=deployment, input="from stdin\n")
     assert piped.returncode == 0, piped.stdout + piped.stderr
     assert "echo: from stdin" in piped.stdout
     neither = cli("send", "e2e-long", env=deployment)

@@ -100,14 +100,7 @@ def test_ctrl_c_while_quiet_waits_for_an_approval_ends_quietly(
 
 
 def test_a_piped_answer_approves_the_call(deployment: dict[str, str]) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "turnstream.cli", "send", "tty-5", "look"],
-        env=deployment,
-        input="y\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = cli("send", "tty-5", "look", env=deployment, input="y\n")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "y (from stdin)" in result.stdout and "completed" in result.stdout
 
