@@ -177,7 +177,7 @@ def summarize(event: Event) -> str:
             return f"{d.workflow} by {d.sender.kind}:{d.sender.id}"
         case StageEntered(data=d):
             return d.stage + (f" (recovers {d.recovers})" if d.recovers else "")
-        case StageInitFailed(data=d):
+        case StageInitFailed(data=d) | StageCancelled(data=d):
             return clip(f"{d.stage}: {d.reason}", 90)
         case StageCheckGateResult(data=d):
             return clip(f"{d.stage}: {d.outcome}" + (f" ({d.reason})" if d.reason else ""), 90)
@@ -188,8 +188,6 @@ def summarize(event: Event) -> str:
             return f"{d.stage}: assert {d.verdict} (attempt {d.attempt})"
         case StageGranted(data=d):
             return f"{d.stage}: granted {d.tool}"
-        case StageCancelled(data=d):
-            return clip(f"{d.stage}: {d.reason}", 90)
         case StageExited(data=d):
             return f"{d.stage}: {d.result.verdict}"
         case WorkflowExit(data=d):
