@@ -107,6 +107,27 @@ def forget_typed_input() -> None:
 
 
 @dataclass
+class Deadline:
+    """A command's `--timeout` (`asyncio.timeout`'s, while inside it), paused while a
+    person is asked: their time is not the turn's."""
+
+    timeout: asyncio.Timeout | None = None
+    remaining_s: float = 0.0
+    """What was left when a prompt paused it."""
+
+    def paused(self, waiting: bool) -> None:
+        """`Prompts.on_wait`: stop the clock while a prompt is open, start it again after."""
+        if self.timeout is None:
+            return
+        now, when = asyncio.get_running_loop().time(), self.timeout.when()
+        if waiting and when is not None:
+            self.remaining_s = max(0.0, when - now)
+            self.timeout.reschedule(None)
+        elif not waiting and when is None:
+            self.timeout.reschedule(now + self.remaining_s)
+
+
+@dataclass
 class Prompts:
     """The open approval prompts of what a command follows, asked as `source` allows."""
 
@@ -127,15 +148,14 @@ class Prompts:
     waited_s: float = 0.0
     """Time spent waiting for a person's answer."""
 
-    def see(self, event: Event, bus: Bus) -> bool:
-        """Act on a prompt or a verdict in the log; True when `event` was one of them."""
+    def see(self, event: Event, bus: Bus) -> None:
+        """Act on a prompt or a verdict in the log."""
         if isinstance(event, InteractionRequested):
             self.open[event.data.invocation_id] = event
             task = asyncio.ensure_future(self.ask(bus, event))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-            return True
-        if isinstance(event, ToolCallApproved | ToolCallDenied):
+        elif isinstance(event, ToolCallApproved | ToolCallDenied):
             invocation = event.data.invocation_id
             self.open.pop(invocation, None)
             verdict = "approved" if isinstance(event, ToolCallApproved) else "denied"
@@ -143,8 +163,6 @@ class Prompts:
             future = self.verdict(invocation)
             if not future.done():
                 future.set_result(f"{verdict} by {by.kind}:{by.id}" if by else verdict)
-            return True
-        return False
 
     def verdict(self, invocation: str) -> asyncio.Future[str]:
         if invocation not in self.answered:

@@ -21,7 +21,7 @@ from rich.markup import escape
 from turnstream.bus import Bus
 from turnstream.bus.permissions import PermissionDenied
 from turnstream.cli.common import Interrupted, command_name, console, err, run_on_bus
-from turnstream.cli.prompt import Prompts, Source, answer_source
+from turnstream.cli.prompt import Deadline, Prompts, Source, answer_source
 from turnstream.cli.render import event_line
 from turnstream.client import TurnOutcome, publish_command, send_and_wait
 from turnstream.core.commands import COMMAND_ADAPTER
@@ -51,9 +51,7 @@ class SendScreen:
     streamed: list[str] = field(default_factory=list)
     shown: set[tuple[str, int]] = field(default_factory=set)
     prompts: Prompts = field(init=False)
-    deadline: asyncio.Timeout | None = None
-    remaining_s: float = 0.0
-    """What was left of `--timeout` when a prompt paused it."""
+    deadline: Deadline = field(default_factory=Deadline)
 
     def __post_init__(self) -> None:
         out = err if self.quiet else console
@@ -118,19 +116,7 @@ class SendScreen:
     def on_wait(self, waiting: bool) -> None:
         if waiting:
             self.end_tokens()
-            self.pause_deadline()
-        else:
-            self.resume_deadline()
-
-    def pause_deadline(self) -> None:
-        when = self.deadline.when() if self.deadline is not None else None
-        if self.deadline is not None and when is not None:
-            self.remaining_s = max(0.0, when - asyncio.get_running_loop().time())
-            self.deadline.reschedule(None)
-
-    def resume_deadline(self) -> None:
-        if self.deadline is not None and self.deadline.when() is None:
-            self.deadline.reschedule(asyncio.get_running_loop().time() + self.remaining_s)
+        self.deadline.paused(waiting)
 
     # ending --------------------------------------------------------------------------
     def interrupted(self) -> str:
@@ -187,7 +173,7 @@ def run_send(
 
     async def work(bus: Bus) -> TurnOutcome | Unfollowed:
         try:
-            async with asyncio.timeout(timeout) as screen.deadline:
+            async with asyncio.timeout(timeout) as screen.deadline.timeout:
                 return await send_and_wait(
                     bus,
                     command,
@@ -201,7 +187,7 @@ def run_send(
             # a user that may send commands but not read the log (`client`): send it only
             return Unfollowed(await publish_command(bus, session, command), denied)
         finally:
-            screen.deadline = None  # exited: a prompt ending now must not touch it
+            screen.deadline.timeout = None  # exited: a prompt ending now must not touch it
             await screen.prompts.close()
 
     try:

@@ -12,6 +12,7 @@ from turnstream.cli.common import (
     PLAIN_HELP,
     DataDir,
     NatsUrl,
+    command_name,
     console,
     err,
     require_session_id,
@@ -103,12 +104,13 @@ async def _attach_and_follow(
     exit code when the run ends."""
     import asyncio
 
-    from turnstream.cli.prompt import Prompts, answer_source
+    from turnstream.cli.prompt import Deadline, Prompts, answer_source
     from turnstream.client import publish_command
     from turnstream.core.events import decode
 
     ended: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    prompts = Prompts(session, answer_source(quiet=False))
+    deadline = Deadline()  # paused while a person is asked, as `send`'s
+    prompts = Prompts(session, answer_source(quiet=False), on_wait=deadline.paused)
 
     async def on_log(msg: Any) -> None:
         event = decode(msg.data)
@@ -121,12 +123,14 @@ async def _attach_and_follow(
     try:
         await publish_command(bus, session, command)
         console.print(f"attach {name} → {session}")
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout) as deadline.timeout:
             return await ended
     except TimeoutError:
-        err.print(f"[yellow]still running after {timeout:.0f} s[/]; `turnstream workflow status`")
+        status = f"{command_name()} workflow status {session}"
+        err.print(f"[yellow]still running after {timeout:.0f} s[/]; `{status}` follows it")
         return 3
     finally:
+        deadline.timeout = None  # exited: a prompt ending now must not touch it
         await prompts.close()
         await sub.unsubscribe()
 
