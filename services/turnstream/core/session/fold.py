@@ -41,9 +41,29 @@ from turnstream.core.turn.state import ChatState
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 
+SESSION_KINDS: frozenset[type] = frozenset(
+    {
+        SessionConfigured,
+        InputRejected,
+        MessageSent,
+        MessageDropped,
+        WorkflowAttached,
+        InputAccepted,
+        SubTurnSpawned,
+        SubTurnEnded,
+        SubTurnResultDelivered,
+        InterruptReceived,
+        SessionTurnEnd,
+    }
+)
+"""The kinds the session folds into more than its chat (`evolve`, `_chat`); with no run
+attached, any other goes straight to the chat (most of a turn's events)."""
+
 
 def evolve(state: SessionState, event: Event) -> SessionState:
     """Fold one event into the session: the run's bookkeeping, a stage's lane, or the chat."""
+    if state.workflow is None and type(event) not in SESSION_KINDS:
+        return with_changes(state, chat=evolve_turn(state.chat, event))
     if isinstance(event, SessionConfigured):  # the first agent named is the session's
         return state if state.agent is not None else with_changes(state, agent=event.data)
     if isinstance(event, InputRejected):

@@ -156,7 +156,9 @@ def lane_step(
         recorded = step(state.chat, own)
         if recorded is None:
             return Decision((), state)
-        chat = chat_steps(fold(state, recorded), own, ctx).after(recorded)
+        # `recorded` folded its events into the chat already, and the session's fold has
+        # nothing of its own in them (provider, stage, hook, context and tool-call events)
+        chat = chat_steps(with_changes(state, chat=recorded.state), own, ctx).after(recorded)
         if run is None or not run.open:
             return chat  # the chat's decider has decided everything that follows
         return decide(chat.state, config, ctx).after(chat)
