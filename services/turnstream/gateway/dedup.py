@@ -25,7 +25,6 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from turnstream.core.subjects import session_key
 
 log = logging.getLogger("turnstream.gateway")
-DAY_S = 86_400.0
 
 
 def claim_key(session_id: str, idempotency_key: str) -> str:

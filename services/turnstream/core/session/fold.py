@@ -113,8 +113,8 @@ def _chat(state: SessionState, event: Event) -> SessionState:
                 return answered
         case MessageSent(data=data) if data.kind == "interrupt":
             return subturns.interrupt_sent(state, data.invocation_id)
-        case MessageDropped(data=data) if data.reason == "refused" and any(
-            c.invocation_id == data.invocation_id for c in state.children
+        case MessageDropped(data=data) if data.reason == "refused" and (
+            subturns.find_child(state, data.invocation_id) is not None
         ):
             return subturns.interrupt_sent(state, data.invocation_id)  # a refused interrupt
         case SubTurnEnded():

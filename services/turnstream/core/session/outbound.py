@@ -41,7 +41,7 @@ from turnstream.core.events import (
     ToolInvocationSucceededData,
 )
 from turnstream.core.session.state import Child, SessionState, Unanswered
-from turnstream.core.session.subturns import child_event, filed, spawned_by
+from turnstream.core.session.subturns import child_event, filed, find_child, spawned_by
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.runtime_calls import (
     budget_share,
@@ -148,7 +148,8 @@ def record(
             in_reply_to=o.in_reply_to,
         )
         if o.kind == "interrupt":
-            child = next(c for c in state.children if c.invocation_id == o.invocation_id)
+            child = find_child(state, o.invocation_id)
+            assert child is not None  # `wanted` lists an interrupt for a known child only
             events.append(child_event(child, MessageSent, sent, ctx))
             continue
         if o.rejected is not None:
@@ -190,7 +191,8 @@ def refused(
             detail=why[o.key],
         )
         if o.kind == "interrupt":
-            child = next(c for c in state.children if c.invocation_id == o.invocation_id)
+            child = find_child(state, o.invocation_id)
+            assert child is not None  # `wanted` lists an interrupt for a known child only
             events.append(child_event(child, MessageDropped, data, ctx))
         elif o.rejected is not None:
             rejected = o.rejected

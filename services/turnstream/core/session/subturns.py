@@ -110,7 +110,7 @@ def spawned_by(state: SessionState) -> Spawned:
 
 def spawned(state: SessionState, event: SubTurnSpawned) -> SessionState:
     data = event.data
-    if any(c.invocation_id == data.invocation_id for c in state.children):
+    if find_child(state, data.invocation_id) is not None:
         return state
     child = Child(
         invocation_id=data.invocation_id,
@@ -165,7 +165,7 @@ def replied(state: SessionState, child: Child, result: ChildResult) -> SessionSt
 
 
 def ended(state: SessionState, event: SubTurnEnded) -> SessionState:
-    child = _find(state, event.data.invocation_id)
+    child = find_child(state, event.data.invocation_id)
     if child is None or child.status != "running":
         return state
     data = event.data
@@ -183,7 +183,7 @@ def ended(state: SessionState, event: SubTurnEnded) -> SessionState:
 
 
 def delivered(state: SessionState, event: SubTurnResultDelivered) -> SessionState:
-    child = _find(state, event.data.invocation_id)
+    child = find_child(state, event.data.invocation_id)
     if child is None or child.status != "ended":
         return state
     state = _replace(state, with_changes(child, status="delivered", last_event_id=event.id))
@@ -223,7 +223,7 @@ def interrupted(state: SessionState, turn_id: str, mode: str) -> SessionState:
 
 
 def interrupt_sent(state: SessionState, invocation_id: str | None) -> SessionState:
-    child = _find(state, invocation_id or "")
+    child = find_child(state, invocation_id or "")
     if child is None:
         return state
     return _replace(state, with_changes(child, interrupt_sent=True))
@@ -367,7 +367,8 @@ def _child_sender(child: Child) -> Sender:
     return Sender(kind="agent", id=child.session_id)
 
 
-def _find(state: SessionState, invocation_id: str) -> Child | None:
+def find_child(state: SessionState, invocation_id: str | None) -> Child | None:
+    """The child a `spawn` call (its invocation id) started, if any."""
     return next((c for c in state.children if c.invocation_id == invocation_id), None)
 
 
