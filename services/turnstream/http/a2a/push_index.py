@@ -40,6 +40,11 @@ class PushIndex:
     applied: int = 0
     """The bucket's stream sequence the index is current to."""
 
+    @property
+    def empty(self) -> bool:
+        """No task has a config and no prompt is noted: no event has anything to send."""
+        return not self.tasks and not self.interactions
+
     def apply(self, key: str, value: bytes | None, operation: str | None, revision: int) -> None:
         """One entry of the bucket as the watch hands it on (a value, or a delete)."""
         self.applied = max(self.applied, revision)

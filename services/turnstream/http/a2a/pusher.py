@@ -172,7 +172,7 @@ class Pusher:
                     await stopped_within(stop, 1.0)
 
     async def _bind(self, stop: asyncio.Event) -> Any:
-        """The durable consumer, once the log exists (a service creates it) and NATS
+        """The durable consumer, once the log exists (the setup step creates it) and NATS
         answers; new events only (a webhook is sent what changes after it is set)."""
         subjects = self.bus.subjects
         filters = [subjects.log("*", kind) for kind in sorted(PUSHED_KINDS)]
@@ -199,6 +199,9 @@ class Pusher:
         for msg in msgs:
             if self._stop.is_set():
                 await _settle(msg.nak())
+                continue
+            if trusted and self.watch.index.empty:  # no config anywhere: nothing to read
+                await _settle(msg.ack())
                 continue
             try:
                 event = decode(msg.data)
@@ -292,14 +295,17 @@ class Pusher:
         if isinstance(event, InteractionRequested):
             await self.store.note_interaction(event.data.interaction_id, task_id)
         update = status_update(entry.view, seq)
+        entry.sent = {k: v for k, v in entry.sent.items() if k in entry.configs}
+        saved = False
         for config_id in due(entry, seq):
             error = await self.deliver(entry, config_id, update, msg)
             if error is not None:
                 await self.abandon(entry, config_id, seq, event, error)
             entry.sent[config_id] = max(seq, entry.sent.get(config_id, 0))
+            await self.store.save_delivery(entry)  # after each: a crash resends no other
+            saved = True
+        if not saved:  # the view changed, nothing was due: it is kept all the same
             await self.store.save_delivery(entry)
-        entry.sent = {k: v for k, v in entry.sent.items() if k in entry.configs}
-        await self.store.save_delivery(entry)
 
     async def deliver(
         self, entry: PushEntry, config_id: str, update: TaskStatusUpdateEvent, msg: Any
