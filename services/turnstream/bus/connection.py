@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from turnstream.bus.kv import cannot_place
 from turnstream.bus.permissions import Refusals
 from turnstream.bus.store import JetStreamEventStore
-from turnstream.bus.streams import StreamLimits, StreamsMissing, check_streams, ensure_streams
+from turnstream.bus.streams import StreamLimits, check_streams, ensure_streams
 from turnstream.core.subjects import Subjects
 
 log = logging.getLogger(__name__)
@@ -183,9 +183,7 @@ async def _within(
         try:
             await step()
             return
-        except StreamsMissing:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # StreamsMissing and the like: not a slow cluster
             if not isinstance(exc, nats.errors.TimeoutError) and not cannot_place(exc):
                 raise
             if refusals is not None and refusals.latest() is not None:

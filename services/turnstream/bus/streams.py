@@ -102,9 +102,12 @@ def bucket_configs(subjects: Subjects, limits: StreamLimits) -> list[api.KeyValu
         )
 
     inbound_age = limits.inbound_max_age_days * DAY_S
-    markers = {subjects.leases_bucket: LEASE_MARKER_TTL_S}
+
+    def marker_ttl(bucket: str) -> float | None:  # expiries leave a marker in the leases
+        return LEASE_MARKER_TTL_S if bucket == subjects.leases_bucket else None
+
     return [
-        *(kv(bucket, limit_marker_ttl=markers.get(bucket)) for bucket in shared_buckets(subjects)),
+        *(kv(bucket, limit_marker_ttl=marker_ttl(bucket)) for bucket in shared_buckets(subjects)),
         kv(
             subjects.idempotency_bucket,
             inbound_age or None,
