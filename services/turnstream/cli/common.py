@@ -25,8 +25,8 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 PLAIN_HELP = None
 """Every `typer.Typer`'s `rich_markup_mode`: help and usage errors as plain text, since
-typer's rich formatting imports ~0.16 s of modules (rich.markdown, rich.syntax, …) before
-its first line, more than a start may take (bench/cli_start.py)."""
+typer's rich formatting imports rich.markdown, rich.syntax and more before its first line
+(`bench/cli_start.py --importtime`), past what a start may take."""
 
 NatsUrl = Annotated[
     str | None, typer.Option("--nats-url", help="NATS server (default: the one `up` started).")
