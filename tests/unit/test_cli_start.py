@@ -1,6 +1,7 @@
 """`turnstream --help` and each command's `--help` start without the bus, the client, the
-core, NATS or pydantic: each command imports those when it runs (bench/cli_start.py times
-the starts)."""
+core, NATS or pydantic (typer 0.29 imported pydantic to build a TypeAdapter per option, hence
+the pin below 0.29): each command imports those when it runs (bench/cli_start.py times the
+starts)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import sys
 
 import pytest
 
-HEAVY = ("turnstream.bus", "turnstream.client", "turnstream.core", "turnstream.settings", "nats")
+HEAVY = (
+    "turnstream.bus",
+    "turnstream.client",
+    "turnstream.core",
+    "turnstream.settings",
+    "nats",
+    "pydantic",
+)
 
 
 @pytest.mark.parametrize("args", [["--help"], ["send", "--help"], ["tail", "--help"]])

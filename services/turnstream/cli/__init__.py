@@ -238,6 +238,16 @@ async def watch_connection(bus: Bus, every_s: float = 0.5) -> None:
             err.print("[green]reconnected[/]; following again")
 
 
+def iso_time(text: str) -> datetime:
+    """An ISO 8601 time as `--at-time` takes it (`Z`, an offset, or no zone)."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is not an ISO 8601 time, e.g. 2026-11-25T14:03:00Z"
+        ) from None
+
+
 @app.command()
 def replay(
     session: Annotated[str, typer.Argument(help="The session to rebuild.")],
@@ -246,7 +256,12 @@ def replay(
     ] = None,
     at_time: Annotated[
         datetime | None,
-        typer.Option("--at-time", help="Stop at this time (ISO 8601, UTC if no zone)."),
+        typer.Option(
+            "--at-time",
+            parser=iso_time,
+            metavar="TIME",
+            help="Stop at this time (ISO 8601, UTC if no zone).",
+        ),
     ] = None,
     verify: Annotated[
         bool,
