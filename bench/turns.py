@@ -11,7 +11,8 @@ up` does), then measures:
             (7 cross-service hops: client→gateway→runner→approval→runner→executor→runner)
   depth     turns 1-5 against turns 46-50 of the same sessions (nothing may grow)
   CPU       what each process (services, nats-server, this client) spent per turn at K = 50:
-            the sum bounds throughput on this machine's cores
+            the sum bounds throughput on this machine's cores; the sum at K = 1 and 10 too
+  first     turns that each open a new session (K = 50): CPU per turn against a later turn
   writes    log events and session-summary KV writes per turn at K = 50 (what the server
             stores for each turn)
 """
@@ -138,6 +139,26 @@ async def concurrent(watcher: TurnWatcher, k: int, total: int, tag: str) -> dict
     }
 
 
+async def first_turns(watcher: TurnWatcher, k: int, total: int, tag: str) -> dict[str, float]:
+    """Like `concurrent`, but every turn opens a new session (a chat product's common case)."""
+    latencies: list[float] = []
+    per_worker = max(1, total // k)
+
+    async def worker(i: int) -> None:
+        for n in range(per_worker):
+            latencies.append(await watcher.turn(f"bench-{tag}-{i}-{n}", "first"))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(k)))
+    elapsed = time.perf_counter() - start
+    return {
+        "k": k,
+        "turns": len(latencies),
+        "p50_ms": pct(latencies, 0.5) * 1000,
+        "turns_per_s": len(latencies) / elapsed,
+    }
+
+
 async def depth(watcher: TurnWatcher, sessions: int = 6, turns: int = 50) -> dict[str, float]:
     by_index: dict[int, list[float]] = {i: [] for i in range(turns)}
     for s in range(sessions):
@@ -177,7 +198,8 @@ async def scenario(
     await watcher.start()
     try:
         await concurrent(watcher, 10, 200, f"warm-{name}")  # warm up every process
-        turns = []
+        turns: list[dict[str, float]] = []
+        cpu_by_k: dict[str, float] = {}
         for k in (1, 10, 50):
             before, stored_before = cpu_seconds(pids), await stored(bus)
             turns.append(
@@ -186,15 +208,24 @@ async def scenario(
                 )
             )
             after = cpu_seconds(pids)
+            cpu_by_k[str(k)] = sum(after[p] - before[p] for p in pids) * 1000 / turns[-1]["turns"]
         await asyncio.sleep(1.2)  # the audit writes summaries whose turn did not end within 1 s
         stored_after = await stored(bus)
         done = turns[-1]["turns"]  # what each process spent per turn at K = 50
         cpu = {p: (after[p] - before[p]) * 1000 / done for p in pids}
         writes = {k: (stored_after[k] - stored_before[k]) / done for k in stored_after}
+        first_before = cpu_seconds(pids)
+        first = await first_turns(watcher, 50, args.turns // 2, f"{name}-new")
+        first_after = cpu_seconds(pids)
+        first["cpu_ms_per_turn"] = (
+            sum(first_after[p] - first_before[p] for p in pids) * 1000 / first["turns"]
+        )
         result: dict[str, Any] = {
             "turns": turns,
             "cpu_ms_per_turn_k50": cpu,
+            "cpu_ms_per_turn_total_by_k": cpu_by_k,
             "stored_per_turn_k50": writes,
+            "first_turns_k50": first,
         }
         if name == "text":
             result["depth"] = await depth(watcher)
@@ -256,6 +287,16 @@ def report(result: dict[str, Any]) -> None:
         console.print(
             f"{name}: {total:.1f} ms of CPU per turn → at most {cores * 1000 / total:.0f} "
             f"turns/s on {cores} cores"
+        )
+    for name in SCRIPTS:
+        by_k = result[name]["cpu_ms_per_turn_total_by_k"]
+        first = result[name]["first_turns_k50"]
+        console.print(
+            f"{name}: CPU per turn, all processes, at K = "
+            + ", ".join(f"{k}: {v:.1f} ms" for k, v in by_k.items())
+            + f"; a new session's first turn (K = 50): {first['cpu_ms_per_turn']:.1f} ms, "
+            f"{first['cpu_ms_per_turn'] / by_k['50']:.2f}× a later one, "
+            f"{first['turns_per_s']:.0f} turns/s"
         )
     d = result["text"]["depth"]
     console.print(
