@@ -8,7 +8,8 @@ up` does), then measures:
   text      publish inbound → `TurnEnded` observed, scripted provider with zero delay,
             K = 1, 10, 50 concurrent sessions (p50, p99, turns/s)
   one-tool  the same with one `read_file` call per turn, approved by `auto` mode
-            (7 cross-service hops: client→gateway→runner→approval→runner→executor→runner)
+            (5 cross-service hops: client→gateway→runner→executor→runner→client; the
+            runner applies the approval rules itself, the approval service only acks)
   depth     turns 1-5 against turns 46-50 of the same sessions (nothing may grow)
   CPU       what each process (services, nats-server, this client) spent per turn at K = 50:
             the sum bounds throughput on this machine's cores; the sum at K = 1 and 10 too

@@ -336,6 +336,7 @@ class Settings(BaseSettings):
             max_subturns_per_root=self.max_subturns_per_root,
             subturn_deadline_s=self.subturn_deadline_s,
             fallback=(fallback.provider, fallback.model_name) if fallback else None,
+            approval=self.approval_config(),
         )
 
     def approval_config(self) -> ApprovalConfig:

@@ -122,12 +122,16 @@ async def test_a_result_over_the_budget_is_kept_without_the_right_to_purge(
         ("client-acme", "ToolCallApproved"),
         ("client", "TurnEnded"),
         ("tool-executor", "ToolCallApproved"),
-        ("turn-runner", "ToolCallApproved"),
+        # the runner judges calls that need no person (ToolCallApproved is its own now),
+        # but never answers a prompt for a person nor opens one
+        ("turn-runner", "InteractionAnswered"),
+        ("turn-runner", "InteractionRequested"),
         ("gateway", "ToolCallApproved"),
         ("audit", "ToolCallApproved"),
         ("tool-executor", "TurnEnded"),
         ("approval", "TurnEnded"),
         ("approval", "ToolInvocationRequested"),
+        ("approval", "ToolCallModeInvoked"),  # the mode's verdicts are the runner's
         ("client-acme", "TurnEnded"),
         ("http", "TurnEnded"),
         ("http", "InputAccepted"),

@@ -165,7 +165,7 @@ async def test_one_trace_per_turn_with_the_genai_tree_and_no_content(tmp_path: P
         "invoke_agent": "turnstream-turn-runner",
         "accept_input": "turnstream-gateway",
         "chat": "turnstream-turn-runner",
-        "await_approval": "turnstream-approval",
+        "await_approval": "turnstream-turn-runner",  # auto: the runner applies the rules
         "execute_tool": "turnstream-tool-executor",
         "audit_turn": "turnstream-audit",
     }

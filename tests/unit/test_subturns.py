@@ -585,6 +585,7 @@ def test_the_state_json_keeps_the_chat_s_fields_at_the_top_as_snapshots_had_them
         "summary",
         "workflow",
         "agent",
+        "security_mode",
         "unanswered",
     ]
     assert body["children"] and body["active"]["turn_id"] == shell.state.chat.active.turn_id

@@ -1,4 +1,11 @@
-"""approval shell: consume proposals and answers, append decisions, time out prompts."""
+"""approval shell: consume the calls that need a person and the answers, append
+decisions, time out prompts.
+
+The turn-runner judges every call in the decision that proposes it
+(`turnstream.core.approval.judge`); what it cannot decide without a person comes here: a
+`ToolCallModeInvoked{ask}` (ask mode, an allowlist miss) or a stage's call outside its
+allowed tools (a grant). Any other verdict or proposal is acked at once: no session is
+loaded for it, no log read."""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ import orjson
 from turnstream.bus import Bus
 from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalDecision, ApprovalState
-from turnstream.core.events import TurnEnded
+from turnstream.core.events import ToolCallModeInvoked, TurnEnded
 from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.runtime.interpreter import run_until_quiet
@@ -22,7 +29,7 @@ from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.approval")
 DURABLE = "approval"
-CONSUMES = ("SessionConfigured", "ToolInvocationProposed", "InteractionAnswered", "TurnEnded")
+CONSUMES = ("ToolCallModeInvoked", "ToolInvocationProposed", "InteractionAnswered", "TurnEnded")
 
 
 Item = Delivered | Tick
@@ -47,11 +54,19 @@ class ApprovalActor:
             self.service.mailboxes.deliver_later(self.session_id, item, 1.0)
 
     async def handle(self, item: Item) -> None:
-        if not self.loaded and isinstance(item, Delivered) and isinstance(item.event, TurnEnded):
-            # every turn's end comes here; with nothing loaded there is nothing to drop, and
-            # a later load reads it from the log (not the whole session now, for nothing)
-            await item.msg.ack()
-            return
+        if isinstance(item, Delivered):
+            event = item.event
+            if not approval.needs_person(event) or (
+                not self.loaded and isinstance(event, TurnEnded)
+            ):
+                # the turn-runner judged it; or a turn's end, with nothing loaded to drop (a
+                # later load reads it from the log, not the whole session now, for nothing)
+                await item.msg.ack()
+                return
+            if isinstance(event, ToolCallModeInvoked) and self.loaded:
+                # asked about a proposal this session's state has not seen (it was acked
+                # unread): read the session again
+                self.loaded = approval.knows(self.state, event.data.invocation_id)
         if not self.loaded:
             stored = await self.service.bus.store.read_session(self.session_id)
             self.state = approval.fold(ApprovalState(self.session_id), [s.event for s in stored])
@@ -115,12 +130,15 @@ class ApprovalService:
     async def _resume_open_prompts(self) -> None:
         """After a restart: load every session that may have a prompt still open, so its
         deadline is timed again (deadlines are in the log), and every session with a recent
-        proposal, which may not have been decided (its delivery would come back only after
-        the consumer's ack wait)."""
+        call that needs a person, which may not have been asked yet (its delivery would
+        come back only after the consumer's ack wait)."""
         since = self.clock() - timedelta(seconds=self.config.answer_timeout_s + 60)
-        requested = await self.bus.store.read_kind("InteractionRequested", since=since)
-        proposed = await self.bus.store.read_kind("ToolInvocationProposed", since=since)
-        for session_id in {s.event.session_id for s in [*requested, *proposed]}:
+        store = self.bus.store
+        requested = await store.read_kind("InteractionRequested", since=since)
+        asked = await store.read_kind("ToolCallModeInvoked", since=since)
+        proposed = await store.read_kind("ToolInvocationProposed", since=since)
+        waiting = [s for s in [*asked, *proposed] if approval.needs_person(s.event)]
+        for session_id in {s.event.session_id for s in [*requested, *waiting]}:
             self.mailboxes.deliver(session_id, Tick())
 
     def pending(self, session_id: str | None = None) -> list[dict[str, Any]]:

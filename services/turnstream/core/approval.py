@@ -1,4 +1,4 @@
-"""The approval decider of one session: which proposed tool calls may run.
+"""The approval rules of one session: which proposed tool calls may run.
 
     ToolInvocationProposed ─► ToolCallModeInvoked{mode, verdict}
         auto ─────────────► ToolCallApproved{mode}
@@ -15,10 +15,15 @@
             denied, timed out ─► ToolCallDenied{workflow, "GrantDenied: …"}
 
 The security mode is fixed for a session at its first proposal (the first
-`ToolCallModeInvoked` records it), so changing the deployment default later does not
-change sessions already running. Deadlines are in the log, so they survive restarts.
-Event ids are derived from the invocation or interaction they decide, so two deciders
-(or a redelivery) produce the same ids and the log keeps one copy.
+`ToolCallModeInvoked` records it; `session_mode`), so changing the deployment default
+later does not change sessions already running. Deadlines are in the log, so they survive
+restarts. Event ids are derived from the invocation or interaction they decide, so two
+deciders (or a redelivery) produce the same ids and the log keeps one copy.
+
+Two processes apply these rules: the turn-runner `judge`s each call in the decision that
+proposes it (all but the prompts), so an auto call runs with no hop to another process;
+the approval service (`decide_input`) asks a person, one open prompt per session, for what
+`needs_person`. `decide` is both parts at once (the reference they are tested by).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from turnstream.core.events import (
     SecurityMode,
     Sender,
     SessionConfigured,
+    StageEnvelope,
     StageGranted,
     StageGrantedData,
     ToolCallApproved,
@@ -84,13 +90,38 @@ class ApprovalConfig:
 
 
 @dataclass(frozen=True)
+class Call:
+    """What the rules read of a proposed call, and what its verdicts are derived from: the
+    proposal's id, time and envelope (the turn-runner knows them without the event)."""
+
+    invocation_id: str
+    tool: str
+    args: dict[str, Any]
+    stage: StageEnvelope | None
+    proposed_id: str
+    proposed_at: datetime
+    envelope: Envelope
+
+    @classmethod
+    def of(cls, event: ToolInvocationProposed) -> Call:
+        d = event.data
+        where = Envelope.of(event)
+        return cls(d.invocation_id, d.tool, d.args, d.envelope, event.id, event.time, where)
+
+
+@dataclass(frozen=True)
 class Proposal:
     event: ToolInvocationProposed
     status: Status = "new"
+    """new: the turn-runner's verdict (`judge`) is to come; queued: a person's answer is."""
 
     @property
     def invocation_id(self) -> str:
         return self.event.data.invocation_id
+
+    @property
+    def call(self) -> Call:
+        return Call.of(self.event)
 
 
 @dataclass(frozen=True)
@@ -119,8 +150,8 @@ def evolve(state: ApprovalState, event: Event) -> ApprovalState:
     """Fold the events the approval decider cares about; ignore the rest."""
     match event:
         case SessionConfigured(data=data) if data.security_mode is not None:
-            # the agent's mode, unless a proposal before it fixed the session's
-            return state if state.mode else with_changes(state, mode=data.security_mode)
+            mode = session_mode(state.mode, event)
+            return state if mode == state.mode else with_changes(state, mode=mode)
         case ToolInvocationProposed(data=data) if data.known and not data.skip:
             if event.turn_id != state.turn_id:  # keep what other turns still wait for
                 undecided = tuple(p for p in state.proposals if p.status != "decided")
@@ -129,12 +160,11 @@ def evolve(state: ApprovalState, event: Event) -> ApprovalState:
                 p.invocation_id == data.invocation_id for p in state.proposals
             ):
                 return state
-            envelope = data.envelope
-            outside = envelope is not None and data.tool not in envelope.allowed_tools
-            proposal = Proposal(event, "queued" if outside else "new")
+            proposal = Proposal(event, "queued" if needs_person(event) else "new")  # a grant
             return with_changes(state, proposals=(*state.proposals, proposal))
         case ToolCallModeInvoked(data=data):
-            state = state if state.mode else with_changes(state, mode=data.mode)
+            mode = session_mode(state.mode, event)
+            state = state if mode == state.mode else with_changes(state, mode=mode)
             status: Status = "queued" if data.verdict == "ask" else "decided"
             return _set(state, data.invocation_id, status, only_from="new")
         case InteractionRequested(data=data):
@@ -173,9 +203,34 @@ def evolve(state: ApprovalState, event: Event) -> ApprovalState:
 fold = projector(evolve)
 
 
+def session_mode(mode: SecurityMode | None, event: Event) -> SecurityMode | None:
+    """The session's security mode after `event`, `mode` before it: fixed by its first
+    proposal's verdict (`ToolCallModeInvoked`), or before that by its agent's profile
+    (`SessionConfigured`); None while neither (the deployment's default applies)."""
+    if mode is None and isinstance(event, SessionConfigured):
+        return event.data.security_mode
+    if mode is None and isinstance(event, ToolCallModeInvoked):
+        return event.data.mode
+    return mode
+
+
+def needs_person(event: Event) -> bool:
+    """Whether a logged fact is the approval service's: not a verdict the turn-runner
+    gave a call without a person (`judge`), nor a proposal it judges."""
+    match event:
+        case ToolCallModeInvoked(data=data):
+            return data.verdict == "ask"
+        case ToolInvocationProposed(data=data):
+            outside = data.envelope is not None and data.tool not in data.envelope.allowed_tools
+            return data.known and not data.skip and outside  # a grant: the runner cannot judge
+        case _:
+            return True
+
+
 def decide(state: ApprovalState, config: ApprovalConfig, now: datetime, source: str) -> list[Event]:
-    """Every approval event that follows from `state` at time `now`."""
-    step = partial(_next_step, config=config, now=now, source=source)
+    """Every approval event that follows from `state` at time `now`: the whole decider,
+    the turn-runner's verdicts (`judge`) and the approval service's prompts together."""
+    step = partial(_next_step, config=config, now=now, source=source, judging=True)
     return list(until_quiet(state, step, fold).events)
 
 
@@ -188,10 +243,11 @@ def decide_input(
     state: ApprovalState, input: Fact | Tick, config: ApprovalConfig, now: datetime, source: str
 ) -> ApprovalDecision:
     """The approval service's one entry point: a fact folded in (or a wake-up), then every
-    decision that follows, and the deadline to wake up at."""
+    decision that follows, and the deadline to wake up at. A call the turn-runner judges
+    waits for its verdict (`judge`): the service decides only what needs a person."""
     if isinstance(input, Fact):
         state = evolve(state, input.event)  # folding a redelivered fact twice is harmless
-    step = partial(_next_step, config=config, now=now, source=source)
+    step = partial(_next_step, config=config, now=now, source=source, judging=False)
     decided = until_quiet(state, step, fold)
     deadline = next_deadline(decided.state)
     wake = (WakeAt(deadline),) if deadline is not None else ()
@@ -211,13 +267,43 @@ def open_interaction(state: ApprovalState) -> tuple[OpenInteraction, Proposal] |
     return (state.open, proposal) if proposal else None
 
 
-def _next_step(
-    state: ApprovalState, config: ApprovalConfig, now: datetime, source: str
+def judge(
+    call: Call, mode: SecurityMode | None, config: ApprovalConfig, now: datetime, source: str
 ) -> list[Event]:
-    mode = state.mode or config.default_mode
-    new = next((p for p in state.proposals if p.status == "new"), None)
+    """The verdict on a proposed call that needs no person, in the session's `mode` (None:
+    not fixed yet, the default's): `ToolCallModeInvoked` and `ToolCallApproved` or
+    `ToolCallDenied`; inside a workflow stage, `ToolCallApproved{workflow}`. A call that
+    needs a person gets `ToolCallModeInvoked{ask}` (the approval service asks); a stage's
+    call outside its allowed tools gets nothing (the approval service asks for a grant)."""
+    if call.stage is not None:  # inside a workflow stage's envelope: the mode gate is bypassed
+        if call.tool not in call.stage.allowed_tools:
+            return []
+        return [_approved(call, "workflow", now, source, reason=f"stage {call.stage.stage}")]
+    mode = mode or config.default_mode
+    if mode == "auto":
+        verdict, events = "approve", [_approved(call, "mode", now, source)]
+    elif mode == "deny":
+        reason = "the session's security mode is deny"
+        verdict, events = "deny", [_denied(call, "mode", reason, now, source)]
+    elif mode == "allowlist" and any(r.matches(call.tool, call.args) for r in config.allowlist):
+        verdict, events = "approve", [_approved(call, "allowlist", now, source)]
+    else:
+        verdict, events = "ask", []
+    invoked = ToolCallModeInvokedData(invocation_id=call.invocation_id, mode=mode, verdict=verdict)
+    first = _make(call, ToolCallModeInvoked, invoked, now, source, "mode", call.proposed_id)
+    return [first, *[e.model_copy(update={"causation_id": first.id}) for e in events]]
+
+
+def _next_step(
+    state: ApprovalState,
+    config: ApprovalConfig,
+    now: datetime,
+    source: str,
+    judging: bool,
+) -> list[Event]:
+    new = next((p for p in state.proposals if p.status == "new"), None) if judging else None
     if new is not None:
-        return _judge(new, mode, config, now, source)
+        return judge(new.call, state.mode, config, now, source)
     if state.open is not None:
         proposal = _find(state, state.open.invocation_id)
         if proposal is None:
@@ -229,16 +315,17 @@ def _next_step(
         if answer is not None:
             by, why = answer.data.sender, answer.data.reason
             if answer.data.decision == "approve":
-                approved = _approved(proposal, authority, now, source, by, why, answer.id)
+                approved = _approved(proposal.call, authority, now, source, by, why, answer.id)
                 if envelope is None:
                     return [approved]
                 return [_granted(proposal, now, source, by, answer.id), approved]
             reason = grant + (why or f"{by.kind} {by.id} denied it")
-            return [_denied(proposal, authority, reason, now, source, by=by, cause=answer.id)]
+            denied = _denied(proposal.call, authority, reason, now, source, by=by, cause=answer.id)
+            return [denied]
         if now >= state.open.deadline:
             return [
                 _denied(
-                    proposal,
+                    proposal.call,
                     authority,
                     f"{grant}no answer by the deadline ({config.answer_timeout_s:.0f} s)",
                     now,
@@ -252,26 +339,6 @@ def _next_step(
     if queued is not None:
         return [_ask(queued, config, now, source)]
     return []
-
-
-def _judge(
-    proposal: Proposal, mode: SecurityMode, config: ApprovalConfig, now: datetime, source: str
-) -> list[Event]:
-    data = proposal.event.data
-    if data.envelope is not None:  # inside a workflow stage's envelope: the mode gate is bypassed
-        return [_approved(proposal, "workflow", now, source, reason=f"stage {data.envelope.stage}")]
-    if mode == "auto":
-        verdict, events = "approve", [_approved(proposal, "mode", now, source)]
-    elif mode == "deny":
-        reason = "the session's security mode is deny"
-        verdict, events = "deny", [_denied(proposal, "mode", reason, now, source)]
-    elif mode == "allowlist" and any(r.matches(data.tool, data.args) for r in config.allowlist):
-        verdict, events = "approve", [_approved(proposal, "allowlist", now, source)]
-    else:
-        verdict, events = "ask", []
-    invoked = ToolCallModeInvokedData(invocation_id=data.invocation_id, mode=mode, verdict=verdict)
-    first = _make(proposal, ToolCallModeInvoked, invoked, now, source, "mode", proposal.event.id)
-    return [first, *[e.model_copy(update={"causation_id": first.id}) for e in events]]
 
 
 def _ask(proposal: Proposal, config: ApprovalConfig, now: datetime, source: str) -> Event:
@@ -293,11 +360,12 @@ def _ask(proposal: Proposal, config: ApprovalConfig, now: datetime, source: str)
         prompt=prompt,
         kind="tool" if data.envelope is None else "grantStageTool",
     )
-    return _make(proposal, InteractionRequested, requested, now, source, "ask", proposal.event.id)
+    call = proposal.call
+    return _make(call, InteractionRequested, requested, now, source, "ask", proposal.event.id)
 
 
 def _approved(
-    proposal: Proposal,
+    call: Call,
     authority: Authority,
     now: datetime,
     source: str,
@@ -306,9 +374,9 @@ def _approved(
     cause: str | None = None,
 ) -> Event:
     data = ToolCallApprovedData(
-        invocation_id=proposal.invocation_id, authority=authority, answered_by=by, reason=reason
+        invocation_id=call.invocation_id, authority=authority, answered_by=by, reason=reason
     )
-    return _make(proposal, ToolCallApproved, data, now, source, "decision", cause)
+    return _make(call, ToolCallApproved, data, now, source, "decision", cause)
 
 
 def _granted(proposal: Proposal, now: datetime, source: str, by: Sender, cause: str) -> Event:
@@ -321,11 +389,11 @@ def _granted(proposal: Proposal, now: datetime, source: str, by: Sender, cause: 
         invocation_id=data.invocation_id,
         answered_by=by,
     )
-    return _make(proposal, StageGranted, granted, now, source, "grant", cause)
+    return _make(proposal.call, StageGranted, granted, now, source, "grant", cause)
 
 
 def _denied(
-    proposal: Proposal,
+    call: Call,
     authority: Authority,
     reason: str,
     now: datetime,
@@ -336,17 +404,14 @@ def _denied(
     cause: str | None = None,
 ) -> Event:
     data = ToolCallDeniedData(
-        invocation_id=proposal.invocation_id,
-        authority=authority,
-        reason=reason,
-        timed_out=timed_out,
-        answered_by=by,
-    )
-    return _make(proposal, ToolCallDenied, data, now, source, "decision", cause)
+        invocation_id=call.invocation_id, authority=authority, reason=reason,
+        timed_out=timed_out, answered_by=by,
+    )  # fmt: skip
+    return _make(call, ToolCallDenied, data, now, source, "decision", cause)
 
 
 def _make(
-    proposal: Proposal,
+    call: Call,
     cls: type[EventBase],
     data: Any,
     now: datetime,
@@ -354,17 +419,17 @@ def _make(
     purpose: str,
     cause: str | None,
 ) -> Event:
-    origin = proposal.event
+    event_id = derived_id(call.invocation_id, purpose, call.proposed_at)
+    cause = cause or call.proposed_id
     event = stamp(
-        cls,
-        data,
-        Envelope.of(origin),
-        event_id=derived_id(proposal.invocation_id, purpose, origin.time),
-        time=now,
-        source=source,
-        causation_id=cause or origin.id,
+        cls, data, call.envelope, event_id=event_id, time=now, source=source, causation_id=cause
     )
     return event  # type: ignore[return-value]
+
+
+def knows(state: ApprovalState, invocation_id: str) -> bool:
+    """Whether `state` has folded the proposal of `invocation_id` (or its decision)."""
+    return invocation_id in state.decided or _find(state, invocation_id) is not None
 
 
 def _find(state: ApprovalState, invocation_id: str) -> Proposal | None:

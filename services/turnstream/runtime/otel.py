@@ -190,8 +190,14 @@ class Telemetry:
     # turn-runner
 
     def turn_events(self, events: Sequence[EventBase]) -> None:
+        proposals: dict[str, ToolInvocationProposed] = {}
+        judged = False
         for event in events:
             match event:
+                case ToolInvocationProposed(data=data):
+                    proposals[data.invocation_id] = event
+                case ToolCallApproved() | ToolCallDenied():
+                    judged = True  # the approval rules, applied in the runner
                 case SessionTurnStart(turn_id=str(turn_id)):
                     self.open_turn(turn_id)[2] = event.data.text if self.capture else None
                 case ProviderRequestCompleted(turn_id=str(turn_id)):
@@ -207,6 +213,8 @@ class Telemetry:
                     self.stage_runs[event.data.stage_execution_id] = event.data.run_id
                 case WorkflowExit():
                     self.end_workflow(event)
+        if judged:
+            self.verdict_spans(events, proposals, None, None)
 
     def open_turn(self, turn_id: str) -> list[Any]:
         counts = self.turns.get(turn_id)
@@ -357,17 +365,28 @@ class Telemetry:
     def approval_waits(
         self, state: ApprovalState, item: object, events: Sequence[EventBase]
     ) -> None:
-        verdicts = [e for e in events if isinstance(e, ToolCallApproved | ToolCallDenied)]
-        if not verdicts:
-            return
         proposals = {p.invocation_id: p.event for p in state.proposals}
-        modes = {
-            e.data.invocation_id: e.data.mode for e in events if isinstance(e, ToolCallModeInvoked)
-        }
         headers: Mapping[str, str] | None = None
         if isinstance(item, Delivered) and isinstance(item.event, ToolInvocationProposed):
             proposals[item.event.data.invocation_id] = item.event
             headers = item.msg.headers
+        self.verdict_spans(events, proposals, state.mode, headers)
+
+    def verdict_spans(
+        self,
+        events: Sequence[EventBase],
+        proposals: Mapping[str, ToolInvocationProposed],
+        mode: str | None,
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        """An `await_approval` span from each proposal to its verdict in `events` (the
+        runner's verdicts, or the approval service's)."""
+        verdicts = [e for e in events if isinstance(e, ToolCallApproved | ToolCallDenied)]
+        if not verdicts:
+            return
+        modes = {
+            e.data.invocation_id: e.data.mode for e in events if isinstance(e, ToolCallModeInvoked)
+        }
         for verdict in verdicts:
             proposal = proposals.get(verdict.data.invocation_id)
             if proposal is None:
@@ -386,7 +405,7 @@ class Telemetry:
                     "turnstream.approval.decision": "approved" if approved else "denied",
                     "turnstream.approval.authority": verdict.data.authority,
                     "turnstream.approval.mode": modes.get(proposal.data.invocation_id)
-                    or state.mode
+                    or mode
                     or "",
                     "turnstream.approval.timed_out": isinstance(verdict, ToolCallDenied)
                     and verdict.data.timed_out,

@@ -8,7 +8,8 @@ turn is one trace across the processes:
     invoke_agent <agent>            turn-runner   the turn, SessionTurnStart … TurnEnded
     ├── accept_input                gateway       inbound stored → InputAccepted
     ├── chat <model>                turn-runner   each provider call
-    ├── await_approval <tool>       approval      ToolInvocationProposed → verdict
+    ├── await_approval <tool>       turn-runner   ToolInvocationProposed → verdict
+                                    (approval: a verdict a person gave)
     ├── execute_tool <tool>         tool-executor each tool run
     └── audit_turn                  audit         TurnEnded → its summary written
 

@@ -89,6 +89,9 @@ class Runner:
         `KNOWN_PATTERNS` sessions (the first asked about is forgotten first)."""
         self.session_configs: dict[str, tuple[TurnConfig, TurnConfig]] = {}
         """Per pattern: the base configuration it was made from, and the session's."""
+        if turn_config.approval is None:  # the rules the approval service reads too
+            rules = (settings or Settings()).approval_config()
+            turn_config = replace(turn_config, approval=rules)
         self.base_config = turn_config
         self.hooks = hooks or HookRegistry(nc=bus.nc)
         self.context = context

@@ -33,6 +33,8 @@ async def load(kv: Any, session_id: str) -> tuple[SessionState, int] | None:
         return None
     try:
         body = orjson.loads(entry.value)
+        if "security_mode" not in body["state"]:
+            return None  # written before the runner judged calls: it lacks their proposals
         return state_from_json(orjson.dumps(body["state"])), int(body["seq"])
     except Exception:  # an older format: ignore it, the log is the truth
         log.warning("ignoring an unreadable snapshot of %s", session_id)

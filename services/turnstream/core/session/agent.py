@@ -1,20 +1,26 @@
 """A session's agent (`SessionConfigured`) applied to its turns: the runtime's tools
 (`turnstream.core.turn.runtime_tools`) offered beside the registered ones, then the
-profile's allowlist, model, bound and system prompt.
+profile's allowlist, model, bound and system prompt; and the session's security mode.
 """
 
 from __future__ import annotations
 
-from turnstream.core.events import SessionConfiguredData
+from turnstream.core.events import SecurityMode, SessionConfiguredData
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.runtime_tools import RUNTIME_TOOLS
 from turnstream.core.turn.state import TurnConfig
 
 
-def with_agent(config: TurnConfig, agent: SessionConfiguredData | None) -> TurnConfig:
+def with_agent(
+    config: TurnConfig, agent: SessionConfiguredData | None, mode: SecurityMode | None = None
+) -> TurnConfig:
     """The turn configuration of a session of `agent` (None: the default agent): the
     runtime's tools offered beside the registered ones, then the profile's allowlist,
-    model, bound and system prompt."""
+    model, bound and system prompt; its calls judged in the session's fixed `mode` (None:
+    the deployment's default)."""
+    rules = config.approval
+    if mode is not None and rules is not None and rules.default_mode != mode:
+        config = with_changes(config, approval=with_changes(rules, default_mode=mode))
     tools = config.tools
     if not any(t.name in RUNTIME_TOOLS for t in tools):
         tools = (*tools, *RUNTIME_TOOLS.values())

@@ -219,7 +219,7 @@ def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) 
     effects that state asks for."""
     if isinstance(input, Fact):
         state = evolve(state, input.event)
-    config = with_agent(config, state.agent)
+    config = with_agent(config, state.agent, state.security_mode)
     step = _step(state, input, config, ctx)
     decided = decide_session(step.state, config, ctx).after(step)
     return Decision(decided.events, decided.state, effects_of(decided.state, config, ctx.now))

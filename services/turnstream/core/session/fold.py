@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from turnstream.core.approval import session_mode
 from turnstream.core.events import (
     Envelope,
     Event,
@@ -27,6 +28,7 @@ from turnstream.core.events import (
     SubTurnEnded,
     SubTurnResultDelivered,
     SubTurnSpawned,
+    ToolCallModeInvoked,
     TurnEnded,
     WorkflowAttached,
     WorkflowExit,
@@ -54,6 +56,7 @@ SESSION_KINDS: frozenset[type] = frozenset(
         SubTurnResultDelivered,
         InterruptReceived,
         SessionTurnEnd,
+        ToolCallModeInvoked,
     }
 )
 """The kinds the session folds into more than its chat (`evolve`, `_chat`); with no run
@@ -65,7 +68,13 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     if state.workflow is None and type(event) not in SESSION_KINDS:
         return with_changes(state, chat=evolve_turn(state.chat, event))
     if isinstance(event, SessionConfigured):  # the first agent named is the session's
-        return state if state.agent is not None else with_changes(state, agent=event.data)
+        fixed = session_mode(state.security_mode, event)
+        agent = event.data if state.agent is None else state.agent
+        if agent is state.agent and fixed == state.security_mode:
+            return state
+        return with_changes(state, agent=agent, security_mode=fixed)
+    if isinstance(event, ToolCallModeInvoked) and state.security_mode is None:
+        state = with_changes(state, security_mode=event.data.mode)  # and on to its call
     if isinstance(event, InputRejected):
         return _owed(state, event)
     if isinstance(event, MessageSent | MessageDropped) and _settles(state, event):

@@ -10,6 +10,7 @@ from typing import Literal
 from turnstream.core.events import (
     Envelope,
     FailureClass,
+    SecurityMode,
     SessionConfiguredData,
     SpawnMode,
     TurnStatus,
@@ -89,6 +90,9 @@ class SessionState:
     """The workflow attached to the session (its stage turns run as lanes inside it)."""
     agent: SessionConfiguredData | None = None
     """The session's agent (`SessionConfigured`); None: the deployment's default agent."""
+    security_mode: SecurityMode | None = None
+    """The session's security mode, once fixed (`turnstream.core.approval.session_mode`):
+    its calls are judged in it; None: the deployment's default."""
     unanswered: tuple[Unanswered, ...] = ()
     """Rejected inputs whose rejection is still to be delivered to their `replyTo` (the
     replies it owes: `outbound`)."""

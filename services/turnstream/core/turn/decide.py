@@ -5,7 +5,9 @@
                                                    │ the shell calls the provider,
                                                    ▼ then `on_provider_result`
       STREAM_RESPONSE ─┬─ tool calls ─► TOOL_CALL: ToolInvocationProposed per call
-                       │                  wait for ToolCallApproved / Denied (approval service)
+                       │                  judged at once (`approvals`): the mode's verdict;
+                       │                  one that needs a person waits for the approval
+                       │                  service's ToolCallApproved / Denied
                        │                  (tool hooks: the shell runs them, `on_hook_verdicts`)
                        │                  ToolInvocationRequested: read-only calls together,
                        │                  a mutating call alone and in order
@@ -65,6 +67,7 @@ from turnstream.core.turn.state import (
 )
 from turnstream.core.turn.steps import compose_or_stop, continues
 from turnstream.core.turn.tool_call import (
+    approvals,
     executable,
     requested,
     tool_step,
@@ -144,6 +147,9 @@ def next_step(
         return []  # the stage's Act is over: the workflow asserts and exits it
     if turn.awaiting_provider:
         # calls proposed while the model streams may run before the response ends
+        verdicts = approvals(b, turn, config)
+        if verdicts:
+            return verdicts
         ready = executable(turn.calls) if not config.tool_hooks else []
         return [requested(b, call, config, call.args) for call in ready]
     point = hook_point(state, config)

@@ -122,6 +122,7 @@ def evolve(state: ChatState, event: Event) -> ChatState:
             return _provider(state, event)
         case (
             ToolInvocationProposed()
+            | ToolCallModeInvoked()
             | ToolCallApproved()
             | ToolCallDenied()
             | ToolInvocationRequested()
@@ -149,7 +150,6 @@ def evolve(state: ChatState, event: Event) -> ChatState:
             return state  # the session's agent and replies owed: `turnstream.core.session.fold`
         case (
             ProviderRetry()
-            | ToolCallModeInvoked()
             | InteractionRequested()
             | InteractionAnswered()
             | ToolInvocationStarted()

@@ -15,6 +15,7 @@ from turnstream.core.events import (
     Stage,
     ToolCallApproved,
     ToolCallDenied,
+    ToolCallModeInvoked,
     ToolInvocationCancelled,
     ToolInvocationFailed,
     ToolInvocationProposed,
@@ -27,6 +28,7 @@ from turnstream.core.turn.state import ChatState, Message, ToolCall, ToolCallSta
 
 ToolFact = (
     ToolInvocationProposed
+    | ToolCallModeInvoked
     | ToolCallApproved
     | ToolCallDenied
     | ToolInvocationRequested
@@ -42,6 +44,8 @@ def evolve_call(state: ChatState, event: ToolFact) -> ChatState:
     match event:
         case ToolInvocationProposed():
             return _proposed(state, event)
+        case ToolCallModeInvoked(data=data):
+            return _judged(state, event)
         case ToolCallApproved(data=data):
             return call_changed(state, event, data.invocation_id, {"proposed"}, status="approved")
         case ToolCallDenied(data=data):
@@ -92,6 +96,8 @@ def _proposed(state: ChatState, event: ToolInvocationProposed) -> ChatState:
         read_only=data.read_only,
         idempotent=False,
         timeout_ms=0,
+        proposed_id=event.id,
+        proposed_at=event.time,
     )
     return turn_changed(
         state,
@@ -99,6 +105,19 @@ def _proposed(state: ChatState, event: ToolInvocationProposed) -> ChatState:
         calls=(*state.active.calls, call),
         tool_calls_made=state.active.tool_calls_made + 1,
     )
+
+
+def _judged(state: ChatState, event: ToolCallModeInvoked) -> ChatState:
+    """The mode's verdict is in: the call is not judged again (bookkeeping, not a step of
+    the turn: its last event stays)."""
+    turn = state.active
+    if turn is None or turn.turn_id != event.turn_id:
+        return state
+    calls = tuple(
+        with_changes(c, judged=True) if c.invocation_id == event.data.invocation_id else c
+        for c in turn.calls
+    )
+    return with_changes(state, active=with_changes(turn, calls=calls))
 
 
 def evolve_hook(state: ChatState, event: HookDecided) -> ChatState:

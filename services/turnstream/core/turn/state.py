@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+from turnstream.core.approval import ApprovalConfig
 from turnstream.core.events import (
     CompactionChange,
     FailureClass,
@@ -86,6 +87,12 @@ class ToolCallState:
     is_error: bool = False
     hooked: bool = False
     """The tool hooks let this approved call through (a runtime call: `HookDecided`)."""
+    proposed_id: str = ""
+    proposed_at: datetime | None = None
+    """Its `ToolInvocationProposed`'s id and time: the approval verdicts derive theirs."""
+    judged: bool = False
+    """The security mode's verdict on it is in (`ToolCallModeInvoked`; `ask`: a person's
+    answer is still to come)."""
 
     @property
     def done(self) -> bool:
@@ -255,6 +262,10 @@ class TurnConfig:
     """The fallback model's `(provider, model)` (`TURNSTREAM_FALLBACK_MODEL`), if any."""
     context_providers: bool = False
     """Context providers are configured: the shell gathers each turn's context."""
+    approval: ApprovalConfig | None = None
+    """The approval rules the turn judges its calls by (`turnstream.core.approval.judge`;
+    the session's fixed mode is its `default_mode`); None: it leaves every call to a
+    decider outside (tests of the turn alone)."""
     hold_inputs: bool = False
     """A workflow attached or running goes first: a new input waits (the session's decider
     sets it while a run is open)."""

@@ -1,4 +1,9 @@
-"""The TOOL_CALL stage: proposing calls, scheduling approved ones, skipping on interrupt.
+"""The TOOL_CALL stage: proposing calls, judging them, scheduling approved ones, skipping
+on interrupt.
+
+A call is judged by the approval rules (`turnstream.core.approval.judge`) in the decision
+that proposes it, so one that needs no person is approved (or denied) with no hop to the
+approval service; one that does waits for its answer (`ToolCallApproved`/`Denied`).
 
 Consecutive read-only calls are requested together; a mutating call goes alone, once
 everything before it is done; always in the model's call order.
@@ -8,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from turnstream.core import approval
 from turnstream.core.events import (
     Event,
     FailureClass,
@@ -89,12 +95,35 @@ def tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
             return skipped
     if len(calls) < len(turn.requested_calls):
         return propose(b, turn, config)
+    verdicts = approvals(b, turn, config)
+    if verdicts:
+        return verdicts
     ready = executable(calls)
     if ready and not config.tool_hooks:
         return [requested(b, call, config, call.args) for call in ready]
     if all(call.done for call in calls):
         return [b.post(Stage.TOOL_CALL, "ok")]
     return []  # waiting for approvals, hooks or results
+
+
+def approvals(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    """The approval rules' verdicts on the calls proposed and not judged yet, filed with
+    each call's proposal and with ids derived from it, as the approval service derives
+    them (the log keeps one copy if both ever judge)."""
+    rules = config.approval
+    if rules is None:
+        return []
+    events: list[Event] = []
+    for call in turn.calls:
+        if call.status != "proposed" or call.judged or call.proposed_at is None:
+            continue
+        stage = _envelope(config)
+        origin = approval.Call(
+            call.invocation_id, call.tool, call.args, stage, call.proposed_id, call.proposed_at,
+            b.envelope,
+        )  # fmt: skip
+        events += approval.judge(origin, rules.default_mode, rules, b.ctx.now, b.ctx.source)
+    return events
 
 
 def skip_remaining(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
