@@ -19,6 +19,7 @@ from tests.http.test_a2a import a2a, message, send
 from tests.http.test_a2a_push import Receiver, config, serving, settings, states_of, until
 from tests.http.test_a2a_push_cost import delivery_past, pushed_seqs, waiting_task
 from turnstream.bus import Bus
+from turnstream.http.a2a.push_consumer import skip_to
 from turnstream.http.a2a.pusher import DURABLE, PUSHED_KINDS
 from turnstream.settings import Settings
 
@@ -125,3 +126,23 @@ async def test_an_older_deliver_new_consumer_is_replaced_after_its_ack_floor(
         info = await consumer(bus)
     assert info.config.deliver_policy == api.DeliverPolicy.BY_START_SEQUENCE
     assert info.config.opt_start_seq == floor + 1
+
+
+async def test_a_consumer_the_server_will_not_move_is_left_to_be_fetched(
+    services: Settings, bus: Bus
+) -> None:
+    stream = bus.subjects.log_stream
+    unmovable = api.ConsumerConfig(  # deliver new: JetStream refuses to reset it
+        durable_name="a2a-push-unmovable",
+        deliver_policy=api.DeliverPolicy.NEW,
+        filter_subjects=[bus.subjects.log("*", "TurnEnded")],
+        ack_policy=api.AckPolicy.EXPLICIT,
+    )
+    await bus.js.add_consumer(stream, config=unmovable)
+    last = (await bus.js.stream_info(stream)).state.last_seq
+    try:
+        assert not await skip_to(bus.nc, bus.js, stream, "a2a-push-unmovable", last + 100)
+        info = await bus.js.consumer_info(stream, "a2a-push-unmovable")
+        assert info.delivered.stream_seq <= last
+    finally:
+        await bus.js.delete_consumer(stream, "a2a-push-unmovable")
