@@ -105,3 +105,20 @@ async def test_the_gateway_is_handed_commands_by_a_push_consumer_replacing_a_pul
         info = await bus.js.consumer_info(subjects.inbound_stream, gateway.DURABLE)
     assert [e.data.text for e in accepted] == ["waiting"]  # not the acked one again
     assert info.config.deliver_subject == subjects.deliver(gateway.DURABLE)
+
+
+async def test_a_backlog_beyond_what_is_in_hand_is_accepted_once_without_redeliveries(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path
+) -> None:
+    sessions = [f"gw-backlog-{n}" for n in range(10)]
+    per_session = gateway.IN_HAND // len(sessions) + 20
+    for n in range(per_session):
+        for session in sessions:
+            command = message_command(session, f"m{n}", idempotency_key=f"{session}-{n}")
+            await publish_command(bus, session, command)
+    async with a_gateway(nats_server, tmp_path):
+        for session in sessions:
+            assert len(await accepted_in(bus, session, per_session)) == per_session
+        info = await bus.js.consumer_info(bus.subjects.inbound_stream, gateway.DURABLE)
+    assert info.config.max_ack_pending == gateway.IN_HAND
+    assert info.num_redelivered == 0 and info.num_ack_pending == 0

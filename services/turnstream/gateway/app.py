@@ -38,6 +38,10 @@ ACK_WAIT_S = 5.0
 """A command not acked this long is redelivered: how long a sender waits for its
 `InputAccepted` when the gateway holding the command died (a live gateway keeps its batch
 with in-progress acks however long the append takes)."""
+IN_HAND = 4 * BATCH
+"""Commands the server hands over before earlier ones are acked: a backlog (a gateway
+restarted after a while) comes in what is appended well within `ACK_WAIT_S`, not all at
+once to wait in memory past it and come again."""
 KNOWN_AGENTS = 4096
 """Sessions whose agent the gateway remembers (not every agent session it ever saw)."""
 
@@ -186,6 +190,7 @@ async def _consume(
         [subjects.inbound_all],
         on_msg,
         ack_wait_s=ACK_WAIT_S,
+        max_ack_pending=IN_HAND,
     )
     log.info("gateway consuming %s", subjects.inbound_all)
     try:
