@@ -17,7 +17,7 @@ from turnstream.bus import Bus
 from turnstream.bus.consume import durable_pull
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, publish_command
-from turnstream.core.events import InputAccepted, InputRejected, TurnEnded
+from turnstream.core.events import InputAccepted, InputRejected, SessionConfigured, TurnEnded
 from turnstream.gateway import app as gateway
 from turnstream.gateway.dedup import claim_key
 
@@ -26,8 +26,13 @@ pytestmark = pytest.mark.integration
 
 @contextlib.asynccontextmanager
 async def a_gateway(server: EmbeddedServer, tmp: Path) -> AsyncIterator[None]:
+    agents = tmp / "agents"
+    agents.mkdir(exist_ok=True)
+    for name in ("ana", "bea"):
+        text = f"---\nname: {name}\ndescription: the {name} agent\n---\nYou are {name}.\n"
+        (agents / f"{name}.md").write_text(text)
     stop = asyncio.Event()
-    serving = asyncio.create_task(gateway.serve(settings_for(server, tmp), stop))
+    serving = asyncio.create_task(gateway.serve(settings_for(server, tmp, agents=agents), stop))
     await asyncio.sleep(0.4)
     try:
         yield
@@ -122,3 +127,20 @@ async def test_a_backlog_beyond_what_is_in_hand_is_accepted_once_without_redeliv
         info = await bus.js.consumer_info(bus.subjects.inbound_stream, gateway.DURABLE)
     assert info.config.max_ack_pending == gateway.IN_HAND
     assert info.num_redelivered == 0 and info.num_ack_pending == 0
+
+
+async def test_in_one_batch_a_sessions_agent_is_set_by_its_first_message_naming_one(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path
+) -> None:
+    session = "gw-agents"
+    named = [("ana", "k1"), ("bea", "k2"), ("ana", "k3"), ("ana", "k1")]  # k1 again: dropped
+    for n, (agent, key) in enumerate(named):
+        command = message_command(session, f"m{n}", agent=agent, idempotency_key=key)
+        await publish_command(bus, session, command, f"msg-{n}")
+    async with a_gateway(nats_server, tmp_path):
+        accepted = await accepted_in(bus, session, 2)
+        events = await events_of(bus, session)
+    assert [e.data.agent for e in only(events, SessionConfigured)] == ["ana"]
+    assert [e.data.text for e in accepted] == ["m0", "m2"]
+    [conflict] = only(events, InputRejected)
+    assert conflict.data.kind == "agent_conflict" and conflict.data.idempotency_key == "k2"
