@@ -15,10 +15,13 @@ from turnstream.core.events import (
     InteractionRequested,
     InteractionRequestedData,
     Sender,
+    SessionTurnStart,
+    SessionTurnStartData,
+    encode,
 )
 from turnstream.http.a2a.card import agent_card, card_body, card_version
 from turnstream.http.a2a.push import PushEntry, merged_sent, webhook_of
-from turnstream.http.a2a.push_index import PushIndex, interaction_key
+from turnstream.http.a2a.push_index import PushIndex, interaction_key, wanted
 from turnstream.http.a2a.pusher import due, headers_for, status_update
 from turnstream.http.a2a.view import TurnView
 from turnstream.settings import Settings
@@ -124,6 +127,44 @@ def test_only_events_of_tasks_with_configs_are_anyones_and_an_answer_finds_its_t
     assert other.task_of(answer) == "t1"
     other.apply(interaction_key("i1"), b"", "PURGE", 3)
     assert other.task_of(answer) is None
+
+
+def test_an_event_is_wanted_as_its_json_says_as_task_of_would_name_its_task() -> None:
+    index = PushIndex()
+    index.apply("t1", _entry({"c": {}}), None, 1)
+    index.apply(interaction_key("i1"), b"t1", None, 2)
+    mine = fact(
+        SessionTurnStart,
+        SessionTurnStartData,
+        turn="t1",
+        input_id="x",
+        text="hi",
+        sender=Sender(kind="human", id="ana"),
+    )
+    other = fact(
+        SessionTurnStart,
+        SessionTurnStartData,
+        turn="t2",
+        input_id="y",
+        text="hi",
+        sender=Sender(kind="human", id="ana"),
+    )
+    answer = fact(
+        InteractionAnswered,
+        InteractionAnsweredData,
+        turn="",
+        interaction_id="i1",
+        decision="approve",
+        sender=Sender(kind="human", id="ana"),
+        idempotency_key="k",
+        inbound_seq=1,
+    )
+    elsewhere = answer.model_copy(
+        update={"data": answer.data.model_copy(update={"interaction_id": "i9"})}
+    )
+    for event in (mine, other, answer, elsewhere):
+        assert wanted(index, orjson.loads(encode(event))) == (index.task_of(event) is not None)
+    assert wanted(index, {"turnId": "t2"})  # no type: not read this way, decoded
 
 
 def test_two_deliveries_of_a_task_keep_the_later_sent_per_config() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.conftest import settings_for
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_pull, kept_in_progress
+from turnstream.bus.consume import durable_push, kept_in_progress
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, publish_command
 from turnstream.core.events import InputAccepted
@@ -25,18 +25,23 @@ async def test_a_command_held_by_a_dead_gateway_is_accepted_within_its_short_ack
     nats_server: EmbeddedServer, bus: Bus, tmp_path: Path
 ) -> None:
     subjects = bus.subjects
-    # the dying gateway: bound to the shared durable, it takes the command and never acks
-    dying = await durable_pull(
+    # the dying gateway: in the shared durable's deliver group, it takes the command and
+    # never acks
+    held: asyncio.Queue[Any] = asyncio.Queue()
+    dying = await durable_push(
         bus.js,
         subjects.inbound_stream,
         gateway.DURABLE,
+        subjects.deliver(gateway.DURABLE),
         [subjects.inbound_all],
+        held.put,
         ack_wait_s=gateway.ACK_WAIT_S,
     )
     await publish_command(bus, "handover-1", message_command("handover-1", "hello"))
-    held = await dying.fetch(1, timeout=5)
-    assert len(held) == 1
+    async with asyncio.timeout(5):
+        await held.get()
     taken_at = time.monotonic()
+    await dying.unsubscribe()  # it dies holding the command
 
     stop = asyncio.Event()
     serving = asyncio.create_task(gateway.serve(settings_for(nats_server, tmp_path), stop))
@@ -51,7 +56,6 @@ async def test_a_command_held_by_a_dead_gateway_is_accepted_within_its_short_ack
     finally:
         stop.set()
         await serving
-        await dying.unsubscribe()
     assert waited >= gateway.ACK_WAIT_S - 1  # redelivered by the server, not fetched twice
 
 

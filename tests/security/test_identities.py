@@ -22,6 +22,8 @@ from turnstream.bus import Bus, connect
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.events import ToolInvocationSucceeded
 from turnstream.core.subjects import Subjects
+from turnstream.http.a2a.push_consumer import bind, skip_to
+from turnstream.http.a2a.pusher import DURABLE
 from turnstream.settings import Settings
 
 SUBJECTS = Subjects("ts")
@@ -215,6 +217,30 @@ async def test_the_http_face_runs_under_its_own_identity(
             assert [t["id"] for t in r.json()["result"]["tasks"]] == [task["id"]], r.text
     refused = [r.getMessage() for r in caplog.records if "violation" in r.getMessage().lower()]
     assert refused == []
+
+
+async def test_the_http_face_may_move_its_push_consumer_forward(
+    secure_server: SecureServer, streams: None
+) -> None:
+    """What the A2A push delivery does when a config comes after a time without any:
+    bind its durable and reset it past the events no config needs, as the `http` user."""
+    bus = await as_user(secure_server, "http")
+    try:
+        stream = SUBJECTS.log_stream
+        sub = await bind(
+            bus.js,
+            stream,
+            DURABLE,
+            [SUBJECTS.log("*", "TurnEnded")],
+            ack_wait_s=5,
+            max_ack_pending=8,
+        )
+        last = (await bus.js.stream_info(stream)).state.last_seq
+        assert await skip_to(bus.nc, bus.js, stream, DURABLE, last + 10)
+        assert (await bus.js.consumer_info(stream, DURABLE)).delivered.stream_seq == last + 9
+        await sub.unsubscribe()
+    finally:
+        await bus.close()
 
 
 async def test_wrong_credentials_name_the_user(secure_server: SecureServer) -> None:

@@ -33,17 +33,15 @@ async def durable_pull(
     ack_wait_s: float = 60,
     max_ack_pending: int = 20_000,
     ack_all: bool = False,
-    deliver_new: bool = False,
 ) -> Any:
     """Create or update a shared durable pull consumer and bind to it.
 
     Every instance of a service binds to the same durable, so adding instances shares
     the work. The definition is applied on every start (a changed filter takes effect).
-    `deliver_new`: a consumer made now starts at the next message, not the stream's first.
     """
     config = api.ConsumerConfig(
         durable_name=durable,
-        deliver_policy=api.DeliverPolicy.NEW if deliver_new else api.DeliverPolicy.ALL,
+        deliver_policy=api.DeliverPolicy.ALL,
         filter_subjects=list(subjects),
         ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
         ack_wait=ack_wait_s,
@@ -59,10 +57,16 @@ async def fetch_loop(
     on_batch: Callable[[list[Any]], Awaitable[None]],
     *,
     batch: int = BATCH,
+    ready: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Fetch until `stop` is set; a fetch that fails (a reconnect) is retried."""
+    """Fetch until `stop` is set; a fetch that fails (a reconnect) is retried. `ready`, if
+    given, is awaited before each fetch (a consumer with nothing to do fetches nothing)."""
     try:
         while not stop.is_set():
+            if ready is not None:
+                await ready()
+                if stop.is_set():
+                    break
             try:
                 msgs = await sub.fetch(batch, timeout=0.5)
             except (TimeoutError, NatsTimeoutError):

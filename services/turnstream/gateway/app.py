@@ -1,4 +1,6 @@
-"""gateway shell: pull inbound commands, append what `intake` decides, then ack."""
+"""gateway shell: inbound commands handed over by a push consumer, taken in batches (what
+came while the last batch was appended); their keys claimed, what `intake` decides
+appended, then acked."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from typing import Any
 
 from turnstream import agents
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_pull, fetch_loop, kept_in_progress
+from turnstream.bus.appender import PipelinedAppender
+from turnstream.bus.consume import BATCH, durable_push, kept_in_progress
 from turnstream.bus.scan import scan_log
 from turnstream.bus.streams import existing_bucket
 from turnstream.core.events import (
@@ -22,7 +25,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.gateway.check import Inbound
-from turnstream.gateway.dedup import first_time
+from turnstream.gateway.dedup import first_times
 from turnstream.gateway.intake import intake, reject_unknown_answer, settle_agent
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.settings import Settings
@@ -35,6 +38,10 @@ ACK_WAIT_S = 5.0
 """A command not acked this long is redelivered: how long a sender waits for its
 `InputAccepted` when the gateway holding the command died (a live gateway keeps its batch
 with in-progress acks however long the append takes)."""
+IN_HAND = 4 * BATCH
+"""Commands the server hands over before earlier ones are acked: a backlog (a gateway
+restarted after a while) comes in what is appended well within `ACK_WAIT_S`, not all at
+once to wait in memory past it and come again."""
 KNOWN_AGENTS = 4096
 """Sessions whose agent the gateway remembers (not every agent session it ever saw)."""
 
@@ -85,7 +92,8 @@ async def _consume(
             know(session_id, found)
         return session_agents[session_id]
 
-    async def decide(msg: Any) -> list[EventBase]:
+    async def decide(msg: Any) -> tuple[int, list[EventBase]]:
+        """The message's inbound sequence and the events it amounts to, its key unclaimed."""
         meta = msg.metadata
         raw = Inbound(
             session_token=subjects.session_from_inbound(msg.subject),
@@ -111,19 +119,49 @@ async def _consume(
             case [SessionConfigured() as configured, *_]:
                 current = await agent_of(configured.session_id)
                 decided = settle_agent(raw, decided, current, now=now(), source=source)
-        first = decided[0]
-        if isinstance(first, InputRejected) or await first_time(
-            claims, first.session_id, first.correlation_id, raw.seq
-        ):
-            if isinstance(first, SessionConfigured):  # the next message of the batch sees it
-                know(first.session_id, first.data.agent)
-            return decided
-        return []  # a key this session already used: its first command's events answer
+        return raw.seq, decided
+
+    async def settle(chunk: list[tuple[int, list[EventBase]]]) -> list[EventBase]:
+        """The chunk's events but those of a key its session already used (their first
+        command's events answer): every accepted command's key claimed in one flight."""
+        claimed = [(seq, d) for seq, d in chunk if not isinstance(d[0], InputRejected)]
+        keys = [(d[0].session_id, d[0].correlation_id, seq) for seq, d in claimed]
+        firsts = dict(zip(keys, await first_times(claimer, claims, bucket, keys), strict=True))
+        events: list[EventBase] = []
+        for seq, decided in chunk:
+            first = decided[0]
+            if (
+                isinstance(first, InputRejected)
+                or firsts[first.session_id, first.correlation_id, seq]
+            ):
+                if isinstance(first, SessionConfigured):
+                    know(first.session_id, first.data.agent)
+                events += decided
+        return events
+
+    async def decide_all(msgs: list[Any]) -> list[EventBase]:
+        """Each message decided, keys claimed per chunk: a chunk ends before a second
+        message configuring a session's agent, which must see whether the first did."""
+        events: list[EventBase] = []
+        chunk: list[tuple[int, list[EventBase]]] = []
+        configuring: set[str] = set()
+        for msg in msgs:
+            seq, decided = await decide(msg)
+            first = decided[0]
+            if isinstance(first, SessionConfigured) and first.session_id in configuring:
+                events += await settle(chunk)
+                chunk, configuring = [], set()
+                seq, decided = await decide(msg)
+                first = decided[0]
+            if isinstance(first, SessionConfigured):
+                configuring.add(first.session_id)
+            chunk.append((seq, decided))
+        return events + await settle(chunk)
 
     async def on_batch(msgs: list[Any]) -> None:
         try:
             with kept_in_progress(msgs, ACK_WAIT_S):
-                events = [event for msg in msgs for event in await decide(msg)]
+                events = await decide_all(msgs)
                 await bus.store.append_facts(events)
         except Exception:
             log.exception("intake or append failed; the commands will be redelivered")
@@ -132,12 +170,43 @@ async def _consume(
         for msg in msgs:
             await msg.ack()
 
-    claims = await existing_bucket(bus.js, subjects.idempotency_bucket)
-    sub = await durable_pull(
-        bus.js, subjects.inbound_stream, DURABLE, [subjects.inbound_all], ack_wait_s=ACK_WAIT_S
+    bucket = subjects.idempotency_bucket
+    claims = await existing_bucket(bus.js, bucket)
+    claimer = PipelinedAppender(bus.nc)
+    arrived: list[Any] = []
+    woken = asyncio.Event()
+
+    async def on_msg(msg: Any) -> None:
+        arrived.append(msg)
+        woken.set()
+
+    stopping = asyncio.ensure_future(stop.wait())
+    stopping.add_done_callback(lambda _: woken.set())
+    sub = await durable_push(
+        bus.js,
+        subjects.inbound_stream,
+        DURABLE,
+        subjects.deliver(DURABLE),
+        [subjects.inbound_all],
+        on_msg,
+        ack_wait_s=ACK_WAIT_S,
+        max_ack_pending=IN_HAND,
     )
     log.info("gateway consuming %s", subjects.inbound_all)
-    await fetch_loop(sub, stop, on_batch)
+    try:
+        while not stop.is_set():
+            await woken.wait()
+            if stop.is_set():
+                break
+            msgs = arrived[:BATCH]
+            del arrived[:BATCH]
+            if not arrived:
+                woken.clear()
+            if msgs:
+                await on_batch(msgs)
+    finally:
+        stopping.cancel()
+        await sub.unsubscribe()
 
 
 async def _was_requested(bus: Bus, answered: InteractionAnswered) -> bool:

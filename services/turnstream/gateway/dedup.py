@@ -9,6 +9,11 @@ anything: a command whose key another inbound message already claimed is acked a
 dropped; its sender hears back from the first one's events, whose `correlationId` is
 that key.
 
+A batch's claims go out together (`first_times`): pipelined create-if-absent writes, one
+flight for the whole batch and no KV client round trip per message; only when one of them
+finds its key taken are they settled one by one (`first_time`: the same message
+redelivered finds its own claim, another message's claim means a duplicate).
+
 How long a key is remembered: as long as the raw inbound commands are kept
 (`TURNSTREAM_INBOUND_MAX_AGE_DAYS`, 7 days by default; 0 keeps both forever). The bucket's
 TTL is set when the setup step first creates it (`turnstream.bus.streams.bucket_configs`).
@@ -18,19 +23,49 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
+from turnstream.bus.appender import AppendError, PipelinedAppender
+from turnstream.bus.store import APPEND_TIMEOUT_S, WRONG_LAST_SEQUENCE
 from turnstream.core.subjects import session_key
 
 log = logging.getLogger("turnstream.gateway")
+CREATE = {"Nats-Expected-Last-Subject-Sequence": "0"}
+"""A KV create: stored only if the key has no entry (what nats-py's `create` sends)."""
+
+Claim = tuple[str, str, int]
+"""session id, idempotency key, the inbound sequence claiming them"""
 
 
 def claim_key(session_id: str, idempotency_key: str) -> str:
     """The KV key of a pair: a key may hold any characters, a KV key only a few."""
     digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
     return f"{session_key(session_id)}.{digest}"
+
+
+async def first_times(
+    appender: PipelinedAppender, kv: Any, bucket: str, claims: Sequence[Claim]
+) -> list[bool]:
+    """`first_time` for each claim in the bucket `kv` (named `bucket`), in one pipelined
+    flight while none was taken before."""
+    if not claims:
+        return []
+    prefix = f"$KV.{bucket}."
+    items = [
+        (prefix + claim_key(session, key), str(seq).encode(), CREATE)
+        for session, key, seq in claims
+    ]
+    try:
+        await appender.publish(items, APPEND_TIMEOUT_S)
+        return [True] * len(claims)
+    except AppendError as exc:
+        if exc.err_code not in WRONG_LAST_SEQUENCE:
+            raise
+    # a key was taken (a duplicate, or this batch redelivered): each claim asked again
+    return [await first_time(kv, *claim) for claim in claims]
 
 
 async def first_time(kv: Any, session_id: str, idempotency_key: str, seq: int) -> bool:

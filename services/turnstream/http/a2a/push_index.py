@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -78,6 +79,17 @@ class PushIndex:
         if isinstance(event, InteractionRequested):
             self.interactions[interaction_key(event.data.interaction_id)] = task
         return task
+
+
+def wanted(index: PushIndex, raw: dict[str, Any]) -> bool:
+    """Whether an event, as its JSON, may concern a task with a config (`task_of` may name
+    one): what the delivery reads of another task's event, instead of decoding it."""
+    kind = raw.get("type")
+    if kind == "InteractionAnswered":
+        data = raw.get("data")
+        answered = data.get("interactionId") if isinstance(data, dict) else None
+        return not isinstance(answered, str) or interaction_key(answered) in index.interactions
+    return kind is None or raw.get("turnId") in index.tasks
 
 
 def _has_configs(value: bytes) -> bool:

@@ -61,6 +61,16 @@ class ConfigWatch:
             return False
         return True
 
+    async def configured(self, stop: asyncio.Event) -> None:
+        """Return once some task has a config (or `stop` is set)."""
+        while not stop.is_set():
+            try:
+                async with asyncio.timeout(0.5), self._changed:
+                    await self._changed.wait_for(lambda: bool(self.index.tasks))
+                return
+            except TimeoutError:
+                continue
+
     async def follow(self, stop: asyncio.Event) -> None:
         """Keep `index` current until `stop`; a watch that fails is started again."""
         while not stop.is_set():

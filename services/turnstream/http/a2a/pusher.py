@@ -13,8 +13,11 @@ log event (PUSHED_KINDS) ─► batch ─► barrier: index current to the bucke
 ```
 
 The log is read through one durable consumer (`a2a-push`) shared by every HTTP replica,
-`MAX_IN_FLIGHT` events at a time. Events of tasks nobody set a config for (nearly all) are
-acknowledged at once: which tasks have configs is known locally (`push_index`), and a
+`MAX_IN_FLIGHT` events at a time, and only while some task has a config: while none has
+(the common case), nothing is fetched, and once a config comes the consumer is moved past
+what no config needs (`_skip`), so a face without configs costs nothing per turn.
+Events of tasks nobody set a config for (nearly all) are acknowledged at once, read only
+as far as their task: which tasks have configs is known locally (`push_index`), and a
 skip is trusted only once the index is current to the bucket's last sequence read after
 the batch was fetched (one `STREAM.INFO` per batch, not a KV read per event): a config
 written before its task's next event was appended is in it by then. Otherwise (the watch
@@ -41,11 +44,12 @@ import logging
 from typing import Any
 
 import httpx
+import orjson
 from a2a.types.a2a_pb2 import StreamResponse, TaskStatusUpdateEvent
 from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import InProgress, durable_pull, fetch_loop
+from turnstream.bus.consume import InProgress, fetch_loop
 from turnstream.core.events import (
     Envelope,
     Event,
@@ -59,6 +63,8 @@ from turnstream.core.events import (
 from turnstream.core.ids import derived_id
 from turnstream.http.a2a.mapping import to_task
 from turnstream.http.a2a.push import PushEntry, PushStore, allowed_url, webhook_of
+from turnstream.http.a2a.push_consumer import bind, skip_to
+from turnstream.http.a2a.push_index import wanted
 from turnstream.http.a2a.push_watch import ConfigWatch
 from turnstream.http.a2a.store import TaskRecord
 from turnstream.http.a2a.view import ACTED_ON, TurnView
@@ -140,8 +146,10 @@ class Pusher:
         self._stop = asyncio.Event()
         self.watch = ConfigWatch(bus, store)
         self.bound = asyncio.Event()
-        """Set once the durable consumer is bound: from then on no event is passed over
-        (a consumer created new starts at the log's next event)."""
+        """Set once the durable consumer is bound: from then on no event a config needs is
+        passed over (a consumer created new starts at the log's next event)."""
+        self._idle = True
+        """No task had a config at the last fetch (or none was made yet)."""
         self._queues: dict[str, collections.deque[Held]] = {}
         self._workers = asyncio.TaskGroup()
         self.ack_wait_s = 2 * settings.a2a_push_timeout_s + 1
@@ -165,8 +173,9 @@ class Pusher:
                 if sub is None:
                     return
                 self.bound.set()
+                self._idle = True  # bound again: a skip is considered before the first fetch
                 try:
-                    await fetch_loop(sub, stop, self._on_batch, batch=BATCH)
+                    await fetch_loop(sub, stop, self._on_batch, batch=BATCH, ready=self._ready)
                 except Exception:  # NATS gone mid-call: bind again, the log still has it
                     log.exception("push delivery stopped; binding again")
                     await stopped_within(stop, 1.0)
@@ -178,19 +187,42 @@ class Pusher:
         filters = [subjects.log("*", kind) for kind in sorted(PUSHED_KINDS)]
         while not stop.is_set():
             try:
-                return await durable_pull(
+                return await bind(
                     self.bus.js,
                     subjects.log_stream,
                     DURABLE,
                     filters,
                     ack_wait_s=self.ack_wait_s,
                     max_ack_pending=MAX_IN_FLIGHT,
-                    deliver_new=True,
                 )
             except Exception as exc:
                 log.info("push delivery waits for the log (%s)", exc)
                 await stopped_within(stop, 1.0)
         return None
+
+    async def _ready(self) -> None:
+        """Before a fetch: while no task has a config, wait for one (fetching nothing);
+        when one comes, pass over what no config needs (`_skip`) first."""
+        if self.watch.index.tasks and not self._idle:
+            return
+        self._idle = True
+        await self.watch.configured(self._stop)
+        if not self._stop.is_set():
+            await self._skip()
+            self._idle = False
+
+    async def _skip(self) -> None:
+        """Move the consumer past the events no config needs: those appended before the
+        index was last trusted (any config not in it was written later) and folded into
+        the view of every task in it (each config's task was folded that far when it was
+        set, or since). Not trusted: nothing is passed over."""
+        log_stream = self.bus.subjects.log_stream
+        last = int((await self.bus.js.stream_info(log_stream)).state.last_seq)
+        if not await self.watch.trusted():
+            return
+        entries = await asyncio.gather(*(self.store.get(t) for t in self.watch.index.tasks))
+        views = [e.view.last_seq for e in entries if e is not None and e.configs]
+        await skip_to(self.bus.nc, self.bus.js, log_stream, DURABLE, min([last, *views]) + 1)
 
     async def _on_batch(self, msgs: list[Any]) -> None:
         """Ack the events of tasks without configs (once the index is trusted for this
@@ -204,6 +236,9 @@ class Pusher:
                 await _settle(msg.ack())
                 continue
             try:
+                if trusted and not wanted(self.watch.index, orjson.loads(msg.data)):
+                    await _settle(msg.ack())  # another task's: not decoded
+                    continue
                 event = decode(msg.data)
             except Exception:
                 log.exception(
