@@ -191,3 +191,11 @@ def test_a_one_tool_turn_decides_8_events_fewer() -> None:
     assert len([e for e in separate.log if isinstance(e, StagePreFired | StagePostFired)]) == 18
     assert len(stages) == 10 and len(separate.log) - len(merged.log) == 8
     assert [e.type for e in stages].count("StagePostFired") == 1  # RENDER's, before TurnEnded
+
+
+def test_the_cli_line_of_a_merged_event_says_both_the_stage_left_and_the_one_entered() -> None:
+    from turnstream.cli.render import summarize
+
+    (merged,) = merged_stages([post("p1", "x0", Stage.TOOL_CALL), pre("q1", "p1", Stage.RENDER)])
+    assert summarize(merged) == "TOOL_CALL ◂ ok · RENDER ▸ (round 1)"
+    assert summarize(pre("q1", "p1", Stage.RENDER)) == "RENDER ▸ (round 1)"
