@@ -93,6 +93,24 @@ async def test_tokens_stream_into_the_timeline(
     await expect(page.locator(".lane").first.locator(".seg")).not_to_have_count(0)
 
 
+async def test_every_stage_of_a_finished_turn_shows_how_long_it_took(
+    page: Any, artifacts: Path
+) -> None:
+    # most stage ends are carried by the next stage's StagePreFired (`previous`)
+    await page.goto("/#/s/chat-1")
+    await expect(page.locator(".session-page[data-loaded]")).to_be_attached()
+    lane = page.locator(".lane").first
+    await expect(lane.locator(".lane-head .badge.s-completed")).to_be_visible()
+    await expect(lane.locator(".seg")).to_have_count(5)
+    await expect(lane.locator(".seg.open")).to_have_count(0)
+    table = lane.locator("details.stage-table")
+    await table.locator("summary").click()
+    await expect(table.locator("tr")).to_have_count(6)  # a header, then 5 stages
+    await expect(table).not_to_contain_text("running")
+    await expect(table.locator("tr").nth(1)).to_contain_text("ok")
+    await page.screenshot(path=artifacts / "timeline-stages.png", full_page=True)
+
+
 async def test_approving_in_the_console_lets_the_tool_run(
     page: Any, http: httpx.AsyncClient, settings: Settings, artifacts: Path
 ) -> None:

@@ -188,7 +188,7 @@ async def test_a_reload_reads_the_snapshot_and_only_the_tail(bus: Bus, services)
     from turnstream.turn_runner.app import Runner
     from turnstream.turn_runner.session import SessionActor
 
-    for i in range(14):  # 17 events a turn: past the snapshot threshold of 200
+    for i in range(17):  # 13 events a turn: past the snapshot threshold of 200
         await send_and_wait(bus, message_command("agent:snapshotted", f"turn {i}"), timeout=15)
     everything = await events_of(bus, "agent:snapshotted")
     runner = Runner(bus, ScriptedProvider(load_script(None)), TurnConfig())

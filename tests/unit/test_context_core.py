@@ -46,7 +46,9 @@ def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> No
         state, ContextGathered(gather.request.turn_id, results), CONFIG, ctx(Ids("b"))
     )
     kinds = [e.type for e in decision]
-    assert kinds[:4] == ["ContextProvided", "ContextSkipped", "ContextProvided", "StagePostFired"]
+    assert kinds[:4] == ["ContextProvided", "ContextSkipped", "ContextProvided", "StagePreFired"]
+    left = decision[3].data.previous  # COMPOSE_REQUEST's end, carried by SEND_REQUEST's start
+    assert left is not None and left.stage == "COMPOSE_REQUEST" and left.outcome == "ok"
     provided = [e for e in decision if isinstance(e, ContextProvided)]
     assert provided[0].data.tokens == 3 and provided[0].data.digest.startswith("sha256:")
     assert provided[1].data.truncated

@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.factories import T0
 from turnstream.core.commands import COMMAND_ADAPTER
-from turnstream.core.events import EVENT_TYPES, decode, encode
+from turnstream.core.events import EVENT_TYPES, SCHEMA_VERSION, StagePreFired, decode, encode
 from turnstream.core.ids import derived_uuid7
 from turnstream.core.schemas import exported_schemas
 
@@ -294,7 +294,24 @@ def test_event_round_trips_through_the_wire(kind: str) -> None:
     assert type(event) is EVENT_TYPES[kind]
     wire = orjson.loads(encode(event))
     assert wire["sessionId"] == "s1" and wire["type"] == kind
-    assert wire["schemaVersion"] == 1
+    assert wire["schemaVersion"] == SCHEMA_VERSION
+    assert decode(encode(event)) == event
+
+
+def test_a_version_1_event_is_read_as_it_was_written() -> None:
+    raw = {**ENVELOPE, "type": "StagePreFired", "data": SAMPLE_DATA["StagePreFired"]}
+    event = decode(orjson.dumps({**raw, "schemaVersion": 1}))
+    assert isinstance(event, StagePreFired) and event.schema_version == 1
+    assert event.data.previous is None and event.data.stage == "COMPOSE_REQUEST"
+
+
+def test_a_stage_pre_fired_carries_the_stage_it_left() -> None:
+    left = {"stage": "TOOL_CALL", "iteration": 1, "outcome": "ok", "endedAt": T0.isoformat()}
+    data = {**SAMPLE_DATA["StagePreFired"], "iteration": 2, "previous": left}
+    event = decode(orjson.dumps({**ENVELOPE, "type": "StagePreFired", "data": data}))
+    assert isinstance(event, StagePreFired) and event.data.previous is not None
+    assert event.data.previous.stage == "TOOL_CALL" and event.data.previous.ended_at == T0
+    assert orjson.loads(encode(event))["data"]["previous"]["endedAt"]
     assert decode(encode(event)) == event
 
 
@@ -309,7 +326,7 @@ def test_unknown_fields_and_kinds_are_rejected() -> None:
 def test_a_newer_schema_version_is_refused_with_a_clear_error() -> None:
     raw = {**ENVELOPE, "type": "SessionTurnEnd", "data": {"status": "completed"}}
     with pytest.raises(ValueError, match="upgrade turnstream"):
-        decode(orjson.dumps({**raw, "schemaVersion": 2}))
+        decode(orjson.dumps({**raw, "schemaVersion": SCHEMA_VERSION + 1}))
 
 
 def test_committed_schemas_match_a_fresh_export() -> None:

@@ -24,6 +24,7 @@ from turnstream.core.events import (
     ToolInvocationRequested,
     ToolUseBlock,
     TurnEnded,
+    unmerged,
 )
 from turnstream.core.fold import Decision
 from turnstream.core.inputs import Fact, Tick
@@ -379,7 +380,9 @@ def test_an_answer_a_point_cannot_take_changes_nothing() -> None:
 
 def test_with_no_hooks_a_turn_passes_its_points_without_a_stop() -> None:
     shell = start(Shell(TurnConfig(), {}, [success("hi")]))
-    stages = [(e.type, getattr(e.data, "stage", "")) for e in shell.log if "Stage" in e.type]
+    stages = [
+        (e.type, getattr(e.data, "stage", "")) for e in unmerged(shell.log) if "Stage" in e.type
+    ]
     assert stages == [
         (kind, stage)
         for stage in ("RECEIVE_INPUT", "COMPOSE_REQUEST", "SEND_REQUEST", "STREAM_RESPONSE")

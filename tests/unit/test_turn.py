@@ -21,6 +21,7 @@ from turnstream.core.events import (
     StagePreFired,
     SteeringInjected,
     TurnEnded,
+    unmerged,
 )
 from turnstream.core.session import SessionState, decide, evolve, fold
 from turnstream.core.turn import (
@@ -31,6 +32,23 @@ from turnstream.core.turn import (
 )
 
 TEXT_TURN = [
+    "SessionTurnStart",
+    "StagePreFired:RECEIVE_INPUT",
+    "StagePreFired:COMPOSE_REQUEST<RECEIVE_INPUT",
+    "StagePreFired:SEND_REQUEST<COMPOSE_REQUEST",
+    "ProviderRequestStarted",
+    "StagePreFired:STREAM_RESPONSE<SEND_REQUEST",
+    "ProviderRequestCompleted",
+    "StagePreFired:RENDER<STREAM_RESPONSE",
+    "RenderEmitted",
+    "StagePostFired:RENDER",
+    "TurnEnded",
+    "SessionTurnEnd",
+]
+"""A text turn as stored: a stage left and the next entered in one decision are one event
+(`StagePreFired:B<A` is A's `StagePostFired` and B's `StagePreFired`)."""
+
+TEXT_TURN_STAGES = [
     "SessionTurnStart",
     "StagePreFired:RECEIVE_INPUT",
     "StagePostFired:RECEIVE_INPUT",
@@ -48,12 +66,15 @@ TEXT_TURN = [
     "TurnEnded",
     "SessionTurnEnd",
 ]
+"""The same turn with each merged event as the two it stands for (`unmerged`)."""
 
 
 def kinds(events: list) -> list[str]:
     out = []
     for e in events:
-        if isinstance(e, StagePreFired | StagePostFired):
+        if isinstance(e, StagePreFired) and e.data.previous is not None:
+            out.append(f"{e.type}:{e.data.stage}<{e.data.previous.stage}")
+        elif isinstance(e, StagePreFired | StagePostFired):
             out.append(f"{e.type}:{e.data.stage}")
         else:
             out.append(e.type)
@@ -67,6 +88,7 @@ def with_input(*inputs) -> SessionState:
 def test_text_turn_walks_every_stage_in_order() -> None:
     state, log = run_turn(with_input(accepted(1, "hello")), [success("hi there")])
     assert kinds(log) == TEXT_TURN
+    assert kinds(unmerged(log)) == TEXT_TURN_STAGES
     ended = [e for e in log if isinstance(e, TurnEnded)]
     assert len(ended) == 1
     assert ended[0].data.status == "completed"

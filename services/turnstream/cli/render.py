@@ -95,7 +95,9 @@ def summarize(event: Event) -> str:
         case SessionTurnStart(data=d):
             return clip(d.text)
         case StagePreFired(data=d):
-            return f"{d.stage} ▸" + (f" (round {d.iteration})" if d.iteration else "")
+            entered = f"{d.stage} ▸" + (f" (round {d.iteration})" if d.iteration else "")
+            left = d.previous
+            return entered if left is None else f"{left.stage} ◂ {left.outcome} · {entered}"
         case StagePostFired(data=d):
             return f"{d.stage} ◂ {d.outcome}"
         case ProviderRequestStarted(data=d):

@@ -154,12 +154,11 @@ def build_view(session_id: str, events: Iterable[Event]) -> SessionView:
             case SessionTurnStart():
                 turn.started_at = event.time
             case StagePreFired(data=data):
+                if (left := data.previous) is not None:  # it carries the stage it left
+                    _stage_ended(turn, left.stage, left.ended_at or event.time, left.outcome)
                 turn.stages.append(StageSpan(data.stage, data.iteration, event.time))
             case StagePostFired(data=data):
-                for span in reversed(turn.stages):
-                    if span.stage is data.stage and span.ended_at is None:
-                        span.ended_at, span.outcome = event.time, data.outcome
-                        break
+                _stage_ended(turn, data.stage, event.time, data.outcome)
             case ProviderRequestStarted():
                 turn.provider_calls += 1
             case ProviderRequestCompleted(data=data):
@@ -179,3 +178,10 @@ def _accepted(turn: TurnView, event: InputAccepted) -> None:
     data = event.data
     turn.input_text, turn.received_at = data.text, event.time
     turn.sender = f"{data.sender.kind}:{data.sender.id}"
+
+
+def _stage_ended(turn: TurnView, stage: Stage, at: datetime, outcome: str) -> None:
+    for span in reversed(turn.stages):
+        if span.stage is stage and span.ended_at is None:
+            span.ended_at, span.outcome = at, outcome
+            return

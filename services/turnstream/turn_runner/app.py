@@ -22,6 +22,7 @@ from turnstream.core.events import (
     SessionConfiguredData,
     StagePostFired,
     StagePreFired,
+    unmerged,
 )
 from turnstream.core.ids import IdFactory
 from turnstream.core.inputs import Tick
@@ -271,7 +272,7 @@ class Runner:
         telemetry.turn_events(events)
         if not self.hooks.has_observers:
             return
-        for event in events:
+        for event in unmerged(events):  # a merged stage event is the post, then the pre
             if not isinstance(event, StagePreFired | StagePostFired):
                 continue
             point = "pre" if isinstance(event, StagePreFired) else "post"

@@ -36,6 +36,15 @@ const STAGE_NOTE = {
   StageCancelled: "stage cancelled", StageInitFailed: "stage init failed",
 };
 
+// a stage of turn `t` ended: by its StagePostFired, or the `previous` of the next StagePreFired
+function stageEnded(t, ended, at) {
+  const span = t.stages.findLast((s) => s.stage === ended.stage && s.iteration === ended.iteration && !s.end);
+  if (span) {
+    span.end = at;
+    span.outcome = ended.outcome;
+  }
+}
+
 export class Timeline {
   constructor() {
     this.turns = new Map();
@@ -129,17 +138,15 @@ export class Timeline {
           t.items.unshift({ kind: "input", text: d.text, sender: d.sender, seq });
         }
         break;
-      case "StagePreFired":
+      case "StagePreFired": {
+        const left = d.previous; // schema 2: the stage it left, in the same event
+        if (left) stageEnded(t, left, left.endedAt || e.time);
         t.stages.push({ stage: d.stage, iteration: d.iteration, start: e.time, end: null });
         break;
-      case "StagePostFired": {
-        const span = t.stages.findLast((s) => s.stage === d.stage && s.iteration === d.iteration && !s.end);
-        if (span) {
-          span.end = e.time;
-          span.outcome = d.outcome;
-        }
-        break;
       }
+      case "StagePostFired":
+        stageEnded(t, d, e.time);
+        break;
       case "ProviderRequestStarted": {
         const key = `${t.id}|${d.iteration}`;
         const it = { iteration: d.iteration, text: "", streaming: this.early.get(key) || "", model: `${d.provider}/${d.model}`, done: false };

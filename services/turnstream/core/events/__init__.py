@@ -67,6 +67,7 @@ from turnstream.core.events.input import (
     SteeringInjectedData,
 )
 from turnstream.core.events.lifecycle import (
+    PreviousStage,
     RenderEmitted,
     RenderEmittedData,
     SessionTurnEnd,
@@ -99,6 +100,7 @@ from turnstream.core.events.provider import (
     Usage,
 )
 from turnstream.core.events.push import PushNotificationAbandoned, PushNotificationAbandonedData
+from turnstream.core.events.stages import merged_stages, stage_left, unmerged
 from turnstream.core.events.tools import (
     Authority,
     CompactionChange,
@@ -225,7 +227,10 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
 
 
 def upcast(raw: dict[str, Any]) -> dict[str, Any]:
-    """Upgrade an event dict written by an older schema version to the current one."""
+    """Upgrade an event dict written by an older schema version to the current one.
+
+    Version 2 added `StagePreFired.previous` (optional): a version 1 event is read as it is.
+    """
     version = raw.get("schemaVersion", 1)
     if version > SCHEMA_VERSION:
         raise ValueError(
@@ -242,8 +247,8 @@ def encode(event: EventBase) -> bytes:
 
 def decode(data: bytes) -> Event:
     """Wire bytes → event. Fast path for current-version events; upcasts older ones."""
-    if b'"schemaVersion":1,' in data or b'"schemaVersion":1}' in data:
-        return EVENT_ADAPTER.validate_json(data)
+    if b'"schemaVersion":2,' in data or b'"schemaVersion":1,' in data:
+        return EVENT_ADAPTER.validate_json(data)  # what upcast leaves as it is
     return EVENT_ADAPTER.validate_python(upcast(orjson.loads(data)))
 
 
@@ -291,6 +296,7 @@ __all__ = [
     "MessageSent",
     "MessageSentData",
     "ParentRef",
+    "PreviousStage",
     "ProviderFallback",
     "ProviderFallbackData",
     "ProviderRequestCompleted",
@@ -385,6 +391,9 @@ __all__ = [
     "WorkflowExitData",
     "decode",
     "encode",
+    "merged_stages",
+    "stage_left",
     "stamp",
+    "unmerged",
     "upcast",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from turnstream.core.events.base import (
@@ -26,10 +27,24 @@ class SessionTurnStart(EventBase):
     data: SessionTurnStartData
 
 
+class PreviousStage(WireModel):
+    """The stage that ended just before this one began, as its `StagePostFired` would have
+    said: a decision that leaves one stage and enters the next stores one event."""
+
+    stage: Stage
+    iteration: int
+    outcome: StageOutcome
+    ended_at: datetime | None = None
+    """When it ended, if not at this event's `time`."""
+
+
 class StagePreFiredData(WireModel):
     stage: Stage
     iteration: int
     """Continuation round of the turn, from 1."""
+    previous: PreviousStage | None = None
+    """Set (schema version 2 on) when this event also stands for the `StagePostFired` of
+    the stage just left: read it as that event followed by this one."""
 
 
 class StagePreFired(EventBase):

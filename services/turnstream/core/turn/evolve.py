@@ -8,7 +8,8 @@ workflow stage's lane), by the family the event is of:
     sub-turns     SubTurnSpawned (the call is requested; the children are the session's:
                   `turnstream.core.session.subturns`)
     the turn      SessionTurnStart → StagePreFired / StagePostFired … → RenderEmitted →
-                  TurnEnded → SessionTurnEnd (the turn is gone: the next may start)
+                  TurnEnded → SessionTurnEnd (the turn is gone: the next may start); a
+                  StagePreFired with `previous` is that stage's StagePostFired, then itself
     context       ContextProvided, ContextSkipped, ContextCompacted
     the model     ProviderRequestStarted → ProviderRequestCompleted | ProviderRequestFailed,
                   ProviderFallback
@@ -177,6 +178,8 @@ def _lifecycle(
         case SessionTurnStart():
             return _started(state, event)
         case StagePreFired(data=data):
+            if data.previous is not None:  # it stands for the stage's StagePostFired too
+                state = _stage_left(state, event, data.previous.stage)
             if not is_active(state, event):
                 return state
             assert state.active is not None
@@ -189,12 +192,7 @@ def _lifecycle(
             changes = {"stage": data.stage, "stage_open": True, "iteration": data.iteration}
             return turn_changed(state, event, **changes)
         case StagePostFired(data=data):
-            if data.stage is Stage.TOOL_CALL and is_active(state, event):
-                state = _append_tool_results(state)
-                state = turn_changed(state, event, calls=(), requested_calls=())
-            if data.stage is Stage.COMPOSE_REQUEST:
-                state = turn_changed(state, event, context_gathered=True)
-            return turn_changed(state, event, stage=data.stage, stage_open=False)
+            return _stage_left(state, event, data.stage)
         case RenderEmitted():
             return turn_changed(state, event, rendered=True)
         case TurnEnded(data=data):
@@ -205,6 +203,16 @@ def _lifecycle(
             return _closed(state, event)
         case _:
             assert_never(event)
+
+
+def _stage_left(state: ChatState, event: StagePreFired | StagePostFired, stage: Stage) -> ChatState:
+    """The turn left `stage` (a `StagePostFired`, or the `previous` a `StagePreFired` carries)."""
+    if stage is Stage.TOOL_CALL and is_active(state, event):
+        state = _append_tool_results(state)
+        state = turn_changed(state, event, calls=(), requested_calls=())
+    if stage is Stage.COMPOSE_REQUEST:
+        state = turn_changed(state, event, context_gathered=True)
+    return turn_changed(state, event, stage=stage, stage_open=False)
 
 
 def _started(state: ChatState, event: SessionTurnStart) -> ChatState:

@@ -14,6 +14,9 @@ log says exactly what changed, so a replay folds the same turn) and then moves o
     COMPACT          ContextCompacted           change what is dropped and its summary; veto
     STOP             StagePreFired(RENDER)      ask for one more round (`iterate`)
     RENDER           RenderEmitted              rewrite the reply; stop
+
+(A `StagePostFired` that the next stage's `StagePreFired` follows at once is stored inside
+it, as its `previous`: `turnstream.core.events.stages`. The points are the same.)
 """
 
 from __future__ import annotations
