@@ -45,20 +45,28 @@ class AppendError(Exception):
         self.index = index
 
 
-class _Batch:
-    __slots__ = ("future", "remaining", "seqs")
+TICK_S = 0.5
+"""How often the batches in flight are checked against their deadlines: one timer for
+all of them, not one per batch (`asyncio.timeout` around each cost more than the rest of
+publishing a small batch)."""
 
-    def __init__(self, size: int) -> None:
+
+class _Batch:
+    __slots__ = ("deadline", "future", "remaining", "seqs")
+
+    def __init__(self, size: int, deadline: float) -> None:
         self.seqs: list[int] = [0] * size
         self.remaining = size
+        self.deadline = deadline
         self.future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
 
 
 class _FastBatch:
-    __slots__ = ("future", "size")
+    __slots__ = ("deadline", "future", "size")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, deadline: float) -> None:
         self.size = size
+        self.deadline = deadline
         self.future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
 
@@ -70,6 +78,7 @@ class PipelinedAppender:
         self.fast: dict[str, _FastBatch] = {}
         self.counter = itertools.count()
         self._starting: asyncio.Lock | None = None
+        self._ticking: asyncio.TimerHandle | None = None
 
     async def _start(self) -> str:
         if self._starting is None:
@@ -87,13 +96,12 @@ class PipelinedAppender:
             return []
         inbox = self.inbox or await self._start()
         key = str(next(self.counter))
-        batch = self.batches[key] = _Batch(len(items))
+        batch = self.batches[key] = _Batch(len(items), self._deadline(timeout))
         publish = self.nc.publish
         try:
             for index, (subject, payload, headers) in enumerate(items):
                 await publish(subject, payload, reply=f"{inbox}.{key}.{index}", headers=headers)
-            async with asyncio.timeout(timeout):
-                return await batch.future
+            return await batch.future
         finally:
             del self.batches[key]
 
@@ -105,17 +113,34 @@ class PipelinedAppender:
             raise ValueError("a fast-ingest batch opens with one message and commits with another")
         inbox = self.inbox or await self._start()
         key = f"f{next(self.counter)}"
-        batch = self.fast[key] = _FastBatch(len(items))
+        batch = self.fast[key] = _FastBatch(len(items), self._deadline(timeout))
         publish, last = self.nc.publish, len(items)
         try:
             for index, (subject, payload, headers) in enumerate(items, 1):
                 op = OPEN if index == 1 else COMMIT if index == last else APPEND
                 reply = f"{inbox}.{key}.{FAST_BATCH_FLOW}.fail.{index}.{op}.$FI"
                 await publish(subject, payload, reply=reply, headers=headers)
-            async with asyncio.timeout(timeout):
-                return await batch.future
+            return await batch.future
         finally:
             del self.fast[key]
+
+    def _deadline(self, timeout: float) -> float:
+        """When a batch published now times out (`TimeoutError`, as `asyncio.timeout`
+        raised it), give or take `TICK_S`; the ticking starts with the first batch."""
+        loop = asyncio.get_running_loop()
+        if self._ticking is None:
+            self._ticking = loop.call_later(TICK_S, self._tick)
+        return loop.time() + timeout
+
+    def _tick(self) -> None:
+        """Time out the batches past their deadline; tick again while any is in flight."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        batches: list[_Batch | _FastBatch] = [*self.batches.values(), *self.fast.values()]
+        for batch in batches:
+            if batch.deadline <= now and not batch.future.done():
+                batch.future.set_exception(TimeoutError())
+        self._ticking = loop.call_later(TICK_S, self._tick) if batches else None
 
     async def _on_reply(self, msg: Any) -> None:
         if msg.subject.endswith(".$FI"):

@@ -214,10 +214,10 @@ class SessionActor:
         their answer (`perform` gathers it) is decided next and both go out in one batch;
         the context costs no append round. A remote provider is asked after the append,
         like a hook."""
-        context = self.ctx.context
-        if context is None or not context.local:
+        if not any(type(effect) is GatherContext for effect in decision.effects):
             return False
-        return any(isinstance(effect, GatherContext) for effect in decision.effects)
+        context = self.ctx.context
+        return context is not None and context.local
 
     async def perform(self, effects: tuple[Effect, ...]) -> Input | None:
         """Do what the state asks; a hook's answer is the next input (or, with no hook to
