@@ -111,3 +111,22 @@ async def test_a_log_without_direct_gets_is_read_with_a_consumer(bus: Bus) -> No
     async with asyncio.timeout(10):
         stored = await store.read_session("plain")
     assert [s.event for s in stored] == [e for e in events if e.session_id == "plain"]
+
+
+async def test_the_stores_session_reads_share_one_subscription(bus: Bus) -> None:
+    """A reload costs no subscription of its own: every read of a store takes its replies
+    on one, and a read cancelled midway leaves nothing behind."""
+    store = JetStreamEventStore(bus.nc, bus.js, bus.subjects)
+    sessions = [f"shared-read-{i}" for i in range(20)]
+    await bus.store.append_facts([ev(s) for s in sessions for _ in range(3)])
+    before = len(bus.nc._subs)
+    reads = await asyncio.gather(*(store.read_session(s) for s in sessions))
+    assert [len(r) for r in reads] == [3] * 20
+    assert len(bus.nc._subs) == before + 1
+    reading = asyncio.create_task(store.read_session(sessions[0]))
+    await asyncio.sleep(0)
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert store._read_replies == {}
+    assert [s.seq for s in await store.read_session(sessions[1])] == [r.seq for r in reads[1]]
