@@ -130,3 +130,15 @@ async def test_the_stores_session_reads_share_one_subscription(bus: Bus) -> None
         await reading
     assert store._read_replies == {}
     assert [s.seq for s in await store.read_session(sessions[1])] == [r.seq for r in reads[1]]
+
+
+async def test_a_read_takes_the_events_it_is_given_as_they_are(bus: Bus) -> None:
+    """A reload on a delivered fact reads the fact too: it is not decoded a second time."""
+    session = "direct-known"
+    await bus.store.append_facts([ev(session), ev(session), ev(session)])
+    stored = await bus.store.read_session(session)
+    given = ev(session)  # stands for the delivered, decoded fact at the second sequence
+    again = await bus.store.read_session(session, known={stored[1].seq: given})
+    assert [s.seq for s in again] == [s.seq for s in stored]
+    assert again[1].event is given
+    assert again[0].event == stored[0].event and again[2].event == stored[2].event

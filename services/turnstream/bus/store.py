@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
@@ -74,8 +74,11 @@ class EventStore(Protocol):
         """Append unconditionally, pipelined, events of any sessions, in order."""
         ...
 
-    async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
-        """The session's events after `after_seq`, in order."""
+    async def read_session(
+        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+    ) -> list[StoredEvent]:
+        """The session's events after `after_seq`, in order. `known`: events the caller has
+        decoded already, by sequence (a delivered fact), taken as they are."""
         ...
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
@@ -166,11 +169,13 @@ class JetStreamEventStore:
     async def last_seq(self, session_id: str) -> int:
         return await log_last_seq(self.js, self.subjects, self.subjects.log_session(session_id))
 
-    async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
-        return await self._read(self.subjects.log_session(session_id), after_seq)
+    async def read_session(
+        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+    ) -> list[StoredEvent]:
+        return await self._read(self.subjects.log_session(session_id), after_seq, known or {})
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
-        return await self._read(self.subjects.log_all, after_seq)
+        return await self._read(self.subjects.log_all, after_seq, {})
 
     async def read_kind(self, event_type: str, *, since: datetime) -> list[StoredEvent]:
         config = api.ConsumerConfig(
@@ -179,7 +184,9 @@ class JetStreamEventStore:
         )
         return await self._consume(self.subjects.log_kind(event_type), config)
 
-    async def _read(self, subject: str, after_seq: int) -> list[StoredEvent]:
+    async def _read(
+        self, subject: str, after_seq: int, known: Mapping[int, Event]
+    ) -> list[StoredEvent]:
         """From `after_seq + 1` up to the last event that exists now.
 
         A session is read with batched direct gets (no consumer: nats-server caps a
@@ -188,7 +195,8 @@ class JetStreamEventStore:
         out: list[StoredEvent] = []
 
         def keep(seq: int, _subject: str, data: bytes) -> None:
-            out.append(StoredEvent(seq, decode(data)))
+            event = known.get(seq)
+            out.append(StoredEvent(seq, decode(data) if event is None else event))
 
         if subject == self.subjects.log_all:
             await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
@@ -317,7 +325,9 @@ class InMemoryEventStore:
             seqs.extend(await self.append(event.session_id, [event]))
         return seqs
 
-    async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
+    async def read_session(
+        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+    ) -> list[StoredEvent]:
         return [s for s in self.log[after_seq:] if s.event.session_id == session_id]
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
