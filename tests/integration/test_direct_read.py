@@ -111,3 +111,34 @@ async def test_a_log_without_direct_gets_is_read_with_a_consumer(bus: Bus) -> No
     async with asyncio.timeout(10):
         stored = await store.read_session("plain")
     assert [s.event for s in stored] == [e for e in events if e.session_id == "plain"]
+
+
+async def test_the_stores_session_reads_share_one_subscription(bus: Bus) -> None:
+    """A reload costs no subscription of its own: every read of a store takes its replies
+    on one, and a read cancelled midway leaves nothing behind."""
+    store = JetStreamEventStore(bus.nc, bus.js, bus.subjects)
+    sessions = [f"shared-read-{i}" for i in range(20)]
+    await bus.store.append_facts([ev(s) for s in sessions for _ in range(3)])
+    before = len(bus.nc._subs)
+    reads = await asyncio.gather(*(store.read_session(s) for s in sessions))
+    assert [len(r) for r in reads] == [3] * 20
+    assert len(bus.nc._subs) == before + 1
+    reading = asyncio.create_task(store.read_session(sessions[0]))
+    await asyncio.sleep(0)
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert store._read_replies == {}
+    assert [s.seq for s in await store.read_session(sessions[1])] == [r.seq for r in reads[1]]
+
+
+async def test_a_read_takes_the_events_it_is_given_as_they_are(bus: Bus) -> None:
+    """A reload on a delivered fact reads the fact too: it is not decoded a second time."""
+    session = "direct-known"
+    await bus.store.append_facts([ev(session), ev(session), ev(session)])
+    stored = await bus.store.read_session(session)
+    given = ev(session)  # stands for the delivered, decoded fact at the second sequence
+    again = await bus.store.read_session(session, known={stored[1].seq: given})
+    assert [s.seq for s in again] == [s.seq for s in stored]
+    assert again[1].event is given
+    assert again[0].event == stored[0].event and again[2].event == stored[2].event

@@ -307,3 +307,54 @@ async def test_a_model_calls_end_that_fails_to_be_handled_is_retried_not_dropped
     assert failures == 1
     events = [s.event for s in await bus.store.read_session(session)]
     assert [e.type for e in events].count("TurnEnded") == 1
+
+
+def reads_of(leases: LeaseTable) -> list[str]:
+    """Count the key reads `leases` makes (a lease known free is taken by a write alone)."""
+    reads: list[str] = []
+    latest = leases._latest
+
+    async def counted(session_id: str) -> tuple[int, str | None]:
+        reads.append(session_id)
+        return await latest(session_id)
+
+    leases._latest = counted  # type: ignore[method-assign]
+    return reads
+
+
+async def test_a_lease_known_free_is_taken_with_one_write_and_a_stale_guess_takes_nothing(
+    bus: Bus,
+) -> None:
+    a, b = table(bus, "runner-a", ttl_s=30), table(bus, "runner-b", ttl_s=30)
+    a_reads, b_reads = reads_of(a), reads_of(b)
+    stop = asyncio.Event()
+
+    async def b_sees_release_of_a() -> None:
+        async with asyncio.timeout(10):
+            while True:
+                if b.freed.get("free-new") == a.freed["free-new"]:
+                    return
+                await asyncio.sleep(0.02)
+
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(b.watch_expiries(lambda _s: None, stop))
+        try:
+            assert await a.ensure("free-new") is Ownership.NEW  # never written: no read
+            await a.release("free-new")
+            assert await a.ensure("free-new") is Ownership.NEW  # our own release: no read
+            assert a_reads == []
+            await a.release("free-new")
+            await b_sees_release_of_a()
+            assert await b.ensure("free-new") is Ownership.NEW  # released by another: no read
+            assert b_reads == []
+            await b.release("free-new")
+            stale = b.freed["free-new"]
+            assert await a.ensure("free-new") is Ownership.NEW  # a holds it again
+        finally:
+            stop.set()
+    # a guess gone stale (the lease was taken since) is refused, then the key is read
+    c = table(bus, "runner-c", ttl_s=30)
+    c.freed["free-new"] = stale
+    c_reads = reads_of(c)
+    assert await c.ensure("free-new") is Ownership.ELSEWHERE
+    assert c_reads == ["free-new"]

@@ -597,3 +597,46 @@ def T0_NOW():
     from datetime import UTC, datetime
 
     return datetime.now(UTC)
+
+
+@pytest.mark.parametrize(("tool", "ms"), [("slow_read", 0), ("slow_read", 600), ("slow_write", 0)])
+async def test_started_goes_with_a_quick_read_only_result_and_ahead_of_any_other(
+    nats_server: EmbeddedServer,
+    bus: Bus,
+    tmp: Path,
+    tool: str,
+    ms: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read-only call that ends within the grace has `Started` appended with its result,
+    in one batch; a slow one's is in the log while it runs; a mutating call's goes out as
+    it starts. `Started` always comes first."""
+    from turnstream.bus.store import JetStreamEventStore
+
+    batches: list[tuple[str, ...]] = []
+    append_facts = JetStreamEventStore.append_facts
+
+    async def recorded(self: JetStreamEventStore, events: Any) -> list[int]:
+        batches.append(tuple(e.type for e in events))
+        return await append_facts(self, events)
+
+    monkeypatch.setattr(JetStreamEventStore, "append_facts", recorded)
+    session = f"started-{tool}-{ms}"
+    replies = (f"{{tool_calls: [{{name: {tool}, arguments: {{ms: {ms}}}}}]}}", '{text: "ok"}')
+    settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
+    async with running_services(settings, bus, tools=registry()):
+        outcome = await send_and_wait(bus, message_command(session, "x"), timeout=15)
+    assert outcome.status == "completed", outcome
+    stored = await bus.store.read_session(session)
+    (started,) = [s for s in stored if isinstance(s.event, ToolInvocationStarted)]
+    (succeeded,) = [s for s in stored if isinstance(s.event, ToolInvocationSucceeded)]
+    assert started.seq < succeeded.seq
+    if ms:  # appended while the call ran, well before its result
+        stored_at = {
+            s.seq: (await bus.js.get_msg(bus.subjects.log_stream, s.seq)).time
+            for s in (started, succeeded)
+        }
+        gap = stored_at[succeeded.seq] - stored_at[started.seq]
+        assert gap.total_seconds() > 0.4
+    together = ("ToolInvocationStarted", "ToolInvocationSucceeded")
+    assert (together in batches) == (tool == "slow_read" and not ms)

@@ -148,3 +148,58 @@ async def test_a_resting_worker_holds_no_message_it_handled() -> None:
         await settle()
         assert boxes.actor("s") is not None  # the worker waits for the next item
         assert handled() is None  # not even through its in-progress acks
+
+
+async def test_a_worker_idle_for_idle_s_is_let_go_but_never_one_handling_or_busy() -> None:
+    """One timer sweeps the idle workers: a worker that waited `idle_s` goes, one whose
+    actor is busy stays, and one still handling a long item is never let go under it (a
+    second actor for its session would then run beside it)."""
+    made: list[str] = []
+    handled: list[tuple[str, int]] = []
+    actors: dict[str, Recorder] = {}
+    release = asyncio.Event()
+
+    class Long(Recorder):
+        async def handle(self, item: int) -> None:
+            if item == 0:
+                await release.wait()
+            await super().handle(item)
+
+    def make(key: str) -> Recorder:
+        actors[key] = Long(key, made, handled) if key == "long" else Recorder(key, made, handled)
+        return actors[key]
+
+    boxes: Mailboxes[int] = Mailboxes(make, idle_s=0.2)
+    async with running(boxes):
+        for key in ("idle", "busy"):
+            boxes.deliver(key, 1)
+        boxes.deliver("long", 0)
+        await settle()
+        actors["busy"].in_flight = True
+        await asyncio.sleep(0.5)  # past idle_s and two sweeps
+        assert boxes.actor("idle") is None
+        assert boxes.actor("busy") is actors["busy"]
+        assert boxes.actor("long") is actors["long"]  # still in its first item
+        boxes.deliver("long", 2)
+        release.set()
+        await settle()
+        assert made.count("long") == 1 and actors["long"].items == [0, 2]
+        boxes.deliver("idle", 3)  # a session let go gets a new actor
+        await settle()
+        assert made.count("idle") == 2 and ("idle", 3) in handled
+
+
+async def test_a_message_handled_at_once_is_never_beaten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The beat timer runs only while messages are kept, and beats none that came in the
+    last half of a beat's period."""
+    monkeypatch.setattr(mailbox, "ACK_WAIT_S", 0.3)
+    boxes: Mailboxes[Any] = Mailboxes(lambda key: Forgetful())
+    msgs = [Msg() for _ in range(5)]
+    async with running(boxes):
+        for n, msg in enumerate(msgs):
+            boxes.deliver(f"s{n}", Delivered(msg, n + 1, None))  # type: ignore[arg-type]
+        await settle()
+        assert not boxes.kept
+        await asyncio.sleep(0.25)
+        assert [m.beats for m in msgs] == [0] * 5
+        assert boxes.kept.timer is None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,47 @@ import orjson
 
 Item = tuple[str, bytes, dict[str, str]]
 """subject, payload, headers"""
+
+
+UNSAFE = re.compile(r"[ \t\r\n]")
+"""What may not be in a subject, a header or its value (nats-py's own check)."""
+HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def frames(items: Sequence[Item], replies: Sequence[str], max_payload: int) -> bytes | None:
+    """The protocol bytes of publishing each item with its reply subject, as nats-py's
+    `publish` writes them (HPUB, or PUB without headers); None when one needs its checks
+    (an odd subject or header, a payload over `max_payload`: `publish` refuses it with the
+    error it should)."""
+    out = bytearray()
+    for (subject, payload, headers), reply in zip(items, replies, strict=True):
+        if not subject or UNSAFE.search(subject) or UNSAFE.search(reply):
+            return None
+        if len(payload) > max_payload:
+            return None
+        if not headers:
+            out += b"PUB %s %s %d\r\n%s\r\n" % (
+                subject.encode(),
+                reply.encode(),
+                len(payload),
+                payload,
+            )
+            continue
+        hdr = bytearray(b"NATS/1.0\r\n")
+        for key, value in headers.items():
+            if not HEADER_KEY.fullmatch(key) or "\r" in value or "\n" in value:
+                return None
+            hdr += b"%s: %s\r\n" % (key.encode(), value.strip().encode())
+        hdr += b"\r\n"
+        out += b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
+            subject.encode(),
+            reply.encode(),
+            len(hdr),
+            len(hdr) + len(payload),
+            hdr,
+            payload,
+        )
+    return bytes(out)
 
 
 FAST_BATCH_FLOW = 1000
@@ -45,20 +87,28 @@ class AppendError(Exception):
         self.index = index
 
 
-class _Batch:
-    __slots__ = ("future", "remaining", "seqs")
+TICK_S = 0.5
+"""How often the batches in flight are checked against their deadlines: one timer for
+all of them, not one per batch (`asyncio.timeout` around each cost more than the rest of
+publishing a small batch)."""
 
-    def __init__(self, size: int) -> None:
+
+class _Batch:
+    __slots__ = ("deadline", "future", "remaining", "seqs")
+
+    def __init__(self, size: int, deadline: float) -> None:
         self.seqs: list[int] = [0] * size
         self.remaining = size
+        self.deadline = deadline
         self.future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
 
 
 class _FastBatch:
-    __slots__ = ("future", "size")
+    __slots__ = ("deadline", "future", "size")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, deadline: float) -> None:
         self.size = size
+        self.deadline = deadline
         self.future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
 
@@ -70,6 +120,7 @@ class PipelinedAppender:
         self.fast: dict[str, _FastBatch] = {}
         self.counter = itertools.count()
         self._starting: asyncio.Lock | None = None
+        self._ticking: asyncio.TimerHandle | None = None
 
     async def _start(self) -> str:
         if self._starting is None:
@@ -87,13 +138,10 @@ class PipelinedAppender:
             return []
         inbox = self.inbox or await self._start()
         key = str(next(self.counter))
-        batch = self.batches[key] = _Batch(len(items))
-        publish = self.nc.publish
+        batch = self.batches[key] = _Batch(len(items), self._deadline(timeout))
         try:
-            for index, (subject, payload, headers) in enumerate(items):
-                await publish(subject, payload, reply=f"{inbox}.{key}.{index}", headers=headers)
-            async with asyncio.timeout(timeout):
-                return await batch.future
+            await self._send(items, [f"{inbox}.{key}.{index}" for index in range(len(items))])
+            return await batch.future
         finally:
             del self.batches[key]
 
@@ -105,17 +153,52 @@ class PipelinedAppender:
             raise ValueError("a fast-ingest batch opens with one message and commits with another")
         inbox = self.inbox or await self._start()
         key = f"f{next(self.counter)}"
-        batch = self.fast[key] = _FastBatch(len(items))
-        publish, last = self.nc.publish, len(items)
+        batch = self.fast[key] = _FastBatch(len(items), self._deadline(timeout))
+        ops = [OPEN, *[APPEND] * (len(items) - 2), COMMIT]
+        replies = [
+            f"{inbox}.{key}.{FAST_BATCH_FLOW}.fail.{index}.{op}.$FI"
+            for index, op in enumerate(ops, 1)
+        ]
         try:
-            for index, (subject, payload, headers) in enumerate(items, 1):
-                op = OPEN if index == 1 else COMMIT if index == last else APPEND
-                reply = f"{inbox}.{key}.{FAST_BATCH_FLOW}.fail.{index}.{op}.$FI"
-                await publish(subject, payload, reply=reply, headers=headers)
-            async with asyncio.timeout(timeout):
-                return await batch.future
+            await self._send(items, replies)
+            return await batch.future
         finally:
             del self.fast[key]
+
+    async def _send(self, items: Sequence[Item], replies: Sequence[str]) -> None:
+        """Publish `items` with their `replies`, in order: written into the connection's
+        buffer at once, one flush for all (nats-py's `publish` per message formats each,
+        checks it and asks for a flush: most of what appending a batch cost here), unless
+        the connection is not up or an item needs `publish`'s checks."""
+        nc = self.nc
+        data = None
+        if nc.is_connected and not nc.is_draining_pubs and hasattr(nc, "_send_command"):
+            data = frames(items, replies, nc.max_payload)
+        if data is None:
+            for (subject, payload, headers), reply in zip(items, replies, strict=True):
+                await nc.publish(subject, payload, reply=reply, headers=headers)
+            return
+        await nc._send_command(data)
+        if nc._flush_queue is not None and nc._flush_queue.empty():
+            await nc._flush_pending()
+
+    def _deadline(self, timeout: float) -> float:
+        """When a batch published now times out (`TimeoutError`, as `asyncio.timeout`
+        raised it), give or take `TICK_S`; the ticking starts with the first batch."""
+        loop = asyncio.get_running_loop()
+        if self._ticking is None:
+            self._ticking = loop.call_later(TICK_S, self._tick)
+        return loop.time() + timeout
+
+    def _tick(self) -> None:
+        """Time out the batches past their deadline; tick again while any is in flight."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        batches: list[_Batch | _FastBatch] = [*self.batches.values(), *self.fast.values()]
+        for batch in batches:
+            if batch.deadline <= now and not batch.future.done():
+                batch.future.set_exception(TimeoutError())
+        self._ticking = loop.call_later(TICK_S, self._tick) if batches else None
 
     async def _on_reply(self, msg: Any) -> None:
         if msg.subject.endswith(".$FI"):

@@ -9,7 +9,13 @@ its TTL finds its lease invalid, and its next write fails if anyone took over.
 
 An expired lease leaves a server-placed marker (`limit_marker_ttl` on the bucket), which
 watchers see as a PURGE: that is how the other instances learn that a holder died. A
-release is a conditional DEL, which watchers ignore (a released session has no open work).
+release is a conditional DEL, which watchers do not act on (a released session has no
+open work).
+
+Taking a lease costs one write when the key's revision is known to be a free one: never
+written (0: a new session), or the delete or marker last seen on it (`freed`). The write
+is conditional on that revision, so a stale guess is refused, never a lease taken over;
+then the key is read, and written on what was read.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from turnstream.core.subjects import Subjects, session_from_key, session_key
 log = logging.getLogger("turnstream.bus")
 KEY_PREFIX = "session."
 EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+KNOWN_FREED = 10_000
+"""Sessions whose release this instance remembers (the first released forgotten first)."""
 
 
 class Ownership(enum.Enum):
@@ -70,6 +78,9 @@ class LeaseTable:
         self.bucket = subjects.leases_bucket
         self.stream = f"KV_{self.bucket}"
         self.held: dict[str, _Held] = {}
+        self.freed: dict[str, int] = {}
+        """The revision at which a lease was seen free: our release's delete, or a delete or
+        an expiry marker seen by `watch_expiries` (`ensure` first writes on it)."""
 
     def subject(self, session_id: str) -> str:
         return f"$KV.{self.bucket}.{KEY_PREFIX}{session_key(session_id)}"
@@ -86,6 +97,15 @@ class LeaseTable:
         if held is not None and held.valid_until > now:
             held.used_at = now
             return Ownership.KEPT
+        # First a write conditional on the revision the key has if the lease is free: 0 for
+        # a key never written (a new session), the delete of our own release, or our own
+        # lease expired here. Taken, that is one round trip instead of a read and a write;
+        # refused (someone wrote since), the key is read as below.
+        guess = held.revision if held is not None else self.freed.pop(session_id, 0)
+        written = await self._write(session_id, guess)
+        if written is not None:
+            self.held[session_id] = _Held(written, now + self.ttl_s, now)
+            return Ownership.KEPT if held is not None else Ownership.NEW
         for _ in range(3):  # a write can lose a race with an expiry marker: look again
             start = self.clock()
             revision, owner = await self._latest(session_id)
@@ -140,10 +160,20 @@ class LeaseTable:
         if hand_over:
             headers.update({"KV-Operation": "PURGE", "Nats-TTL": f"{LEASE_MARKER_TTL_S:g}s"})
         try:
-            await self.js.publish(self.subject(session_id), b"", headers=headers)
+            ack = await self.js.publish(self.subject(session_id), b"", headers=headers)
         except APIError as exc:
             if exc.err_code not in WRONG_LAST_SEQUENCE:
                 raise
+            return
+        if not hand_over:
+            self._freed(session_id, int(ack.seq))
+
+    def _freed(self, session_id: str, revision: int) -> None:
+        """The lease of `session_id` is free at `revision` (released, or expired)."""
+        self.freed.pop(session_id, None)
+        if len(self.freed) >= KNOWN_FREED:
+            del self.freed[next(iter(self.freed))]
+        self.freed[session_id] = revision
 
     async def _latest(self, session_id: str) -> tuple[int, str | None]:
         """The key's last revision (0: none) and its owner (None: free, deleted or expired)."""
@@ -175,10 +205,13 @@ class LeaseTable:
         renewing: it died or was paused), until `stop` is set."""
 
         def expired(entry: Any) -> None:
-            if entry.operation != "PURGE" or not entry.key.startswith(KEY_PREFIX):
+            if entry.operation not in ("PURGE", "DEL") or not entry.key.startswith(KEY_PREFIX):
                 return
             session_id = session_from_key(entry.key[len(KEY_PREFIX) :])
-            if not self.holds(session_id):
+            if self.holds(session_id):
+                return
+            self._freed(session_id, int(entry.revision))  # free: `ensure` writes on it
+            if entry.operation == "PURGE":
                 on_expired(session_id)
 
         await watch(lambda: self.js.key_value(self.bucket), stop, expired, "leases")

@@ -8,15 +8,24 @@ append with `expected_last_seq` fails with `AppendConflict` when the session mov
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 from nats.js import api
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
-from turnstream.bus.scan import DirectGetError, direct_read, log_last_seq, scan_log, stream_seq
+from turnstream.bus.scan import (
+    DIRECT_BATCH,
+    DirectGetError,
+    direct_batch,
+    direct_request,
+    log_last_seq,
+    scan_log,
+    stream_seq,
+)
 from turnstream.bus.tracing import msg_headers
 from turnstream.core.events import Event, EventBase, decode, encode
 from turnstream.core.subjects import Subjects
@@ -65,8 +74,11 @@ class EventStore(Protocol):
         """Append unconditionally, pipelined, events of any sessions, in order."""
         ...
 
-    async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
-        """The session's events after `after_seq`, in order."""
+    async def read_session(
+        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+    ) -> list[StoredEvent]:
+        """The session's events after `after_seq`, in order. `known`: events the caller has
+        decoded already, by sequence (a delivered fact), taken as they are."""
         ...
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
@@ -97,6 +109,10 @@ class JetStreamEventStore:
         self.batched: bool | None = None
         """The log takes fast-ingest batches (found out on the first decision)."""
         self._reads = asyncio.Semaphore(READ_CONCURRENCY)
+        self._read_inbox: str | None = None
+        self._read_replies: dict[str, asyncio.Queue[Any]] = {}
+        self._read_keys = itertools.count()
+        self._starting: asyncio.Lock | None = None
 
     async def append(self, session_id: str, events: Sequence[EventBase]) -> list[int]:
         return await self.append_facts(events)
@@ -153,11 +169,13 @@ class JetStreamEventStore:
     async def last_seq(self, session_id: str) -> int:
         return await log_last_seq(self.js, self.subjects, self.subjects.log_session(session_id))
 
-    async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
-        return await self._read(self.subjects.log_session(session_id), after_seq)
+    async def read_session(
+        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+    ) -> list[StoredEvent]:
+        return await self._read(self.subjects.log_session(session_id), after_seq, known or {})
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
-        return await self._read(self.subjects.log_all, after_seq)
+        return await self._read(self.subjects.log_all, after_seq, {})
 
     async def read_kind(self, event_type: str, *, since: datetime) -> list[StoredEvent]:
         config = api.ConsumerConfig(
@@ -166,7 +184,9 @@ class JetStreamEventStore:
         )
         return await self._consume(self.subjects.log_kind(event_type), config)
 
-    async def _read(self, subject: str, after_seq: int) -> list[StoredEvent]:
+    async def _read(
+        self, subject: str, after_seq: int, known: Mapping[int, Event]
+    ) -> list[StoredEvent]:
         """From `after_seq + 1` up to the last event that exists now.
 
         A session is read with batched direct gets (no consumer: nats-server caps a
@@ -175,16 +195,15 @@ class JetStreamEventStore:
         out: list[StoredEvent] = []
 
         def keep(seq: int, _subject: str, data: bytes) -> None:
-            out.append(StoredEvent(seq, decode(data)))
+            event = known.get(seq)
+            out.append(StoredEvent(seq, decode(data) if event is None else event))
 
         if subject == self.subjects.log_all:
             await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
             return out
         async with self._reads:
             try:
-                await direct_read(
-                    self.nc, self.subjects.log_stream, subject, keep, after_seq=after_seq
-                )
+                await self._direct_read(subject, keep, after_seq)
                 return out
             except (TimeoutError, DirectGetError) as exc:
                 # no answer in time, or an error status (say 503: a log without
@@ -193,6 +212,49 @@ class JetStreamEventStore:
             out.clear()
             await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
         return out
+
+    async def _direct_read(
+        self, subject: str, on_event: Callable[[int, str, bytes], None], after_seq: int
+    ) -> None:
+        """`scan.direct_read`, its replies on one subscription for every read of this store
+        (`<inbox>.<read>`): a session's reload costs no subscription of its own (a SUB,
+        an UNSUB and a task each time)."""
+        inbox = self._read_inbox or await self._start_reads()
+        key = str(next(self._read_keys))
+        replies = self._read_replies[key] = asyncio.Queue()
+        stream, last = self.subjects.log_stream, after_seq
+
+        def handed(seq: int, subject_: str, data: bytes) -> None:
+            nonlocal last
+            on_event(seq, subject_, data)
+            last = seq
+
+        try:
+            while True:
+                await self.nc.publish(
+                    f"$JS.API.DIRECT.GET.{stream}",
+                    direct_request(subject, last, DIRECT_BATCH),
+                    reply=f"{inbox}.{key}",
+                )
+                if not await direct_batch(replies, handed, f"{stream} {subject}"):
+                    return
+        finally:
+            del self._read_replies[key]
+
+    async def _start_reads(self) -> str:
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._read_inbox is None:
+                inbox = self.nc.new_inbox()
+                await self.nc.subscribe(inbox + ".*", cb=self._on_read_reply)
+                self._read_inbox = inbox
+        return self._read_inbox
+
+    async def _on_read_reply(self, msg: Any) -> None:
+        replies = self._read_replies.get(msg.subject.rsplit(".", 1)[1])
+        if replies is not None:  # else a read given up (a late reply)
+            replies.put_nowait(msg)
 
     async def _consume(self, subject: str, config: api.ConsumerConfig) -> list[StoredEvent]:
         """Read through an ordered push consumer until nothing is pending."""
@@ -263,7 +325,9 @@ class InMemoryEventStore:
             seqs.extend(await self.append(event.session_id, [event]))
         return seqs
 
-    async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
+    async def read_session(
+        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+    ) -> list[StoredEvent]:
         return [s for s in self.log[after_seq:] if s.event.session_id == session_id]
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:

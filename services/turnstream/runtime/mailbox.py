@@ -10,6 +10,10 @@ no item came for a second, the free memory a burst left is given back (`QuietTri
 A delivered message is kept with in-progress acks from its arrival until its actor is done
 with it, so the consumers' ack wait can be short (`ACK_WAIT_S`): what a dead instance had
 taken comes back within seconds, whatever its sessions were doing.
+
+Timers are shared, not made per item: one beats every message kept long enough (`_Kept`),
+one lets idle workers go (`_sweep`). A timer per message and an `asyncio.timeout` per
+wait for the next item cost the turn-runner a few percent of its CPU.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import InProgress, durable_push
+from turnstream.bus.consume import durable_push
+from turnstream.bus.scan import stream_seq
 from turnstream.core.events import Event, decode
 from turnstream.runtime.memory import QuietTrim
 
@@ -46,7 +51,7 @@ class Delivered:
 
     @classmethod
     def of(cls, msg: Any, event: Event) -> Delivered:
-        return cls(msg, msg.metadata.sequence.stream, event)
+        return cls(msg, stream_seq(msg), event)
 
 
 class Actor(Protocol[Item_contra]):
@@ -74,10 +79,57 @@ _LET_GO = _LetGo()
 
 
 class _Mailbox(Generic[Item]):
-    def __init__(self, actor: Actor[Item]) -> None:
+    def __init__(self, actor: Actor[Item], now: float) -> None:
         self.actor = actor
         self.inbox: asyncio.Queue[Item | _LetGo] = asyncio.Queue()
         self.closed = False
+        self.waiting = True
+        """Its worker is between items (only such a worker is let go)."""
+        self.used_at = now
+        """When it last finished an item (`_sweep` lets it go `idle_s` after)."""
+
+
+class _Kept:
+    """In-progress acks of the delivered messages not yet handled, by `id` of their item:
+    one timer every third of the ack wait beats each kept for at least half of that, so
+    a message is beaten first before half its ack wait has passed, and then as often as
+    `InProgress` would (most are handled within milliseconds and never beat)."""
+
+    def __init__(self) -> None:
+        self.msgs: dict[int, tuple[Any, float]] = {}
+        self.timer: asyncio.TimerHandle | None = None
+
+    def keep(self, key: int, msg: Any) -> None:
+        loop = asyncio.get_running_loop()
+        self.msgs[key] = (msg, loop.time())
+        if self.timer is None:
+            self.timer = loop.call_later(ACK_WAIT_S / 3, self._beat)
+
+    def settle(self, key: int) -> None:
+        self.msgs.pop(key, None)
+
+    def stop(self) -> None:
+        self.msgs.clear()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _beat(self) -> None:
+        loop = asyncio.get_running_loop()
+        every = ACK_WAIT_S / 3
+        since = loop.time() - every / 2
+        for msg, arrived in self.msgs.values():
+            if arrived <= since:
+                asyncio.ensure_future(msg.in_progress()).add_done_callback(_beat_failed)
+        self.timer = loop.call_later(every, self._beat) if self.msgs else None
+
+    def __len__(self) -> int:
+        return len(self.msgs)
+
+
+def _beat_failed(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is not None:  # disconnected: redelivered
+        log.warning("in-progress ack failed: %s", done.exception())
 
 
 class Mailboxes(Generic[Item]):
@@ -95,7 +147,7 @@ class Mailboxes(Generic[Item]):
         self.quiet = quiet or QuietTrim()
         """Told of every item: gives free memory back once they pause."""
         self.boxes: dict[str, _Mailbox[Item]] = {}
-        self.kept: dict[int, InProgress] = {}
+        self.kept = _Kept()
         """In-progress acks of delivered messages not yet handled, by `id` of the item."""
         self.rested: OrderedDict[str, None] = OrderedDict()
         """Sessions whose worker waits with an empty inbox and nothing in flight, least
@@ -103,6 +155,7 @@ class Mailboxes(Generic[Item]):
         self.tasks: asyncio.TaskGroup | None = None
         self.workers: set[asyncio.Task[None]] = set()
         self.closing = False
+        self._sweeping: asyncio.TimerHandle | None = None
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """A task of the mailboxes: an actor's worker, or its side task (a model call). It is
@@ -119,10 +172,11 @@ class Mailboxes(Generic[Item]):
         self.rested.pop(key, None)
         self.quiet.touch()
         if isinstance(item, Delivered):
-            self.kept[id(item)] = InProgress([item.msg], ACK_WAIT_S)
+            self.kept.keep(id(item), item.msg)
         box = self.boxes.get(key)
         if box is None or box.closed:
-            box = self.boxes[key] = _Mailbox(self.make_actor(key))
+            now = asyncio.get_running_loop().time()
+            box = self.boxes[key] = _Mailbox(self.make_actor(key), now)
             self.spawn(self._work(key, box), f"session:{key}")
         box.inbox.put_nowait(item)
 
@@ -136,33 +190,26 @@ class Mailboxes(Generic[Item]):
 
     async def run(self, until: asyncio.Event) -> None:
         """Keep the workers alive until `until` is set, then cancel them."""
+        self._sweeping = asyncio.get_running_loop().call_later(self.idle_s / 4, self._sweep)
         async with asyncio.TaskGroup() as tasks:
             self.tasks = tasks
             await until.wait()
             self.closing = True  # no new worker may start while these wind down
             self.quiet.cancel()
-            for kept in self.kept.values():
-                kept.stop()
-            self.kept.clear()
+            self._sweeping.cancel()
+            self.kept.stop()
             for task in list(self.workers):
                 task.cancel()
         self.tasks = None
 
     async def _work(self, key: str, box: _Mailbox[Item]) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                try:
-                    # asyncio.timeout, never wait_for: on 3.11 wait_for swallows a
-                    # cancellation that races the inner future, and the task then hangs
-                    async with asyncio.timeout(self.idle_s):
-                        item = await box.inbox.get()
-                except TimeoutError:
-                    if box.inbox.empty() and not box.actor.busy():
-                        box.closed = True  # no await between the check and this: no lost item
-                        return
-                    continue
+                item = await box.inbox.get()
+                box.waiting = False
                 if isinstance(item, _LetGo):
-                    return  # let go while resting (`_rest`): closed and forgotten already
+                    return  # let go while resting (`_rest`, `_sweep`): closed, forgotten
                 try:
                     await box.actor.handle(item)
                 except asyncio.CancelledError:
@@ -171,10 +218,11 @@ class Mailboxes(Generic[Item]):
                     log.exception("session %s: handling failed", key)
                     await box.actor.failed(item)
                 finally:
-                    self._settle(item)
+                    self.kept.settle(id(item))
                 del item  # a waiting worker holds no message (its payload, its event)
                 if _cancel_swallowed():
                     raise asyncio.CancelledError
+                box.used_at, box.waiting = loop.time(), True
                 if box.inbox.empty() and not box.actor.busy():
                     self._rest(key)
         finally:
@@ -183,12 +231,28 @@ class Mailboxes(Generic[Item]):
                 del self.boxes[key]
                 self.rested.pop(key, None)
 
-    def _settle(self, item: Item) -> None:
-        """Stop the in-progress acks of a handled item (a method, so the worker's frame
-        keeps no reference to them, nor through them to the message)."""
-        kept = self.kept.pop(id(item), None)
-        if kept is not None:
-            kept.stop()
+    def _sweep(self) -> None:
+        """Let the workers go that waited `idle_s` with nothing to do (an item for one of
+        them later starts a new worker); every quarter of `idle_s`, one timer for all."""
+        loop = asyncio.get_running_loop()
+        if self.closing:
+            return
+        now = loop.time()
+        for key, box in list(self.boxes.items()):
+            if now - box.used_at >= self.idle_s:
+                self._let_go(key, box)
+        self._sweeping = loop.call_later(self.idle_s / 4, self._sweep)
+
+    def _let_go(self, key: str, box: _Mailbox[Item]) -> None:
+        """Have a waiting worker return, if it has nothing to do (no await between this
+        check and closing its box: no item can slip in between)."""
+        if box.closed or not box.waiting or not box.inbox.empty() or box.actor.busy():
+            return
+        box.closed = True
+        if self.boxes.get(key) is box:
+            del self.boxes[key]
+        self.rested.pop(key, None)
+        box.inbox.put_nowait(_LET_GO)  # it returns, no cancellation (see `_LetGo`)
 
     def _rest(self, key: str) -> None:
         """`key`'s worker waits with nothing to do: let the least recently used such workers
@@ -198,12 +262,8 @@ class Mailboxes(Generic[Item]):
         while len(self.rested) > self.max_rested:
             oldest, _ = self.rested.popitem(last=False)
             box = self.boxes.get(oldest)
-            # no await between this check and closing: no item can slip in between
-            if box is None or box.closed or not box.inbox.empty() or box.actor.busy():
-                continue
-            box.closed = True
-            del self.boxes[oldest]
-            box.inbox.put_nowait(_LET_GO)  # it returns, no cancellation (see `_LetGo`)
+            if box is not None:
+                self._let_go(oldest, box)
 
 
 def _cancel_swallowed() -> bool:

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nats.js.errors import KeyWrongLastSequenceError, ObjectNotFoundError
+from nats.js.errors import ObjectNotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, durable_push
@@ -35,6 +35,7 @@ from turnstream.runtime.manifest import keep_published
 from turnstream.runtime.redaction import Redactor
 from turnstream.settings import Settings
 from turnstream.tool_executor.outcome import Facts, needs_blob
+from turnstream.tool_executor.writes import Claims, Started
 from turnstream.tools import ToolContext, ToolError, ToolRegistry
 from turnstream.tools.mcp import McpTools
 
@@ -53,6 +54,10 @@ ACK_WAIT_S = 15.0
 """A request not acked this long is redelivered: how soon a call whose executor died is
 found (and failed `interrupted` or run again). A running call keeps its request with
 in-progress acks, so a long tool is not redelivered while it runs."""
+START_GRACE_S = 0.02
+"""A read-only tool that finishes this soon has its `Started` appended with its result, in
+one batch; a slower one's goes out at this point, while it runs (what it does outside
+is nothing a result would not say, so only a watcher of the log sees the difference)."""
 
 
 class Executor:
@@ -83,6 +88,7 @@ class Executor:
         appends of `Started` that go on beside them."""
         self.kv: Any = None
         self.blobs: Any = None
+        self.claims = Claims(bus.nc, bus.subjects.invocations_bucket)
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
@@ -177,11 +183,8 @@ class Executor:
     async def _claim(self, request: ToolInvocationRequested) -> Facts | None:
         """Facts for this attempt, or None when there is nothing (more) to do."""
         invocation_id = request.data.invocation_id
-        try:
-            await self.kv.create(invocation_id, RUNNING)
+        if await self.claims.create(invocation_id, RUNNING):
             return Facts(request, self.source)
-        except KeyWrongLastSequenceError:
-            pass
         entry = await self.kv.get(invocation_id)
         if entry.value == DONE:
             return None
@@ -221,10 +224,13 @@ class Executor:
             await self._append(fail)
             return
         # Started is published while the tool runs (its ack is awaited with the result's):
-        # the claim, not this event, is what keeps the call at most once.
-        started = asyncio.ensure_future(self._append(facts.started(self.clock())))
-        self.requests.add(started)  # a shutdown waits for it as for the result, no longer
-        started.add_done_callback(self.requests.discard)
+        # the claim, not this event, is what keeps the call at most once. A read-only
+        # tool's waits `START_GRACE_S`, to go with a quick result in one batch.
+        starting = Started(facts.started(self.clock()), self._append, self._append_all)
+        if data.read_only:
+            starting.later(START_GRACE_S, self.requests)
+        else:
+            starting.now(self.requests)
         timeout = data.timeout_ms / 1000
         ctx = ToolContext(self.workspace, facts.request.session_id, data.invocation_id)
         start = time.perf_counter()
@@ -236,6 +242,9 @@ class Executor:
         try:
             async with asyncio.timeout(timeout):
                 output = await tool.run(dict(data.args), ctx)
+        except asyncio.CancelledError:  # a hard abort or a shutdown: Started still goes first
+            await starting.alone()
+            raise
         except ToolError as exc:
             event = facts.failed(
                 FailureClass.TOOL_RUNTIME_ERROR,
@@ -291,8 +300,7 @@ class Executor:
             event = event.model_copy(
                 update={"data": event.data.model_copy(update={"error": error})}
             )
-        await started
-        await self._append(event)
+        await starting.with_result(event)
 
     async def _object_store(self) -> Any:
         """The blobs bucket, or None when it is missing or not permitted (a result over the
@@ -332,10 +340,15 @@ class Executor:
         dedups a retry that was stored after all)."""
         await _until_done(f"append of {event.type}", lambda: self.bus.store.append_facts([event]))
 
+    async def _append_all(self, events: list[Any]) -> None:
+        """`_append` for several facts, in order, in one batch."""
+        what = f"append of {', '.join(e.type for e in events)}"
+        await _until_done(what, lambda: self.bus.store.append_facts(events))
+
     async def _done(self, invocation_id: str) -> None:
         """Mark the claim done, retried like an append."""
         await _until_done(
-            f"claim {invocation_id}: put done", lambda: self.kv.put(invocation_id, DONE)
+            f"claim {invocation_id}: put done", lambda: self.claims.put(invocation_id, DONE)
         )
 
     async def _on_turn_end(self, msg: Any) -> None:

@@ -54,8 +54,12 @@ async def keep_leases(
     wake: Callable[[str], None],
     stop: asyncio.Event,
 ) -> None:
-    """Every `renew_s`: renew the leases of sessions with open work (or used since the last
-    round), release the others. On stop: hand them all over to the other runners."""
+    """Every `renew_s`: keep the leases of sessions with open work (or used since the last
+    round), release the others. On stop: hand them all over to the other runners.
+
+    A lease kept is renewed only once it would not outlive the round after next (a late
+    round must not let it lapse): with the default TTL, every other round. A session that
+    had one turn is taken and released, and renewed at most once in between."""
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(policy.renew_s):
@@ -66,8 +70,10 @@ async def keep_leases(
         keep: list[str] = []
         drop: list[str] = []
         for session_id, held in list(leases.held.items()):
-            recent = now - held.used_at < policy.renew_s
-            (keep if recent or open_work(session_id) else drop).append(session_id)
+            if now - held.used_at >= policy.renew_s and not open_work(session_id):
+                drop.append(session_id)
+            elif held.valid_until - now < 2 * policy.renew_s:
+                keep.append(session_id)
         renewed = await asyncio.gather(*(leases.renew(s) for s in keep), return_exceptions=True)
         for session_id, ok in zip(keep, renewed, strict=True):
             if isinstance(ok, BaseException):

@@ -144,8 +144,8 @@ class SessionActor:
 
     async def step(self, item: Item) -> None:
         """Run `item` through the decider, and every hook answer after it, until quiet."""
-        if not self.loaded:
-            await self.reload()
+        if not self.loaded:  # a delivered fact is in what is read: decoded once, not twice
+            await self.reload({item.seq: item.event} if isinstance(item, Delivered) else None)
         if isinstance(item, Delivered):
             await self.run(await self.fact(item))
             await item.msg.ack()
@@ -214,10 +214,10 @@ class SessionActor:
         their answer (`perform` gathers it) is decided next and both go out in one batch;
         the context costs no append round. A remote provider is asked after the append,
         like a hook."""
-        context = self.ctx.context
-        if context is None or not context.local:
+        if not any(type(effect) is GatherContext for effect in decision.effects):
             return False
-        return any(isinstance(effect, GatherContext) for effect in decision.effects)
+        context = self.ctx.context
+        return context is not None and context.local
 
     async def perform(self, effects: tuple[Effect, ...]) -> Input | None:
         """Do what the state asks; a hook's answer is the next input (or, with no hook to
@@ -308,11 +308,12 @@ class SessionActor:
     def config(self) -> TurnConfig:
         return self.ctx.session(self.session_id)[1]
 
-    async def reload(self) -> None:
-        """Rebuild the state from the log (the truth): the latest snapshot, then the tail."""
+    async def reload(self, known: dict[int, Event] | None = None) -> None:
+        """Rebuild the state from the log (the truth): the latest snapshot, then the tail
+        (`known`: events decoded already, by sequence)."""
         kv = await self.ctx.snapshots()
         self.state, self.last_seq, read = await snapshots.rebuild(
-            kv, self.ctx.store, self.session_id
+            kv, self.ctx.store, self.session_id, known
         )
         self.input_mark = self.last_seq
         self.held = ()

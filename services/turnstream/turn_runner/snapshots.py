@@ -9,10 +9,12 @@ that would lose it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from turnstream.core.events import Event
 from turnstream.core.session import SessionState, evolve, state_from_json, state_to_json
 from turnstream.core.subjects import session_key
 
@@ -51,12 +53,15 @@ async def save(kv: Any, state: SessionState, seq: int) -> None:
         log.warning("snapshot of %s not written: %s", state.session_id, exc)
 
 
-async def rebuild(kv: Any, store: Any, session_id: str) -> tuple[SessionState, int, int]:
+async def rebuild(
+    kv: Any, store: Any, session_id: str, known: Mapping[int, Event] | None = None
+) -> tuple[SessionState, int, int]:
     """The session from its latest snapshot and the log after it: the state, the sequence
-    it is as of, and how many events had to be read."""
+    it is as of, and how many events had to be read (`known`: events decoded already, by
+    sequence, as `EventStore.read_session` takes them)."""
     found = await load(kv, session_id)
     state, after = found if found else (SessionState.of(session_id), 0)
-    stored = await store.read_session(session_id, after_seq=after)
+    stored = await store.read_session(session_id, after_seq=after, known=known)
     for item in stored:
         state = evolve(state, item.event)
     return state, (stored[-1].seq if stored else after), len(stored)

@@ -116,7 +116,40 @@ def stamp(
     causation_id: str | None,
     turn_id: str | None = None,
 ) -> E:
-    """The one place an event is given its envelope (every service and decider comes here)."""
+    """The one place an event is given its envelope (every service and decider comes here).
+
+    `data` was validated when it was made, and the envelope's values are the strings of
+    an `Envelope`: an event of a known kind is put together without validating them again
+    (the validating constructor cost twice as much, on every event a service appends). It
+    is the model the constructor makes, field for field (tests/unit/test_stamp.py); any
+    other `data` (a dict, say) goes through the constructor."""
+    known = _DATA_TYPES.get(cls)
+    if known is None:
+        known = _DATA_TYPES[cls] = _data_type(cls)
+    if type(data) is known and isinstance(time, datetime):
+        event = object.__new__(cls)
+        _set_attr(
+            event,
+            "__dict__",
+            {
+                "id": event_id,
+                "type": cls.__name__,
+                "time": time,
+                "session_id": envelope.session_id,
+                "chat_id": envelope.chat_id,
+                "turn_id": turn_id or envelope.turn_id,
+                "trace_id": envelope.trace_id,
+                "correlation_id": envelope.correlation_id,
+                "causation_id": causation_id,
+                "source": source,
+                "schema_version": SCHEMA_VERSION,
+                "data": data,
+            },
+        )
+        _set_attr(event, "__pydantic_fields_set__", set(_STAMPED))
+        _set_attr(event, "__pydantic_extra__", None)
+        _set_attr(event, "__pydantic_private__", None)
+        return event
     return cls(  # type: ignore[call-arg]
         id=event_id,
         time=time,
@@ -129,3 +162,44 @@ def stamp(
         source=source,
         data=data,
     )
+
+
+_set_attr = object.__setattr__
+_FIELDS = (
+    "id",
+    "type",
+    "time",
+    "session_id",
+    "chat_id",
+    "turn_id",
+    "trace_id",
+    "correlation_id",
+    "causation_id",
+    "source",
+    "schema_version",
+    "data",
+)
+_STAMPED = frozenset(_FIELDS) - {"type", "schema_version"}
+"""The fields `stamp` gives the constructor (an event's `model_fields_set`)."""
+_DATA_TYPES: dict[type[EventBase], type | bool] = {}
+"""Per event kind, the type of the `data` `stamp` puts together itself (False: none)."""
+
+
+def _data_type(cls: type[EventBase]) -> type | bool:
+    """The type of `cls`'s `data` if `stamp` may build it without the validating
+    constructor: the envelope's fields in order, a `type` named after the class, one
+    `data` model, nothing computed on construction; else False."""
+    fields = cls.model_fields
+    field = fields.get("data")
+    data: object = None if field is None else field.annotation
+    fits = (
+        cls.__pydantic_complete__
+        and tuple(fields) == _FIELDS
+        and fields["type"].default == cls.__name__
+        and fields["schema_version"].default == SCHEMA_VERSION
+        and isinstance(data, type)
+        and issubclass(data, BaseModel)
+        and not cls.__private_attributes__
+        and not cls.__pydantic_post_init__
+    )
+    return data if fits and isinstance(data, type) else False
