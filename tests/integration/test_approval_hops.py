@@ -71,3 +71,26 @@ async def test_an_ask_call_is_left_to_the_approval_service_which_prompts_once(
     assert prompt.source.startswith("approval") and approved.source.startswith("approval")
     assert approved.data.authority == "interaction"
     assert only(events, ToolInvocationSucceeded)
+
+
+async def test_the_runner_does_not_decide_its_own_verdict_again_when_it_is_delivered(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnstream.core.inputs import Fact
+    from turnstream.turn_runner.session import SessionActor
+
+    decided: list[str] = []
+    run = SessionActor.run
+
+    async def counting(self: SessionActor, item: object) -> None:
+        if isinstance(item, Fact):
+            decided.append(item.event.type)
+        await run(self, item)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SessionActor, "run", counting)
+    settings = settings_for(nats_server, tmp, script=script(tmp, *ROUND_TRIP))
+    async with running_services(settings, bus, tools=registry()):
+        outcome = await send_and_wait(bus, message_command("own", "read my notes"), timeout=15)
+    assert outcome.status == "completed"
+    assert "ToolInvocationSucceeded" in decided  # the executor's result is a fact it decides
+    assert "ToolCallApproved" not in decided  # its own verdict, folded when it judged it

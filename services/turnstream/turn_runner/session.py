@@ -144,18 +144,22 @@ class SessionActor:
 
     async def step(self, item: Item) -> None:
         """Run `item` through the decider, and every hook answer after it, until quiet."""
-        if not self.loaded:  # a delivered fact is in what is read: decoded once, not twice
+        reloaded = not self.loaded
+        if reloaded:  # a delivered fact is in what is read: decoded once, not twice
             await self.reload({item.seq: item.event} if isinstance(item, Delivered) else None)
         if isinstance(item, Delivered):
-            await self.run(await self.fact(item))
+            fact = await self.fact(item)
+            if fact is not None or reloaded:  # a reload may leave something to decide
+                await self.run(fact or Tick())
             await item.msg.ack()
             return
         if isinstance(item, ProviderDone):
             self.provider_tasks.pop(item.turn_id, None)  # the call is over (a late one too)
         await self.run(item)
 
-    async def fact(self, item: Delivered) -> Input:
-        """The input a delivered fact is: the fact, unless it is folded already."""
+    async def fact(self, item: Delivered) -> Input | None:
+        """The input a delivered fact is: the fact, unless it is folded already (None:
+        e.g. a verdict this runner appended itself, folded when it was decided)."""
         if item.seq > self.input_mark:
             self.input_mark = item.seq
             self.last_seq = max(self.last_seq, item.seq)
@@ -164,7 +168,8 @@ class SessionActor:
             # a redelivery (e.g. nak'ed by a runner that did not hold the lease) can come
             # after later facts were folded: it may never have been folded here
             await self.reload()
-        return Tick()
+            return Tick()
+        return None
 
     async def run(self, item: Input) -> None:
         """Decide `item`, append, perform; a hook's answer is decided next, and so on."""
@@ -201,6 +206,9 @@ class SessionActor:
                 item = _refold(item)
                 continue
             self.state, self.last_seq, self.held = decision.state, last, ()
+            # the condition held: everything up to `last` is folded (ours, or read before),
+            # so a delivery of our own events (a verdict we judged) is not decided again
+            self.input_mark = max(self.input_mark, last)
             self.ctx.observe(decision.events)
             if not leases.holds(self.session_id):
                 # paused past the TTL while appending: the next holder goes on from the log
