@@ -19,7 +19,7 @@ from tests.unit.audit_events import ended, event, start, turn
 from turnstream.audit import app as audit
 from turnstream.audit.chain import verify
 from turnstream.audit.checks import CheckConfig
-from turnstream.audit.intake import pull_durable
+from turnstream.audit.intake import Intake, pull_durable
 from turnstream.bus import Bus
 from turnstream.bus.consume import durable_push
 from turnstream.core.events import StagePreFired
@@ -171,3 +171,42 @@ async def test_a_redelivery_after_a_restart_is_checked_once(
 
 async def _at(service: audit.AuditService, seq: int) -> bool:
     return service.journal.last_seq >= seq
+
+
+async def test_an_idle_audit_asks_seldom_and_stops_at_once(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[dict[str, Any]] = []
+    ask = Intake._ask
+
+    async def counted(self: Intake, request: dict[str, Any], *args: Any) -> None:
+        asked.append(request)
+        await ask(self, request, *args)
+
+    monkeypatch.setattr(Intake, "_ask", counted)
+    service = audit.AuditService(bus, CheckConfig(), tmp_path / "audit.jsonl", tick_s=60)
+    stop = asyncio.Event()
+    serving_task = asyncio.create_task(service.serve(stop))
+    await until(lambda: _waiting(bus))
+    await asyncio.sleep(1.5)
+    stop.set()
+    await asyncio.wait_for(serving_task, 1.0)  # not at the end of the waiting request
+    assert len(asked) == 1 and asked[0]["batch"] == 1
+
+
+async def test_a_refused_pull_is_not_asked_again_at_once(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[dict[str, Any]] = []
+    ask = Intake._ask
+
+    async def counted(self: Intake, request: dict[str, Any], *args: Any) -> None:
+        asked.append(request)
+        await ask(self, request, *args)
+
+    monkeypatch.setattr(Intake, "_ask", counted)
+    async with serving(bus, tmp_path / "audit.jsonl"):
+        await bus.js.delete_consumer(bus.subjects.log_stream, audit.DURABLE)
+        await bus.store.append_facts(turn("refused", "t1"))  # the waiting request ends
+        await asyncio.sleep(2.5)
+    assert 1 <= len(asked) <= 5  # about one a second, not a loop

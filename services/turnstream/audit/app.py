@@ -138,7 +138,9 @@ class AuditService:
         next_tick = time.monotonic() + self.tick_s
         next_counters = time.monotonic() + COUNTERS_S
         while not stop.is_set():
-            batch = await intake.next_batch(min(self.tick_s, 0.5), LINGER_S, BATCH)
+            wait_s = min(COUNTERS_S / 2, self.tick_s) if self.auditor.dirty else self.tick_s
+            wait_s = max(0.05, min(wait_s, next_tick - time.monotonic()))
+            batch = await intake.next_batch(wait_s, LINGER_S, BATCH, stop)
             if batch and stream_seq(batch[0]) > self.auditor.last_seq + 1:
                 if not await self._fill_gap(stop):
                     return

@@ -28,6 +28,11 @@ log = logging.getLogger("turnstream.audit")
 ANSWER_S = 2.0
 """How long a `no_wait` request may take to be answered before the batch goes without it
 (a reconnect loses it; what it would have brought comes with the next)."""
+WAIT_S = 2.0
+"""The longest a waiting request waits: one lost on a reconnect (its answer with it) holds
+the audit up for this long plus `ANSWER_S`."""
+REFUSED_S = 1.0
+"""The pause after a waiting request is refused at once (409: the consumer is gone, …)."""
 
 
 async def pull_durable(
@@ -64,6 +69,8 @@ class Intake:
         self.until = 0
         """The request waited on is over once `msgs` holds this many (or a status came)."""
         self.answered = asyncio.Event()
+        self.status = ""
+        """Of the last request that ended without filling its batch."""
         self.sub: Any = None
 
     async def start(self) -> Intake:
@@ -80,15 +87,25 @@ class Intake:
             self.msgs.append(msg)
             if len(self.msgs) >= self.until:
                 self.answered.set()
-        else:  # 404 no messages, 408 expired, 409 (e.g. the consumer was replaced)
+        else:  # 404 no messages, 408 expired, 409 (e.g. the consumer was deleted)
+            self.status = (msg.headers or {}).get("Status", "")
+            if self.status not in ("404", "408"):
+                log.warning("audit: the pull was refused: %s %s", self.status, msg.headers)
             self.answered.set()
 
-    async def next_batch(self, wait_s: float, linger_s: float, limit: int) -> list[Any]:
+    async def next_batch(
+        self, wait_s: float, linger_s: float, limit: int, stop: asyncio.Event
+    ) -> list[Any]:
         """The first message within `wait_s`, then what is waiting `linger_s` after it,
-        up to `limit` messages; [] when none came."""
+        up to `limit` messages; [] when none came or `stop` was set meanwhile."""
         if not self.msgs:
-            await self._ask({"batch": 1, "expires": int(wait_s * 1e9)}, 1, wait_s + ANSWER_S)
+            wait_s = min(wait_s, WAIT_S)
+            request = {"batch": 1, "expires": int(wait_s * 1e9)}
+            self.status = ""
+            await self._ask(request, 1, wait_s + ANSWER_S, stop)
             if not self.msgs:
+                if self.status not in ("", "408"):  # refused at once: do not spin
+                    await asyncio.sleep(min(wait_s, REFUSED_S))
                 return []
         await asyncio.sleep(linger_s)
         if len(self.msgs) < limit:
@@ -97,16 +114,28 @@ class Intake:
         batch, self.msgs = self.msgs[:limit], self.msgs[limit:]
         return batch
 
-    async def _ask(self, request: dict[str, Any], until: int, timeout: float) -> None:
-        """Send a pull request; return once it is answered, or after `timeout`."""
+    async def _ask(
+        self,
+        request: dict[str, Any],
+        until: int,
+        timeout: float,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        """Send a pull request; return once it is answered, `stop` is set, or after
+        `timeout`."""
         self.until = until
         self.answered.clear()
         try:
             await self.nc.publish(self.next_subject, orjson.dumps(request), reply=self.inbox)
-            async with asyncio.timeout(timeout):
-                await self.answered.wait()
-        except TimeoutError:
-            return
         except Exception as exc:  # disconnected: nats-py reconnects, the caller asks again
             log.warning("audit: pulling the log failed (%s)", exc)
             await asyncio.sleep(min(timeout, 0.5))
+            return
+        waits = [asyncio.ensure_future(self.answered.wait())]
+        if stop is not None:
+            waits.append(asyncio.ensure_future(stop.wait()))
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
