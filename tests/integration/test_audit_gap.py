@@ -1,4 +1,4 @@
-"""The audit file keeps every event even when push deliveries are lost on a reconnect:
+"""The audit file keeps every event even when deliveries are lost on a reconnect:
 the server counts them delivered and, with AckPolicy.ALL, the ack of a later message covers
 them; the audit sees the jump in stream sequence and reads the gap from the log."""
 

@@ -74,7 +74,8 @@ async def audit_process(d: Deployment, bus: Bus) -> AsyncIterator[None]:
         async with asyncio.timeout(60):
             while True:
                 try:
-                    if (await bus.js.consumer_info(bus.subjects.log_stream, "audit")).push_bound:
+                    info = await bus.js.consumer_info(bus.subjects.log_stream, "audit")
+                    if info.num_waiting:  # its pull durable asks for events
                         break
                 except Exception:
                     pass

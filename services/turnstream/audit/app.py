@@ -2,12 +2,12 @@
 
 Start: scan the log once with an ordered consumer (the same fold as `turnstream audit
 rebuild`), recording in the audit file what it lacks, writing every summary and the
-violations the log does not have yet. Then the durable consumer `audit` brings what is
-new, in batches: fold, record, write the journal, append violations, put the summaries
-whose turn started or ended, and only then ack; the other changed summaries (counters,
-`lastSeq`) are put once a second, and a restart's scan rewrites them all anyway. A timer
-looks for turns open past their bound. One instance per deployment: the audit file is one
-chain.
+violations the log does not have yet. Then the durable consumer `audit` (a pull
+consumer, `intake.py`) brings what is new, in batches: fold, record, write the journal,
+append violations, put the summaries whose turn started or ended, and only then ack; the
+other changed summaries (counters, `lastSeq`) are put once a second, and a restart's scan
+rewrites them all anyway. A timer looks for turns open past their bound. One instance per
+deployment: the audit file is one chain.
 
 Memory follows the sessions at work, not the log: once written, the summaries beyond the
 `KEEP_SUMMARIES` sessions changed last are forgotten, with the checks' facts of their
@@ -31,10 +31,10 @@ from turnstream.audit.api import serve_api
 from turnstream.audit.auditor import Auditor
 from turnstream.audit.checks import CheckConfig
 from turnstream.audit.fold import fold_message
+from turnstream.audit.intake import Intake, pull_durable
 from turnstream.audit.journal import Journal
 from turnstream.audit.projections import put_all, read_summary
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_push
 from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
 from turnstream.core.subjects import is_session_id, session_key
 from turnstream.core.summary import SessionSummary
@@ -97,26 +97,19 @@ class AuditService:
                 self.journal.path,
             )
             self._forget()
-            queue: asyncio.Queue[Any] = asyncio.Queue()
-
-            async def on_msg(msg: Any) -> None:
-                queue.put_nowait(msg)
-
-            sub = await durable_push(
+            await pull_durable(
                 self.bus.js,
                 subjects.log_stream,
                 DURABLE,
-                subjects.deliver(DURABLE),
                 [subjects.log_all],
-                on_msg,
-                ack_all=True,
                 start_seq=last + 1,  # a first start: what the scan read is not sent again
             )
+            intake = await Intake(self.bus.nc, subjects.log_stream, DURABLE).start()
             try:
-                await self._work(queue, stop)
+                await self._work(intake, stop)
             finally:
                 self.quiet.cancel()
-                await sub.unsubscribe()
+                await intake.stop()
         finally:
             self.journal.close()
             for sub in api:
@@ -141,11 +134,13 @@ class AuditService:
             )
             self.journal = Journal(path).open()
 
-    async def _work(self, queue: asyncio.Queue[Any], stop: asyncio.Event) -> None:
+    async def _work(self, intake: Intake, stop: asyncio.Event) -> None:
         next_tick = time.monotonic() + self.tick_s
         next_counters = time.monotonic() + COUNTERS_S
         while not stop.is_set():
-            batch = await _next_batch(queue, min(self.tick_s, 0.5), LINGER_S)
+            wait_s = min(COUNTERS_S / 2, self.tick_s) if self.auditor.dirty else self.tick_s
+            wait_s = max(0.05, min(wait_s, next_tick - time.monotonic()))
+            batch = await intake.next_batch(wait_s, LINGER_S, BATCH, stop)
             if batch and stream_seq(batch[0]) > self.auditor.last_seq + 1:
                 if not await self._fill_gap(stop):
                     return
@@ -170,8 +165,8 @@ class AuditService:
                 self.quiet.touch()
 
     async def _fill_gap(self, stop: asyncio.Event) -> bool:
-        """Push deliveries lost on a reconnect count as delivered for the server, and the
-        ack of a later message covers them: read what is missing from the log itself.
+        """Deliveries lost on a reconnect count as delivered for the server, and the ack
+        of a later message covers them: read what is missing from the log itself.
         False: stopping before it was folded in."""
         after = self.auditor.last_seq
         missed: list[tuple[int, str, bytes]] = []
@@ -239,24 +234,6 @@ class AuditService:
                 if stop.is_set():
                     return False
                 await asyncio.sleep(RETRY_S)
-
-
-async def _next_batch(queue: asyncio.Queue[Any], wait_s: float, linger_s: float) -> list[Any]:
-    """The first message within `wait_s`, and what arrives in the `linger_s` after it: one
-    write of the file, the summaries and one ack then cover many events."""
-    if queue.empty():
-        try:
-            async with asyncio.timeout(wait_s):
-                first = await queue.get()
-        except TimeoutError:
-            return []
-        batch = [first]
-    else:
-        batch = []
-    await asyncio.sleep(linger_s)
-    while len(batch) < BATCH and not queue.empty():
-        batch.append(queue.get_nowait())
-    return batch
 
 
 def _kinds(violations: list[Any]) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from turnstream.audit.checks import CheckConfig, Checks, Finding, TurnFacts
+from turnstream.audit.checks import CHECKED_KINDS, CheckConfig, Checks, Finding, TurnFacts
 from turnstream.core.events import (
     AuditViolation,
     Event,
@@ -23,7 +23,12 @@ from turnstream.core.events import (
     TurnEnded,
 )
 from turnstream.core.subjects import is_session_id
-from turnstream.core.summary import SessionSummary, evolve_summary
+from turnstream.core.summary import (
+    SUMMARY_KINDS,
+    SessionSummary,
+    count_event,
+    evolve_summary,
+)
 
 
 @dataclass
@@ -55,12 +60,7 @@ class Auditor:
             return False
         self.last_seq = seq
         session = event.session_id
-        summary = self.summaries.pop(session, None)
-        if summary is None:
-            summary = SessionSummary(session)
-        self.summaries[session] = summary  # now the most recently changed
-        evolve_summary(summary, seq, event)
-        self.dirty.add(session)
+        evolve_summary(self._changing(session), seq, event)
         if isinstance(event, _TURNING):
             self.turned.add(session)
         if isinstance(event, AuditViolation):
@@ -70,6 +70,25 @@ class Auditor:
         for finding in self.checks.observe(seq, event):
             self._found(finding)
         return True
+
+    def count(self, seq: int, session_id: str, time: datetime) -> bool:
+        """Fold in the event at `seq` of a kind neither the summary nor the checks read
+        (not in `READ_KINDS`): it only counts in its session's summary. False if folded
+        before."""
+        if seq <= self.last_seq:
+            return False
+        self.last_seq = seq
+        count_event(self._changing(session_id), seq, time)
+        return True
+
+    def _changing(self, session: str) -> SessionSummary:
+        """The session's summary, now the most recently changed (and dirty)."""
+        summary = self.summaries.pop(session, None)
+        if summary is None:
+            summary = SessionSummary(session)
+        self.summaries[session] = summary
+        self.dirty.add(session)
+        return summary
 
     def forget(self, keep: int) -> list[str]:
         """Forget the summaries of all but the `keep` sessions changed last, and what the
@@ -126,3 +145,7 @@ class Auditor:
 
 
 _TURNING = (SessionTurnStart, TurnEnded, InputRejected, AuditViolation)
+READ_KINDS = frozenset(
+    kind.model_fields["type"].default for kind in (*SUMMARY_KINDS, *CHECKED_KINDS, *_TURNING)
+)
+"""The event kinds the fold reads (`apply`); any other is only counted (`count`)."""

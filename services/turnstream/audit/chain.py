@@ -17,10 +17,10 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
 
 import orjson
-
-from turnstream.core.events import EventBase
 
 GENESIS = "0" * 64
 """The `prev` of the first record."""
@@ -34,7 +34,23 @@ def seal(record: dict[str, object]) -> tuple[bytes, str]:
     return body[:-1] + b',"hash":"' + digest.encode() + b'"}', digest
 
 
-def record_line(prev: str, seq: int, event: EventBase, raw: bytes) -> tuple[bytes, str]:
+class Recorded(Protocol):
+    """What a line takes from an event: a decoded `EventBase`, or the envelope alone
+    (`fold.Head`) of one the audit does not decode."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def time(self) -> datetime: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def turn_id(self) -> str | None: ...
+
+
+def record_line(prev: str, seq: int, event: Recorded, raw: bytes) -> tuple[bytes, str]:
     """The sealed line recording the log event at `seq` (`raw` = its bytes in the log)."""
     record = {
         "seq": seq,

@@ -43,6 +43,22 @@ from turnstream.core.events import (
 )
 from turnstream.core.ids import derived_id
 
+CHECKED_KINDS = (
+    SessionTurnStart,
+    TurnEnded,
+    InputAccepted,
+    InputRejected,
+    MessageSent,
+    MessageDropped,
+    SubTurnSpawned,
+    SubTurnEnded,
+    ToolCallApproved,
+    ToolInvocationStarted,
+    ToolInvocationSucceeded,
+)
+"""The kinds `Checks.observe` reads: one for each case there (an event of another kind
+changes nothing, so the audit does not decode it)."""
+
 
 @dataclass(frozen=True, slots=True)
 class CheckConfig:

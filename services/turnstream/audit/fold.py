@@ -1,14 +1,36 @@
-"""One log message into the auditor (and the audit file): shared by the service and rebuild."""
+"""One log message into the auditor (and the audit file): shared by the service and rebuild.
+
+Most of a turn's events are of kinds neither the summaries nor the checks read
+(`StagePreFired`, `ProviderRequestStarted`, …): for those only the envelope is read
+(`unread_head`: the JSON parsed, the envelope's fields checked, the payload left as it
+is), which costs a fraction of validating the whole event. Anything else, and anything
+that is not a current-version event with a well-formed envelope, is decoded in full as
+before; what that decode refuses is recorded as not a valid event.
+"""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
+from typing import Any, NamedTuple
 
-from turnstream.audit.auditor import Auditor
+import orjson
+
+from turnstream.audit.auditor import READ_KINDS, Auditor
 from turnstream.audit.journal import Journal
-from turnstream.core.events import decode
+from turnstream.core.events import EVENT_TYPES, SCHEMA_VERSION, decode
 
 log = logging.getLogger("turnstream.audit")
+
+
+class Head(NamedTuple):
+    """The envelope of an event the fold only counts (what its audit line records)."""
+
+    id: str
+    type: str
+    time: datetime
+    session_id: str
+    turn_id: str | None
 
 
 def fold_message(
@@ -17,9 +39,15 @@ def fold_message(
     """Fold the log message at `seq` in, unless it was before; record it in the journal."""
     if seq <= auditor.last_seq:
         return
+    head = unread_head(subject, data)
+    if head is not None:
+        auditor.count(seq, head.session_id, head.time)
+        if journal is not None:
+            journal.add(seq, head, data)
+        return
     try:
         event = decode(data)
-    except ValueError as exc:
+    except Exception as exc:  # upcast raises TypeError/AttributeError on some non-events
         # a message that is no event (or from a newer version) must not stop the audit
         log.error("seq %d on %s is not a valid event: %s", seq, subject, exc)
         auditor.last_seq = seq
@@ -29,3 +57,53 @@ def fold_message(
     auditor.apply(seq, event)
     if journal is not None:
         journal.add(seq, event, data)
+
+
+_UNREAD = frozenset(EVENT_TYPES) - READ_KINDS
+_KEYS = frozenset(
+    {"id", "type", "time", "sessionId", "chatId", "turnId", "traceId", "correlationId"}
+    | {"causationId", "source", "schemaVersion", "data"}
+)
+_TIME_LENGTHS = (20, 27)
+"""`2026-11-25T20:17:01Z` and `2026-11-25T20:17:01.500686Z`, as events are written (in UTC):
+`datetime.fromisoformat` reads those as the decoder does; any other form is decoded."""
+
+
+def unread_head(subject: str, data: bytes) -> Head | None:
+    """The envelope of a current-version event of a kind the fold does not read, when it
+    is well formed (its payload is not validated); None for anything else (to decode)."""
+    if subject[subject.rfind(".") + 1 :] in READ_KINDS:
+        return None  # the subject ends with the kind: spare the parse (the decode checks it)
+    try:
+        raw: Any = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if type(raw) is not dict or raw.get("type") not in _UNREAD or not raw.keys() <= _KEYS:
+        return None
+    get = raw.get
+    turn, time = get("turnId"), get("time")
+    if not (
+        type(get("id")) is str
+        and type(get("sessionId")) is str
+        and type(get("chatId")) is str
+        and type(get("traceId")) is str
+        and type(get("correlationId")) is str
+        and type(get("source")) is str
+        and (turn is None or type(turn) is str)
+        and type(get("causationId", "")) in (str, type(None))
+        and type(get("schemaVersion")) is int
+        and get("schemaVersion") == SCHEMA_VERSION
+        and type(get("data")) is dict
+        and type(time) is str
+        and len(time) in _TIME_LENGTHS
+        and time[-1] == "Z"
+        and time[4] == "-"
+        and time[10] == "T"
+        and time[19] in ".Z"
+    ):
+        return None
+    try:
+        at = datetime.fromisoformat(time)
+    except ValueError:
+        return None
+    return Head(raw["id"], raw["type"], at, raw["sessionId"], turn)

@@ -14,8 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-from turnstream.audit.chain import GENESIS, raw_record_line, record_line, unseal
-from turnstream.core.events import EventBase
+from turnstream.audit.chain import GENESIS, Recorded, raw_record_line, record_line, unseal
 
 log = logging.getLogger("turnstream.audit")
 _TAIL_CHUNK = 64 * 1024
@@ -46,7 +45,7 @@ class Journal:
         self._file = file
         return self
 
-    def add(self, seq: int, event: EventBase, raw: bytes) -> bool:
+    def add(self, seq: int, event: Recorded, raw: bytes) -> bool:
         """Record the event at `seq` unless the file already has it."""
         if seq <= self.last_seq:
             return False

@@ -159,25 +159,7 @@ async def durable_push(
         ack_wait=ack_wait_s,
         max_ack_pending=max_ack_pending,
     )
-    try:
-        existing = await js.consumer_info(stream, durable)
-    except NotFoundError:
-        existing = None
-    if existing is not None and (
-        existing.config.deliver_subject is None or existing.config.ack_policy != config.ack_policy
-    ):
-        floor = existing.ack_floor.stream_seq if existing.ack_floor else 0
-        log.warning("replacing consumer %s (another kind) after seq %d", durable, floor)
-        await js.delete_consumer(stream, durable)
-        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-        config.opt_start_seq = floor + 1
-    elif existing is not None:  # where it started is fixed for its lifetime
-        config.deliver_policy = existing.config.deliver_policy
-        config.opt_start_seq = existing.config.opt_start_seq
-    elif start_seq is not None:
-        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-        config.opt_start_seq = start_seq
-    await js.add_consumer(stream, config=config)
+    await define_durable(js, stream, config, start_seq=start_seq)
     prefix = deliver_subject.split(".deliver.", 1)[0]
     dead = dead_letter_subject(prefix, stream, durable)
 
@@ -196,6 +178,36 @@ async def durable_push(
         pending_msgs_limit=max_ack_pending + 1000,
         pending_bytes_limit=1024 * 1024 * 1024,
     )
+
+
+async def define_durable(
+    js: Any, stream: str, config: api.ConsumerConfig, *, start_seq: int | None = None
+) -> None:
+    """Create or update the durable `config` names. One of the other kind (push for pull or
+    pull for push) or with another ack policy, which the server cannot change in place, is
+    replaced, resuming after its ack floor so nothing is processed twice or skipped.
+    `start_seq`: where a consumer created now starts (one that exists goes on as it was)."""
+    durable = config.durable_name
+    try:
+        existing = await js.consumer_info(stream, durable)
+    except NotFoundError:
+        existing = None
+    if existing is not None and (
+        (existing.config.deliver_subject is None) != (config.deliver_subject is None)
+        or existing.config.ack_policy != config.ack_policy
+    ):
+        floor = existing.ack_floor.stream_seq if existing.ack_floor else 0
+        log.warning("replacing consumer %s (another kind) after seq %d", durable, floor)
+        await js.delete_consumer(stream, durable)
+        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = floor + 1
+    elif existing is not None:  # where it started is fixed for its lifetime
+        config.deliver_policy = existing.config.deliver_policy
+        config.opt_start_seq = existing.config.opt_start_seq
+    elif start_seq is not None:
+        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = start_seq
+    await js.add_consumer(stream, config=config)
 
 
 class InProgress:

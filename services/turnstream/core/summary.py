@@ -87,11 +87,18 @@ class SessionSummary:
         return cls(**values)
 
 
-def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSummary:
-    """Fold one event (at log sequence `seq`) into `summary`, in place; returns it."""
+def count_event(summary: SessionSummary, seq: int, time: datetime) -> SessionSummary:
+    """What every event does to its session's summary, whatever its kind (all that one of a
+    kind outside `SUMMARY_KINDS` does): in place; returns it."""
     summary.events += 1
     summary.last_seq = seq
-    summary.updated_at = event.time
+    summary.updated_at = time
+    return summary
+
+
+def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSummary:
+    """Fold one event (at log sequence `seq`) into `summary`, in place; returns it."""
+    count_event(summary, seq, event.time)
     match event:
         case SessionTurnStart():
             summary.turns += 1
@@ -134,5 +141,22 @@ def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSu
     return summary
 
 
+SUMMARY_KINDS = (
+    SessionTurnStart,
+    InputRejected,
+    ProviderRequestCompleted,
+    ToolInvocationRequested,
+    RenderEmitted,
+    TurnEnded,
+    AuditViolation,
+    SessionConfigured,
+    InputAccepted,
+    MessageSent,
+    MessageDropped,
+    SubTurnSpawned,
+    SubTurnEnded,
+)
+"""The kinds `evolve_summary` reads beyond `count_event` (a reader that skips decoding the
+others, as the audit does, folds them with `count_event`): one for each case above."""
 _FIELDS = SessionSummary.__dataclass_fields__
 _CAMEL = {name: to_camel(name) for name in _FIELDS}
