@@ -74,9 +74,9 @@ log = logging.getLogger("turnstream.http.push")
 DURABLE = "a2a-push"
 TOKEN_HEADER = "X-A2A-Notification-Token"
 PUSHED_KINDS = ACTED_ON - {"StagePreFired"}
-"""The kinds a task's state changes on: `TurnView`'s, but for the stage markers (a turn
-has a dozen, and its `SessionTurnStart` makes it `working` first), so the consumer
-reads a third of the events it would."""
+"""The kinds a task's state changes on: `TurnView`'s, but for the stage markers (a
+one-tool turn has nine, and its `SessionTurnStart` makes it `working` first): the
+consumer is not handed them."""
 
 
 MAX_IN_FLIGHT = 1024
