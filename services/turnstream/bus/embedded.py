@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -79,9 +80,12 @@ class EmbeddedServer:
             "max_payload: 8MB\n"
         )
 
-    def environment(self) -> dict[str, str] | None:
-        """The server's environment (None: this process's)."""
-        return None
+    def environment(self) -> dict[str, str]:
+        """The server's environment: this process's, with `GOMAXPROCS=1` unless it is set.
+        The embedded server shares its machine with every service: with one Go thread
+        running at a time it spent ~3/4 of the CPU per turn (fewer threads woken per
+        message; bench/turns.py side by side, docs/performance.md)."""
+        return {"GOMAXPROCS": "1", **os.environ}
 
     def start(self, timeout: float = 10.0) -> EmbeddedServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)

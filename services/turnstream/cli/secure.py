@@ -67,7 +67,8 @@ class SecureServer(EmbeddedServer):
         return super().config() + f'include "{os.path.relpath(self.accounts, self.store_dir)}"\n'
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, **{password_variable(u): p for u, p in self.passwords.items()}}
+        passwords = {password_variable(u): p for u, p in self.passwords.items()}
+        return {**super().environment(), **passwords}
 
     def start(self, timeout: float = 10.0) -> EmbeddedServer:
         if not self.accounts.exists():

@@ -33,6 +33,7 @@ from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
 from turnstream.runtime import connect_client, source_name, tune_gc
+from turnstream.runtime.process import loop_factory
 from turnstream.runtime.redaction import redact_logs
 from turnstream.settings import Settings
 
@@ -288,21 +289,11 @@ def run(settings: Settings) -> None:
         await serve(settings, stop, sock=sock)
 
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(main())
     except (ConnectionError, ValueError) as exc:  # no NATS, a bad keys file: say which
         log.error("%s", exc)
         raise SystemExit(2) from exc
-
-
-def _loop_factory() -> Any:
-    """uvloop's event loop (a dependency, but not on Windows): the HTTP face's sockets
-    cost less on it (docs/performance.md); else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from turnstream.bus.permissions import PermissionDenied
 from turnstream.bus.streams import StreamsMissing
@@ -30,6 +31,17 @@ def tune_gc() -> None:
     by side). Reference counting still frees almost everything at once."""
     gc.freeze()
     gc.set_threshold(YOUNG_GC_EVERY, 50, 100)
+
+
+def loop_factory() -> Any:
+    """uvloop's event loop where there is one (a dependency, but not on Windows), else
+    asyncio's (None). Every message wakes a service's loop: on uvloop a one-tool turn cost
+    every service together ~9/10 of the CPU (bench/turns.py side by side, docs/performance.md)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitable[None]]) -> None:
@@ -55,11 +67,12 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
         if profile_to:  # for finding where a service spends its time (bench, ops)
             import cProfile
 
-            with cProfile.Profile() as profile:
-                asyncio.run(main())
+            with cProfile.Profile() as profile, asyncio.Runner(loop_factory=loop_factory()) as r:
+                r.run(main())
             profile.dump_stats(f"{profile_to}/{service}-{os.getpid()}.prof")
         else:
-            asyncio.run(main())
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
+                runner.run(main())
     except (ConnectionError, ValueError, StreamsMissing, PermissionDenied) as exc:  # the fix
         log.error("%s", exc)
         raise SystemExit(2) from exc
