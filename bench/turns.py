@@ -120,13 +120,18 @@ class TurnWatcher:
         return await asyncio.wait_for(waiter, 30) - start
 
 
-async def concurrent(watcher: TurnWatcher, k: int, total: int, tag: str) -> dict[str, float]:
+async def concurrent(
+    watcher: TurnWatcher, k: int, total: int, tag: str, *, new_sessions: bool = False
+) -> dict[str, float]:
+    """`total` turns from `k` workers, each on its own session, or each turn on a new
+    session (`new_sessions`: a chat product's common case, every turn a first one)."""
     latencies: list[float] = []
     per_worker = max(1, total // k)
 
     async def worker(i: int) -> None:
         for n in range(per_worker):
-            latencies.append(await watcher.turn(f"bench-{tag}-{i}", f"turn {n}"))
+            session = f"bench-{tag}-{i}-{n}" if new_sessions else f"bench-{tag}-{i}"
+            latencies.append(await watcher.turn(session, f"turn {n}"))
 
     start = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(k)))
@@ -136,26 +141,6 @@ async def concurrent(watcher: TurnWatcher, k: int, total: int, tag: str) -> dict
         "turns": len(latencies),
         "p50_ms": pct(latencies, 0.5) * 1000,
         "p99_ms": pct(latencies, 0.99) * 1000,
-        "turns_per_s": len(latencies) / elapsed,
-    }
-
-
-async def first_turns(watcher: TurnWatcher, k: int, total: int, tag: str) -> dict[str, float]:
-    """Like `concurrent`, but every turn opens a new session (a chat product's common case)."""
-    latencies: list[float] = []
-    per_worker = max(1, total // k)
-
-    async def worker(i: int) -> None:
-        for n in range(per_worker):
-            latencies.append(await watcher.turn(f"bench-{tag}-{i}-{n}", "first"))
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker(i) for i in range(k)))
-    elapsed = time.perf_counter() - start
-    return {
-        "k": k,
-        "turns": len(latencies),
-        "p50_ms": pct(latencies, 0.5) * 1000,
         "turns_per_s": len(latencies) / elapsed,
     }
 
@@ -216,7 +201,7 @@ async def scenario(
         cpu = {p: (after[p] - before[p]) * 1000 / done for p in pids}
         writes = {k: (stored_after[k] - stored_before[k]) / done for k in stored_after}
         first_before = cpu_seconds(pids)
-        first = await first_turns(watcher, 50, args.turns // 2, f"{name}-new")
+        first = await concurrent(watcher, 50, args.turns // 2, f"{name}-new", new_sessions=True)
         first_after = cpu_seconds(pids)
         first["cpu_ms_per_turn"] = (
             sum(first_after[p] - first_before[p] for p in pids) * 1000 / first["turns"]
