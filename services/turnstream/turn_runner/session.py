@@ -148,7 +148,8 @@ class SessionActor:
         if reloaded:  # a delivered fact is in what is read: decoded once, not twice
             await self.reload({item.seq: item.event} if isinstance(item, Delivered) else None)
         if isinstance(item, Delivered):
-            fact = await self.fact(item)
+            # a reload has just folded the whole log, this fact included (a redelivery too)
+            fact = None if reloaded else await self.fact(item)
             if fact is not None or reloaded:  # a reload may leave something to decide
                 await self.run(fact or Tick())
             await item.msg.ack()
