@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from turnstream.core.events.base import Envelope, stamp
 from turnstream.core.events.lifecycle import (
     PreviousStage,
     StagePostFired,
@@ -64,11 +65,7 @@ def _pair(post: StagePostFired, pre: StagePreFired) -> bool:
         pre.data.previous is None
         and pre.causation_id == post.id
         and post.turn_id is not None
-        and pre.turn_id == post.turn_id
-        and pre.session_id == post.session_id
-        and pre.chat_id == post.chat_id
-        and pre.trace_id == post.trace_id
-        and pre.correlation_id == post.correlation_id
+        and Envelope.of(pre) == Envelope.of(post)
         and pre.source == post.source
         and pre.schema_version == post.schema_version
     )
@@ -98,20 +95,17 @@ def stage_left(event: StagePreFired) -> StagePostFired | None:
     if previous is None:
         return None
     at = previous.ended_at or event.time
-    return StagePostFired(
-        id=derived_id(event.id, "previous", at),
+    data = StagePostFiredData(
+        stage=previous.stage, iteration=previous.iteration, outcome=previous.outcome
+    )
+    return stamp(
+        StagePostFired,
+        data,
+        Envelope.of(event),
+        event_id=derived_id(event.id, "previous", at),
         time=at,
-        session_id=event.session_id,
-        chat_id=event.chat_id,
-        turn_id=event.turn_id,
-        trace_id=event.trace_id,
-        correlation_id=event.correlation_id,
-        causation_id=event.causation_id,
         source=event.source,
-        schema_version=event.schema_version,
-        data=StagePostFiredData(
-            stage=previous.stage, iteration=previous.iteration, outcome=previous.outcome
-        ),
+        causation_id=event.causation_id,
     )
 
 
