@@ -280,18 +280,19 @@ def judge(
             return []
         return [_approved(call, "workflow", now, source, reason=f"stage {call.stage.stage}")]
     mode = mode or config.default_mode
+    first_id = derived_id(call.invocation_id, "mode", call.proposed_at)
     if mode == "auto":
-        verdict, events = "approve", [_approved(call, "mode", now, source)]
+        verdict, events = "approve", [_approved(call, "mode", now, source, cause=first_id)]
     elif mode == "deny":
         reason = "the session's security mode is deny"
-        verdict, events = "deny", [_denied(call, "mode", reason, now, source)]
+        verdict, events = "deny", [_denied(call, "mode", reason, now, source, cause=first_id)]
     elif mode == "allowlist" and any(r.matches(call.tool, call.args) for r in config.allowlist):
-        verdict, events = "approve", [_approved(call, "allowlist", now, source)]
+        verdict, events = "approve", [_approved(call, "allowlist", now, source, cause=first_id)]
     else:
         verdict, events = "ask", []
     invoked = ToolCallModeInvokedData(invocation_id=call.invocation_id, mode=mode, verdict=verdict)
     first = _make(call, ToolCallModeInvoked, invoked, now, source, "mode", call.proposed_id)
-    return [first, *[e.model_copy(update={"causation_id": first.id}) for e in events]]
+    return [first, *events]
 
 
 def _next_step(

@@ -114,10 +114,10 @@ def approvals(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
     if rules is None:
         return []
     events: list[Event] = []
+    stage = _envelope(config)
     for call in turn.calls:
         if call.status != "proposed" or call.judged or call.proposed_at is None:
             continue
-        stage = _envelope(config)
         origin = approval.Call(
             call.invocation_id, call.tool, call.args, stage, call.proposed_id, call.proposed_at,
             b.envelope,
