@@ -224,11 +224,17 @@ class InProgress:
 
     def _beat(self) -> None:
         for msg in self.msgs:
-            asyncio.ensure_future(msg.in_progress()).add_done_callback(_beat_failed)
+            beat(msg)
         self.handle = asyncio.get_running_loop().call_later(self.every, self._beat)
 
     def stop(self) -> None:
         self.handle.cancel()
+
+
+def beat(msg: Any) -> None:
+    """One in-progress ack for `msg`, not awaited; a failure is logged (the message is
+    then redelivered, as it would be anyway)."""
+    asyncio.ensure_future(msg.in_progress()).add_done_callback(_beat_failed)
 
 
 def _beat_failed(done: asyncio.Future[Any]) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_push
+from turnstream.bus.consume import beat, durable_push
 from turnstream.bus.scan import stream_seq
 from turnstream.core.events import Event, decode
 from turnstream.runtime.memory import QuietTrim
@@ -120,16 +120,11 @@ class _Kept:
         since = loop.time() - every / 2
         for msg, arrived in self.msgs.values():
             if arrived <= since:
-                asyncio.ensure_future(msg.in_progress()).add_done_callback(_beat_failed)
+                beat(msg)
         self.timer = loop.call_later(every, self._beat) if self.msgs else None
 
     def __len__(self) -> int:
         return len(self.msgs)
-
-
-def _beat_failed(done: asyncio.Future[Any]) -> None:
-    if not done.cancelled() and done.exception() is not None:  # disconnected: redelivered
-        log.warning("in-progress ack failed: %s", done.exception())
 
 
 class Mailboxes(Generic[Item]):
