@@ -32,8 +32,7 @@ from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_i
 from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
-from turnstream.runtime import connect_client, source_name, tune_gc
-from turnstream.runtime.process import loop_factory
+from turnstream.runtime import connect_client, loop_factory, source_name, tune_gc
 from turnstream.runtime.redaction import redact_logs
 from turnstream.settings import Settings
 

@@ -10,13 +10,14 @@ from turnstream.runtime.connection import (
     stream_limits,
 )
 from turnstream.runtime.plugins import tool_infos, watch_hooks
-from turnstream.runtime.process import YOUNG_GC_EVERY, run_service, tune_gc
+from turnstream.runtime.process import YOUNG_GC_EVERY, loop_factory, run_service, tune_gc
 
 __all__ = [
     "YOUNG_GC_EVERY",
     "apply_streams",
     "connect_client",
     "connect_service",
+    "loop_factory",
     "new_event_id",
     "now",
     "run_service",

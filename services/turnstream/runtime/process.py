@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import cProfile
 import gc
 import logging
 import os
@@ -35,8 +37,8 @@ def tune_gc() -> None:
 
 def loop_factory() -> Any:
     """uvloop's event loop where there is one (a dependency, but not on Windows), else
-    asyncio's (None). Every message wakes a service's loop: on uvloop a one-tool turn cost
-    every service together ~9/10 of the CPU (bench/turns.py side by side, docs/performance.md)."""
+    asyncio's (None). Every message wakes a service's loop, which costs less on uvloop
+    (bench/compare.py, docs/performance.md: with GOMAXPROCS=1, 0.95 of the total CPU)."""
     try:
         import uvloop
     except ImportError:
@@ -63,16 +65,13 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
         await serve(settings, stop)
 
     profile_to = os.environ.get("TURNSTREAM_PROFILE_DIR")
+    # a profile, for finding where a service spends its time (bench, ops)
+    profile = cProfile.Profile() if profile_to else contextlib.nullcontext()
     try:
-        if profile_to:  # for finding where a service spends its time (bench, ops)
-            import cProfile
-
-            with cProfile.Profile() as profile, asyncio.Runner(loop_factory=loop_factory()) as r:
-                r.run(main())
+        with profile, asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(main())
+        if isinstance(profile, cProfile.Profile):
             profile.dump_stats(f"{profile_to}/{service}-{os.getpid()}.prof")
-        else:
-            with asyncio.Runner(loop_factory=loop_factory()) as runner:
-                runner.run(main())
     except (ConnectionError, ValueError, StreamsMissing, PermissionDenied) as exc:  # the fix
         log.error("%s", exc)
         raise SystemExit(2) from exc
