@@ -51,7 +51,7 @@ SCRIPTS = {
         '  - {text: "read {last_tool_result:20}", chunks: whole}\n'
     ),
 }
-HOPS = {"text": 3, "one-tool": 7}
+HOPS = {"text": 3, "one-tool": 5}
 """Cross-service hops on a turn's critical path (client→gateway→runner→client, …)."""
 
 

@@ -4,9 +4,11 @@
 
 Runs `bench/turns.py`, then the peer (`langgraph_turns.py --repeat 1`, in its own venv
 made from its lock file: LangGraph is not a dependency of this project), then
-`bench/turns.py` again, and prints each goal as a ratio of turnstream's figure (both of
-its runs) to the peer's InMemory figure from between them. The machines are shared and
-drift, so only ratios from one such run compare.
+`bench/turns.py` again, and prints the three peer goals as ratios of turnstream's figure
+(both of its runs) to the peer's InMemory figure from between them, and the other three
+(first turn, text turn, depth) as turnstream's own ratios. The peer's K = 1 p50 is its
+`seq_new` (a new thread per turn); its p50 inside its K = 1 throughput worker is printed
+too. The machines are shared and drift, so only ratios from one such run compare.
 
 Make the peer's venv once:
     python3 -m venv /tmp/peer

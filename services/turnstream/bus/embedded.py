@@ -83,8 +83,8 @@ class EmbeddedServer:
     def environment(self) -> dict[str, str]:
         """The server's environment: this process's, with `GOMAXPROCS=1` unless it is set.
         The embedded server shares its machine with every service: with one Go thread
-        running at a time it spent ~3/4 of the CPU per turn (fewer threads woken per
-        message; bench/turns.py side by side, docs/performance.md)."""
+        running at a time it spent 0.88 of the CPU per turn (fewer threads woken per
+        message; bench/compare.py, docs/performance.md)."""
         return {"GOMAXPROCS": "1", **os.environ}
 
     def start(self, timeout: float = 10.0) -> EmbeddedServer:
