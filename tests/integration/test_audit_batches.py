@@ -19,9 +19,9 @@ from tests.unit.audit_events import ended, event, start, turn
 from turnstream.audit import app as audit
 from turnstream.audit.chain import verify
 from turnstream.audit.checks import CheckConfig
-from turnstream.audit.intake import Intake, pull_durable
+from turnstream.audit.intake import Intake
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_push
+from turnstream.bus.consume import define_pull, durable_push
 from turnstream.core.events import StagePreFired
 
 
@@ -139,7 +139,7 @@ async def test_a_redelivery_after_a_restart_is_checked_once(
 ) -> None:
     """The first instance folds and records a duplicate end and stops without acking: the
     server redelivers it to the second, which has it from the log already."""
-    monkeypatch.setattr(audit, "pull_durable", functools.partial(pull_durable, ack_wait_s=1))
+    monkeypatch.setattr(audit, "define_pull", functools.partial(define_pull, ack_wait_s=1))
     path = tmp_path / "audit.jsonl"
 
     async def no_ack(msg: Msg) -> None:

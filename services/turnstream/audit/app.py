@@ -31,10 +31,11 @@ from turnstream.audit.api import serve_api
 from turnstream.audit.auditor import Auditor
 from turnstream.audit.checks import CheckConfig
 from turnstream.audit.fold import fold_message
-from turnstream.audit.intake import Intake, pull_durable
+from turnstream.audit.intake import Intake
 from turnstream.audit.journal import Journal
 from turnstream.audit.projections import put_all, read_summary
 from turnstream.bus import Bus
+from turnstream.bus.consume import define_pull
 from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
 from turnstream.core.subjects import is_session_id, session_key
 from turnstream.core.summary import SessionSummary
@@ -97,11 +98,12 @@ class AuditService:
                 self.journal.path,
             )
             self._forget()
-            await pull_durable(
+            await define_pull(  # the push durable of earlier versions is replaced
                 self.bus.js,
                 subjects.log_stream,
                 DURABLE,
                 [subjects.log_all],
+                ack_all=True,  # acked once per batch, up to its last message
                 start_seq=last + 1,  # a first start: what the scan read is not sent again
             )
             intake = await Intake(self.bus.nc, subjects.log_stream, DURABLE).start()

@@ -16,13 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
 from nats.js import api
-
-from turnstream.bus.consume import define_durable
 
 log = logging.getLogger("turnstream.audit")
 ANSWER_S = 2.0
@@ -33,28 +30,6 @@ WAIT_S = 2.0
 the audit up for this long plus `ANSWER_S`."""
 REFUSED_S = 1.0
 """The pause after a waiting request is refused at once (409: the consumer is gone, …)."""
-
-
-async def pull_durable(
-    js: Any,
-    stream: str,
-    durable: str,
-    subjects: Sequence[str],
-    *,
-    start_seq: int | None,
-    ack_wait_s: float = 60,
-    max_ack_pending: int = 20_000,
-) -> None:
-    """The audit's pull durable, acked all up to a message (the push durable of earlier
-    versions is replaced after its ack floor, `define_durable`)."""
-    config = api.ConsumerConfig(
-        durable_name=durable,
-        filter_subjects=list(subjects),
-        ack_policy=api.AckPolicy.ALL,
-        ack_wait=ack_wait_s,
-        max_ack_pending=max_ack_pending,
-    )
-    await define_durable(js, stream, config, start_seq=start_seq)
 
 
 class Intake:

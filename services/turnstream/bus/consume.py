@@ -1,4 +1,5 @@
-"""Durable pull consumers and the fetch loop every service runs."""
+"""Durable consumers (push and pull), the fetch loop, in-progress acks and dead letters:
+how the services take their work from the streams."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ POISON_DELIVERIES = 5
 that cannot even be decoded goes at its first delivery."""
 
 
-async def durable_pull(
+async def define_pull(
     js: Any,
     stream: str,
     durable: str,
@@ -33,21 +34,25 @@ async def durable_pull(
     ack_wait_s: float = 60,
     max_ack_pending: int = 20_000,
     ack_all: bool = False,
-) -> Any:
-    """Create or update a shared durable pull consumer and bind to it.
-
-    Every instance of a service binds to the same durable, so adding instances shares
-    the work. The definition is applied on every start (a changed filter takes effect).
-    """
+    start_seq: int | None = None,
+) -> None:
+    """Create or update a shared durable pull consumer (`define_durable`: a push one of an
+    older version is replaced after its ack floor). `ack_all`: one ack covers every earlier
+    message (a single in-order reader that acks once per batch)."""
     config = api.ConsumerConfig(
         durable_name=durable,
-        deliver_policy=api.DeliverPolicy.ALL,
         filter_subjects=list(subjects),
         ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
         ack_wait=ack_wait_s,
         max_ack_pending=max_ack_pending,
     )
-    await js.add_consumer(stream, config=config)
+    await define_durable(js, stream, config, start_seq=start_seq)
+
+
+async def durable_pull(js: Any, stream: str, durable: str, subjects: Sequence[str]) -> Any:
+    """A shared durable pull consumer, bound. Every instance of a service binds to the same
+    durable, so adding instances shares the work."""
+    await define_pull(js, stream, durable, subjects)
     return await js.pull_subscribe_bind(durable, stream=stream)
 
 
@@ -146,8 +151,9 @@ async def durable_push(
     work. A pull consumer of the same name from an older version is replaced, resuming
     after its ack floor so nothing is processed twice or skipped.
 
-    `ack_all`: one ack covers every earlier message (a single in-order reader that acks
-    once per batch). A consumer created with the other ack policy is replaced the same way.
+    `ack_all`: one ack covers every earlier message (how the audit's push durable was,
+    before it read in batches through a pull one; its upgrade test makes one). A consumer
+    created with the other ack policy is replaced the same way.
     `start_seq`: where a consumer created now starts (one that exists goes on as it was).
     """
     config = api.ConsumerConfig(
