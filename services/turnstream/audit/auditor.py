@@ -71,15 +71,12 @@ class Auditor:
             self._found(finding)
         return True
 
-    def count(self, seq: int, session_id: str, time: datetime) -> bool:
-        """Fold in the event at `seq` of a kind neither the summary nor the checks read
-        (not in `READ_KINDS`): it only counts in its session's summary. False if folded
-        before."""
-        if seq <= self.last_seq:
-            return False
+    def count(self, seq: int, session_id: str, time: datetime) -> None:
+        """Fold in the event at `seq` (after `last_seq`: `fold_message` skips what was
+        folded before) of a kind neither the summary nor the checks read (not in
+        `READ_KINDS`): it only counts in its session's summary."""
         self.last_seq = seq
         count_event(self._changing(session_id), seq, time)
-        return True
 
     def _changing(self, session: str) -> SessionSummary:
         """The session's summary, now the most recently changed (and dirty)."""
@@ -145,7 +142,9 @@ class Auditor:
 
 
 _TURNING = (SessionTurnStart, TurnEnded, InputRejected, AuditViolation)
+"""The kinds that mark their session's summary to be written at once (all in
+`SUMMARY_KINDS`)."""
 READ_KINDS = frozenset(
-    kind.model_fields["type"].default for kind in (*SUMMARY_KINDS, *CHECKED_KINDS, *_TURNING)
+    kind.model_fields["type"].default for kind in (*SUMMARY_KINDS, *CHECKED_KINDS)
 )
 """The event kinds the fold reads (`apply`); any other is only counted (`count`)."""

@@ -18,7 +18,7 @@ import orjson
 
 from turnstream.audit.auditor import READ_KINDS, Auditor
 from turnstream.audit.journal import Journal
-from turnstream.core.events import EVENT_TYPES, SCHEMA_VERSION, decode
+from turnstream.core.events import EVENT_TYPES, SCHEMA_VERSION, EventBase, decode
 
 log = logging.getLogger("turnstream.audit")
 
@@ -61,8 +61,7 @@ def fold_message(
 
 _UNREAD = frozenset(EVENT_TYPES) - READ_KINDS
 _KEYS = frozenset(
-    {"id", "type", "time", "sessionId", "chatId", "turnId", "traceId", "correlationId"}
-    | {"causationId", "source", "schemaVersion", "data"}
+    {field.alias or name for name, field in EventBase.model_fields.items()} | {"data"}
 )
 _TIME_LENGTHS = (20, 27)
 """`2026-11-25T20:17:01Z` and `2026-11-25T20:17:01.500686Z`, as events are written (in UTC):

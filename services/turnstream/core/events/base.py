@@ -165,20 +165,7 @@ def stamp(
 
 
 _set_attr = object.__setattr__
-_FIELDS = (
-    "id",
-    "type",
-    "time",
-    "session_id",
-    "chat_id",
-    "turn_id",
-    "trace_id",
-    "correlation_id",
-    "causation_id",
-    "source",
-    "schema_version",
-    "data",
-)
+_FIELDS = (*EventBase.model_fields, "data")
 _STAMPED = frozenset(_FIELDS) - {"type", "schema_version"}
 """The fields `stamp` gives the constructor (an event's `model_fields_set`)."""
 _DATA_TYPES: dict[type[EventBase], type | bool] = {}
