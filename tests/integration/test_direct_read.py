@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.test_event_store import ev
 from turnstream.bus import Bus
-from turnstream.bus.scan import DirectGetError, direct_read
+from turnstream.bus.scan import DirectGetError, DirectReads
 from turnstream.bus.store import JetStreamEventStore
 from turnstream.core.subjects import Subjects
 
@@ -23,8 +23,7 @@ async def test_direct_read_pages_through_one_session_among_others(bus: Bus) -> N
     assert len(expected) == 15
     for batch in (1, 4, 15, 500):
         seen: list[int] = []
-        last = await direct_read(
-            bus.nc,
+        last = await DirectReads(bus.nc).read(
             bus.subjects.log_stream,
             bus.subjects.log_session(mine),
             lambda seq, _subject, _data, seen=seen: seen.append(seq),
@@ -70,7 +69,7 @@ async def read_and_cancel(bus: Bus, session: str, position: int, hops: int) -> s
 
     subject = bus.subjects.log_session(session)
     reading = asyncio.create_task(
-        direct_read(bus.nc, bus.subjects.log_stream, subject, on_event, batch=20)
+        DirectReads(bus.nc).read(bus.subjects.log_stream, subject, on_event, batch=20)
     )
     await asyncio.wait([reading], timeout=10)
     assert reading.done(), "the read neither ended nor was cancelled"
@@ -105,8 +104,8 @@ async def test_a_log_without_direct_gets_is_read_with_a_consumer(bus: Bus) -> No
     events = [ev("plain"), ev("plain"), ev("other"), ev("plain")]
     await store.append_facts(events)
     with pytest.raises(DirectGetError, match="503"):
-        await direct_read(
-            bus.nc, subjects.log_stream, subjects.log_session("plain"), lambda *_: None
+        await DirectReads(bus.nc).read(
+            subjects.log_stream, subjects.log_session("plain"), lambda *_: None
         )
     async with asyncio.timeout(10):
         stored = await store.read_session("plain")
@@ -128,7 +127,7 @@ async def test_the_stores_session_reads_share_one_subscription(bus: Bus) -> None
     reading.cancel()
     with pytest.raises(asyncio.CancelledError):
         await reading
-    assert store._read_replies == {}
+    assert store.direct.waiting == {}
     assert [s.seq for s in await store.read_session(sessions[1])] == [r.seq for r in reads[1]]
 
 

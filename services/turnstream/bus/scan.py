@@ -10,7 +10,7 @@ reads none. `stream_seq` is the cheap sequence of a delivered message.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -115,58 +115,92 @@ class DirectGetError(Exception):
     """A direct get was answered with an error status."""
 
 
-async def direct_read(
-    nc: Any,
-    stream: str,
-    subject: str,
-    on_event: Callable[[int, str, bytes], None],
-    *,
-    after_seq: int = 0,
-    batch: int = DIRECT_BATCH,
-) -> int:
-    """Hand every message on `subject` (wildcards allowed) after `after_seq` to
-    `on_event(seq, subject, data)` in order, by batched direct gets; return the last
-    sequence handed over (`after_seq` when there was none).
+class DirectReads:
+    """Batched direct gets for a whole process (the event store's session reads, the HTTP
+    face's pages): one wildcard inbox subscription, made on first use, routes each reply
+    to its request by the last token of its subject, so a read costs no subscription of
+    its own (a SUB, an UNSUB and a task each) and the server no consumer.
 
-    No consumer is created: the server answers `$JS.API.DIRECT.GET.<stream>` with up to
-    `batch` messages and an end-of-batch status (204, with how many remain), or 404 when
-    there is nothing. A core subscription per read costs the server no consumer slot.
-    Each reply is awaited at most `DIRECT_TIMEOUT_S` (then `TimeoutError`); any other
-    status is a `DirectGetError`.
-
-    Replies are queued by the subscription's callback and awaited here under
+    The server answers `$JS.API.DIRECT.GET.<stream>` with up to `batch` messages and an
+    end-of-batch status (204, with how many remain), or 404 when there is nothing. Each
+    reply is awaited at most `DIRECT_TIMEOUT_S` (then `TimeoutError`); any other status is
+    a `DirectGetError`. Replies are queued by the callback and awaited under
     `asyncio.timeout`, never with `Subscription.next_msg`: on Python 3.11 that returns a
-    reply that came as the read was cancelled instead of raising `CancelledError` (its
-    `wait_for`), and it turns a cancellation into `ConnectionClosedError` once the
-    connection is closed. A runner's session worker cancelled at shutdown then lived on,
-    and the shutdown waited for it.
-    """
-    replies: asyncio.Queue[Any] = asyncio.Queue()
+    reply that came as the read was cancelled instead of raising `CancelledError`, and a
+    runner's session worker cancelled at shutdown then lived on."""
 
-    async def arrived(msg: Any) -> None:
-        replies.put_nowait(msg)
+    def __init__(self, nc: Any) -> None:
+        self.nc = nc
+        self.prefix: str | None = None
+        self.waiting: dict[str, asyncio.Queue[Any]] = {}
+        self._sub: Any = None
+        self._ids = itertools.count()
+        self._starting = asyncio.Lock()
 
-    last = after_seq
-
-    def handed(seq: int, subject_: str, data: bytes) -> None:
-        nonlocal last
-        on_event(seq, subject_, data)
-        last = seq
-
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox, cb=arrived)
-    try:
-        while True:
-            await nc.publish(
-                f"$JS.API.DIRECT.GET.{stream}", direct_request(subject, last, batch), reply=inbox
+    async def batch(
+        self,
+        stream: str,
+        subject: str,
+        on_event: Callable[[int, str, bytes], None],
+        *,
+        after_seq: int,
+        batch: int,
+    ) -> int:
+        """One batch of `subject`'s messages (wildcards allowed) after `after_seq`, each
+        handed to `on_event(seq, subject, data)` in order; how many more there were."""
+        prefix = self.prefix or await self._subscribe()
+        token = str(next(self._ids))
+        replies = self.waiting[token] = asyncio.Queue()
+        try:
+            await self.nc.publish(
+                f"$JS.API.DIRECT.GET.{stream}",
+                direct_request(subject, after_seq, batch),
+                reply=f"{prefix}.{token}",
             )
-            if not await direct_batch(replies, handed, f"{stream} {subject}"):
-                return last
-    finally:
-        # on a closed connection this raises, and must not replace what is on its way out
-        # (a cancellation above all)
-        with contextlib.suppress(Exception):
+            return await direct_batch(replies, on_event, f"{stream} {subject}")
+        finally:
+            del self.waiting[token]
+
+    async def read(
+        self,
+        stream: str,
+        subject: str,
+        on_event: Callable[[int, str, bytes], None],
+        *,
+        after_seq: int = 0,
+        batch: int = DIRECT_BATCH,
+    ) -> int:
+        """Every message on `subject` after `after_seq`, batch after batch, to the end the
+        answering server knows of; the last sequence handed over (`after_seq` if none)."""
+        last = after_seq
+
+        def handed(seq: int, subject_: str, data: bytes) -> None:
+            nonlocal last
+            on_event(seq, subject_, data)
+            last = seq
+
+        while await self.batch(stream, subject, handed, after_seq=last, batch=batch):
+            pass
+        return last
+
+    async def _subscribe(self) -> str:
+        async with self._starting:
+            if self.prefix is None:
+                prefix = self.nc.new_inbox()
+                self._sub = await self.nc.subscribe(prefix + ".*", cb=self._arrived)
+                self.prefix = prefix
+        return self.prefix
+
+    async def close(self) -> None:
+        """Unsubscribe (a later read subscribes again)."""
+        if self._sub is not None:
+            sub, self._sub, self.prefix = self._sub, None, None
             await sub.unsubscribe()
+
+    async def _arrived(self, msg: Any) -> None:
+        replies = self.waiting.get(msg.subject.rsplit(".", 1)[1])
+        if replies is not None:  # else a read given up (a late reply)
+            replies.put_nowait(msg)
 
 
 def direct_request(subject: str, after_seq: int, batch: int) -> bytes:

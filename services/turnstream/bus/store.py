@@ -8,9 +8,8 @@ append with `expected_last_seq` fails with `AppendConflict` when the session mov
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
@@ -18,10 +17,8 @@ from nats.js import api
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
 from turnstream.bus.scan import (
-    DIRECT_BATCH,
     DirectGetError,
-    direct_batch,
-    direct_request,
+    DirectReads,
     log_last_seq,
     scan_log,
     stream_seq,
@@ -109,10 +106,8 @@ class JetStreamEventStore:
         self.batched: bool | None = None
         """The log takes fast-ingest batches (found out on the first decision)."""
         self._reads = asyncio.Semaphore(READ_CONCURRENCY)
-        self._read_inbox: str | None = None
-        self._read_replies: dict[str, asyncio.Queue[Any]] = {}
-        self._read_keys = itertools.count()
-        self._starting: asyncio.Lock | None = None
+        self.direct = DirectReads(nc)
+        """A session's reads, on one reply subscription for the whole store."""
 
     async def append(self, session_id: str, events: Sequence[EventBase]) -> list[int]:
         return await self.append_facts(events)
@@ -203,7 +198,7 @@ class JetStreamEventStore:
             return out
         async with self._reads:
             try:
-                await self._direct_read(subject, keep, after_seq)
+                await self.direct.read(self.subjects.log_stream, subject, keep, after_seq=after_seq)
                 return out
             except (TimeoutError, DirectGetError) as exc:
                 # no answer in time, or an error status (say 503: a log without
@@ -212,49 +207,6 @@ class JetStreamEventStore:
             out.clear()
             await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
         return out
-
-    async def _direct_read(
-        self, subject: str, on_event: Callable[[int, str, bytes], None], after_seq: int
-    ) -> None:
-        """`scan.direct_read`, its replies on one subscription for every read of this store
-        (`<inbox>.<read>`): a session's reload costs no subscription of its own (a SUB,
-        an UNSUB and a task each time)."""
-        inbox = self._read_inbox or await self._start_reads()
-        key = str(next(self._read_keys))
-        replies = self._read_replies[key] = asyncio.Queue()
-        stream, last = self.subjects.log_stream, after_seq
-
-        def handed(seq: int, subject_: str, data: bytes) -> None:
-            nonlocal last
-            on_event(seq, subject_, data)
-            last = seq
-
-        try:
-            while True:
-                await self.nc.publish(
-                    f"$JS.API.DIRECT.GET.{stream}",
-                    direct_request(subject, last, DIRECT_BATCH),
-                    reply=f"{inbox}.{key}",
-                )
-                if not await direct_batch(replies, handed, f"{stream} {subject}"):
-                    return
-        finally:
-            del self._read_replies[key]
-
-    async def _start_reads(self) -> str:
-        if self._starting is None:
-            self._starting = asyncio.Lock()
-        async with self._starting:
-            if self._read_inbox is None:
-                inbox = self.nc.new_inbox()
-                await self.nc.subscribe(inbox + ".*", cb=self._on_read_reply)
-                self._read_inbox = inbox
-        return self._read_inbox
-
-    async def _on_read_reply(self, msg: Any) -> None:
-        replies = self._read_replies.get(msg.subject.rsplit(".", 1)[1])
-        if replies is not None:  # else a read given up (a late reply)
-            replies.put_nowait(msg)
 
     async def _consume(self, subject: str, config: api.ConsumerConfig) -> list[StoredEvent]:
         """Read through an ordered push consumer until nothing is pending."""
