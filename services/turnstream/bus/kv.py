@@ -6,13 +6,49 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from nats.js.errors import BadRequestError
 
+from turnstream.bus.appender import AppendError, PipelinedAppender
+from turnstream.bus.store import APPEND_TIMEOUT_S, WRONG_LAST_SEQUENCE
+
 log = logging.getLogger("turnstream.bus")
 RETRY_S = 0.5
+CREATE = {"Nats-Expected-Last-Subject-Sequence": "0"}
+"""A KV create: stored only if the key has no entry (what nats-py's `create` sends)."""
+
+
+class KvWrites:
+    """A bucket's keys written as its stream's subjects through a pipelined appender (the
+    event store's: one reply subscription for every write; nats-py's `KeyValue` pays a
+    request, a future and a decoded `PubAck` for each). Values are read with
+    `KeyValue.get`."""
+
+    def __init__(self, appender: PipelinedAppender, bucket: str) -> None:
+        self.appender = appender
+        self.prefix = f"$KV.{bucket}."
+
+    async def create_all(self, entries: Sequence[tuple[str, bytes]]) -> bool:
+        """Write each value whose key has never been written (`KeyValue.create`'s
+        condition), in one flight; False when a key had been (the flight stops there: the
+        keys after it may not be written)."""
+        items = [(self.prefix + key, value, CREATE) for key, value in entries]
+        try:
+            await self.appender.publish(items, APPEND_TIMEOUT_S)
+        except AppendError as exc:
+            if exc.err_code in WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        return True
+
+    async def create(self, key: str, value: bytes) -> bool:
+        """`create_all` of one key."""
+        return await self.create_all([(key, value)])
+
+    async def put(self, key: str, value: bytes) -> None:
+        await self.appender.publish([(self.prefix + key, value, {})], APPEND_TIMEOUT_S)
 
 
 PLACEMENT_WITHIN_S = 30.0

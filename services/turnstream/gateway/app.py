@@ -11,8 +11,8 @@ from typing import Any
 
 from turnstream import agents
 from turnstream.bus import Bus
-from turnstream.bus.appender import PipelinedAppender
 from turnstream.bus.consume import BATCH, durable_push, kept_in_progress
+from turnstream.bus.kv import KvWrites
 from turnstream.bus.scan import scan_log
 from turnstream.bus.streams import existing_bucket
 from turnstream.core.events import (
@@ -126,7 +126,7 @@ async def _consume(
         command's events answer): every accepted command's key claimed in one flight."""
         claimed = [(seq, d) for seq, d in chunk if not isinstance(d[0], InputRejected)]
         keys = [(d[0].session_id, d[0].correlation_id, seq) for seq, d in claimed]
-        firsts = dict(zip(keys, await first_times(claimer, claims, bucket, keys), strict=True))
+        firsts = dict(zip(keys, await first_times(claimer, claims, keys), strict=True))
         events: list[EventBase] = []
         for seq, decided in chunk:
             first = decided[0]
@@ -172,7 +172,7 @@ async def _consume(
 
     bucket = subjects.idempotency_bucket
     claims = await existing_bucket(bus.js, bucket)
-    claimer = PipelinedAppender(bus.nc)
+    claimer = KvWrites(bus.store.appender, bucket)
     arrived: list[Any] = []
     woken = asyncio.Event()
 

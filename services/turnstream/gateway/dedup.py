@@ -28,14 +28,10 @@ from typing import Any
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-from turnstream.bus.appender import AppendError, PipelinedAppender
-from turnstream.bus.store import APPEND_TIMEOUT_S, WRONG_LAST_SEQUENCE
+from turnstream.bus.kv import KvWrites
 from turnstream.core.subjects import session_key
 
 log = logging.getLogger("turnstream.gateway")
-CREATE = {"Nats-Expected-Last-Subject-Sequence": "0"}
-"""A KV create: stored only if the key has no entry (what nats-py's `create` sends)."""
-
 Claim = tuple[str, str, int]
 """session id, idempotency key, the inbound sequence claiming them"""
 
@@ -46,24 +42,14 @@ def claim_key(session_id: str, idempotency_key: str) -> str:
     return f"{session_key(session_id)}.{digest}"
 
 
-async def first_times(
-    appender: PipelinedAppender, kv: Any, bucket: str, claims: Sequence[Claim]
-) -> list[bool]:
-    """`first_time` for each claim in the bucket `kv` (named `bucket`), in one pipelined
-    flight while none was taken before."""
+async def first_times(writes: KvWrites, kv: Any, claims: Sequence[Claim]) -> list[bool]:
+    """`first_time` for each claim in the bucket `kv` (`writes` writes it), in one
+    pipelined flight while none was taken before."""
     if not claims:
         return []
-    prefix = f"$KV.{bucket}."
-    items = [
-        (prefix + claim_key(session, key), str(seq).encode(), CREATE)
-        for session, key, seq in claims
-    ]
-    try:
-        await appender.publish(items, APPEND_TIMEOUT_S)
+    entries = [(claim_key(session, key), str(seq).encode()) for session, key, seq in claims]
+    if await writes.create_all(entries):
         return [True] * len(claims)
-    except AppendError as exc:
-        if exc.err_code not in WRONG_LAST_SEQUENCE:
-            raise
     # a key was taken (a duplicate, or this batch redelivered): each claim asked again
     return [await first_time(kv, *claim) for claim in claims]
 

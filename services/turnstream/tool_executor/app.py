@@ -21,6 +21,7 @@ from nats.js.errors import ObjectNotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, durable_push
+from turnstream.bus.kv import KvWrites
 from turnstream.core.events import (
     FailureClass,
     ToolInvocationFailed,
@@ -35,7 +36,7 @@ from turnstream.runtime.manifest import keep_published
 from turnstream.runtime.redaction import Redactor
 from turnstream.settings import Settings
 from turnstream.tool_executor.outcome import Facts, needs_blob
-from turnstream.tool_executor.writes import Claims, Started
+from turnstream.tool_executor.writes import Started
 from turnstream.tools import ToolContext, ToolError, ToolRegistry
 from turnstream.tools.mcp import McpTools
 
@@ -88,7 +89,7 @@ class Executor:
         appends of `Started` that go on beside them."""
         self.kv: Any = None
         self.blobs: Any = None
-        self.claims = Claims(bus.nc, bus.subjects.invocations_bucket)
+        self.claims = KvWrites(bus.store.appender, bus.subjects.invocations_bucket)
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects

@@ -1,38 +1,10 @@
-"""What the executor writes besides results: its claims, and when a call's `Started` goes."""
+"""When a call's `Started` fact goes: at once, after a grace, or with its result."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
-
-from turnstream.bus.appender import AppendError, PipelinedAppender
-from turnstream.bus.store import APPEND_TIMEOUT_S, WRONG_LAST_SEQUENCE
-
-
-class Claims:
-    """The invocations bucket's keys, written as its stream's subjects with the pipelined
-    appender (one reply subscription for every write; nats-py's `KeyValue` pays a request,
-    a future and a decoded `PubAck` for each). Values are read with `KeyValue.get`."""
-
-    def __init__(self, nc: Any, bucket: str) -> None:
-        self.prefix = f"$KV.{bucket}."
-        self.appender = PipelinedAppender(nc)
-
-    async def create(self, key: str, value: bytes) -> bool:
-        """Write `value` if the key has never been written (`KeyValue.create`'s condition);
-        False when it has."""
-        item = (self.prefix + key, value, {"Nats-Expected-Last-Subject-Sequence": "0"})
-        try:
-            await self.appender.publish([item], APPEND_TIMEOUT_S)
-        except AppendError as exc:
-            if exc.err_code in WRONG_LAST_SEQUENCE:
-                return False
-            raise
-        return True
-
-    async def put(self, key: str, value: bytes) -> None:
-        await self.appender.publish([(self.prefix + key, value, {})], APPEND_TIMEOUT_S)
 
 
 class Started:
