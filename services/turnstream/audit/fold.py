@@ -66,6 +66,10 @@ _KEYS = frozenset(
 _TIME_LENGTHS = (20, 27)
 """`2026-11-25T20:17:01Z` and `2026-11-25T20:17:01.500686Z`, as events are written (in UTC):
 `datetime.fromisoformat` reads those as the decoder does; any other form is decoded."""
+_CAUSATION_TYPES = (str, type(None))
+_new_tuple = tuple.__new__
+"""Builds a `Head` without the Python-level `__new__` NamedTuple generates (a frame per
+event; the fields are complete and in order here)."""
 
 
 def unread_head(subject: str, data: bytes) -> Head | None:
@@ -79,21 +83,28 @@ def unread_head(subject: str, data: bytes) -> Head | None:
         return None
     if type(raw) is not dict or raw.get("type") not in _UNREAD or not raw.keys() <= _KEYS:
         return None
-    get = raw.get
-    turn, time = get("turnId"), get("time")
+    # subscripts, not `get`s (this runs for most events): a missing field is a KeyError
+    try:
+        event_id, session_id, time = raw["id"], raw["sessionId"], raw["time"]
+        well_formed = (
+            type(event_id) is str
+            and type(session_id) is str
+            and type(time) is str
+            and type(raw["chatId"]) is str
+            and type(raw["traceId"]) is str
+            and type(raw["correlationId"]) is str
+            and type(raw["source"]) is str
+            and type(raw["data"]) is dict
+            and type(raw["schemaVersion"]) is int
+            and raw["schemaVersion"] == SCHEMA_VERSION
+        )
+    except KeyError:
+        return None
+    turn_id = raw.get("turnId")
     if not (
-        type(get("id")) is str
-        and type(get("sessionId")) is str
-        and type(get("chatId")) is str
-        and type(get("traceId")) is str
-        and type(get("correlationId")) is str
-        and type(get("source")) is str
-        and (turn is None or type(turn) is str)
-        and type(get("causationId", "")) in (str, type(None))
-        and type(get("schemaVersion")) is int
-        and get("schemaVersion") == SCHEMA_VERSION
-        and type(get("data")) is dict
-        and type(time) is str
+        well_formed
+        and (turn_id is None or type(turn_id) is str)
+        and type(raw.get("causationId", "")) in _CAUSATION_TYPES
         and len(time) in _TIME_LENGTHS
         and time[-1] == "Z"
         and time[4] == "-"
@@ -105,4 +116,4 @@ def unread_head(subject: str, data: bytes) -> Head | None:
         at = datetime.fromisoformat(time)
     except ValueError:
         return None
-    return Head(raw["id"], raw["type"], at, raw["sessionId"], turn)
+    return _new_tuple(Head, (event_id, raw["type"], at, session_id, turn_id))
