@@ -344,15 +344,16 @@ def fold_per_message(log: list[Event], rounds: int, folder: Path) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
+    if args.fold_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            fold_per_message(build_log(args.events, args.sessions)[0], args.rounds, Path(tmp))
+        return
     with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp) / "nats") as server:
         bus = await connect(server.url, Subjects("ts"), ensure=StreamLimits())
         try:
             start = time.perf_counter()
             log, turns = build_log(args.events, args.sessions)
             built = time.perf_counter() - start
-            fold_per_message(log[:20_000], args.rounds, Path(tmp))
-            if args.fold_only:
-                return
             start = time.perf_counter()
             for offset in range(0, len(log), 2000):
                 await bus.store.append_facts(log[offset : offset + 2000])
@@ -363,6 +364,7 @@ async def main(args: argparse.Namespace) -> None:
                 f"{args.sessions} sessions; built in {built:.1f} s, appended pipelined at "
                 f"{len(log) / appended:,.0f} events/s"
             )
+            fold_per_message(log[:20_000], args.rounds, Path(tmp))
             reads, rebuilds = [], []
             for round_ in range(1, args.rounds + 1):
                 count, seconds = await read_only(bus)
@@ -410,6 +412,6 @@ if __name__ == "__main__":
     parser.add_argument("--sessions", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
-        "--fold-only", action="store_true", help="the fold per message alone (no server work)"
+        "--fold-only", action="store_true", help="the fold per message alone (no server)"
     )
     asyncio.run(main(parser.parse_args()))
