@@ -16,9 +16,10 @@ the `StagePostFired` before the `StagePreFired`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from turnstream.core.events.base import Envelope, changed, stamp
+from turnstream.core.events.base import Envelope, Stage, StageOutcome, changed, stamp
 from turnstream.core.events.lifecycle import (
     PreviousStage,
     StagePostFired,
@@ -77,18 +78,24 @@ def _pair(post: StagePostFired, pre: StagePreFired) -> bool:
 
 def _merged(post: StagePostFired, pre: StagePreFired, renamed: dict[str, str]) -> StagePreFired:
     left = post.data
-    previous = PreviousStage(
-        stage=left.stage,
-        iteration=left.iteration,
-        outcome=left.outcome,
-        ended_at=None if post.time == pre.time else post.time,
-    )
+    if post.time == pre.time:  # as in one decision: the same few, so validated once each
+        previous = _left_at_once(left.stage, left.iteration, left.outcome)
+    else:
+        previous = PreviousStage(
+            stage=left.stage, iteration=left.iteration, outcome=left.outcome, ended_at=post.time
+        )
     cause = post.causation_id
     return changed(
         pre,
         causation_id=renamed.get(cause, cause) if cause is not None else None,
         data=changed(pre.data, previous=previous),
     )
+
+
+@lru_cache(maxsize=1024)
+def _left_at_once(stage: Stage, iteration: int, outcome: StageOutcome) -> PreviousStage:
+    """A stage left the moment the next was entered, as the merged event carries it."""
+    return PreviousStage(stage=stage, iteration=iteration, outcome=outcome, ended_at=None)
 
 
 def stage_left(event: StagePreFired) -> StagePostFired | None:
