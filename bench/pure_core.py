@@ -1,36 +1,66 @@
-"""The pure turn core without I/O: copying state, and one whole text turn.
+"""The pure turn core without I/O: copying state, one whole text turn, one one-tool turn.
 
     python bench/pure_core.py
+    python bench/pure_core.py --against REV   # the one-tool turn here and at git REV
 
 Side by side in one run: `dataclasses.replace` against `with_changes` (the copy every
 `evolve` makes), and a complete text turn (16 events) decided as the shell does it now
 (the deciders fold as they go and hand over the state: `Decision.state`) and as it did
 before (folding the decided events once more), and as the runner's actor drives it now:
 one input at a time through the session decider, each decision with its effects.
+
+Then a one-tool turn (a `read_file` call approved by `auto` mode, then a text reply: the
+22 events of the runner's 25 it decides itself) driven as the runner's actor drives it
+(`turnstream.turn_runner.session.SessionActor.commit`): the facts it reacts to
+(`InputAccepted`, `ToolInvocationSucceeded`) and the model's two answers (`ProviderDone`),
+each decided at once with a fresh `Context` of the real clock and UUIDv7 ids, 20 turns in a
+row in one session. `--against REV` measures it for this tree and for git REV's (exported
+to a temporary directory) in alternate subprocesses, round after round, and prints both
+and their ratio.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import tempfile
+import time
 import timeit
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
-from tests.unit.factories import Ids, accepted, ctx, success
+# appended: a PYTHONPATH goes first (`--against` measures another tree's core that way)
+sys.path.append(str(Path(__file__).parents[1]))
+from tests.unit.factories import Ids, accepted, ctx, succeed, success
+from turnstream.core.approval import ApprovalConfig
+from turnstream.core.events import Event, ToolInvocationRequested
 from turnstream.core.immutable import with_changes
-from turnstream.core.inputs import Tick
+from turnstream.core.inputs import Fact, Tick
 from turnstream.core.session import SessionState, decide, fold
 from turnstream.core.session.decider import ProviderDone
 from turnstream.core.session.decider import decide as decide_input
-from turnstream.core.turn import TurnConfig, on_provider_result
+from turnstream.core.turn import Context, ToolCall, ToolInfo, TurnConfig, on_provider_result
 from turnstream.core.turn.state import ActiveTurn
+from turnstream.runtime.clock import new_event_id, now
 
 N = 20_000
+ONE_TOOL = TurnConfig(
+    tools=(ToolInfo("read_file", "read", {"type": "object"}, True, True, 5.0),),
+    approval=ApprovalConfig(default_mode="auto"),
+)
+READ = ToolCall("call_0_0", "read_file", {"path": "bench.txt"})
+TURNS_IN_A_ROW = 20
 
 
 def main() -> None:
+    if "--one-tool" in sys.argv:  # one round for `--against`: µs per one-tool turn
+        print(one_tool_µs(rounds=5))
+        return
+    if "--against" in sys.argv:
+        against(sys.argv[sys.argv.index("--against") + 1])
+        return
     turn = ActiveTurn("t", "i", "c", "tr", "k", None, "e", started_at=datetime.now(UTC))
     copies = {
         "dataclasses.replace": timeit.timeit(lambda: replace(turn, iteration=2), number=N),
@@ -58,6 +88,75 @@ def main() -> None:
     print(f"{'':>36}  now / folding again: {spent['now'] / spent['folding again']:.2f}")
     by_inputs = spent["by the session decider"] / spent["now"]
     print(f"{'':>36}  by the session decider / now: {by_inputs:.2f}")
+    print(f"{'a one-tool turn, as the runner does':>36}: {one_tool_µs(rounds):6.0f} µs for its 22")
+
+
+def one_tool_µs(rounds: int) -> float:
+    """µs per one-tool turn decided as the runner's actor decides it, the best of `rounds`
+    sessions of `TURNS_IN_A_ROW` turns each."""
+    facts = [
+        (accepted(n), succeed("", "file text", f"turn{n}")) for n in range(1, TURNS_IN_A_ROW + 1)
+    ]
+    # CPU time: on a shared machine a process waiting for a core is not charged for it
+    session = lambda: one_tool_session(facts)  # noqa: E731
+    best = min(timeit.repeat(session, number=1, repeat=rounds, timer=time.process_time))
+    return best / TURNS_IN_A_ROW * 1e6
+
+
+def one_tool_session(facts: list[tuple[Event, Event]]) -> SessionState:
+    """A session's one-tool turns in a row: each input decided as `SessionActor.commit`
+    decides it (a new `Context` each time), the next decided from the state it hands over."""
+    state = SessionState.of("s1")
+    asked = replace(success("", "tool_use"), tool_calls=(READ,))
+    for accepted_input, result in facts:
+        decision = decide_input(state, Fact(accepted_input), ONE_TOOL, runner_context())
+        turn = accepted_input.turn_id
+        assert turn is not None and decision.state.chat.active is not None
+        decision = decide_input(
+            decision.state, ProviderDone(turn, asked), ONE_TOOL, runner_context()
+        )
+        run = next(e for e in decision.events if isinstance(e, ToolInvocationRequested))
+        done = with_changes(
+            result, data=with_changes(result.data, invocation_id=run.data.invocation_id)
+        )
+        decision = decide_input(decision.state, Fact(done), ONE_TOOL, runner_context())
+        replied = ProviderDone(turn, success("read file text"))
+        decision = decide_input(decision.state, replied, ONE_TOOL, runner_context())
+        state = decision.state
+        assert (
+            state.chat.active is None and state.chat.turns_ended == accepted_input.data.inbound_seq
+        )
+    return state
+
+
+def runner_context() -> Context:
+    return Context(now=now(), new_id=new_event_id, source="turn-runner/bench-1")
+
+
+def against(rev: str) -> None:
+    """The one-tool turn of this tree and of git `rev`'s, in alternate subprocesses."""
+    here = Path(__file__).parents[1]
+    rounds = 10
+    with tempfile.TemporaryDirectory() as base:
+        archive = subprocess.run(
+            ["git", "-C", str(here), "archive", rev, "services", "tests"],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", base], input=archive, check=True)
+        trees = {rev: Path(base), "this tree": here}
+        best = dict.fromkeys(trees, float("inf"))
+        for _ in range(rounds):
+            for name, tree in trees.items():
+                path = {"PYTHONPATH": f"{tree / 'services'}{os.pathsep}{tree}"}
+                cmd = [sys.executable, __file__, "--one-tool"]
+                done = subprocess.run(
+                    cmd, check=True, capture_output=True, text=True, env={**os.environ, **path}
+                )
+                best[name] = min(best[name], float(done.stdout))
+    for name, µs in best.items():
+        print(f"{'a one-tool turn, ' + name:>36}: {µs:6.0f} µs (best of {rounds} rounds)")
+    print(f"{'':>36}  this tree / {rev}: {best['this tree'] / best[rev]:.2f}")
 
 
 def text_turn(state: SessionState, fold_again: bool) -> SessionState:

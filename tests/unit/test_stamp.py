@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.unit.test_contract import SAMPLE_DATA
 from turnstream.core.events import EVENT_TYPES, Envelope, EventBase, decode, encode, stamp
-from turnstream.core.events.base import _data_type
+from turnstream.core.events.base import _data_type, changed
 
 texts = st.text(min_size=1, max_size=40)
 times = st.datetimes(
@@ -110,3 +110,23 @@ def test_a_stamped_event_stays_frozen() -> None:
         made.id = "other"  # type: ignore[misc]
     copied = made.model_copy(update={"source": "y"})
     assert copied.source == "y" and made.source == "x"
+
+
+@settings(max_examples=100, deadline=None)
+@given(kind=st.sampled_from(sorted(SAMPLE_DATA)), causation_id=st.none() | texts, source=texts)
+def test_changed_is_model_copy_field_for_field(
+    kind: str, causation_id: str | None, source: str
+) -> None:
+    cls = EVENT_TYPES[kind]
+    data = cls.model_fields["data"].annotation.model_validate(SAMPLE_DATA[kind])  # type: ignore[union-attr]
+    envelope = Envelope("s1", "c1", "t1", "tr", "k")
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    event = stamp(cls, data, envelope, event_id="e1", time=at, source="x", causation_id="c")
+    update: dict[str, Any] = {"causation_id": causation_id, "source": source}
+    made, expected = changed(event, **update), event.model_copy(update=update)
+    assert type(made) is cls and made == expected and made.__dict__ == expected.__dict__
+    assert made.model_fields_set == expected.model_fields_set
+    assert made.__pydantic_extra__ is expected.__pydantic_extra__ is None
+    assert made.__pydantic_private__ is expected.__pydantic_private__ is None
+    assert encode(made) == encode(expected) and repr(made) == repr(expected)
+    assert event.causation_id == "c" and event.source == "x"  # the original is untouched

@@ -343,3 +343,17 @@ def test_the_steer_policy_steers_a_message_that_arrives_mid_turn() -> None:
     state = evolve(state, accepted(2, "actually, shorter"))
     parked = decide(state, config, c)
     assert kinds(parked) == ["SteeringInjected"] and parked[0].turn_id == "turn1"
+
+
+def test_every_event_kind_has_the_family_fold_its_class_pattern_names() -> None:
+    """`evolve` keeps each kind's family in a table: the match in `_family` (exhaustive for
+    the type checker) must answer for every kind by its class alone."""
+    from turnstream.core.events import EVENT_TYPES
+    from turnstream.core.turn.evolve import _family, _lifecycle, _unchanged
+    from turnstream.core.turn.evolve_tools import evolve_call
+
+    families = {kind: _family(object.__new__(cls)) for kind, cls in EVENT_TYPES.items()}
+    assert all(callable(family) for family in families.values())
+    assert families["StagePreFired"] is families["TurnEnded"] is _lifecycle
+    assert families["ToolCallApproved"] is evolve_call
+    assert families["WorkflowAttached"] is families["ToolInvocationStarted"] is _unchanged

@@ -13,8 +13,10 @@ def with_changes(obj: S, **changes: Any) -> S:
     `dataclasses.replace` re-runs `__init__` over every field and a turn makes dozens of
     copies; copying the instance dict is several times cheaper (bench/pure_core.py).
     """
-    new = object.__new__(type(obj))
-    fields = dict(obj.__dict__)
-    fields.update(changes)
-    object.__setattr__(new, "__dict__", fields)
+    new = _new(type(obj))
+    _set_attr(new, "__dict__", obj.__dict__ | changes)
     return new
+
+
+_new = object.__new__
+_set_attr = object.__setattr__

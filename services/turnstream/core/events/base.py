@@ -164,6 +164,24 @@ def stamp(
     )
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def changed(model: M, **update: Any) -> M:
+    """`model.model_copy(update=update)`, field for field (tests/unit/test_stamp.py), for
+    a model with no extra fields or private attributes (every event and its data): without
+    pydantic's general copy, which `merged_stages` would pay for twice per stage."""
+    if model.__pydantic_extra__ is not None or model.__pydantic_private__ is not None:
+        return model.model_copy(update=update)
+    copy = _new(type(model))
+    _set_attr(copy, "__dict__", model.__dict__ | update)
+    _set_attr(copy, "__pydantic_fields_set__", {*model.__pydantic_fields_set__, *update})
+    _set_attr(copy, "__pydantic_extra__", None)
+    _set_attr(copy, "__pydantic_private__", None)
+    return copy
+
+
+_new = object.__new__
 _set_attr = object.__setattr__
 _FIELDS = (*EventBase.model_fields, "data")
 _STAMPED = frozenset(_FIELDS) - {"type", "schema_version"}

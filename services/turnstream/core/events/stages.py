@@ -16,9 +16,10 @@ the `StagePostFired` before the `StagePreFired`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from turnstream.core.events.base import Envelope, stamp
+from turnstream.core.events.base import Envelope, Stage, StageOutcome, changed, stamp
 from turnstream.core.events.lifecycle import (
     PreviousStage,
     StagePostFired,
@@ -53,7 +54,7 @@ def merged_stages(events: Sequence[Event]) -> tuple[Event, ...]:
                 continue
         cause = event.causation_id
         if cause is not None and cause in renamed:
-            event = event.model_copy(update={"causation_id": renamed[cause]})
+            event = changed(event, causation_id=renamed[cause])
         out.append(event)
         i += 1
     return tuple(out)
@@ -65,7 +66,11 @@ def _pair(post: StagePostFired, pre: StagePreFired) -> bool:
         pre.data.previous is None
         and pre.causation_id == post.id
         and post.turn_id is not None
-        and Envelope.of(pre) == Envelope.of(post)
+        and pre.session_id == post.session_id
+        and pre.chat_id == post.chat_id
+        and pre.turn_id == post.turn_id
+        and pre.trace_id == post.trace_id
+        and pre.correlation_id == post.correlation_id
         and pre.source == post.source
         and pre.schema_version == post.schema_version
     )
@@ -73,19 +78,24 @@ def _pair(post: StagePostFired, pre: StagePreFired) -> bool:
 
 def _merged(post: StagePostFired, pre: StagePreFired, renamed: dict[str, str]) -> StagePreFired:
     left = post.data
-    previous = PreviousStage(
-        stage=left.stage,
-        iteration=left.iteration,
-        outcome=left.outcome,
-        ended_at=None if post.time == pre.time else post.time,
-    )
+    if post.time == pre.time:  # as in one decision: the same few, so validated once each
+        previous = _left_at_once(left.stage, left.iteration, left.outcome)
+    else:
+        previous = PreviousStage(
+            stage=left.stage, iteration=left.iteration, outcome=left.outcome, ended_at=post.time
+        )
     cause = post.causation_id
-    return pre.model_copy(
-        update={
-            "causation_id": renamed.get(cause, cause) if cause is not None else None,
-            "data": pre.data.model_copy(update={"previous": previous}),
-        }
+    return changed(
+        pre,
+        causation_id=renamed.get(cause, cause) if cause is not None else None,
+        data=changed(pre.data, previous=previous),
     )
+
+
+@lru_cache(maxsize=1024)
+def _left_at_once(stage: Stage, iteration: int, outcome: StageOutcome) -> PreviousStage:
+    """A stage left the moment the next was entered, as the merged event carries it."""
+    return PreviousStage(stage=stage, iteration=iteration, outcome=outcome, ended_at=None)
 
 
 def stage_left(event: StagePreFired) -> StagePostFired | None:

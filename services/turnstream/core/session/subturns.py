@@ -48,7 +48,7 @@ from turnstream.core.events import (
 from turnstream.core.immutable import with_changes
 from turnstream.core.session.state import Child, ChildResult, SessionState
 from turnstream.core.turn.evolve_inputs import pending_input
-from turnstream.core.turn.runtime_calls import Spawned
+from turnstream.core.turn.runtime_calls import NONE_SPAWNED, Spawned
 from turnstream.core.turn.state import Context, PendingInput
 
 SUBTURN_INPUT = "subturn:"
@@ -101,8 +101,8 @@ def orphans_kept(state: SessionState) -> SessionState:
 def spawned_by(state: SessionState) -> Spawned:
     """What the chat's active turn's sub-turns hold (a `spawn` is judged against it)."""
     turn = state.chat.active
-    if turn is None:
-        return Spawned()
+    if turn is None or not state.children:  # asked at every step of every turn
+        return NONE_SPAWNED
     mine = [c for c in state.children if c.turn_id == turn.turn_id]
     running = sum(1 for c in mine if c.status == "running")
     return Spawned(running=running, used=sum(1 + c.budget for c in mine))

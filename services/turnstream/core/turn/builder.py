@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from turnstream.core.events import (
@@ -64,11 +65,11 @@ class Builder:
         return event
 
     def pre(self, stage: Stage, at: datetime | None = None, *, iteration: int = 0) -> Event:
-        it = iteration or self.turn.iteration
-        return self.make(StagePreFired, StagePreFiredData(stage=stage, iteration=it), at)
+        data = _pre_data(stage, iteration or self.turn.iteration)
+        return self.make(StagePreFired, data, at)
 
     def post(self, stage: Stage, outcome: StageOutcome, at: datetime | None = None) -> Event:
-        data = StagePostFiredData(stage=stage, iteration=self.turn.iteration, outcome=outcome)
+        data = _post_data(stage, self.turn.iteration, outcome)
         return self.make(StagePostFired, data, at)
 
     def end(
@@ -97,3 +98,15 @@ class Builder:
             events.append(self.post(self.turn.stage, "failed"))
         events.append(self.end("failed", failure, reason=reason, next_action=next_action))
         return events
+
+
+# a turn's stage events repeat the same few data, frozen: each is validated once, not once
+# per event (about half of a turn's events are stage events)
+@lru_cache(maxsize=1024)
+def _pre_data(stage: Stage, iteration: int) -> StagePreFiredData:
+    return StagePreFiredData(stage=stage, iteration=iteration)
+
+
+@lru_cache(maxsize=1024)
+def _post_data(stage: Stage, iteration: int, outcome: StageOutcome) -> StagePostFiredData:
+    return StagePostFiredData(stage=stage, iteration=iteration, outcome=outcome)

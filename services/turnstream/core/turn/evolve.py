@@ -19,12 +19,14 @@ workflow stage's lane), by the family the event is of:
                   `turnstream.core.session`'s)
 
 Each family's function matches its events to the end (`assert_never`), and so does
-`evolve`: an event type that no family takes fails the type checker.
+`_family`, which finds the family of each kind once for `evolve`: an event type that no
+family takes fails the type checker.
 """
 
 from __future__ import annotations
 
-from typing import assert_never
+from collections.abc import Callable
+from typing import Any, assert_never
 
 from turnstream.core.events import (
     AuditViolation,
@@ -93,16 +95,33 @@ from turnstream.core.turn.state import (
     ToolCall,
 )
 
+Family = Callable[[ChatState, Any], ChatState]
+"""A family's fold (`_family` says which events it takes)."""
+
 
 def evolve(state: ChatState, event: Event) -> ChatState:
     """Fold one event into the chat's state, by the family it is of."""
+    kind = type(event)
+    family = _FAMILIES.get(kind)
+    if family is None:
+        family = _FAMILIES[kind] = _family(event)
+    return family(state, event)
+
+
+def _unchanged(state: ChatState, event: Event) -> ChatState:
+    return state
+
+
+def _family(event: Event) -> Family:
+    """The fold of the family `event` is of (each case is a class pattern: the kind alone
+    decides, so `evolve` asks once per kind instead of matching every event)."""
     match event:
         case InputAccepted() | FollowUpQueued() | SteeringInjected() | InterruptReceived():
-            return evolve_input(state, event)
+            return evolve_input
         case MessageSent() | MessageDropped():
-            return evolve_message(state, event)
+            return evolve_message
         case SubTurnSpawned() | SubTurnEnded() | SubTurnResultDelivered():
-            return evolve_subturn(state, event)
+            return evolve_subturn
         case (
             SessionTurnStart()
             | StagePreFired()
@@ -111,16 +130,16 @@ def evolve(state: ChatState, event: Event) -> ChatState:
             | TurnEnded()
             | SessionTurnEnd()
         ):
-            return _lifecycle(state, event)
+            return _lifecycle
         case ContextProvided() | ContextSkipped() | ContextCompacted():
-            return _context(state, event)
+            return _context
         case (
             ProviderRequestStarted()
             | ProviderRequestCompleted()
             | ProviderFallback()
             | ProviderRequestFailed()
         ):
-            return _provider(state, event)
+            return _provider
         case (
             ToolInvocationProposed()
             | ToolCallModeInvoked()
@@ -131,11 +150,11 @@ def evolve(state: ChatState, event: Event) -> ChatState:
             | ToolInvocationFailed()
             | ToolInvocationCancelled()
         ):
-            return evolve_call(state, event)
+            return evolve_call
         case HookDecided():
-            return evolve_hook(state, event)
+            return evolve_hook
         case StageCompletionChecked() | StageAssertOutcome():
-            return _stage(state, event)
+            return _stage
         case (
             WorkflowAttached()
             | StageEntered()
@@ -146,9 +165,10 @@ def evolve(state: ChatState, event: Event) -> ChatState:
             | StageExited()
             | WorkflowExit()
         ):
-            return state  # the run's own bookkeeping: `turnstream.core.session.run`
+            return _unchanged  # the run's own bookkeeping: `turnstream.core.session.run`
         case SessionConfigured() | InputRejected():
-            return state  # the session's agent and replies owed: `turnstream.core.session.fold`
+            # the session's agent and replies owed: `turnstream.core.session.fold`
+            return _unchanged
         case (
             ProviderRetry()
             | InteractionRequested()
@@ -157,9 +177,13 @@ def evolve(state: ChatState, event: Event) -> ChatState:
             | AuditViolation()
             | PushNotificationAbandoned()
         ):
-            return state
+            return _unchanged
         case _:
             assert_never(event)
+
+
+_FAMILIES: dict[type, Family] = {}
+"""Each event kind's family fold, as `_family` finds it (the first event of a kind asks)."""
 
 
 # -- the turn's life ----------------------------------------------------------------------
@@ -178,21 +202,26 @@ def _lifecycle(
         case SessionTurnStart():
             return _started(state, event)
         case StagePreFired(data=data):
-            if data.previous is not None:  # it stands for the stage's StagePostFired too
-                state = _stage_left(state, event, data.previous.stage)
             if not is_active(state, event):
                 return state
+            changes: dict[str, object] = {}
+            if data.previous is not None:  # it stands for the stage's StagePostFired too
+                state, changes = _left(state, data.previous.stage)
             assert state.active is not None
             if data.stage is Stage.COMPOSE_REQUEST and state.active.steering:
                 steered = tuple(Message("user", text) for text in state.active.steering)
                 state = with_changes(state, history=state.history + steered)
-                state = turn_changed(state, event, steering=())
+                changes["steering"] = ()
             if data.stage is Stage.SEND_REQUEST:
-                state = turn_changed(state, event, request_change=None)  # each asks anew
-            changes = {"stage": data.stage, "stage_open": True, "iteration": data.iteration}
+                changes["request_change"] = None  # each asks anew
+            changes.update(stage=data.stage, stage_open=True, iteration=data.iteration)
+            # one copy of the turn for all the event changes (it may stand for two events)
             return turn_changed(state, event, **changes)
         case StagePostFired(data=data):
-            return _stage_left(state, event, data.stage)
+            if not is_active(state, event):
+                return state
+            state, changes = _left(state, data.stage)
+            return turn_changed(state, event, **changes)
         case RenderEmitted():
             return turn_changed(state, event, rendered=True)
         case TurnEnded(data=data):
@@ -205,14 +234,17 @@ def _lifecycle(
             assert_never(event)
 
 
-def _stage_left(state: ChatState, event: StagePreFired | StagePostFired, stage: Stage) -> ChatState:
-    """The turn left `stage` (a `StagePostFired`, or the `previous` a `StagePreFired` carries)."""
-    if stage is Stage.TOOL_CALL and is_active(state, event):
+def _left(state: ChatState, stage: Stage) -> tuple[ChatState, dict[str, object]]:
+    """The chat, and the changes to its active turn, as the turn leaves `stage` (a
+    `StagePostFired`, or the `previous` a `StagePreFired` carries)."""
+    changes: dict[str, object] = {}
+    if stage is Stage.TOOL_CALL:
         state = _append_tool_results(state)
-        state = turn_changed(state, event, calls=(), requested_calls=())
+        changes.update(calls=(), requested_calls=())
     if stage is Stage.COMPOSE_REQUEST:
-        state = turn_changed(state, event, context_gathered=True)
-    return turn_changed(state, event, stage=stage, stage_open=False)
+        changes["context_gathered"] = True
+    changes.update(stage=stage, stage_open=False)
+    return state, changes
 
 
 def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
