@@ -11,9 +11,9 @@ appended pipelined, then measures, alternating:
 and, once each: the read without decoding, the fold alone over decoded events in memory,
 and the audit service's start on this log (rebuild + every event recorded in the audit
 file). First, with no server: the audit's fold of a delivered message into the auditor and
-its audit file (`fold_message`) per message, now and as it was before issue 25's changes
-(`before_fold_message`, the old code kept here), rounds interleaved, best of each, the
-lines of both checked equal. The machine is shared: compare figures within one run.
+its audit file (`fold_message`) per message, best of the rounds (to compare with an older
+revision, run both checkouts in turn). The machine is shared: compare figures within
+one run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import hashlib
 import itertools
 import statistics
 import tempfile
@@ -31,14 +30,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import orjson
 import uuid_utils
 from rich.console import Console
 
 from turnstream.audit.auditor import READ_KINDS, Auditor
-from turnstream.audit.chain import Recorded
 from turnstream.audit.checks import CheckConfig
-from turnstream.audit.fold import _KEYS, _TIME_LENGTHS, _UNREAD, Head, fold_message
+from turnstream.audit.fold import fold_message
 from turnstream.audit.journal import Journal
 from turnstream.audit.projections import put_all
 from turnstream.audit.rebuild import rebuild
@@ -46,7 +43,7 @@ from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.scan import scan_log
 from turnstream.bus.streams import StreamLimits, ensure_streams
-from turnstream.core.events import EVENT_ADAPTER, SCHEMA_VERSION, Event, decode, encode
+from turnstream.core.events import EVENT_ADAPTER, Event, decode, encode
 from turnstream.core.subjects import Subjects
 
 console = Console(highlight=False, soft_wrap=True)
@@ -232,114 +229,27 @@ def fold_alone(events: list[Event]) -> float:
     return len(events) / (time.perf_counter() - start)
 
 
-def before_unread_head(subject: str, data: bytes) -> Head | None:
-    """`fold.unread_head` before issue 25 (at 8773412)."""
-    if subject[subject.rfind(".") + 1 :] in READ_KINDS:
-        return None
-    try:
-        raw: Any = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    if type(raw) is not dict or raw.get("type") not in _UNREAD or not raw.keys() <= _KEYS:
-        return None
-    get = raw.get
-    turn, time = get("turnId"), get("time")
-    if not (
-        type(get("id")) is str
-        and type(get("sessionId")) is str
-        and type(get("chatId")) is str
-        and type(get("traceId")) is str
-        and type(get("correlationId")) is str
-        and type(get("source")) is str
-        and (turn is None or type(turn) is str)
-        and type(get("causationId", "")) in (str, type(None))
-        and type(get("schemaVersion")) is int
-        and get("schemaVersion") == SCHEMA_VERSION
-        and type(get("data")) is dict
-        and type(time) is str
-        and len(time) in _TIME_LENGTHS
-        and time[-1] == "Z"
-        and time[4] == "-"
-        and time[10] == "T"
-        and time[19] in ".Z"
-    ):
-        return None
-    try:
-        at = datetime.fromisoformat(time)
-    except ValueError:
-        return None
-    return Head(raw["id"], raw["type"], at, raw["sessionId"], turn)
-
-
-def before_record_line(prev: str, seq: int, event: Recorded, raw: bytes) -> tuple[bytes, str]:
-    """`chain.record_line` (with `seal`) before issue 25 (at 8773412)."""
-    record = {
-        "seq": seq,
-        "id": event.id,
-        "type": event.type,
-        "time": event.time,
-        "sessionId": event.session_id,
-        "turnId": event.turn_id,
-        "sha256": hashlib.sha256(raw).hexdigest(),
-        "prev": prev,
-    }
-    body = orjson.dumps(record)
-    digest = hashlib.sha256(body).hexdigest()
-    return body[:-1] + b',"hash":"' + digest.encode() + b'"}', digest
-
-
-def before_journal_add(journal: Journal, seq: int, event: Recorded, raw: bytes) -> None:
-    """`Journal.add` before issue 25 (at 8773412)."""
-    if seq <= journal.last_seq:
-        return
-    line, journal.head = before_record_line(journal.head, seq, event, raw)
-    journal._buffer.append(line)
-    journal.last_seq = seq
-
-
-def before_fold_message(
-    auditor: Auditor, journal: Journal, seq: int, subject: str, data: bytes
-) -> None:
-    """`fold.fold_message` before issue 25 (at 8773412; every message here is an event)."""
-    if seq <= auditor.last_seq:
-        return
-    head = before_unread_head(subject, data)
-    if head is not None:
-        auditor.count(seq, head.session_id, head.time)
-        before_journal_add(journal, seq, head, data)
-        return
-    event = decode(data)
-    auditor.apply(seq, event)
-    before_journal_add(journal, seq, event, data)
-
-
 def fold_per_message(log: list[Event], rounds: int, folder: Path) -> None:
-    """µs of CPU per message of folding the log's messages (as delivered: subject and bytes) into
-    an auditor and its audit file, now and before, interleaved rounds, best of each."""
+    """µs of CPU per message of folding the log's messages (as delivered: subject and bytes)
+    into an auditor and its audit file, best of `rounds`."""
     subjects = Subjects("ts")
     wire = [
         (seq, subjects.log(event.session_id, event.type), encode(event))
         for seq, event in enumerate(log, 1)
     ]
-    best = {"before": float("inf"), "now": float("inf")}
-    lines: dict[str, list[bytes]] = {}
-    folds = [("before", before_fold_message), ("now", fold_message)]
+    best = float("inf")
     for round_ in range(rounds):
-        for who, fold in folds if round_ % 2 else reversed(folds):  # neither always first
-            gc.collect()  # neither pays for the other's garbage
-            auditor = Auditor.with_config(CheckConfig())
-            journal = Journal(folder / f"fold-{who}-{round_}.jsonl")
-            start = time.process_time()  # CPU: other processes' share of the machine aside
-            for seq, subject, data in wire:
-                fold(auditor, journal, seq, subject, data)
-            best[who] = min(best[who], (time.process_time() - start) / len(wire) * 1e6)
-            lines[who] = journal._buffer
-    assert lines["before"] == lines["now"], "the audit file's lines changed"
+        gc.collect()  # a round does not pay for the last one's garbage
+        auditor = Auditor.with_config(CheckConfig())
+        journal = Journal(folder / f"fold-{round_}.jsonl")
+        start = time.process_time()  # CPU: other processes' share of the machine aside
+        for seq, subject, data in wire:
+            fold_message(auditor, journal, seq, subject, data)
+        best = min(best, (time.process_time() - start) / len(wire) * 1e6)
     unread = sum(subject.rsplit(".", 1)[1] not in READ_KINDS for _, subject, _ in wire)
     console.print(
         f"audit fold of a delivered message ({len(wire):,} messages, {unread:,} of unread "
-        f"kinds; best of {rounds}): before {best['before']:.2f} µs · now {best['now']:.2f} µs "
-        f"· now / before = {best['now'] / best['before']:.2f}; the audit file's lines equal"
+        f"kinds; best of {rounds}): {best:.2f} µs"
     )
 
 
