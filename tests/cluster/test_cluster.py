@@ -221,3 +221,29 @@ async def test_two_runners_one_killed_every_turn_ends_once(
     finally:  # a failed assertion must not leak its connections into later tests
         await client.close()
         await operator.close()
+
+
+async def test_two_appenders_fast_batches_do_not_collide(cluster: Cluster, tmp_path: Path) -> None:
+    """The server keys an open fast-ingest batch by its reply's key token, not by the
+    connection: two runners' appenders must not draw the same keys (at R3 they did, and
+    their batches timed out)."""
+    ensure = settings(cluster, "turn-runner", tmp_path)
+    first = await connect(cluster.url("operator"), SUBJECTS, ensure=stream_limits(ensure))
+    await first.close()
+    runners = [await connect(cluster.url("turn-runner"), SUBJECTS) for _ in range(2)]
+    try:
+
+        async def decisions(bus: Bus, name: str) -> None:
+            for round_ in range(4):
+                batches = [
+                    [(SUBJECTS.log(f"{name}-{s}", "StagePreFired"), b'{"r":%d}' % round_, {})] * 3
+                    for s in range(32)
+                ]
+                await asyncio.gather(
+                    *(bus.store.appender.publish_batch(items, 5.0) for items in batches)
+                )
+
+        await asyncio.gather(*(decisions(bus, f"r{n}") for n, bus in enumerate(runners)))
+    finally:
+        for bus in runners:
+            await bus.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -119,6 +120,10 @@ class PipelinedAppender:
         self.batches: dict[str, _Batch] = {}
         self.fast: dict[str, _FastBatch] = {}
         self.counter = itertools.count()
+        self.batch_prefix = f"f{secrets.token_hex(6)}n"
+        """The server knows an open fast-ingest batch by its reply's key token alone, not by
+        connection: another process's appender counting from 0 too would draw the same keys
+        (at R3 their batches were mixed and timed out). A random prefix per appender."""
         self._starting: asyncio.Lock | None = None
         self._ticking: asyncio.TimerHandle | None = None
 
@@ -152,7 +157,7 @@ class PipelinedAppender:
         if len(items) < 2:
             raise ValueError("a fast-ingest batch opens with one message and commits with another")
         inbox = self.inbox or await self._start()
-        key = f"f{next(self.counter)}"
+        key = f"{self.batch_prefix}{next(self.counter)}"
         batch = self.fast[key] = _FastBatch(len(items), self._deadline(timeout))
         ops = [OPEN, *[APPEND] * (len(items) - 2), COMMIT]
         replies = [
