@@ -5,7 +5,8 @@
 For each N: a nats-server (the wheel's) whose account maps every log subject to a
 partition, `ts.log.*.*` → `ts.log.{{wildcard(1)}}.{{wildcard(2)}}.{{partition(N,1)}}`, and
 N streams `TS_LOG_<k>` on `ts.log.*.*.<k>` (as `turnstream streams apply` defines TS_LOG:
-file storage, allow_direct, allow_batched). Then:
+file storage, allow_direct, allow_batched), each with a subject transform that stores
+`ts.log.<s>.<Type>.<k>` as `ts.log.<s>.<Type>` again. Then:
   hash       `--sessions` ids appended through the mapping; the stream each pub ack
              names must be `turnstream.core.partition.partition(session, N)`
   live       a core subscriber on `ts.log.<s>.>` gets the mapped subject
@@ -17,6 +18,8 @@ file storage, allow_direct, allow_batched). Then:
              the session's last sequence in its partition passes, a stale one is refused
   lookup     a JetStream subscribe on `ts.log.<s>.>` without a stream name (nats-py looks
              the stream up by subject) against one bound to `TS_LOG_<k>`
+  stored     the partition stream holds today's subjects: a consumer filtered on
+             `ts.log.*.<Type>` in `TS_LOG_<k>` gets the session's event
 """
 
 from __future__ import annotations
@@ -102,6 +105,10 @@ async def probe(url: str, partitions: int, sessions: int) -> dict[str, Any]:
                 allow_direct=True,
                 allow_batched=True,
                 duplicate_window=120,
+                # stored without the partition token: the subjects of today's log
+                subject_transform=api.SubjectTransform(
+                    src=f"ts.log.*.*.{k}", dest="ts.log.{{wildcard(1)}}.{{wildcard(2)}}"
+                ),
             )
         )
     found: dict[str, Any] = {}
@@ -192,6 +199,14 @@ async def probe(url: str, partitions: int, sessions: int) -> dict[str, Any]:
         unnamed = f"{type(exc).__name__}: {exc}"
     named = await read(home)
     found["lookup"] = {"ok": len(named) == 4, "without stream name": unnamed, "with": named}
+
+    # stored: today's subjects in the partition stream, so a kind filter works there
+    kind = await js.subscribe(
+        SUBJECTS.log_kind("InputAccepted"), stream=home, ordered_consumer=True
+    )
+    stored = (await kind.next_msg(timeout=2)).subject
+    await kind.unsubscribe()
+    found["stored"] = {"ok": stored == SUBJECTS.log(session, "InputAccepted"), "as": stored}
     await bus.close()
     return found
 
