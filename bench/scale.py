@@ -176,7 +176,12 @@ def spent(before: dict[str, float], target: Target) -> dict[str, float]:
 
 
 async def append_phase(
-    target: Target, turn: list[Append], seconds: float, instances: int, sessions: int
+    target: Target,
+    turn: list[Append],
+    seconds: float,
+    instances: int,
+    sessions: int,
+    stock_keys: bool = False,
 ) -> dict[str, float]:
     """`instances` times (one connection per appending service), `sessions` sessions each,
     every session replaying the turn's appends in order for `seconds`."""
@@ -187,6 +192,8 @@ async def append_phase(
     ]
     appenders = [{u: PipelinedAppender(b.nc) for u, b in group.items()} for group in buses]
     for n, appender in enumerate(a for group in appenders for a in group.values()):
+        if stock_keys:
+            break
         # The server keys an open fast batch by the one reply token before the flow
         # (`<inbox>.<key>.<flow>...`: `key` alone), per stream; `PipelinedAppender`'s keys
         # are f0, f1, ... on every connection, so two appending at once collide (timeouts,
@@ -221,8 +228,8 @@ async def append_phase(
                         last = await out.publish_batch(items, APPEND_TIMEOUT_S)
                     else:
                         last = (await out.publish(items, APPEND_TIMEOUT_S))[-1]
-                except AppendError as exc:  # counted; the session stops (its fence is lost)
-                    key = f"{exc.err_code} {exc.description} (message {exc.index})"
+                except (AppendError, TimeoutError) as exc:  # counted; the session stops
+                    key = repr(exc)
                     refused[key] = refused.get(key, 0) + 1
                     return
                 stored += len(items)
@@ -311,7 +318,9 @@ async def ceiling(
 ) -> dict[str, dict[str, float]]:
     """Part 1: the single stream's append and delivery rates on `target`."""
     await (await connect(target.url_of("operator"), SUBJECTS, ensure=limits(target))).close()
-    appended = await append_phase(target, turn, args.seconds, args.instances, args.sessions)
+    appended = await append_phase(
+        target, turn, args.seconds, args.instances, args.sessions, args.stock_batch_keys
+    )
     return {
         "append": appended,
         "push": await push_phase(target, args.seconds),
@@ -387,6 +396,11 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each phase")
     parser.add_argument("--instances", type=int, default=2, help="publishers per service")
     parser.add_argument("--sessions", type=int, default=64, help="sessions per publisher")
+    parser.add_argument(
+        "--stock-batch-keys",
+        action="store_true",
+        help="leave PipelinedAppender's batch keys as they are (they collide across appenders)",
+    )
     parser.add_argument("--json", type=Path, default=Path("bench/results/scale.json"))
     args = parser.parse_args()
     out = asyncio.run(main(args))
