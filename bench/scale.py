@@ -1,0 +1,409 @@
+"""How far one log stream goes: `TS_LOG`'s ceiling on this machine, at R1 and R3.
+
+    python bench/scale.py [--seconds 4] [--json bench/results/scale.json]
+
+First one scripted one-tool turn runs through every service (as `turnstream up` runs
+them) and its log is read back: each event's type, payload and header sizes, which
+service appended it, and how the appends were grouped (a runner decision is one
+fast-ingest batch that opens with the conditional `Nats-Expected-Last-Subject-Sequence`
+event; the gateway's and the executor's facts are single appends). That turn is then
+replayed, sizes and batching as they are today, against:
+  R1   one embedded node (`EmbeddedServer` as `turnstream up` starts it)
+  R3   the 3-node loopback cluster (tests/cluster's `start_cluster`: the shipped
+       ops/nats-cluster-*.conf, sync_interval always, ops/accounts.conf, each service's
+       appends as its own user)
+with the streams `turnstream streams apply` defines (`ensure_streams`) and the
+services' own appender (`PipelinedAppender`). For each:
+  append    several publishers (one connection per appending service, as three
+            services), each with many sessions in flight, every session replaying the
+            turn's appends in order, every decision fenced on the session's last sequence
+  push      the stored messages delivered to a durable push consumer with explicit acks
+            (as the turn-runner, approval and executor consume; `durable_push`)
+  pull      the same to a pull consumer fetched in batches and acked once per batch with
+            AckPolicy.ALL (as the audit consumes)
+  turns/s   what each rate implies at today's messages per turn (25 one-tool, 13 text)
+  CPU       nats-server's CPU per message from /proc (R3: all three nodes' together)
+Each phase runs a few seconds; delivery drains the backlog the append phase left (a
+catch-up rate, not a live one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import uuid_utils
+from rich.console import Console
+from rich.table import Table
+
+# bench/ last: its http.py must not shadow the standard library's (tests/cluster imports
+# urllib.request), and the repository root for `tests.cluster`
+BENCH = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH] + [str(BENCH)]
+sys.path.insert(0, str(BENCH.parent))
+
+import stack  # noqa: E402
+from turns import SCRIPTS, TurnWatcher, cpu_seconds  # noqa: E402
+
+from tests.cluster.conftest import start_cluster  # noqa: E402
+from turnstream.bus import connect  # noqa: E402
+from turnstream.bus.appender import AppendError, PipelinedAppender  # noqa: E402
+from turnstream.bus.consume import define_pull, durable_push  # noqa: E402
+from turnstream.bus.embedded import EmbeddedServer  # noqa: E402
+from turnstream.bus.streams import StreamLimits  # noqa: E402
+from turnstream.core.subjects import Subjects  # noqa: E402
+
+console = Console(highlight=False)
+SUBJECTS = Subjects("ts")
+TEXT_TURN_MESSAGES = 13
+"""A text turn's log messages today (docs/performance.md, issue 25)."""
+CONDITION = "Nats-Expected-Last-Subject-Sequence"
+APPEND_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Append:
+    """One append of the recorded turn: a single message, or a decision's fast batch."""
+
+    user: str
+    """the service that appended it (its user on the cluster)"""
+    events: tuple[tuple[str, int], ...]
+    """each event's type and payload size"""
+    fenced: bool
+    """whether its first message carries the expected-sequence condition"""
+
+
+def filler(size: int) -> bytes:
+    return orjson.dumps({"pad": "x" * max(0, size - 10)})[:size].ljust(size, b" ")
+
+
+async def record_turn() -> tuple[list[Append], dict[str, int]]:
+    """One one-tool turn through every service; its appends as the log shows them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        stack.workspace(root, "auto")
+        script = root / "script.yaml"
+        script.write_text(SCRIPTS["one-tool"])
+        with (
+            EmbeddedServer(root / "nats") as server,
+            stack.running(server, root, script, console),
+        ):
+            bus = await connect(server.url, SUBJECTS, ensure=StreamLimits())
+            try:
+                watcher = TurnWatcher(bus)
+                await watcher.start()
+                await watcher.turn("shape", "hello, what is in bench.txt?")
+                await asyncio.sleep(0.3)
+                sub = await bus.js.subscribe(SUBJECTS.log_session("shape"), ordered_consumer=True)
+                msgs = []
+                with contextlib.suppress(Exception):
+                    while True:
+                        msgs.append(await sub.next_msg(timeout=1))
+                await sub.unsubscribe()
+            finally:
+                await bus.close()
+    appends: list[Append] = []
+    header_bytes = 0
+    for msg in msgs:
+        user = orjson.loads(msg.data)["source"].split("/", 1)[0]
+        event = (msg.subject.rsplit(".", 1)[1], len(msg.data))
+        headers = msg.headers or {}
+        header_bytes += sum(len(k) + len(v) + 4 for k, v in headers.items())
+        fenced = CONDITION in headers
+        last = appends[-1] if appends else None
+        # a runner decision: from a fenced event to the next fenced one or another service
+        if last and last.user == user == "turn-runner" and not fenced:
+            appends[-1] = Append(user, (*last.events, event), last.fenced)
+        else:
+            appends.append(Append(user, (event,), fenced))
+    sizes = [size for append in appends for _, size in append.events]
+    return appends, {
+        "messages": len(sizes),
+        "payload_bytes_mean": sum(sizes) // len(sizes),
+        "header_bytes_mean": header_bytes // len(sizes),
+        "appends": len(appends),
+    }
+
+
+@dataclass
+class Target:
+    """A deployment to measure: how to reach it as each user, and its servers' pids."""
+
+    name: str
+    replicas: int
+    url_of: Callable[[str], str]
+    pids: dict[str, int]
+
+
+@contextlib.asynccontextmanager
+async def r1(root: Path) -> AsyncIterator[Target]:
+    with EmbeddedServer(root / "r1") as server:  # as `turnstream up` starts it
+        assert server.process is not None
+        yield Target("R1", 1, lambda _: server.url, {"n1": server.process.pid})
+
+
+@contextlib.asynccontextmanager
+async def r3(root: Path) -> AsyncIterator[Target]:
+    (root / "r3").mkdir()
+    cluster = start_cluster(root / "r3")
+    try:
+        pids = {f"n{n}": process.pid for n, process in cluster.nodes.items()}
+        yield Target("R3", 3, cluster.url, pids)
+    finally:
+        cluster.stop()
+
+
+def server_cpu(target: Target) -> dict[str, float]:
+    """CPU seconds each node has used so far."""
+    return cpu_seconds(target.pids)
+
+
+def spent(before: dict[str, float], target: Target) -> dict[str, float]:
+    after = server_cpu(target)
+    return {node: after[node] - before[node] for node in before}
+
+
+async def append_phase(
+    target: Target,
+    turn: list[Append],
+    seconds: float,
+    instances: int,
+    sessions: int,
+    stock_keys: bool = False,
+) -> dict[str, float]:
+    """`instances` times (one connection per appending service), `sessions` sessions each,
+    every session replaying the turn's appends in order for `seconds`."""
+    users = sorted({append.user for append in turn})
+    buses = [
+        {user: await connect(target.url_of(user), SUBJECTS) for user in users}
+        for _ in range(instances)
+    ]
+    appenders = [{u: PipelinedAppender(b.nc) for u, b in group.items()} for group in buses]
+    for n, appender in enumerate(a for group in appenders for a in group.values()):
+        if stock_keys:
+            break
+        # The server keys an open fast batch by the one reply token before the flow
+        # (`<inbox>.<key>.<flow>...`: `key` alone), per stream; `PipelinedAppender`'s keys
+        # are f0, f1, ... on every connection, so two appending at once collide (timeouts,
+        # "batch publish ID unknown" here at R3). Distinct keys per appender, as a fix
+        # would give them (a random prefix per appender).
+        appender.counter = itertools.count(n * 1_000_000_000)
+    payloads = {size: filler(size) for a in turn for _, size in a.events}
+    stored = 0
+    turns = 0
+    refused: dict[str, int] = {}
+    stop = time.perf_counter() + seconds
+
+    async def session(appender: dict[str, PipelinedAppender], name: str) -> None:
+        nonlocal stored, turns
+        last = 0
+        while time.perf_counter() < stop:
+            for append in turn:
+                items = [
+                    (
+                        SUBJECTS.log(name, kind),
+                        payloads[size],
+                        {"Nats-Msg-Id": str(uuid_utils.uuid7())},
+                    )
+                    for kind, size in append.events
+                ]
+                if append.fenced:
+                    items[0][2][CONDITION] = str(last)
+                    items[0][2][f"{CONDITION}-Subject"] = SUBJECTS.log_session(name)
+                out = appender[append.user]
+                try:
+                    if len(items) > 1:
+                        last = await out.publish_batch(items, APPEND_TIMEOUT_S)
+                    else:
+                        last = (await out.publish(items, APPEND_TIMEOUT_S))[-1]
+                except (AppendError, TimeoutError) as exc:  # counted; the session stops
+                    key = repr(exc)
+                    refused[key] = refused.get(key, 0) + 1
+                    return
+                stored += len(items)
+            turns += 1
+
+    cpu, started = server_cpu(target), time.perf_counter()
+    async with asyncio.TaskGroup() as tasks:
+        for i, appender in enumerate(appenders):
+            for s in range(sessions):
+                tasks.create_task(session(appender, f"{target.replicas}a{i}s{s}"))
+    elapsed, cpu = time.perf_counter() - started, spent(cpu, target)
+    for group in buses:
+        for bus in group.values():
+            await bus.close()
+    return {
+        **rates(stored, elapsed, cpu),
+        "turns_per_s_replayed": turns / elapsed,
+        "refused": refused,  # type: ignore[dict-item]
+    }
+
+
+async def push_phase(target: Target, seconds: float) -> dict[str, float]:
+    """The backlog delivered to a durable push consumer, each message acked explicitly."""
+    bus = await connect(target.url_of("turn-runner"), SUBJECTS)
+    count = 0
+    done = asyncio.Event()
+    total = (await bus.js.stream_info(SUBJECTS.log_stream)).state.messages
+
+    async def on_msg(msg: Any) -> None:
+        nonlocal count
+        await msg.ack()
+        count += 1
+        if count >= total:
+            done.set()
+
+    cpu, started = server_cpu(target), time.perf_counter()
+    sub = await durable_push(
+        bus.js,
+        SUBJECTS.log_stream,
+        "turn-runner",
+        SUBJECTS.deliver("turn-runner"),
+        [SUBJECTS.log_all],
+        on_msg,
+    )
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(done.wait(), seconds)
+    elapsed, cpu = time.perf_counter() - started, spent(cpu, target)
+    await sub.unsubscribe()
+    await bus.close()
+    return rates(count, elapsed, cpu)
+
+
+async def pull_phase(target: Target, seconds: float, batch: int = 256) -> dict[str, float]:
+    """The backlog fetched by a pull consumer in batches, one AckPolicy.ALL ack per batch."""
+    bus = await connect(target.url_of("audit"), SUBJECTS)
+    await define_pull(bus.js, SUBJECTS.log_stream, "audit", [SUBJECTS.log_all], ack_all=True)
+    sub = await bus.js.pull_subscribe_bind("audit", stream=SUBJECTS.log_stream)
+    total = (await bus.js.stream_info(SUBJECTS.log_stream)).state.messages
+    count = 0
+    cpu, started = server_cpu(target), time.perf_counter()
+    stop = started + seconds
+    while count < total and time.perf_counter() < stop:
+        with contextlib.suppress(TimeoutError):
+            msgs = await sub.fetch(batch, timeout=0.5)
+            await msgs[-1].ack()
+            count += len(msgs)
+    elapsed, cpu = time.perf_counter() - started, spent(cpu, target)
+    await sub.unsubscribe()
+    await bus.close()
+    return rates(count, elapsed, cpu)
+
+
+def rates(count: int, elapsed: float, cpu: dict[str, float]) -> dict[str, float]:
+    """Messages/s, and the servers' CPU per message: all nodes together, and the busiest
+    node's (at R3 the stream's leader: what one Raft group's leader pays per message)."""
+    return {
+        "messages": count,
+        "messages_per_s": count / elapsed,
+        "server_cpu_us_per_message": sum(cpu.values()) * 1e6 / max(count, 1),
+        "busiest_node_cpu_us_per_message": max(cpu.values()) * 1e6 / max(count, 1),
+    }
+
+
+async def ceiling(
+    target: Target, turn: list[Append], args: argparse.Namespace
+) -> dict[str, dict[str, float]]:
+    """Part 1: the single stream's append and delivery rates on `target`."""
+    await (await connect(target.url_of("operator"), SUBJECTS, ensure=limits(target))).close()
+    appended = await append_phase(
+        target, turn, args.seconds, args.instances, args.sessions, args.stock_batch_keys
+    )
+    return {
+        "append": appended,
+        "push": await push_phase(target, args.seconds),
+        "pull": await pull_phase(target, args.seconds),
+    }
+
+
+def limits(target: Target) -> StreamLimits:
+    return StreamLimits(replicas=target.replicas)  # what `turnstream streams apply` uses
+
+
+# Part 2 (issue 26 item 4, not built yet): 1, 2 and 3 instances of every service on the
+# 3-node cluster: turns/s, CPU per turn per instance, handover time when one dies. It goes
+# here as `async def instances(target, n, args)`, run by `main` on the R3 target only,
+# its figures under result["instances"][str(n)].
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    turn, shape = await record_turn()
+    per_turn = shape["messages"]
+    console.print(
+        f"recorded one-tool turn: {per_turn} messages in {shape['appends']} appends "
+        f"({', '.join(str(len(a.events)) for a in turn)}), payload mean "
+        f"{shape['payload_bytes_mean']} B, headers mean {shape['header_bytes_mean']} B"
+    )
+    result: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load": os.getloadavg(),
+            "python": platform.python_version(),
+        },
+        "turn": shape,
+        "ceiling": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for make in (r1, r3):
+            async with make(Path(tmp)) as target:
+                result["ceiling"][target.name] = await ceiling(target, turn, args)
+    table = Table(
+        "log",
+        "phase",
+        "messages/s",
+        "one-tool turns/s",
+        "text turns/s",
+        "server CPU µs/msg",
+        "busiest node µs/msg",
+    )
+    for name, phases in result["ceiling"].items():
+        for phase, figures in phases.items():
+            rate = figures["messages_per_s"]
+            table.add_row(
+                name,
+                phase,
+                f"{rate:,.0f}",
+                f"{rate / per_turn:,.0f}",
+                f"{rate / TEXT_TURN_MESSAGES:,.0f}",
+                f"{figures['server_cpu_us_per_message']:.1f}",
+                f"{figures['busiest_node_cpu_us_per_message']:.1f}",
+            )
+    console.print(table)
+    for name, phases in result["ceiling"].items():
+        if phases["append"]["refused"]:
+            console.print(f"[red]{name}: appends refused[/] {phases['append']['refused']}")
+    console.print(
+        f"{args.instances} × 3 appending connections, {args.sessions} sessions each; "
+        f"{args.seconds:g} s per phase; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of each phase")
+    parser.add_argument("--instances", type=int, default=2, help="publishers per service")
+    parser.add_argument("--sessions", type=int, default=64, help="sessions per publisher")
+    parser.add_argument(
+        "--stock-batch-keys",
+        action="store_true",
+        help="leave PipelinedAppender's batch keys as they are (they collide across appenders)",
+    )
+    parser.add_argument("--json", type=Path, default=Path("bench/results/scale.json"))
+    args = parser.parse_args()
+    out = asyncio.run(main(args))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    console.print(f"wrote {args.json}")
