@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import os
 import platform
 import sys
@@ -181,7 +180,6 @@ async def append_phase(
     seconds: float,
     instances: int,
     sessions: int,
-    stock_keys: bool = False,
 ) -> dict[str, float]:
     """`instances` times (one connection per appending service), `sessions` sessions each,
     every session replaying the turn's appends in order for `seconds`."""
@@ -191,15 +189,6 @@ async def append_phase(
         for _ in range(instances)
     ]
     appenders = [{u: PipelinedAppender(b.nc) for u, b in group.items()} for group in buses]
-    for n, appender in enumerate(a for group in appenders for a in group.values()):
-        if stock_keys:
-            break
-        # The server keys an open fast batch by the one reply token before the flow
-        # (`<inbox>.<key>.<flow>...`: `key` alone), per stream; `PipelinedAppender`'s keys
-        # are f0, f1, ... on every connection, so two appending at once collide (timeouts,
-        # "batch publish ID unknown" here at R3). Distinct keys per appender, as a fix
-        # would give them (a random prefix per appender).
-        appender.counter = itertools.count(n * 1_000_000_000)
     payloads = {size: filler(size) for a in turn for _, size in a.events}
     stored = 0
     turns = 0
@@ -319,7 +308,7 @@ async def ceiling(
     """Part 1: the single stream's append and delivery rates on `target`."""
     await (await connect(target.url_of("operator"), SUBJECTS, ensure=limits(target))).close()
     appended = await append_phase(
-        target, turn, args.seconds, args.instances, args.sessions, args.stock_batch_keys
+        target, turn, args.seconds, args.instances, args.sessions
     )
     return {
         "append": appended,
@@ -396,11 +385,6 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each phase")
     parser.add_argument("--instances", type=int, default=2, help="publishers per service")
     parser.add_argument("--sessions", type=int, default=64, help="sessions per publisher")
-    parser.add_argument(
-        "--stock-batch-keys",
-        action="store_true",
-        help="leave PipelinedAppender's batch keys as they are (they collide across appenders)",
-    )
     parser.add_argument("--json", type=Path, default=Path("bench/results/scale.json"))
     args = parser.parse_args()
     out = asyncio.run(main(args))
