@@ -307,9 +307,7 @@ async def ceiling(
 ) -> dict[str, dict[str, float]]:
     """Part 1: the single stream's append and delivery rates on `target`."""
     await (await connect(target.url_of("operator"), SUBJECTS, ensure=limits(target))).close()
-    appended = await append_phase(
-        target, turn, args.seconds, args.instances, args.sessions
-    )
+    appended = await append_phase(target, turn, args.seconds, args.instances, args.sessions)
     return {
         "append": appended,
         "push": await push_phase(target, args.seconds),
