@@ -50,15 +50,17 @@ bench: $(DEV)
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/consumers.py
 	$(BIN)/python bench/turns.py
+	$(BIN)/python bench/turn_timeline.py
 	$(BIN)/python bench/provider.py
 	$(BIN)/python bench/audit.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/resume.py
 	$(BIN)/python bench/nats_client.py
-	$(BIN)/python bench/http.py
+	$(BIN)/python bench/http_face.py
 	$(BIN)/python bench/mcp_tools.py
 	$(BIN)/python bench/faults.py
 	$(BIN)/python bench/cluster.py
+	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/telemetry.py
 	$(BIN)/python bench/subturns.py
 	$(BIN)/python bench/context_providers.py

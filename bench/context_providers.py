@@ -16,34 +16,31 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# run as a script, this folder comes first on sys.path, and its `http.py` would shadow the
-# standard library's `http` (httpx imports it); the repository root gives `tests.unit`
-BENCH = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH] + [str(BENCH.parent)]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for `tests.unit`
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import logging  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse
+import asyncio
+import logging
+import statistics
+import tempfile
+import time
 
-from turnstream.approval import app as approval  # noqa: E402
-from turnstream.bus import connect  # noqa: E402
-from turnstream.bus.embedded import EmbeddedServer  # noqa: E402
-from turnstream.bus.streams import StreamLimits  # noqa: E402
-from turnstream.client import message_command, send_and_wait  # noqa: E402
-from turnstream.context import ContextRegistry, ContextSpec  # noqa: E402
-from turnstream.core.inputs import Tick  # noqa: E402
-from turnstream.core.session import SessionState, fold  # noqa: E402
-from turnstream.core.session.decider import decide  # noqa: E402
-from turnstream.core.subjects import Subjects  # noqa: E402
-from turnstream.core.turn import Context, TurnConfig  # noqa: E402
-from turnstream.core.turn.context import ContextGathered, ContextRequest, GatherContext  # noqa: E402
-from turnstream.gateway import app as gateway  # noqa: E402
-from turnstream.settings import Settings  # noqa: E402
-from turnstream.tool_executor import app as tool_executor  # noqa: E402
-from turnstream.turn_runner import app as turn_runner  # noqa: E402
+from turnstream.approval import app as approval
+from turnstream.bus import connect
+from turnstream.bus.embedded import EmbeddedServer
+from turnstream.bus.streams import StreamLimits
+from turnstream.client import message_command, send_and_wait
+from turnstream.context import ContextRegistry, ContextSpec
+from turnstream.core.inputs import Tick
+from turnstream.core.session import SessionState, fold
+from turnstream.core.session.decider import decide
+from turnstream.core.subjects import Subjects
+from turnstream.core.turn import Context, TurnConfig
+from turnstream.core.turn.context import ContextGathered, ContextRequest, GatherContext
+from turnstream.gateway import app as gateway
+from turnstream.settings import Settings
+from turnstream.tool_executor import app as tool_executor
+from turnstream.turn_runner import app as turn_runner
 
 SCRIPT = 'replies:\n  - {text: "ok {input:20}", chunks: whole}\n'
 

@@ -47,22 +47,18 @@ import uuid_utils
 from rich.console import Console
 from rich.table import Table
 
-# bench/ last: its http.py must not shadow the standard library's (tests/cluster imports
-# urllib.request), and the repository root for `tests.cluster`
-BENCH = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH] + [str(BENCH)]
-sys.path.insert(0, str(BENCH.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for `tests.cluster`
 
-import stack  # noqa: E402
-from turns import SCRIPTS, TurnWatcher, cpu_seconds  # noqa: E402
+import stack
+from turns import SCRIPTS, TurnWatcher, cpu_seconds
 
-from tests.cluster.conftest import start_cluster  # noqa: E402
-from turnstream.bus import connect  # noqa: E402
-from turnstream.bus.appender import AppendError, PipelinedAppender  # noqa: E402
-from turnstream.bus.consume import define_pull, durable_push  # noqa: E402
-from turnstream.bus.embedded import EmbeddedServer  # noqa: E402
-from turnstream.bus.streams import StreamLimits  # noqa: E402
-from turnstream.core.subjects import Subjects  # noqa: E402
+from tests.cluster.conftest import start_cluster
+from turnstream.bus import connect
+from turnstream.bus.appender import AppendError, PipelinedAppender
+from turnstream.bus.consume import define_pull, durable_push
+from turnstream.bus.embedded import EmbeddedServer
+from turnstream.bus.streams import StreamLimits
+from turnstream.core.subjects import Subjects
 
 console = Console(highlight=False)
 SUBJECTS = Subjects("ts")

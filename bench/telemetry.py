@@ -86,7 +86,7 @@ async def events_per_turn(url: str, turns: int) -> float:
 @contextmanager
 def otlp_sink() -> Iterator[tuple[str, dict[str, int]]]:
     """An OTLP/HTTP endpoint that takes everything: (its URL, requests and bytes taken).
-    Plain HTTP/1.1 on `socketserver` (this directory's `http.py` hides the stdlib's)."""
+    Plain HTTP/1.1 on `socketserver`."""
     taken = {"requests": 0, "bytes": 0}
 
     class Handler(socketserver.StreamRequestHandler):

@@ -6,7 +6,7 @@ as they are; everything else goes on to the FastAPI routes.
 
 FastAPI resolves a route's dependencies and parameters anew on every request, a cost that
 was a large part of the face's own work on a `?wait=true` turn (measured while profiling;
-no benchmark in the repo isolates it: `bench/http.py` measures the whole path). This shell
+no benchmark in the repo isolates it: `bench/http_face.py` measures the whole path). This shell
 does the same steps with the same functions (`Authenticator`, `commands.command`,
 `submit.submit`, `sse.open_stream`, the same problem documents), and
 hands the request, body and all, to the FastAPI route whenever anything is unusual: a body

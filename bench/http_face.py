@@ -1,6 +1,6 @@
 """The HTTP face next to the NATS path, in one run (issue 14's performance figures).
 
-    python bench/http.py [--turns 200] [--streams 500]
+    python bench/http_face.py [--turns 200] [--streams 500]
 
 Starts an embedded nats-server and every service as its own process (as `turnstream up`
 does, the HTTP face included), then measures:
@@ -24,39 +24,32 @@ does, the HTTP face included), then measures:
 
 from __future__ import annotations
 
-import sys
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import tempfile
+import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-# This file is named like the standard library's `http` package, which httpx imports: the
-# bench folder (first on sys.path when run as a script) goes after the standard library.
-BENCH = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH] + [str(BENCH)]
+import httpx
+import orjson
+import stack
+import uuid_utils
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from rich.console import Console
+from rich.table import Table
+from turns import pct
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import os  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
-from typing import Any  # noqa: E402
-
-import httpx  # noqa: E402
-import orjson  # noqa: E402
-import stack  # noqa: E402
-import uuid_utils  # noqa: E402
-from nats.js.api import ConsumerConfig, DeliverPolicy  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-from turns import pct  # noqa: E402
-
-from turnstream.bus import Bus, connect  # noqa: E402
-from turnstream.bus.embedded import EmbeddedServer, free_port  # noqa: E402
-from turnstream.bus.streams import StreamLimits  # noqa: E402
-from turnstream.client import message_command  # noqa: E402
-from turnstream.core.events import Stage, StagePreFired, StagePreFiredData  # noqa: E402
-from turnstream.core.subjects import Subjects  # noqa: E402
+from turnstream.bus import Bus, connect
+from turnstream.bus.embedded import EmbeddedServer, free_port
+from turnstream.bus.streams import StreamLimits
+from turnstream.client import message_command
+from turnstream.core.events import Stage, StagePreFired, StagePreFiredData
+from turnstream.core.subjects import Subjects
 
 console = Console(highlight=False)
 SCRIPT = 'replies:\n  - {text: "ok {input:20}", chunks: whole}\n'
