@@ -138,3 +138,41 @@ async def test_two_approval_instances_ask_every_prompt_exactly_once(tmp_path: Pa
             sources |= {e.source for e in log if e.type == "InteractionRequested"}
         assert len(d.runs("runs.txt")) == 2 * len(sessions)
         assert len(sources) == 2, sources  # both instances asked
+
+
+async def test_a_turn_ended_elsewhere_closes_the_holder_s_prompt(tmp_path: Path) -> None:
+    """A hard interrupt ends each turn while its prompt is open: the TurnEnded reaches the
+    instance holding the prompt, whichever instance the deliver group gave it to, and no
+    instance lists the prompt any more (it would wait for its 300 s deadline otherwise)."""
+    sessions = [f"ended-{i}" for i in range(8)]
+    async with deployment(tmp_path, ONE_CALL, TURNSTREAM_SECURITY_MODE="ask") as (d, bus):
+        d.start("approval", as_name="approval_b")
+        await d.ready("approval_b")
+        for s in sessions:
+            await publish_command(bus, s, message_command(s, "count"))
+        for s in sessions:
+            await wait_for(bus, s, "InteractionRequested")
+        assert len(await pending_prompts(bus)) == len(sessions)
+        for s in sessions:
+            interrupt = {
+                "type": "interrupt",
+                "sessionId": s,
+                "chatId": s,
+                "sender": {"kind": "human", "id": "test"},
+                "idempotencyKey": f"interrupt-{s}",
+                "mode": "hard",
+            }
+            await publish_command(bus, s, interrupt)
+        for s in sessions:
+            [ended] = await wait_for(bus, s, "TurnEnded")
+            assert isinstance(ended, TurnEnded) and ended.data.status == "failed"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while listed := await pending_prompts(bus):
+            assert loop.time() < deadline, f"prompts of ended turns still listed: {listed}"
+            await asyncio.sleep(0.2)
+        for s in sessions:
+            log = await check_invariants(bus, s)
+            assert not per_invocation(log, "ToolCallApproved")
+            assert not per_invocation(log, "ToolCallDenied")
+        assert d.runs("runs.txt") == []
