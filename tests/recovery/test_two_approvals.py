@@ -5,6 +5,7 @@ the log, each answered once and no verdict doubled."""
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -176,3 +177,31 @@ async def test_a_turn_ended_elsewhere_closes_the_holder_s_prompt(tmp_path: Path)
             assert not per_invocation(log, "ToolCallApproved")
             assert not per_invocation(log, "ToolCallDenied")
         assert d.runs("runs.txt") == []
+
+
+async def test_an_approval_instance_stopped_hands_its_prompts_over_at_once(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM: the stopping instance hands its leases over (marked as an expiry would be),
+    so the other lists its prompts long before the 30 s lease TTL would have run out."""
+    names = ("approval", "approval_b")
+    async with deployment(
+        tmp_path,
+        ONE_CALL,
+        TURNSTREAM_SECURITY_MODE="ask",
+        TURNSTREAM_LEASE_TTL_S="30",
+        TURNSTREAM_LEASE_RENEW_S="3",
+    ) as (d, bus):
+        d.start("approval", as_name="approval_b")
+        await d.ready("approval_b")
+        sessions = await prompts_on_both(d, bus, names)
+        asked = {p["interactionId"] for p in await pending_prompts(bus)}
+        assert len(asked) == len(sessions)
+        d.signal("approval", signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 8
+        while (listed := {p["interactionId"] for p in await pending_prompts(bus)}) != asked:
+            assert loop.time() < deadline, f"not handed over: {asked - listed}"
+            await asyncio.sleep(0.2)
+        for s in sessions:
+            assert pid_of(await holder(bus, s), d, names) == "approval_b"

@@ -111,6 +111,8 @@ class ApprovalActor:
         return True
 
     async def step(self, item: Item) -> None:
+        """Decide `item` under the lease, on the session read again from the log when what
+        is in memory may be behind it."""
         if isinstance(item, Tick):
             self.loaded = False  # a wake-up (a deadline, a take-over) decides on the log as it is
         elif isinstance(item.event, ToolCallModeInvoked) and self.loaded:
