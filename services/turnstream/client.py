@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import orjson
 import uuid_utils
+from nats.errors import NoRespondersError
 
 from turnstream.bus import Bus
 from turnstream.bus.archive import read_archived
@@ -132,15 +133,47 @@ async def replay_session(
     return Replayed(fold(SessionState.of(session_id), events), events, last, head)
 
 
-async def pending_prompts(bus: Bus, session_id: str | None = None) -> list[dict[str, Any]]:
-    """Open approval prompts, from the approval service."""
+PENDING_QUIET_S = 0.2
+"""How long the pending query waits for one more approval instance's reply after the last."""
+
+
+async def pending_prompts(
+    bus: Bus, session_id: str | None = None, *, timeout: float = 5.0
+) -> list[dict[str, Any]]:
+    """Open approval prompts, gathered from every approval instance (each lists those of the
+    sessions it acts for): replies are collected until none came for `PENDING_QUIET_S`, and
+    a prompt listed twice (by an instance that has just lost its session) is listed once."""
     subject = bus.subjects.api("approval", "pending")
     query = orjson.dumps({"sessionId": session_id} if session_id else {})
-    msg = await bus.nc.request(subject, query, timeout=5)
-    body = orjson.loads(msg.data)
-    if "error" in body:
-        raise RuntimeError(f"approval service: {body['error']}")
-    return list(body["pending"])
+    replies: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def reply(msg: Any) -> None:
+        replies.put_nowait(msg)
+
+    inbox = bus.nc.new_inbox()
+    sub = await bus.nc.subscribe(inbox, cb=reply)
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        await bus.nc.publish(subject, query, reply=inbox)
+        wait = timeout
+        while True:
+            try:
+                async with asyncio.timeout(wait):
+                    msg = await replies.get()
+            except TimeoutError:
+                if wait == timeout:
+                    raise TimeoutError(f"no approval service answered in {timeout:g} s") from None
+                return list(found.values())
+            if msg.headers and msg.headers.get("Status") == "503":
+                raise NoRespondersError
+            body = orjson.loads(msg.data)
+            if "error" in body:
+                raise RuntimeError(f"approval service: {body['error']}")
+            for prompt in body["pending"]:
+                found.setdefault(prompt["interactionId"], prompt)
+            wait = PENDING_QUIET_S
+    finally:
+        await sub.unsubscribe()
 
 
 def attach_command(

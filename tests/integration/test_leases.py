@@ -188,8 +188,8 @@ async def test_a_session_waiting_long_keeps_its_actor_and_lease_then_is_handed_o
     from dataclasses import replace
 
     from turnstream.runtime import tool_infos
+    from turnstream.runtime.leasing import keep_leases
     from turnstream.tools import ToolRegistry
-    from turnstream.turn_runner.leasing import keep_leases
 
     script = tmp_path / "s.yaml"
     script.write_text("replies:\n  - tool_calls: [{name: list_dir, arguments: {path: .}}]\n")
@@ -358,3 +358,32 @@ async def test_a_lease_known_free_is_taken_with_one_write_and_a_stale_guess_take
     c_reads = reads_of(c)
     assert await c.ensure("free-new") is Ownership.ELSEWHERE
     assert c_reads == ["free-new"]
+
+
+async def test_namespaces_do_not_collide_and_a_watch_sees_only_its_own(bus: Bus) -> None:
+    """The approval service's leases (`approval.<key>`) beside the runner's (`session.<key>`,
+    byte for byte as before): both hold the same session, each watch hears only its keys."""
+    runner = table(bus, "runner-a", ttl_s=5)
+    approval = LeaseTable(bus.js, bus.subjects, "approval-a", ttl_s=5, namespace="approval")
+    assert runner.subject("ns:1") == "$KV.ts_leases.session.ns=1"
+    assert approval.subject("ns:1") == "$KV.ts_leases.approval.ns=1"
+    assert await runner.ensure("ns:1") is Ownership.NEW
+    assert await approval.ensure("ns:1") is Ownership.NEW
+    heard: dict[str, list[tuple[str, str | None]]] = {"runner": [], "approval": []}
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        for name, leases in (("runner", runner), ("approval", approval)):
+            seen = heard[name]
+            tasks.create_task(
+                leases.watch_expiries(
+                    lambda _s: None, stop, lambda s, o, seen=seen: seen.append((s, o))
+                )
+            )
+        await asyncio.sleep(0.5)
+        await approval.release("ns:1", hand_over=True)
+        await asyncio.sleep(0.5)
+        stop.set()
+    assert ("ns:1", "runner-a") in heard["runner"]
+    assert all(owner != "approval-a" for _, owner in heard["runner"]), heard
+    assert heard["approval"][-1] == ("ns:1", None), heard
+    assert all(owner != "runner-a" for _, owner in heard["approval"]), heard

@@ -17,7 +17,8 @@ STREAM_OF = (  # what a JetStream API subject lets a user use: a stream, or a bu
     (re.compile(rf"^\$JS\.API\.STREAM\.INFO\.{NAME}"), "{}"),
     (re.compile(rf"^\$JS\.API\.CONSUMER\.(?:DURABLE\.|MSG\.)?\w+\.{NAME}"), "{}"),
     (re.compile(rf"^\$JS\.ACK\.{NAME}\."), "{}"),
-    (re.compile(r"^\$KV\.(\w+)\."), "put KV_{}"),
+    (re.compile(r"^\$KV\.(\w+)\.>$"), "put KV_{}"),
+    (re.compile(r"^\$KV\.(\w+\.[\w.>=-]+)$"), "put KV_{}"),  # some keys only
     (re.compile(r"^\$O\.(\w+)\."), "put OBJ_{}"),
 )
 

@@ -7,9 +7,9 @@ import asyncio
 import itertools
 from dataclasses import dataclass, field
 
-from turnstream.turn_runner.leasing import LeasePolicy, keep_leases
+from turnstream.runtime.leasing import LeasePolicy, keep_leases
 
-POLICY = LeasePolicy(ttl_s=0.1, renew_s=0.03, retry_s=0.2, runner_id=None)
+POLICY = LeasePolicy(ttl_s=0.1, renew_s=0.03, retry_s=0.2, instance_id=None)
 """The default TTL and renewal (10 s, 3 s) a hundred times faster."""
 
 

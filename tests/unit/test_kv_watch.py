@@ -35,10 +35,11 @@ async def test_a_watch_that_cannot_start_is_retried_until_the_bucket_answers(mon
         if len(attempts) < 3:
             raise TimeoutError("nats: timeout")  # e.g. a cluster electing a leader
 
-        async def watchall() -> Watcher:
+        async def watch(keys: str) -> Watcher:
+            assert keys == ">"  # every key, unless the caller narrows it
             return watcher
 
-        return SimpleNamespace(watchall=watchall)
+        return SimpleNamespace(watch=watch)
 
     seen: list[Any] = []
     await asyncio.wait_for(kv.watch(open_kv, stop, seen.append, "test"), 5)

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from tests.unit.factories import T0, Ids, accepted, ctx, fact, success
 from turnstream.approval.app import CONSUMES
+from turnstream.bus.leases import Ownership
 from turnstream.bus.store import InMemoryEventStore, StoredEvent
 from turnstream.core import approval
 from turnstream.core.approval import AllowRule, ApprovalConfig, ApprovalState
@@ -25,6 +26,7 @@ from turnstream.core.events import (
 from turnstream.core.inputs import Fact, Tick
 from turnstream.core.session import SessionState, fold
 from turnstream.core.session.decider import ProviderDone, decide
+from turnstream.core.subjects import Subjects
 from turnstream.core.turn import ToolCall, ToolInfo, TurnConfig
 from turnstream.runtime.mailbox import Delivered
 
@@ -242,6 +244,25 @@ class Msg:
         self.acked = True
 
 
+class Leases:
+    """The approval leases of one instance that gets every session it asks for."""
+
+    owner = "approval-test"
+
+    def __init__(self) -> None:
+        self.ensured = 0
+        self.held: set[str] = set()
+
+    async def ensure(self, session_id: str) -> Ownership:
+        self.ensured += 1
+        new = session_id not in self.held
+        self.held.add(session_id)
+        return Ownership.NEW if new else Ownership.KEPT
+
+    def holds(self, session_id: str) -> bool:
+        return session_id in self.held
+
+
 async def approval_service_handles(cfg: TurnConfig, *, loaded: bool = False):
     """A one-call turn's batch in the log, each event delivered to the approval service's
     actor of the session as its consumer would: what it read and appended."""
@@ -252,7 +273,9 @@ async def approval_service_handles(cfg: TurnConfig, *, loaded: bool = False):
     batch = Runner(cfg).model_calls(("write_file", {"path": "a"}))
     store = Counted()
     await store.append("s1", batch)
-    service = ApprovalService(SimpleNamespace(store=store), ApprovalConfig("ask"), clock=lambda: T0)  # type: ignore[arg-type]
+    bus = SimpleNamespace(store=store, js=None, subjects=Subjects("ts"))
+    service = ApprovalService(bus, ApprovalConfig("ask"), clock=lambda: T0)  # type: ignore[arg-type]
+    service.leases = Leases()  # type: ignore[assignment]
     actor = ApprovalActor(service, "s1")
     actor.loaded = loaded  # a session loaded before (e.g. for an earlier prompt)
     msgs = []
@@ -269,6 +292,7 @@ async def approval_service_handles(cfg: TurnConfig, *, loaded: bool = False):
 async def test_the_approval_service_acks_a_runner_decided_call_unread() -> None:
     store, actor = await approval_service_handles(config("auto"))
     assert store.reads == 0 and not actor.loaded  # no session load, no log read
+    assert actor.service.leases.ensured == 0  # type: ignore[attr-defined] # nor its lease
     assert {s.event.type for s in store.log} & {"InteractionRequested"} == set()
 
 
@@ -278,5 +302,6 @@ async def test_the_approval_service_asks_on_an_ask_verdict_even_for_a_session_it
     for loaded in (False, True):
         store, actor = await approval_service_handles(config("ask"), loaded=loaded)
         assert store.reads == 1 and actor.loaded
+        assert actor.service.leases.ensured >= 1  # type: ignore[attr-defined]
         [asked] = [s.event for s in store.log if isinstance(s.event, InteractionRequested)]
         assert asked.source.startswith("approval")

@@ -5,7 +5,18 @@ The turn-runner judges every call in the decision that proposes it
 (`turnstream.core.approval.judge`); what it cannot decide without a person comes here: a
 `ToolCallModeInvoked{ask}` (ask mode, an allowlist miss) or a stage's call outside its
 allowed tools (a grant). Any other verdict or proposal is acked at once: no session is
-loaded for it, no log read."""
+loaded for it, no log read, no lease touched (the turn's hot path).
+
+Any number of instances share the `approval` durable (a deliver group). A session's prompts
+are decided by one of them at a time: the holder of the session's approval lease
+(`approval.<session>` in the leases bucket, beside the turn-runner's `session.<session>`).
+What needs a person is handled only under that lease: an instance that does not hold it
+naks the delivery with a short delay (`lease_retry_s`) until the holder gets it. The holder
+keeps the lease while a prompt is open, lets it go when none is, and hands it over on
+shutdown; an instance that takes a session over (its holder died, or handed it over)
+rebuilds the session's prompts from the log and times their deadlines again. A turn's end
+is acked unread unless this instance holds the session or the lease watch says another
+one does: then it goes to the holder, whose open prompt it closes."""
 
 from __future__ import annotations
 
@@ -13,26 +24,35 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from functools import partial
+from typing import Any, assert_never
 
 import orjson
 
 from turnstream.bus import Bus
+from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalDecision, ApprovalState
-from turnstream.core.events import ToolCallModeInvoked, TurnEnded
+from turnstream.core.events import Event, ToolCallModeInvoked, TurnEnded
 from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.runtime.interpreter import run_until_quiet
+from turnstream.runtime.leasing import LeasePolicy, keep_leases
 from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.approval")
 DURABLE = "approval"
+LEASES = "approval"
+"""The namespace of the approval service's session leases (`approval.<session>`)."""
 CONSUMES = ("ToolCallModeInvoked", "ToolInvocationProposed", "InteractionAnswered", "TurnEnded")
 
 
 Item = Delivered | Tick
+
+
+class LeaseLost(Exception):
+    """Another instance holds the session's approval lease now: stop acting for it."""
 
 
 class ApprovalActor:
@@ -54,23 +74,53 @@ class ApprovalActor:
             self.service.mailboxes.deliver_later(self.session_id, item, 1.0)
 
     async def handle(self, item: Item) -> None:
-        if isinstance(item, Delivered):
-            event = item.event
-            if not approval.needs_person(event) or (
-                not self.loaded and isinstance(event, TurnEnded)
-            ):
-                # the turn-runner judged it; or a turn's end, with nothing loaded to drop (a
-                # later load reads it from the log, not the whole session now, for nothing)
-                await item.msg.ack()
+        """Handle `item` if this instance holds the session's approval lease (taking it if
+        it is free); a fact that needs no look at the session is acked without it."""
+        if isinstance(item, Delivered) and self.unread(item.event):
+            await item.msg.ack()
+            return
+        match owned := await self.service.leases.ensure(self.session_id):
+            case Ownership.ELSEWHERE:
+                await self.let_go(item)
                 return
-            if isinstance(event, ToolCallModeInvoked) and self.loaded:
-                # asked about a proposal this session's state has not seen (it was acked
-                # unread): read the session again
-                self.loaded = approval.knows(self.state, event.data.invocation_id)
+            case Ownership.NEW:
+                self.loaded = False  # another instance may have decided since: the log knows
+            case Ownership.KEPT:
+                pass
+            case _:
+                assert_never(owned)
+        try:
+            await self.step(item)
+        except LeaseLost:
+            await self.let_go(item)
+
+    def unread(self, event: Event) -> bool:
+        """Whether a delivered fact is acked without loading the session or its lease: a
+        call the turn-runner judged; a turn's end that no instance holds a prompt for (a
+        later load reads it from the log)."""
+        if not approval.needs_person(event):
+            return True
+        if not isinstance(event, TurnEnded):
+            return False
+        service = self.service
+        if self.loaded and service.leases.holds(self.session_id):
+            return False
+        if service.holders.get(self.session_id) not in (None, service.leases.owner):
+            return False  # the holder's open prompt ends with the turn: it must hear of it
+        self.loaded = False
+        return True
+
+    async def step(self, item: Item) -> None:
+        """Decide `item` under the lease, on the session read again from the log when what
+        is in memory may be behind it."""
+        if isinstance(item, Tick):
+            self.loaded = False  # a wake-up (a deadline, a take-over) decides on the log as it is
+        elif isinstance(item.event, ToolCallModeInvoked) and self.loaded:
+            # asked about a proposal this session's state has not seen (it was acked
+            # unread): read the session again
+            self.loaded = approval.knows(self.state, item.event.data.invocation_id)
         if not self.loaded:
-            stored = await self.service.bus.store.read_session(self.session_id)
-            self.state = approval.fold(ApprovalState(self.session_id), [s.event for s in stored])
-            self.loaded = True
+            await self.reload()
         # one round: an approval decision's one effect (its deadline's timer) has no
         # answer. The timer is set before the ack now: the message is still acked only once
         # the decision is in the log, and a wake-up it brings waits in the inbox until this
@@ -79,9 +129,36 @@ class ApprovalActor:
         if isinstance(item, Delivered):
             await item.msg.ack()
 
+    async def reload(self) -> None:
+        """The session's prompts rebuilt from the log (the truth)."""
+        stored = await self.service.bus.store.read_session(self.session_id)
+        self.state = approval.fold(ApprovalState(self.session_id), [s.event for s in stored])
+        self.loaded = True
+
+    async def let_go(self, item: Item) -> None:
+        """Another instance holds the session: forget it (its holder times its prompts) and
+        hand a fact back to the consumer, to be redelivered until the holder takes it."""
+        self.loaded = False
+        self.state = ApprovalState(self.session_id)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if isinstance(item, Delivered):
+            await item.msg.nak(delay=self.service.lease_policy.retry_s)
+
     async def commit(self, item: Item) -> ApprovalDecision:
         """Decide `item` (a fact, or a wake-up) and append what it decides."""
         svc = self.service
+        if not svc.leases.holds(self.session_id):  # e.g. paused past the TTL since `handle`
+            match owned := await svc.leases.ensure(self.session_id):
+                case Ownership.ELSEWHERE:
+                    raise LeaseLost(self.session_id)
+                case Ownership.NEW:
+                    await self.reload()
+                case Ownership.KEPT:
+                    pass
+                case _:
+                    assert_never(owned)
         fact = Fact(item.event) if isinstance(item, Delivered) else Tick()
         decision = approval.decide_input(self.state, fact, svc.config, svc.clock(), svc.source)
         if decision.events:
@@ -102,30 +179,79 @@ class ApprovalActor:
 
 class ApprovalService:
     def __init__(
-        self, bus: Bus, config: ApprovalConfig, *, clock: Callable[[], datetime] = now
+        self,
+        bus: Bus,
+        config: ApprovalConfig,
+        *,
+        settings: Settings | None = None,
+        clock: Callable[[], datetime] = now,
     ) -> None:
         self.bus = bus
         self.config = config
         self.clock = clock
         self.source = source_name("approval")
+        self.lease_policy = LeasePolicy.from_settings(settings)
+        self.leases = LeaseTable(
+            bus.js,
+            bus.subjects,
+            self.lease_policy.owner(self.source),
+            ttl_s=self.lease_policy.ttl_s,
+            namespace=LEASES,
+        )
+        self.holders: dict[str, str] = {}
+        """Who holds each session's approval lease, as the lease watch last saw it."""
         self.mailboxes: Mailboxes[Item] = Mailboxes(lambda key: ApprovalActor(self, key))
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
         api_sub = await self.bus.nc.subscribe(subjects.api("approval", "pending"), cb=self._pending)
-        log.info("approval consuming %s; default mode %s", CONSUMES, self.config.default_mode)
+        log.info(
+            "approval %s consuming %s; default mode %s",
+            self.leases.owner,
+            CONSUMES,
+            self.config.default_mode,
+        )
         try:
-            await serve_sessions(
-                self.bus,
-                self.mailboxes,
-                DURABLE,
-                CONSUMES,
-                Delivered.of,
-                stop,
-                self._resume_open_prompts,
-            )
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(
+                    keep_leases(self.leases, self.lease_policy, self.has_open_work, self.wake, stop)
+                )
+                tasks.create_task(
+                    serve_sessions(
+                        self.bus,
+                        self.mailboxes,
+                        DURABLE,
+                        CONSUMES,
+                        Delivered.of,
+                        stop,
+                        partial(self._on_start, stop),
+                    )
+                )
         finally:
             await api_sub.unsubscribe()
+
+    def has_open_work(self, session_id: str) -> bool:
+        """Whether the session's approval lease must be kept: a prompt is open."""
+        actor = self.mailboxes.actor(session_id)
+        return isinstance(actor, ApprovalActor) and actor.busy()
+
+    def wake(self, session_id: str) -> None:
+        """Have the session's actor look at its session again (e.g. take over its lease)."""
+        self.mailboxes.deliver(session_id, Tick())
+
+    def _seen_holder(self, session_id: str, owner: str | None) -> None:
+        if owner is None:
+            self.holders.pop(session_id, None)
+        else:
+            self.holders[session_id] = owner
+
+    async def _on_start(self, stop: asyncio.Event) -> None:
+        """Once sessions can be served: resume open prompts, then take over the sessions of
+        instances that stop renewing their leases (died, paused, or handed over) until
+        `stop`."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self.leases.watch_expiries(self.wake, stop, self._seen_holder))
+            await self._resume_open_prompts()
 
     async def _resume_open_prompts(self) -> None:
         """After a restart: load every session that may have a prompt still open, so its
@@ -139,10 +265,11 @@ class ApprovalService:
         proposed = await store.read_kind("ToolInvocationProposed", since=since)
         waiting = [s for s in [*asked, *proposed] if approval.needs_person(s.event)]
         for session_id in {s.event.session_id for s in [*requested, *waiting]}:
-            self.mailboxes.deliver(session_id, Tick())
+            self.wake(session_id)  # one held elsewhere is woken again if its lease expires
 
     def pending(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        """Open prompts, for `turnstream approvals`."""
+        """The open prompts of the sessions this instance acts for, for `turnstream
+        approvals` (which gathers every instance's)."""
         out = []
         for key, box in self.mailboxes.boxes.items():
             actor = box.actor
@@ -177,7 +304,7 @@ class ApprovalService:
 
 async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None) -> None:
     async with service_bus(settings, "approval", bus) as bus:
-        await ApprovalService(bus, settings.approval_config()).serve(stop)
+        await ApprovalService(bus, settings.approval_config(), settings=settings).serve(stop)
 
 
 def main() -> None:

@@ -89,15 +89,17 @@ async def watch(
     stop: asyncio.Event,
     on_entry: Callable[[Any], None],
     what: str,
+    *,
+    keys: str = ">",
 ) -> None:
-    """Hand each entry of the bucket `open_kv()` opens (its current values, then every
-    change) to `on_entry` until `stop` is set. Opening it and following it are retried
-    until they work: a service must outlive a bucket that does not answer for a while (a
-    cluster electing a new leader, a reconnect)."""
+    """Hand each entry of the bucket `open_kv()` opens whose key matches `keys` (its
+    current values, then every change) to `on_entry` until `stop` is set. Opening it and
+    following it are retried until they work: a service must outlive a bucket that does
+    not answer for a while (a cluster electing a new leader, a reconnect)."""
     watcher = None
     while watcher is None and not stop.is_set():
         try:
-            watcher = await (await open_kv()).watchall()
+            watcher = await (await open_kv()).watch(keys)
         except Exception as exc:
             log.warning("%s watch could not start (%s); retrying", what, exc)
             await _sleep(stop, RETRY_S)

@@ -1,11 +1,14 @@
-"""Session leases in the `<prefix>_leases` KV bucket: which runner instance acts for a session.
+"""Session leases in the `<prefix>_leases` KV bucket: which instance of a service acts for a
+session.
 
-A lease is the key `session.<session_key(id)>` holding its owner's name, written with a per-key TTL
-(`Nats-TTL`) and renewed by an update conditional on the revision we wrote last, so a
-renewal cannot overwrite someone else's lease. The holder counts its lease valid until
-`TTL` after it *sent* the write (the server's clock starts later, so this errs early):
-while a lease is valid here no other instance can hold it. A holder that was paused past
-its TTL finds its lease invalid, and its next write fails if anyone took over.
+A lease is the key `<namespace>.<session_key(id)>` holding its owner's name (`session.`:
+the turn-runner's; `approval.`: the approval service's, so the two never collide), written
+with a per-key TTL (`Nats-TTL`) and renewed by an update conditional on the revision we
+wrote last, so a renewal cannot overwrite someone else's lease. The holder counts its
+lease valid until `TTL` after it *sent* the write (the server's clock starts later, so
+this errs early): while a lease is valid here no other instance can hold it. A holder
+that was paused past its TTL finds its lease invalid, and its next write fails if anyone
+took over.
 
 An expired lease leaves a server-placed marker (`limit_marker_ttl` on the bucket), which
 watchers see as a PURGE: that is how the other instances learn that a holder died. A
@@ -37,7 +40,8 @@ from turnstream.bus.streams import LEASE_MARKER_TTL_S
 from turnstream.core.subjects import Subjects, session_from_key, session_key
 
 log = logging.getLogger("turnstream.bus")
-KEY_PREFIX = "session."
+RUNNER_NAMESPACE = "session"
+"""The turn-runner's leases: `session.<key>`."""
 EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 KNOWN_FREED = 10_000
 """Sessions whose release this instance remembers (the first released forgotten first)."""
@@ -69,9 +73,11 @@ class LeaseTable:
         owner: str,
         *,
         ttl_s: float,
+        namespace: str = RUNNER_NAMESPACE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.js = js
+        self.key_prefix = f"{namespace}."
         self.owner = owner
         self.ttl_s = ttl_s
         self.clock = clock
@@ -83,7 +89,7 @@ class LeaseTable:
         an expiry marker seen by `watch_expiries` (`ensure` first writes on it)."""
 
     def subject(self, session_id: str) -> str:
-        return f"$KV.{self.bucket}.{KEY_PREFIX}{session_key(session_id)}"
+        return f"$KV.{self.bucket}.{self.key_prefix}{session_key(session_id)}"
 
     def holds(self, session_id: str) -> bool:
         """True while our lease on the session is valid (no round trip)."""
@@ -200,18 +206,31 @@ class LeaseTable:
             raise
         return int(ack.seq)
 
-    async def watch_expiries(self, on_expired: Callable[[str], None], stop: asyncio.Event) -> None:
-        """Call `on_expired(session)` for each lease that expires (its holder stopped
-        renewing: it died or was paused), until `stop` is set."""
+    async def watch_expiries(
+        self,
+        on_expired: Callable[[str], None],
+        stop: asyncio.Event,
+        on_holder: Callable[[str, str | None], None] | None = None,
+    ) -> None:
+        """Call `on_expired(session)` for each lease of our namespace that expires (its
+        holder stopped renewing: it died or was paused), until `stop` is set. `on_holder`,
+        if given, is told each lease's holder as the watch sees it (None: free)."""
+        prefix = self.key_prefix
 
         def expired(entry: Any) -> None:
-            if entry.operation not in ("PURGE", "DEL") or not entry.key.startswith(KEY_PREFIX):
+            if not entry.key.startswith(prefix):
                 return
-            session_id = session_from_key(entry.key[len(KEY_PREFIX) :])
+            session_id = session_from_key(entry.key[len(prefix) :])
+            freed = entry.operation in ("PURGE", "DEL")
+            if on_holder is not None:
+                on_holder(session_id, None if freed or not entry.value else entry.value.decode())
+            if not freed:
+                return
             if self.holds(session_id):
                 return
             self._freed(session_id, int(entry.revision))  # free: `ensure` writes on it
             if entry.operation == "PURGE":
                 on_expired(session_id)
 
-        await watch(lambda: self.js.key_value(self.bucket), stop, expired, "leases")
+        bucket = lambda: self.js.key_value(self.bucket)  # noqa: E731
+        await watch(bucket, stop, expired, f"{prefix[:-1]} leases", keys=f"{prefix}>")

@@ -40,13 +40,13 @@ from turnstream.runtime import (
     tool_infos,
     watch_hooks,
 )
+from turnstream.runtime.leasing import LeasePolicy, keep_leases
 from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
 from turnstream.runtime.manifest import watch_tools
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import snapshots
 from turnstream.turn_runner.context import ActorContext, Item
-from turnstream.turn_runner.leasing import LeasePolicy, keep_leases
 from turnstream.turn_runner.session import SessionActor
 
 log = logging.getLogger("turnstream.turn_runner")
@@ -99,7 +99,8 @@ class Runner:
         self.now = clock
         self.new_id = new_id
         self.source = source_name("turn-runner")
-        self.lease_policy = LeasePolicy.from_settings(settings)
+        runner_id = settings.runner_id if settings is not None else None
+        self.lease_policy = LeasePolicy.from_settings(settings, runner_id)
         self.leases = LeaseTable(
             bus.js,
             bus.subjects,

@@ -1,96 +1,13 @@
 """The turn-runner's side of session leases: one runner acts for a session at a time.
 
 A session actor makes sure of its lease before it handles anything and before each
-append (`SessionActor.handle`, `.commit`); this module keeps the leases of sessions with
-open work renewed, lets idle ones go, and wakes sessions whose holder stopped renewing.
+append (`SessionActor.handle`, `.commit`); `turnstream.runtime.leasing.keep_leases` keeps
+the leases of sessions with open work renewed, lets idle ones go, and the lease watch
+wakes sessions whose holder stopped renewing.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from turnstream.bus.leases import LeaseTable
-from turnstream.settings import Settings
-
-log = logging.getLogger("turnstream.turn_runner")
-
 
 class LeaseLost(Exception):
     """Another runner holds the session now: stop acting for it."""
-
-
-@dataclass(frozen=True)
-class LeasePolicy:
-    ttl_s: float
-    renew_s: float
-    retry_s: float
-    runner_id: str | None
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None) -> LeasePolicy:
-        """The settings' lease fields (their defaults when there are no settings)."""
-        settings = settings or Settings.model_construct()
-        return cls(
-            settings.lease_ttl_s,
-            settings.lease_renew_s,
-            settings.lease_retry_s,
-            settings.runner_id,
-        )
-
-    def owner(self, source: str) -> str:
-        """The name this runner writes into its leases (unique per process unless set)."""
-        return self.runner_id or f"{source}/{uuid.uuid4().hex[:8]}"
-
-
-async def keep_leases(
-    leases: LeaseTable,
-    policy: LeasePolicy,
-    open_work: Callable[[str], bool],
-    wake: Callable[[str], None],
-    stop: asyncio.Event,
-) -> None:
-    """Every `renew_s`: keep the leases of sessions with open work (or used since the last
-    round), release the others. On stop: hand them all over to the other runners.
-
-    A lease kept is renewed only once it would not outlive the round after next (a late
-    round must not let it lapse): with the default TTL, every other round. A session that
-    had one turn is taken and released, and renewed at most once in between."""
-    while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(policy.renew_s):
-                await stop.wait()
-        if stop.is_set():
-            break
-        now = leases.clock()
-        keep: list[str] = []
-        drop: list[str] = []
-        for session_id, held in list(leases.held.items()):
-            if now - held.used_at >= policy.renew_s and not open_work(session_id):
-                drop.append(session_id)
-            elif held.valid_until - now < 2 * policy.renew_s:
-                keep.append(session_id)
-        renewed = await asyncio.gather(*(leases.renew(s) for s in keep), return_exceptions=True)
-        for session_id, ok in zip(keep, renewed, strict=True):
-            if isinstance(ok, BaseException):
-                log.warning("lease of %s not renewed: %s", session_id, ok)
-            elif not ok:
-                log.warning("lost the lease of %s; letting it go", session_id)
-                wake(session_id)  # the actor finds out and stops acting
-        await _release(leases, drop, hand_over=False)
-    # the actors are being cancelled now, so which sessions were open cannot be told: hand
-    # every one over (an idle one costs its next holder one reload)
-    await _release(leases, list(leases.held), hand_over=True)
-
-
-async def _release(leases: LeaseTable, sessions: list[str], *, hand_over: bool) -> None:
-    done = await asyncio.gather(
-        *(leases.release(s, hand_over=hand_over) for s in sessions), return_exceptions=True
-    )
-    for session_id, result in zip(sessions, done, strict=True):
-        if isinstance(result, BaseException):
-            log.warning("lease of %s not released: %s", session_id, result)
