@@ -188,6 +188,10 @@ class Settings(BaseSettings):
     """MCP servers whose tools the tool-executor offers (issue 16)."""
     context: ContextSettings = Field(default_factory=ContextSettings)
     """Context providers asked at each turn's first COMPOSE_REQUEST (issue 16)."""
+    log_partitions: int = Field(default=1, ge=1, le=1024)
+    """How many streams the event log is split over (docs/scaling.md): 1 keeps one
+    `TS_LOG`; more needs the same value in every service, the setup step and the server's
+    subject mapping (`turnstream streams mapping`). Chosen once per deployment."""
     replicas: int = Field(default=1, ge=1, le=5)
     """Stream replicas (3 on a cluster: an append is acked once a quorum has it)."""
     lease_ttl_s: float = Field(default=10, ge=1)
@@ -294,7 +298,7 @@ class Settings(BaseSettings):
 
     @property
     def subjects(self) -> Subjects:
-        return Subjects(self.prefix)
+        return Subjects(self.prefix, self.log_partitions)
 
     @property
     def model_name(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from turnstream.core.partition import fnv1a_32, partition
+from turnstream.core.subjects import Subjects
 
 FROM_SERVER = {
     4: {
@@ -53,3 +54,21 @@ def test_one_partition_is_today() -> None:
 def test_no_partitions_is_refused() -> None:
     with pytest.raises(ValueError):
         partition("s1", 0)
+
+
+def test_subjects_name_one_stream_by_default_and_a_stream_per_partition() -> None:
+    one = Subjects("ts")
+    assert one.log_streams == ["TS_LOG"]
+    assert one.log_stream_of("anything") == "TS_LOG"
+    four = Subjects("ts", log_partitions=4)
+    assert four.log_streams == ["TS_LOG_0", "TS_LOG_1", "TS_LOG_2", "TS_LOG_3"]
+    assert four.log_stream_of("s1") == f"TS_LOG_{partition('s1', 4)}"
+    with pytest.raises(ValueError, match="TURNSTREAM_LOG_PARTITIONS"):
+        Subjects("ts", log_partitions=0)
+
+
+def test_subjects_parse_stored_and_live_partitioned_log_subjects() -> None:
+    subjects = Subjects("acme")
+    for subject in ("acme.log.chat:a_b-1.TurnEnded", "acme.log.chat:a_b-1.TurnEnded.17"):
+        assert subjects.session_from_log(subject) == "chat:a_b-1"
+        assert subjects.type_from_log(subject) == "TurnEnded"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from turnstream.core.partition import partition
+
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_:-]{1,128}$"
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
@@ -38,12 +40,20 @@ class Subjects:
     """Names for one deployment; `prefix` lets several deployments share an account."""
 
     prefix: str = "ts"
+    log_partitions: int = 1
+    """How many streams the log is split over (docs/scaling.md): 1 is one `TS_LOG`; N > 1
+    is `TS_LOG_0` … `TS_LOG_<N-1>`, a session's events all in `partition_of(session)`."""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.prefix):
             raise ValueError(
                 f"subject prefix {self.prefix!r} must be 1-32 of [A-Za-z0-9_-] "
                 "(set TURNSTREAM_PREFIX to a plain token such as 'ts')"
+            )
+        if not 1 <= self.log_partitions <= 1024:
+            raise ValueError(
+                f"log_partitions {self.log_partitions} must be 1-1024 "
+                "(TURNSTREAM_LOG_PARTITIONS; 1 is one log stream)"
             )
 
     # streams, buckets
@@ -53,7 +63,30 @@ class Subjects:
 
     @property
     def log_stream(self) -> str:
+        """The log's stream when it is one (`log_partitions` 1); else the partitions'
+        common name, `log_stream_at(k)` is partition k's."""
         return f"{self.prefix.upper()}_LOG"
+
+    @property
+    def partitioned(self) -> bool:
+        return self.log_partitions > 1
+
+    def partition_of(self, session_id: str) -> int:
+        """The log partition holding every event of `session_id` (0 when there is one)."""
+        return partition(session_id, self.log_partitions) if self.partitioned else 0
+
+    def log_stream_at(self, k: int) -> str:
+        """The stream of log partition `k`."""
+        return f"{self.log_stream}_{k}" if self.partitioned else self.log_stream
+
+    def log_stream_of(self, session_id: str) -> str:
+        """The stream holding `session_id`'s events: every reader of one session names it."""
+        return self.log_stream_at(self.partition_of(session_id))
+
+    @property
+    def log_streams(self) -> list[str]:
+        """Every log stream, partition 0 first."""
+        return [self.log_stream_at(k) for k in range(self.log_partitions)]
 
     @property
     def leases_bucket(self) -> str:
@@ -111,8 +144,16 @@ class Subjects:
         return f"{self.prefix}.log.*.{event_type}"
 
     def session_from_log(self, subject: str) -> str:
-        """The session token of a log subject `<prefix>.log.<session>.<EventType>`."""
-        return subject[len(self.prefix) + 5 : subject.rindex(".")]
+        """The session token of a log subject `<prefix>.log.<session>.<EventType>`, also
+        as a live subscriber of a partitioned log sees it (`….<EventType>.<partition>`)."""
+        start = len(self.prefix) + 5
+        return subject[start : subject.index(".", start)]
+
+    def type_from_log(self, subject: str) -> str:
+        """The event type of a log subject (stored, or live with its partition token)."""
+        start = subject.index(".", len(self.prefix) + 5) + 1
+        end = subject.find(".", start)
+        return subject[start:] if end < 0 else subject[start:end]
 
     @property
     def log_all(self) -> str:
