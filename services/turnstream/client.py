@@ -155,13 +155,13 @@ async def pending_prompts(
     found: dict[str, dict[str, Any]] = {}
     try:
         await bus.nc.publish(subject, query, reply=inbox)
-        wait = timeout
+        answered = False
         while True:
             try:
-                async with asyncio.timeout(wait):
+                async with asyncio.timeout(PENDING_QUIET_S if answered else timeout):
                     msg = await replies.get()
             except TimeoutError:
-                if wait == timeout:
+                if not answered:
                     raise TimeoutError(f"no approval service answered in {timeout:g} s") from None
                 return list(found.values())
             if msg.headers and msg.headers.get("Status") == "503":
@@ -171,7 +171,7 @@ async def pending_prompts(
                 raise RuntimeError(f"approval service: {body['error']}")
             for prompt in body["pending"]:
                 found.setdefault(prompt["interactionId"], prompt)
-            wait = PENDING_QUIET_S
+            answered = True
     finally:
         await sub.unsubscribe()
 

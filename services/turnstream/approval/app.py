@@ -77,6 +77,8 @@ class ApprovalActor:
         """Handle `item` if this instance holds the session's approval lease (taking it if
         it is free); a fact that needs no look at the session is acked without it."""
         if isinstance(item, Delivered) and self.unread(item.event):
+            if isinstance(item.event, TurnEnded):
+                self.loaded = False  # what was loaded misses this end: a later load reads it
             await item.msg.ack()
             return
         match owned := await self.service.leases.ensure(self.session_id):
@@ -107,7 +109,6 @@ class ApprovalActor:
             return False
         if service.holders.get(self.session_id) not in (None, service.leases.owner):
             return False  # the holder's open prompt ends with the turn: it must hear of it
-        self.loaded = False
         return True
 
     async def step(self, item: Item) -> None:
