@@ -85,6 +85,12 @@ class AuditService:
         self.workers[k] = worker
         try:
             await worker.serve(stop)
+        except ValueError:
+            raise  # its audit file is broken: the service stops, naming it (as at a start)
+        except Exception:
+            # e.g. the server away while taking over: the partition is handed over and
+            # taken again (here or elsewhere) on a later round
+            log.exception("audit of partition %d failed; handing it over", k)
         finally:
             if self.workers.get(k) is worker:
                 del self.workers[k]

@@ -97,9 +97,9 @@ class PartitionAudit:
         """Take the partition over, then audit what comes until `stop` or the lease is lost."""
         subjects = self.bus.subjects
         self.kv = await self.bus.js.key_value(subjects.sessions_bucket)
-        if not await self._open_journal(stop):
-            return
         try:
+            if not await self._open_journal(stop):
+                return
             last = await scan_log(
                 self.bus.js,
                 subjects,

@@ -8,10 +8,11 @@ Two kinds of lease in the leases bucket, both `bus/leases.LeaseTable`s kept by
     <service>.member.<id>      one per live instance: how many share the partitions
 
 Each round (every `renew_s`, or at once when a watch sees a lease change) applies
-`rebalance`: stop the workers of partitions whose lease was lost, release the surplus
-(worker stopped first, then the lease handed over, marked as an expiry would be, so the
-joining instance takes it at once), take free partitions up to the quota (a conditional
-lease write: a lost race takes nothing). On stop: every worker stopped, then every lease
+`rebalance` to what the watches show (who is alive, who holds what): stop the workers of
+partitions whose lease was lost, release the surplus (worker stopped first, then the
+lease handed over, marked as an expiry would be, so the joining instance takes it at
+once), take free partitions up to the target (a conditional lease write: a lost race
+takes nothing). On stop: every worker stopped, then every lease
 handed over. An instance killed stops renewing: its partitions are free once their
 leases expire (`TURNSTREAM_LEASE_TTL_S`), and the others take them.
 """
@@ -110,13 +111,7 @@ class PartitionOwner:
                     await self.parts.release(str(k), hand_over=True)
             if not self.members.holds(self.me):
                 await self.members.ensure(self.me)
-            mine = (None, self.parts.owner)
-            free = [
-                k
-                for k in range(self.count)
-                if self.holders.get(k) in mine and k not in self.workers
-            ]
-            plan = rebalance(self.count, self.me, self.alive, self.workers, free)
+            plan = rebalance(self.count, self.me, self.alive, *self._view())
             for k in plan.release:
                 await self._stop(k)
                 await self.parts.release(str(k), hand_over=True)
@@ -131,6 +126,15 @@ class PartitionOwner:
                 log.info("holds partition %d (of %d)", k, self.count)
         except Exception as exc:  # a disconnect: nats-py reconnects; the next round retries
             log.warning("partition round failed (%s); retrying", exc)
+
+    def _view(self) -> tuple[dict[str, set[int]], list[int]]:
+        """Who holds which partitions (our own: those with a worker here), and the free ones."""
+        holding: dict[str, set[int]] = {self.me: set(self.workers)}
+        for k, owner in self.holders.items():
+            if owner != self.parts.owner:
+                holding.setdefault(member_key(owner), set()).add(k)
+        taken = set().union(*holding.values())
+        return holding, [k for k in range(self.count) if k not in taken]
 
     async def _stop(self, k: int) -> None:
         worker = self.workers.pop(k, None)
