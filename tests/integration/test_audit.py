@@ -15,9 +15,10 @@ import pytest
 from tests.integration.conftest import running_services, settings_for
 from tests.unit.audit_events import ended, start, tool_run, turn
 from turnstream.audit import app as audit
+from turnstream.audit import worker
 from turnstream.audit.chain import verify
 from turnstream.audit.checks import CheckConfig
-from turnstream.audit.journal import Journal
+from turnstream.audit.journal import JOURNAL_FILE, Journal
 from turnstream.audit.projections import read_all
 from turnstream.audit.rebuild import rebuild
 from turnstream.bus import Bus
@@ -114,7 +115,7 @@ async def test_a_turn_shows_up_as_a_summary_in_kv(bus: Bus, settings: Settings) 
     assert [s.session_id for s in await read_all(await bus.js.key_value("ts_sessions"))] == [
         "audit-1"
     ]
-    journal = settings.data_dir / audit.JOURNAL_FILE
+    journal = settings.data_dir / JOURNAL_FILE
     verdict = verify(journal.read_bytes().splitlines())
     assert verdict.ok and verdict.last_seq >= summary.last_seq
 
@@ -176,7 +177,7 @@ async def test_a_bad_log_gives_each_violation_once(bus: Bus, settings: Settings)
 
 
 async def test_a_restart_continues_the_audit_file(bus: Bus, settings: Settings) -> None:
-    journal = settings.data_dir / audit.JOURNAL_FILE
+    journal = settings.data_dir / JOURNAL_FILE
     async with running_audit(settings):
         await bus.store.append_facts(turn("chain-1", "t1"))
         await current_summary(bus, "chain-1")
@@ -213,7 +214,7 @@ async def test_a_file_of_another_log_is_kept_aside_and_a_new_chain_starts(
     bus: Bus, nats_server: EmbeddedServer, tmp_path: Path
 ) -> None:
     settings = settings_for(nats_server, tmp_path)
-    journal = settings.data_dir / audit.JOURNAL_FILE
+    journal = settings.data_dir / JOURNAL_FILE
     old = turn("elsewhere", "t1")[0]
     with Journal(journal) as file:  # e.g. a log the server store no longer has
         file.add(10**9, old, encode(old))
@@ -230,9 +231,9 @@ async def test_a_file_of_another_log_is_kept_aside_and_a_new_chain_starts(
 async def test_a_forgotten_session_is_read_back_when_it_comes_again(
     bus: Bus, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(audit, "KEEP_SUMMARIES", 1)  # forgetting starts past 1.25 summaries
-    journal = settings.data_dir / audit.JOURNAL_FILE
-    service = audit.AuditService(bus, audit.check_config(settings), journal, tick_s=0.2)
+    monkeypatch.setattr(worker, "KEEP_SUMMARIES", 1)  # forgetting starts past 1.25 summaries
+    journal = settings.data_dir / JOURNAL_FILE
+    service = worker.PartitionAudit(bus, 0, audit.check_config(settings), journal, tick_s=0.2)
     stop = asyncio.Event()
 
     async def forgotten() -> bool:

@@ -16,7 +16,7 @@ from nats.aio.msg import Msg
 
 from tests.integration.test_audit import current_summary, journal_seqs, until, violations_of
 from tests.unit.audit_events import ended, event, start, turn
-from turnstream.audit import app as audit
+from turnstream.audit import worker
 from turnstream.audit.chain import verify
 from turnstream.audit.checks import CheckConfig
 from turnstream.audit.intake import Intake
@@ -26,8 +26,8 @@ from turnstream.core.events import StagePreFired
 
 
 @contextlib.asynccontextmanager
-async def serving(bus: Bus, path: Path) -> AsyncIterator[audit.AuditService]:
-    service = audit.AuditService(bus, CheckConfig(), path, tick_s=60)
+async def serving(bus: Bus, path: Path) -> AsyncIterator[worker.PartitionAudit]:
+    service = worker.PartitionAudit(bus, 0, CheckConfig(), path, tick_s=60)
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
         tasks.create_task(service.serve(stop))
@@ -46,7 +46,7 @@ async def _waiting(bus: Bus) -> bool:
 
 
 async def consumer(bus: Bus) -> Any:
-    return await bus.js.consumer_info(bus.subjects.log_stream, audit.DURABLE)
+    return await bus.js.consumer_info(bus.subjects.log_stream, worker.DURABLE)
 
 
 async def acked_to(bus: Bus, seq: int) -> Any:
@@ -73,8 +73,8 @@ async def test_a_push_durable_of_an_earlier_version_is_replaced_after_its_ack_fl
     old = await durable_push(
         bus.js,
         subjects.log_stream,
-        audit.DURABLE,
-        subjects.deliver(audit.DURABLE),
+        worker.DURABLE,
+        subjects.deliver(worker.DURABLE),
         [subjects.log_all],
         ack,
         ack_all=True,
@@ -139,7 +139,7 @@ async def test_a_redelivery_after_a_restart_is_checked_once(
 ) -> None:
     """The first instance folds and records a duplicate end and stops without acking: the
     server redelivers it to the second, which has it from the log already."""
-    monkeypatch.setattr(audit, "define_pull", functools.partial(define_pull, ack_wait_s=1))
+    monkeypatch.setattr(worker, "define_pull", functools.partial(define_pull, ack_wait_s=1))
     path = tmp_path / "audit.jsonl"
 
     async def no_ack(msg: Msg) -> None:
@@ -169,7 +169,7 @@ async def test_a_redelivery_after_a_restart_is_checked_once(
     assert verify(path.read_bytes().splitlines()).ok
 
 
-async def _at(service: audit.AuditService, seq: int) -> bool:
+async def _at(service: worker.PartitionAudit, seq: int) -> bool:
     return service.journal.last_seq >= seq
 
 
@@ -184,7 +184,7 @@ async def test_an_idle_audit_asks_seldom_and_stops_at_once(
         await ask(self, request, *args)
 
     monkeypatch.setattr(Intake, "_ask", counted)
-    service = audit.AuditService(bus, CheckConfig(), tmp_path / "audit.jsonl", tick_s=60)
+    service = worker.PartitionAudit(bus, 0, CheckConfig(), tmp_path / "audit.jsonl", tick_s=60)
     stop = asyncio.Event()
     serving_task = asyncio.create_task(service.serve(stop))
     await until(lambda: _waiting(bus))
@@ -206,7 +206,7 @@ async def test_a_refused_pull_is_not_asked_again_at_once(
 
     monkeypatch.setattr(Intake, "_ask", counted)
     async with serving(bus, tmp_path / "audit.jsonl"):
-        await bus.js.delete_consumer(bus.subjects.log_stream, audit.DURABLE)
+        await bus.js.delete_consumer(bus.subjects.log_stream, worker.DURABLE)
         await bus.store.append_facts(turn("refused", "t1"))  # the waiting request ends
         await asyncio.sleep(2.5)
     assert 1 <= len(asked) <= 5  # about one a second, not a loop

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from tests.unit.audit_events import ended, start
-from turnstream.audit import app as audit
+from turnstream.audit import worker
 from turnstream.audit.chain import verify
 from turnstream.audit.checks import CheckConfig
 from turnstream.bus import Bus, connect
@@ -73,7 +73,7 @@ async def test_deliveries_lost_on_a_reconnect_are_read_from_the_log(
     pport = await proxy.start()
     abus = await connect(f"nats://127.0.0.1:{pport}", Subjects("ts"))
     path = tmp_path / "audit.jsonl"
-    service = audit.AuditService(abus, CheckConfig(), path, tick_s=60)
+    service = worker.PartitionAudit(abus, 0, CheckConfig(), path, tick_s=60)
     stop = asyncio.Event()
     task = asyncio.create_task(service.serve(stop))
     await publish(bus, "warm", 10)
@@ -93,7 +93,7 @@ async def test_deliveries_lost_on_a_reconnect_are_read_from_the_log(
 
     await asyncio.wait_for(caught_up(), 20)
     await asyncio.sleep(0.5)
-    info = await bus.js.consumer_info(bus.subjects.log_stream, audit.DURABLE)
+    info = await bus.js.consumer_info(bus.subjects.log_stream, worker.DURABLE)
     stop.set()
     await task
     await abus.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from turnstream.approval import app as approval
+from turnstream.audit import app as audit
 from turnstream.gateway import app as gateway
 from turnstream.runtime import run_service
 from turnstream.tool_executor import app as tool_executor
@@ -60,6 +61,7 @@ def main() -> None:
     serves = {
         "gateway": partial(gateway.serve, tools=registry()),
         "approval": approval.serve,
+        "audit": audit.serve,
         "turn_runner": partial(turn_runner.serve, tools=registry()),
         "tool_executor": partial(tool_executor.serve, tools=registry()),
     }

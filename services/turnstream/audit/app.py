@@ -1,63 +1,39 @@
-"""audit shell: fold the whole log into summaries and checks, write them, keep the file.
+"""audit shell: the request API, and a worker (`worker.py`) for each log partition held.
 
-Start: scan the log once with an ordered consumer (the same fold as `turnstream audit
-rebuild`), recording in the audit file what it lacks, writing every summary and the
-violations the log does not have yet. Then the durable consumer `audit` (a pull
-consumer, `intake.py`) brings what is new, in batches: fold, record, write the journal,
-append violations, put the summaries whose turn started or ended, and only then ack; the
-other changed summaries (counters, `lastSeq`) are put once a second, and a restart's scan
-rewrites them all anyway. A timer looks for turns open past their bound. One instance per
-deployment: the audit file is one chain.
+Any number of instances run. The audit's partitions are the log's
+(`TURNSTREAM_LOG_PARTITIONS`, default 1): an instance holds a partition by its lease in the
+leases bucket (`audit.part.<k>`, beside one `audit.member.<id>` per live instance), at most
+`ceil(partitions / instances)` of them (`core/ownership.py`, `runtime/partitions.py`).
+With one partition one instance audits and the others stand by, taking over within the
+lease TTL when it dies, at once when it stops. A partition's worker is the audit of that
+partition alone: its stream, its durable `audit`, its hash-chained audit file
+(`journal.chain_path`: `DATA_DIR/audit.jsonl` with one partition, `DATA_DIR/audit/<k>.jsonl`
+with more), the summaries of its sessions, its violations (each once, `report.py`).
 
-Memory follows the sessions at work, not the log: once written, the summaries beyond the
-`KEEP_SUMMARIES` sessions changed last are forgotten, with the checks' facts of their
-ended turns (`Auditor.forget`); a batch that has events of a session not in memory first
-reads its summary back from the bucket, where it was written (`Auditor.remember`). The
-scan at start still folds the whole log in memory, then forgets the same way.
+The request API (`api.py`) reads the log and asks the turn-runner; it holds no state, so
+every instance answers it (a queue group), holder or not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from datetime import datetime
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 from turnstream.audit.api import serve_api
-from turnstream.audit.auditor import Auditor
 from turnstream.audit.checks import CheckConfig
-from turnstream.audit.fold import fold_message
-from turnstream.audit.intake import Intake
-from turnstream.audit.journal import Journal
-from turnstream.audit.projections import put_all, read_summary
+from turnstream.audit.journal import chain_path
+from turnstream.audit.worker import PartitionAudit
 from turnstream.bus import Bus
-from turnstream.bus.consume import define_pull
-from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
-from turnstream.core.subjects import is_session_id, session_key
-from turnstream.core.summary import SessionSummary
-from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
-from turnstream.runtime.memory import QuietTrim
+from turnstream.runtime import now, run_service, service_bus, source_name
+from turnstream.runtime.leasing import LeasePolicy
+from turnstream.runtime.partitions import PartitionOwner
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.audit")
-DURABLE = "audit"
-JOURNAL_FILE = "audit.jsonl"
-BATCH = 2000
-LINGER_S = 0.05
-"""How long a batch gathers: a turn's start and end reach its summary this much later."""
-COUNTERS_S = 1.0
-"""How often the summaries whose turn neither started nor ended are written: a busy
-session would otherwise be written with every batch, several times per turn."""
-RETRY_S = 0.5
-KEEP_SUMMARIES = 1000
-"""Summaries kept in memory past their write (the sessions changed last)."""
-FORGET_OVER = 1.25
-"""Forgetting starts once this many times `KEEP_SUMMARIES` are in memory (each round goes
-over the summaries, so not after every batch)."""
+SERVICE = "audit"
 
 
 class AuditService:
@@ -65,181 +41,59 @@ class AuditService:
         self,
         bus: Bus,
         config: CheckConfig,
-        journal_path: Path,
+        data_dir: Path,
         *,
+        settings: Settings | None = None,
         clock: Callable[[], datetime] = now,
         tick_s: float = 5.0,
     ) -> None:
         self.bus = bus
-        self.auditor = Auditor.with_config(config)
-        self.journal = Journal(journal_path)
+        self.config = config
+        self.data_dir = data_dir
         self.clock = clock
         self.tick_s = tick_s
-        self.source = source_name("audit")
-        self.kv: Any = None
-        self.quiet = QuietTrim()
-        """Gives the free memory a burst of batches left back once they pause."""
+        self.source = source_name(SERVICE)
+        policy = LeasePolicy.from_settings(settings)
+        partitions = bus.subjects.log_partitions
+        self.owner = PartitionOwner(bus, SERVICE, policy, policy.owner(self.source), partitions)
+        self.workers: dict[int, PartitionAudit] = {}
+        """The partitions audited here now (for tests and tools)."""
 
     async def serve(self, stop: asyncio.Event) -> None:
-        subjects = self.bus.subjects
-        self.kv = await self.bus.js.key_value(subjects.sessions_bucket)
         api = await serve_api(self.bus)
-        await self._open_journal()
+        log.info("audit %s serving %d partition(s) of the log", self.owner.me, self.owner.count)
         try:
-            last = await scan_log(
-                self.bus.js, subjects, partial(fold_message, self.auditor, self.journal)
-            )
-            self.auditor.tick(self.clock())
-            await self._flush(stop)
-            log.info(
-                "audit caught up to seq %d: %d sessions, journal %s",
-                last,
-                len(self.auditor.summaries),
-                self.journal.path,
-            )
-            self._forget()
-            await define_pull(  # the push durable of earlier versions is replaced
-                self.bus.js,
-                subjects.log_stream,
-                DURABLE,
-                [subjects.log_all],
-                ack_all=True,  # acked once per batch, up to its last message
-                start_seq=last + 1,  # a first start: what the scan read is not sent again
-            )
-            intake = await Intake(self.bus.nc, subjects.log_stream, DURABLE).start()
-            try:
-                await self._work(intake, stop)
-            finally:
-                self.quiet.cancel()
-                await intake.stop()
+            await self.owner.run(self._serve_partition, stop)
         finally:
-            self.journal.close()
             for sub in api:
                 await sub.unsubscribe()
 
-    async def _open_journal(self) -> None:
-        self.journal.open()
-        log_last = await log_last_seq(self.bus.js, self.bus.subjects)
-        if self.journal.last_seq > log_last:
-            # the file records a log that is gone (e.g. a new server store): keep it, and
-            # start a new chain for this log
-            self.journal.close()
-            path = self.journal.path
-            kept = path.with_name(f"{path.stem}-{int(time.time())}{path.suffix}")
-            path.rename(kept)
-            log.warning(
-                "%s goes up to seq %d but the log ends at %d: kept it as %s, starting anew",
-                path,
-                self.journal.last_seq,
-                log_last,
-                kept,
-            )
-            self.journal = Journal(path).open()
+    def journal_path(self, k: int) -> Path:
+        return chain_path(self.data_dir, self.owner.count, k)
 
-    async def _work(self, intake: Intake, stop: asyncio.Event) -> None:
-        next_tick = time.monotonic() + self.tick_s
-        next_counters = time.monotonic() + COUNTERS_S
-        while not stop.is_set():
-            wait_s = min(COUNTERS_S / 2, self.tick_s) if self.auditor.dirty else self.tick_s
-            wait_s = max(0.05, min(wait_s, next_tick - time.monotonic()))
-            batch = await intake.next_batch(wait_s, LINGER_S, BATCH, stop)
-            if batch and stream_seq(batch[0]) > self.auditor.last_seq + 1:
-                if not await self._fill_gap(stop):
-                    return
-            if not await self._recall([msg.subject for msg in batch], stop):
-                return  # stopping: the batch comes again
-            for msg in batch:
-                seq = stream_seq(msg)
-                fold_message(self.auditor, self.journal, seq, msg.subject, msg.data)
-            if time.monotonic() >= next_tick:
-                next_tick = time.monotonic() + self.tick_s
-                self.auditor.tick(self.clock())
-                self.journal.flush(sync=True)
-            counters = time.monotonic() >= next_counters
-            if counters:
-                next_counters = time.monotonic() + COUNTERS_S
-            if not await self._flush(stop, turned_only=not counters):
-                return  # stopping before the batch was written: it comes again
-            self._forget()
-            if batch:
-                await batch[-1].ack()  # the consumer acks all: one covers the batch
-                telemetry.audited(batch)
-                self.quiet.touch()
-
-    async def _fill_gap(self, stop: asyncio.Event) -> bool:
-        """Deliveries lost on a reconnect count as delivered for the server, and the ack
-        of a later message covers them: read what is missing from the log itself.
-        False: stopping before it was folded in."""
-        after = self.auditor.last_seq
-        missed: list[tuple[int, str, bytes]] = []
-        last = await scan_log(
-            self.bus.js,
-            self.bus.subjects,
-            lambda seq, subject, data: missed.append((seq, subject, data)),
-            after_seq=after,
+    async def _serve_partition(self, k: int, owns: Callable[[], bool], stop: asyncio.Event) -> None:
+        worker = PartitionAudit(
+            self.bus,
+            k,
+            self.config,
+            self.journal_path(k),
+            source=self.source,
+            owns=owns,
+            clock=self.clock,
+            tick_s=self.tick_s,
         )
-        if not await self._recall([subject for _, subject, _ in missed], stop):
-            return False
-        for seq, subject, data in missed:
-            fold_message(self.auditor, self.journal, seq, subject, data)
-        log.warning(
-            "audit: deliveries after seq %d were lost; read up to %d from the log", after, last
-        )
-        return True
-
-    async def _recall(self, log_subjects: list[str], stop: asyncio.Event) -> bool:
-        """Read back the summaries of the sessions of `log_subjects` that are not in memory
-        (forgotten once written; a new session has none); retry until they are read or
-        `stop` is set (False)."""
-        session_in = self.bus.subjects.session_from_log
-        summaries = self.auditor.summaries
-        wanted = [s for s in {session_in(x) for x in log_subjects} if s not in summaries]
-        wanted = [s for s in wanted if is_session_id(s)]  # none was written, none forgotten
-        while wanted:
-            try:
-                found = await asyncio.gather(*(self._written(s) for s in wanted))
-            except Exception as exc:  # a disconnect: nats-py reconnects, we retry
-                log.warning("audit: reading summaries back failed (%s); retrying", exc)
-                if stop.is_set():
-                    return False
-                await asyncio.sleep(RETRY_S)
-                continue
-            for summary in found:
-                if summary is not None:
-                    self.auditor.remember(summary)
-            break
-        return True
-
-    async def _written(self, session_id: str) -> SessionSummary | None:
-        found = await read_summary(self.kv, session_key(session_id))
-        return found[0] if found else None
-
-    def _forget(self) -> None:
-        if len(self.auditor.summaries) > KEEP_SUMMARIES * FORGET_OVER:
-            self.auditor.forget(KEEP_SUMMARIES)
-
-    async def _flush(self, stop: asyncio.Event, *, turned_only: bool = False) -> bool:
-        """Write what the fold left behind; retry until it is written or `stop` is set."""
-        self.journal.flush()
-        violations = self.auditor.take_violations(self.clock(), self.source)
-        summaries = self.auditor.take_dirty(turned_only=turned_only)
-        while True:
-            try:
-                if violations:
-                    await self.bus.store.append_facts(violations)
-                    log.warning("%d violation(s): %s", len(violations), _kinds(violations))
-                    violations = []
-                await put_all(self.kv, summaries)
-                return True
-            except Exception as exc:  # a disconnect: nats-py reconnects, we retry
-                log.warning("audit write failed (%s); retrying", exc)
-                if stop.is_set():
-                    return False
-                await asyncio.sleep(RETRY_S)
-
-
-def _kinds(violations: list[Any]) -> str:
-    return ", ".join(f"{v.data.kind} in {v.session_id}" for v in violations[:5])
+        self.workers[k] = worker
+        try:
+            await worker.serve(stop)
+        except ValueError:
+            raise  # its audit file is broken: the service stops, naming it (as at a start)
+        except Exception:
+            # e.g. the server away while taking over: the partition is handed over and
+            # taken again (here or elsewhere) on a later round
+            log.exception("audit of partition %d failed; handing it over", k)
+        finally:
+            if self.workers.get(k) is worker:
+                del self.workers[k]
 
 
 def check_config(settings: Settings) -> CheckConfig:
@@ -254,11 +108,17 @@ async def serve(
     clock: Callable[[], datetime] = now,
     tick_s: float = 5.0,
 ) -> None:
-    async with service_bus(settings, "audit", bus) as bus:
-        journal = settings.data_dir / JOURNAL_FILE
-        service = AuditService(bus, check_config(settings), journal, clock=clock, tick_s=tick_s)
+    async with service_bus(settings, SERVICE, bus) as bus:
+        service = AuditService(
+            bus,
+            check_config(settings),
+            settings.data_dir,
+            settings=settings,
+            clock=clock,
+            tick_s=tick_s,
+        )
         await service.serve(stop)
 
 
 def main() -> None:
-    run_service("audit", serve)
+    run_service(SERVICE, serve)

@@ -8,6 +8,7 @@ acknowledged, so it is delivered and recorded again.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 from pathlib import Path
@@ -29,8 +30,23 @@ class Journal:
         self._file: BinaryIO | None = None
 
     def open(self) -> Journal:
+        if not self.try_open():
+            raise BlockingIOError(f"{self.path} is open in another process")
+        return self
+
+    def try_open(self) -> bool:
+        """`open`, unless another process (or another `Journal`) has the file open: False.
+
+        An exclusive `flock` for as long as it is open, so two audit instances sharing a
+        data dir (`turnstream up`, tests) never write one chain at once; the lock goes with
+        its process, however that ends."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         file = open(self.path, "ab+")  # closed by close()
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            file.close()
+            return False
         try:
             last = self._last_line(file)
             if last is not None:
@@ -43,7 +59,7 @@ class Journal:
             file.close()
             raise ValueError(f"{self.path}: {exc}; `turnstream audit verify` it") from exc
         self._file = file
-        return self
+        return True
 
     def add(self, seq: int, event: Recorded, raw: bytes) -> bool:
         """Record the event at `seq` unless the file already has it."""
@@ -111,3 +127,31 @@ class Journal:
             tail = tail[:cut]
         lines = tail.splitlines()
         return lines[-1] if lines else None
+
+
+JOURNAL_FILE = "audit.jsonl"
+"""The audit file of a log of one partition (`TURNSTREAM_LOG_PARTITIONS` 1, the default):
+the one file of every earlier version, continued."""
+PARTITIONS_DIR = "audit"
+"""With more partitions, partition k's audit file is `audit/<k>.jsonl`."""
+
+
+def chain_path(data_dir: Path, partitions: int, k: int) -> Path:
+    """Where the audit file of log partition `k` (of `partitions`) is kept in `data_dir`."""
+    if partitions == 1:
+        return data_dir / JOURNAL_FILE
+    return data_dir / PARTITIONS_DIR / f"{k}.jsonl"
+
+
+def chains_in(data_dir: Path) -> list[tuple[int | None, Path]]:
+    """Every audit file in `data_dir`: `audit.jsonl` (partition None: a log of one
+    partition), then `audit/<k>.jsonl` by k. Files kept aside (`audit-<time>.jsonl`, a
+    chain of a log that is gone) are not listed."""
+    found: list[tuple[int | None, Path]] = []
+    if (data_dir / JOURNAL_FILE).is_file():
+        found.append((None, data_dir / JOURNAL_FILE))
+    folder = data_dir / PARTITIONS_DIR
+    if folder.is_dir():
+        numbered = [(int(f.stem), f) for f in folder.glob("*.jsonl") if f.stem.isdigit()]
+        found += sorted(numbered)
+    return found

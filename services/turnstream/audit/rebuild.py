@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
 from turnstream.audit.auditor import Auditor
 from turnstream.audit.checks import CheckConfig
@@ -18,6 +19,7 @@ from turnstream.bus.scan import scan_log
 class Rebuilt:
     events: int
     last_seq: int
+    """The highest last sequence of a partition (the log's last, with one)."""
     sessions: int
     written: int
     """Summaries written (the others were already as new in the bucket)."""
@@ -32,25 +34,33 @@ class Rebuilt:
 
 
 async def rebuild(bus: Bus, config: CheckConfig, now: datetime) -> Rebuilt:
-    """Fold the whole log and write each session's summary unless the bucket has a newer one."""
+    """Fold the whole log, partition by partition (sequences are per partition: one fold
+    each), and write each session's summary unless the bucket has a newer one."""
     start = time.perf_counter()
-    auditor = Auditor.with_config(config)
-    count = [0]
-
-    def on_event(seq: int, subject: str, data: bytes) -> None:
-        count[0] += 1
-        fold_message(auditor, None, seq, subject, data)
-
-    last = await scan_log(bus.js, bus.subjects, on_event)
-    auditor.tick(now)
     kv = await bus.js.key_value(bus.subjects.sessions_bucket)
-    written = await put_newer(kv, auditor.take_dirty())
+    events = last = sessions = written = in_log = unreported = 0
+    for stream in bus.subjects.log_streams:
+        auditor = Auditor.with_config(config)
+        count = [0]
+        fold = partial(_fold, auditor, count)
+        last = max(last, await scan_log(bus.js, bus.subjects, fold, stream=stream))
+        auditor.tick(now)
+        written += await put_newer(kv, auditor.take_dirty())
+        events += count[0]
+        sessions += len(auditor.summaries)
+        in_log += auditor.violations
+        unreported += len(auditor.found)
     return Rebuilt(
-        events=count[0],
+        events=events,
         last_seq=last,
-        sessions=len(auditor.summaries),
+        sessions=sessions,
         written=written,
-        violations_in_log=auditor.violations,
-        unreported=len(auditor.found),
+        violations_in_log=in_log,
+        unreported=unreported,
         seconds=time.perf_counter() - start,
     )
+
+
+def _fold(auditor: Auditor, count: list[int], seq: int, subject: str, data: bytes) -> None:
+    count[0] += 1
+    fold_message(auditor, None, seq, subject, data)

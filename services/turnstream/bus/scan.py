@@ -39,10 +39,13 @@ def stream_seq(msg: Any) -> int:
     return int(msg.metadata.sequence.stream)
 
 
-async def log_last_seq(js: Any, subjects: Subjects, subject: str | None = None) -> int:
-    """Sequence of the last event in the log (on `subject`, say a session's); 0 for none."""
+async def log_last_seq(
+    js: Any, subjects: Subjects, subject: str | None = None, *, stream: str | None = None
+) -> int:
+    """Sequence of the last event in the log (on `subject`, say a session's; in `stream`,
+    default `subjects.log_stream`); 0 for none."""
     try:
-        msg = await js.get_last_msg(subjects.log_stream, subject or subjects.log_all)
+        msg = await js.get_last_msg(stream or subjects.log_stream, subject or subjects.log_all)
     except NotFoundError:
         return 0
     return int(msg.seq)
@@ -55,12 +58,15 @@ async def scan_log(
     *,
     after_seq: int = 0,
     subject: str | None = None,
+    stream: str | None = None,
 ) -> int:
-    """Hand every event after `after_seq` (on `subject`, default the whole log), up to the
-    last one now, to `on_event(seq, subject, data)` in order; return the last sequence
-    handed over (`after_seq` when there was none)."""
+    """Hand every event after `after_seq` (on `subject`, default the whole log; in
+    `stream`, default `subjects.log_stream`), up to the last one now, to
+    `on_event(seq, subject, data)` in order; return the last sequence handed over
+    (`after_seq` when there was none)."""
     subject = subject or subjects.log_all
-    last = await log_last_seq(js, subjects, subject)
+    stream = stream or subjects.log_stream
+    last = await log_last_seq(js, subjects, subject, stream=stream)
     if last <= after_seq:
         return after_seq
     done = asyncio.get_running_loop().create_future()
@@ -84,7 +90,7 @@ async def scan_log(
     )
     sub = await js.subscribe(
         subject,
-        stream=subjects.log_stream,
+        stream=stream,
         cb=on_msg,
         ordered_consumer=True,
         config=config,

@@ -87,15 +87,50 @@ def violations(
 
 @audit_app.command()
 def verify(
-    file: Annotated[Path, typer.Argument(help="An audit file (DATA_DIR/audit.jsonl).")],
+    file: Annotated[
+        Path | None,
+        typer.Argument(
+            help="An audit file, or a data dir whose audit files are all checked (one per "
+            "log partition: audit.jsonl, audit/<k>.jsonl). Default: TURNSTREAM_DATA_DIR."
+        ),
+    ] = None,
     head: Annotated[
         str | None,
         typer.Option(
             help="A head printed earlier and kept elsewhere: the file must still hold it."
         ),
     ] = None,
+    data_dir: DataDir = None,
 ) -> None:
-    """Check the audit file's hash chain; exit 1 naming the first bad line."""
+    """Check the hash chain of an audit file, or of every partition's in a data dir; exit 1
+    naming the partition and the first bad line."""
+    from turnstream.audit.journal import chains_in
+
+    if file is not None and not file.is_dir():
+        if not _verify_chain(file, head, str(file)):
+            raise typer.Exit(1)
+        return
+    folder = file if file is not None else settings_of(None, data_dir).data_dir
+    chains = chains_in(folder)
+    if not chains:
+        err.print(f"[red]error:[/] no audit file in {folder} (audit.jsonl, audit/<k>.jsonl)")
+        raise typer.Exit(2)
+    if head is not None:
+        err.print("[red]error:[/] --head names one file's head: give that file")
+        raise typer.Exit(2)
+    bad = [k for k, path in chains if not _verify_chain(path, None, _named(k, path))]
+    if bad:
+        which = ", ".join("the log" if k is None else f"partition {k}" for k in bad)
+        err.print(f"[red]{len(bad)} of {len(chains)} audit file(s) bad:[/] {which}")
+        raise typer.Exit(1)
+
+
+def _named(partition: int | None, path: Path) -> str:
+    return f"{path}" if partition is None else f"partition {partition} ({path})"
+
+
+def _verify_chain(file: Path, head: str | None, name: str) -> bool:
+    """Check one audit file and say so; False when it is bad."""
     from turnstream.audit.chain import verify as verify_chain
 
     try:
@@ -105,24 +140,25 @@ def verify(
         err.print(f"[red]error:[/] cannot read {file}: {exc}")
         raise typer.Exit(2) from exc
     if not verdict.ok:
-        err.print(f"[red]✘ {file}: line {verdict.bad_line} is bad:[/] {verdict.reason}")
+        err.print(f"[red]✘ {name}: line {verdict.bad_line} is bad:[/] {verdict.reason}")
         err.print(f"  the {verdict.records} line(s) before it are intact")
-        raise typer.Exit(1)
+        return False
     if head is not None and verdict.head_line is None:
         err.print(
-            f"[red]✘ {file}: no line has the head {head}[/] (lines were cut off the end, "
+            f"[red]✘ {name}: no line has the head {head}[/] (lines were cut off the end, "
             "or the head is from another file); the last line's hash is "
             f"{verdict.head}"
         )
-        raise typer.Exit(1)
+        return False
     since = ""
     if verdict.head_line is not None:
         appended = verdict.records - verdict.head_line
         since = f"; the kept head is line {verdict.head_line}, {appended} line(s) appended since"
     console.print(
-        f"[green]✔ {file}: {verdict.records} records intact[/], up to log seq "
+        f"[green]✔ {name}: {verdict.records} records intact[/], up to log seq "
         f"{verdict.last_seq}; head {verdict.head}{since}"
     )
+    return True
 
 
 @audit_app.command()
