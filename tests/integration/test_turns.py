@@ -116,7 +116,7 @@ async def test_invalid_input_is_rejected_specifically_and_the_service_keeps_runn
     logged = REJECTED_SESSION if kind == "bad_session_id" else session
     key = f"bad-{kind}"
     seen: asyncio.Queue = asyncio.Queue()
-    sub = await bus.nc.subscribe(bus.subjects.log(logged, "TurnEnded"), cb=seen.put)
+    sub = await bus.nc.subscribe(bus.subjects.log_live(logged, "TurnEnded"), cb=seen.put)
     try:
         await bus.js.publish(bus.subjects.inbound(session), payload, headers={"Nats-Msg-Id": key})
         # the terminal event comes after the rejection: once it is out, both are stored

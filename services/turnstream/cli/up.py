@@ -173,7 +173,12 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
         if url is not None:
             raise ValueError("--secure runs the embedded server: drop --nats-url")
         passwords = dev_secrets(secrets_file)
-        server = SecureServer(settings.data_dir / "nats", stable_port(settings), passwords)
+        server = SecureServer(
+            settings.data_dir / "nats",
+            stable_port(settings),
+            passwords,
+            subjects=settings.subjects,
+        )
         server.start()
         url = server.url
         settings.url_file.write_text(url + "\n")
@@ -183,6 +188,7 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
             settings.data_dir / "nats",
             stable_port(settings),
             log_file=settings.data_dir / "nats-server.log",
+            subjects=settings.subjects,
         ).start()
         url = server.url
         settings.url_file.write_text(url + "\n")
