@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from tests.integration.conftest import events_of, running_services, settings_for
+from tests.integration.partitioned import log_partitions_1_and_4  # noqa: F401 (fixture)
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, publish_command, send_and_wait
