@@ -201,8 +201,12 @@ class Witness:
         async def on_msg(msg: Any) -> None:
             self.seen[msg.metadata.sequence.stream] = orjson.loads(msg.data)["id"]
 
-        self.sub = await self.bus.js.subscribe(
-            self.bus.subjects.log_session(self.session), ordered_consumer=True, cb=on_msg
+        subjects = self.bus.subjects
+        self.sub = await self.bus.js.subscribe(  # named: a partitioned log is many streams
+            subjects.log_session(self.session),
+            stream=subjects.log_stream_of(self.session),
+            ordered_consumer=True,
+            cb=on_msg,
         )
         return self
 

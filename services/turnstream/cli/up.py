@@ -48,12 +48,15 @@ class Supervisor:
         self.passwords = passwords
         """Under --secure: each user's password (each service runs as its own user)."""
         self.services = [s for s in SERVICES if passwords is None or s in USERS]
+        if settings.log_partitions > 1:  # it reads one log stream until its per-partition
+            self.services.remove("audit")  # rewrite (issue 26 item 2): not started
 
     def env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
         env["TURNSTREAM_NATS_URL"] = self.url
         env["TURNSTREAM_DATA_DIR"] = str(self.settings.data_dir)
         env["TURNSTREAM_PROVIDER"] = self.settings.provider
+        env["TURNSTREAM_LOG_PARTITIONS"] = str(self.settings.log_partitions)
         if self.settings.script:
             env["TURNSTREAM_SCRIPT"] = str(self.settings.script)
         if self.passwords is not None:  # --secure: the service's own identity
