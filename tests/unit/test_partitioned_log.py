@@ -94,3 +94,28 @@ def test_a_partitioned_log_has_no_default_stream() -> None:
     assert one_log_stream(FOUR, "TS_LOG_2") == "TS_LOG_2"
     with pytest.raises(ValueError, match="log_stream_of"):
         one_log_stream(FOUR, None)
+
+
+def test_streams_mapping_prints_the_snippet_and_the_derived_accounts_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typer.testing import CliRunner
+
+    from turnstream.cli import app
+
+    monkeypatch.setenv("TURNSTREAM_LOG_PARTITIONS", "4")
+    snippet = CliRunner().invoke(app, ["streams", "mapping"])
+    assert snippet.exit_code == 0, snippet.output
+    assert mappings_conf(FOUR) in snippet.output
+    accounts = ROOT / "ops" / "accounts.conf"
+    derived = CliRunner().invoke(app, ["streams", "mapping", "--accounts", str(accounts)])
+    assert derived.exit_code == 0, derived.output
+    assert derived.output == partitioned_accounts(accounts.read_text(), FOUR)
+
+
+def test_a_tenants_right_on_one_kind_of_its_session_gets_the_partition_token() -> None:
+    conf = "accounts { A {\n  jetstream: enabled\n  users: [{ permissions: { subscribe: {\n"
+    conf += '    allow: ["ts.log.acme.TurnEnded", "ts.log.acme.>", "ts.live.acme.>"] } } }]\n'
+    conf += "} }\n"
+    derived = partitioned_accounts(conf, FOUR)
+    assert '["ts.log.acme.TurnEnded.*", "ts.log.acme.>", "ts.live.acme.>"]' in derived

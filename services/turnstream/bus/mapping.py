@@ -7,9 +7,10 @@ on the subject as mapped (`<prefix>.log.<s>.<Type>.<k>`) and names each partitio
 its JetStream API subjects (`$JS.API.DIRECT.GET.TS_LOG_<k>`), so `partitioned_accounts`
 derives the file for N from the shipped one (the shipped file stays the N = 1 one):
 
-- a right on `<prefix>.log.*.<Type>` becomes `<prefix>.log.*.<Type>.*`: the mapped subject,
-  which a user can no longer publish to directly (the second mapping sends a five-token
-  log subject to `<prefix>.refused.…`, allowed to nobody);
+- a right on `<prefix>.log.*.<Type>` (or on one session's, `<prefix>.log.<s>.<Type>`) gets
+  the partition token, `….<Type>.*`: the mapped subject, which a user still cannot publish
+  to directly (the second mapping sends a five-token log subject to `<prefix>.refused.…`,
+  allowed to nobody);
 - a right naming the stream `TS_LOG` is repeated for `TS_LOG_0` … `TS_LOG_<N-1>`;
 - a right on a deliver subject `<prefix>.deliver.<service>` gets `….<service>.*` too (a
   partition stream's consumer delivers to `….<service>.<k>`);
@@ -39,7 +40,7 @@ def _rights(subject: str, subjects: Subjects) -> list[str]:
     """What one right of the shipped file becomes for N partitions."""
     p = re.escape(subjects.prefix)
     stream = re.escape(subjects.log_stream)
-    if re.fullmatch(rf"{p}\.log\.\*\.[A-Za-z0-9_]+", subject):
+    if re.fullmatch(rf"{p}\.log\.[A-Za-z0-9_:*-]+\.[A-Za-z0-9_]+", subject):  # a kind
         return [f"{subject}.*"]
     if re.fullmatch(rf"{p}\.deliver\.[A-Za-z0-9_-]+", subject):  # the inbound's stays
         return [subject, f"{subject}.*"]
