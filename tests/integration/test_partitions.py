@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration import test_tools_path
 from tests.integration.conftest import events_of, only, running_services, settings_for
 from tests.integration.test_event_store import ev
 from tests.integration.test_tools_path import ROUND_TRIP, answer_prompts, registry, script
@@ -69,7 +70,6 @@ def tmp(tmp_path: Path) -> Path:
 async def test_turns_with_a_tool_and_a_prompt_run_in_every_partition(
     nats_server: EmbeddedServer, bus: Bus, tmp: Path
 ) -> None:
-    assert [s.config.name for s in [await bus.js.stream_info(n) for n in bus.subjects.log_streams]]
     sessions = one_session_per_partition(bus, "part-ask")
     settings = settings_for(nats_server, tmp, script=script(tmp, *ROUND_TRIP), security_mode="ask")
     assert settings.log_partitions == N
@@ -151,3 +151,12 @@ async def test_open_sessions_are_found_in_every_partition_or_in_one(bus: Bus) ->
     assert set(sessions) <= await open_sessions(bus.nc, bus.subjects)
     only_two = await open_sessions(bus.nc, bus.subjects, bus.subjects.log_stream_at(2))
     assert sessions[2] in only_two and not {sessions[0], sessions[1], sessions[3]} & only_two
+
+
+async def test_a_hard_abort_reaches_the_executor_through_the_live_partition_subject(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    """The executor hears a turn's `TurnEnded` on `ts.log.*.TurnEnded.*` (`log_kind_live`)."""
+    await test_tools_path.test_a_hard_abort_cancels_the_turns_running_invocations(
+        nats_server, bus, tmp
+    )
