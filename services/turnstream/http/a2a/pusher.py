@@ -63,7 +63,7 @@ from turnstream.core.events import (
 from turnstream.core.ids import derived_id
 from turnstream.http.a2a.mapping import to_task
 from turnstream.http.a2a.push import PushEntry, PushStore, allowed_url, webhook_of
-from turnstream.http.a2a.push_consumer import bind, skip_to
+from turnstream.http.a2a.push_consumer import bind_when_ready, skip_to, stopped_within
 from turnstream.http.a2a.push_index import wanted
 from turnstream.http.a2a.push_watch import ConfigWatch
 from turnstream.http.a2a.store import TaskRecord
@@ -90,16 +90,6 @@ the timer keeping it in progress while it waits (the ack wait is short)."""
 
 class Stopped(Exception):
     """The process is stopping: the event is left unacknowledged for the next one."""
-
-
-async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
-    """Wait up to `seconds`; True if `stop` was set meanwhile."""
-    try:
-        async with asyncio.timeout(seconds):
-            await stop.wait()
-    except TimeoutError:
-        return False
-    return True
 
 
 async def _settle(acknowledgement: Any) -> None:
@@ -182,7 +172,16 @@ class Pusher:
             await self._ready(stream)
 
         while not stop.is_set():
-            sub = await self._bind(stream, stop)
+            filters = [self.bus.subjects.log("*", kind) for kind in sorted(PUSHED_KINDS)]
+            sub = await bind_when_ready(
+                self.bus.js,
+                stream,
+                DURABLE,
+                filters,
+                stop,
+                ack_wait_s=self.ack_wait_s,
+                max_ack_pending=MAX_IN_FLIGHT,
+            )
             if sub is None:
                 return
             self._bound.add(stream)
@@ -194,27 +193,6 @@ class Pusher:
             except Exception:  # NATS gone mid-call: bind again, the log still has it
                 log.exception("push delivery stopped; binding again")
                 await stopped_within(stop, 1.0)
-
-    async def _bind(self, stream: str, stop: asyncio.Event) -> Any:
-        """The durable consumer on `stream`, once the log exists (the setup step creates
-        it) and NATS answers; new events only (a webhook is sent what changes after it is
-        set)."""
-        subjects = self.bus.subjects
-        filters = [subjects.log("*", kind) for kind in sorted(PUSHED_KINDS)]
-        while not stop.is_set():
-            try:
-                return await bind(
-                    self.bus.js,
-                    stream,
-                    DURABLE,
-                    filters,
-                    ack_wait_s=self.ack_wait_s,
-                    max_ack_pending=MAX_IN_FLIGHT,
-                )
-            except Exception as exc:
-                log.info("push delivery waits for the log (%s)", exc)
-                await stopped_within(stop, 1.0)
-        return None
 
     async def _ready(self, stream: str) -> None:
         """Before a fetch: while no task has a config, wait for one (fetching nothing);
