@@ -89,7 +89,7 @@ async def run(
                 if len(latency) == turns:
                     done.set()
 
-        await watcher.nc.subscribe(SUBJECTS.log_kind("TurnEnded"), cb=on_end)
+        await watcher.nc.subscribe(SUBJECTS.log_kind_live("TurnEnded"), cb=on_end)
         prefix = f"b{replicas}x"
         started = time.perf_counter()
 

@@ -63,7 +63,7 @@ async def measure(url: str, fake: FakeServer, turns: int) -> dict[str, float]:
         done[session].set()
 
     await bus.nc.subscribe("ts.live.>", cb=on_live)
-    await bus.nc.subscribe(bus.subjects.log_kind("TurnEnded"), cb=on_end)
+    await bus.nc.subscribe(bus.subjects.log_kind_live("TurnEnded"), cb=on_end)
     to_token, to_end = [], []
     for i in range(turns):
         session = f"bench-{type(fake).__name__}-{i}"

@@ -68,7 +68,7 @@ class Firsts:
                     self.data[session] = body["data"]
 
             self.subs.append(
-                await self.bus.nc.subscribe(self.bus.subjects.log_kind(kind), cb=on_msg)
+                await self.bus.nc.subscribe(self.bus.subjects.log_kind_live(kind), cb=on_msg)
             )
 
     async def all_of(self, kind: str, sessions: list[str]) -> float:

@@ -112,7 +112,9 @@ async def fan_out(bus: Bus, parents: int) -> dict[str, Any]:
         if len(arrived) >= parents * 3:
             all_in.set()
 
-    sub = await bus.nc.subscribe(bus.subjects.log_kind("SubTurnResultDelivered"), cb=on_delivered)
+    sub = await bus.nc.subscribe(
+        bus.subjects.log_kind_live("SubTurnResultDelivered"), cb=on_delivered
+    )
     since = datetime.now(UTC)
     start = time.perf_counter()
     await asyncio.gather(

@@ -94,7 +94,7 @@ class Watcher:
         self.claims: dict[tuple[str, bytes], float] = {}
 
     async def start(self) -> None:
-        await self.bus.nc.subscribe(self.bus.subjects.log_kind("TurnEnded"), cb=self.on_msg)
+        await self.bus.nc.subscribe(self.bus.subjects.log_kind_live("TurnEnded"), cb=self.on_msg)
         bucket = self.bus.subjects.invocations_bucket
         await self.bus.nc.subscribe(f"$KV.{bucket}.>", cb=self.on_claim)
 

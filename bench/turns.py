@@ -99,7 +99,7 @@ class TurnWatcher:
         self.waiters: dict[str, asyncio.Future[float]] = {}
 
     async def start(self) -> None:
-        await self.bus.nc.subscribe(self.bus.subjects.log_kind("TurnEnded"), cb=self.on_msg)
+        await self.bus.nc.subscribe(self.bus.subjects.log_kind_live("TurnEnded"), cb=self.on_msg)
 
     async def on_msg(self, msg: Any) -> None:
         at = time.perf_counter()

@@ -22,7 +22,9 @@ import orjson
 import pytest
 
 from turnstream.bus.embedded import free_port, server_binary
+from turnstream.bus.mapping import partitioned_accounts
 from turnstream.cli.secure import dev_secrets, password_variable
+from turnstream.core.subjects import Subjects
 
 pytestmark = pytest.mark.integration
 
@@ -100,14 +102,21 @@ class Cluster:
                 process.kill()
 
 
-def start_cluster(root: Path) -> Cluster:
-    """The three nodes under `root`, running, with a JetStream meta leader."""
+def start_cluster(root: Path, subjects: Subjects | None = None) -> Cluster:
+    """The three nodes under `root`, running, with a JetStream meta leader. For a
+    partitioned log (`subjects.log_partitions` > 1) each node loads ops/accounts.conf as
+    derived for it (`turnstream streams mapping --accounts`: mappings, rights per stream)."""
     cluster = Cluster(root, dev_secrets(root / "secrets.env"))  # every user's, generated
     cluster.ports = {n: (free_port(), free_port(), free_port()) for n in (1, 2, 3)}
+    shipped = ROOT / "ops" / "accounts.conf"
     for n in (1, 2, 3):
         folder = root / f"nats{n}"
         folder.mkdir()
-        (folder / "accounts.conf").symlink_to(ROOT / "ops" / "accounts.conf")  # the shipped one
+        if subjects is not None and subjects.partitioned:
+            derived = partitioned_accounts(shipped.read_text(), subjects)
+            (folder / "accounts.conf").write_text(derived)
+        else:
+            (folder / "accounts.conf").symlink_to(shipped)  # the shipped one
         (folder / f"nats-cluster-{n}.conf").write_text(
             templated(n, cluster.ports, folder / "jetstream")
         )

@@ -20,13 +20,13 @@ import pytest
 import yaml
 
 from tests.http.conftest import FAST, all_services
-from tests.integration.conftest import bus, nats_server
+from tests.integration.conftest import bus, log_partitions, nats_server
 from turnstream.bus.embedded import free_port
 from turnstream.http.app import bind, serve
 from turnstream.http.context import Options
 from turnstream.settings import Settings
 
-__all__ = ["bus", "nats_server"]
+__all__ = ["bus", "log_partitions", "nats_server"]
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(

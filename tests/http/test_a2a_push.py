@@ -31,6 +31,7 @@ from starlette.responses import Response
 
 from tests.http.conftest import http_app
 from tests.http.test_a2a import ERRORS, a2a, message, send
+from tests.integration.partitioned import log_partitions_1_and_4  # noqa: F401 (fixture)
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.core.events import PushNotificationAbandoned, TurnEnded
@@ -92,7 +93,8 @@ async def serving(app: R) -> AsyncIterator[R]:
 
 
 @pytest.fixture(scope="module")
-async def receiver() -> AsyncIterator[Receiver]:
+async def receiver(log_partitions: int) -> AsyncIterator[Receiver]:
+    """One per module's server (the module runs at 1 and 4 log partitions)."""
     async with serving(Receiver()) as app:
         yield app
 

@@ -12,6 +12,7 @@ import pytest
 import uuid_utils
 
 from tests.http.sse_client import Sse, read_sse
+from tests.integration.partitioned import log_partitions_1_and_4  # noqa: F401 (fixture)
 from turnstream.bus import Bus
 from turnstream.core.events import Stage, StagePreFired, StagePreFiredData
 from turnstream.http.context import Options
@@ -197,7 +198,8 @@ async def test_many_streams_share_the_hub_not_one_consumer_each(
     await bus.store.append_facts([marker("many-0", 0)])
 
     async def consumers() -> int:
-        return int((await bus.js.stream_info(bus.subjects.log_stream)).state.consumer_count)
+        infos = [await bus.js.stream_info(stream) for stream in bus.subjects.log_streams]
+        return sum(int(info.state.consumer_count) for info in infos)
 
     before, ready_before = await consumers(), (await client.get("/readyz")).json()
     opened, measured = asyncio.Event(), asyncio.Event()

@@ -29,15 +29,25 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def log_partitions() -> int:
+    """How many streams the module's log is (a module overrides this fixture, or
+    parametrizes it, to run at N > 1: the server gets the subject mapping for N)."""
+    return 1
+
+
+@pytest.fixture(scope="module")
+def nats_server(
+    tmp_path_factory: pytest.TempPathFactory, log_partitions: int
+) -> Iterator[EmbeddedServer]:
     store = tmp_path_factory.mktemp("nats")
-    with EmbeddedServer(store, log_file=store / "server.log") as server:
+    subjects = Subjects("ts", log_partitions)
+    with EmbeddedServer(store, log_file=store / "server.log", subjects=subjects) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 async def bus(nats_server: EmbeddedServer) -> AsyncIterator[Bus]:
-    bus = await connect(nats_server.url, Subjects("ts"), ensure=StreamLimits())
+    bus = await connect(nats_server.url, nats_server.subjects, ensure=StreamLimits())
     yield bus
     await bus.close()
 
@@ -76,7 +86,11 @@ async def running_services(
 
 
 def settings_for(server: EmbeddedServer, tmp: Path, **overrides: object) -> Settings:
-    values: dict[str, object] = {"workspace": tmp / "workspace", "security_mode": "auto"}
+    values: dict[str, object] = {
+        "workspace": tmp / "workspace",
+        "security_mode": "auto",
+        "log_partitions": server.subjects.log_partitions,
+    }
     values.update(overrides)
     return Settings(nats_url=server.url, data_dir=tmp, **values)  # type: ignore[arg-type]
 

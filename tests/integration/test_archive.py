@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.integration.partitioned import log_partitions_1_and_4  # noqa: F401 (fixture)
 from tests.unit.audit_events import T0, event, start, turn
 from turnstream.bus import Bus
 from turnstream.bus.archive import archive_sessions, read_archived

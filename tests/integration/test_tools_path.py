@@ -229,7 +229,7 @@ async def answer_prompts(bus: Bus, session: str, decision: str | None, seen: lis
         }
         await publish_command(bus, session, command)
 
-    await bus.nc.subscribe(bus.subjects.log(session, "InteractionRequested"), cb=on_msg)
+    await bus.nc.subscribe(bus.subjects.log_live(session, "InteractionRequested"), cb=on_msg)
 
 
 @pytest.mark.parametrize("decision", ["approve", "deny", None])
@@ -385,7 +385,9 @@ async def test_a_hard_abort_cancels_the_turns_running_invocations(
     replies = ("{tool_calls: [{name: slow_read, arguments: {ms: 5000}}]}", '{text: "ok"}')
     settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
     seen: asyncio.Queue = asyncio.Queue()
-    sub = await bus.nc.subscribe(bus.subjects.log("abort", "ToolInvocationStarted"), cb=seen.put)
+    sub = await bus.nc.subscribe(
+        bus.subjects.log_live("abort", "ToolInvocationStarted"), cb=seen.put
+    )
     async with running_services(settings, bus, tools=registry()):
         waiting = asyncio.create_task(send_and_wait(bus, message_command("abort", "x"), timeout=15))
         started = ToolInvocationStarted.model_validate_json(
@@ -445,7 +447,9 @@ async def test_an_approval_deadline_survives_a_restart_of_the_services(
         nats_server, tmp, script=script(tmp, *replies), security_mode="ask", answer_timeout_s=2
     )
     seen: asyncio.Queue = asyncio.Queue()
-    sub = await bus.nc.subscribe(bus.subjects.log("restart", "InteractionRequested"), cb=seen.put)
+    sub = await bus.nc.subscribe(
+        bus.subjects.log_live("restart", "InteractionRequested"), cb=seen.put
+    )
     async with running_services(settings, bus, tools=registry()):
         await publish_command(bus, "restart", message_command("restart", "x"))
         await asyncio.wait_for(seen.get(), 10)
@@ -526,7 +530,9 @@ async def test_a_graceful_interrupt_lets_the_running_tool_finish_and_summarises(
     )
     settings = settings_for(nats_server, tmp, script=script(tmp, *replies))
     seen: asyncio.Queue = asyncio.Queue()
-    sub = await bus.nc.subscribe(bus.subjects.log("wrap-up", "ToolInvocationStarted"), cb=seen.put)
+    sub = await bus.nc.subscribe(
+        bus.subjects.log_live("wrap-up", "ToolInvocationStarted"), cb=seen.put
+    )
     async with running_services(settings, bus, tools=registry()):
         turn = asyncio.create_task(send_and_wait(bus, message_command("wrap-up", "go"), timeout=15))
         await asyncio.wait_for(seen.get(), 10)

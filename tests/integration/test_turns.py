@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from tests.integration.conftest import events_of, running_services, settings_for
+from tests.integration.partitioned import log_partitions_1_and_4  # noqa: F401 (fixture)
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, publish_command, send_and_wait
@@ -116,7 +117,7 @@ async def test_invalid_input_is_rejected_specifically_and_the_service_keeps_runn
     logged = REJECTED_SESSION if kind == "bad_session_id" else session
     key = f"bad-{kind}"
     seen: asyncio.Queue = asyncio.Queue()
-    sub = await bus.nc.subscribe(bus.subjects.log(logged, "TurnEnded"), cb=seen.put)
+    sub = await bus.nc.subscribe(bus.subjects.log_live(logged, "TurnEnded"), cb=seen.put)
     try:
         await bus.js.publish(bus.subjects.inbound(session), payload, headers={"Nats-Msg-Id": key})
         # the terminal event comes after the rejection: once it is out, both are stored

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import bus, nats_server  # noqa: F401 (fixtures)
+from tests.integration.conftest import bus, log_partitions, nats_server  # noqa: F401 (fixtures)
 from turnstream.bus import Bus
 from turnstream.bus.embedded import free_port
 from turnstream.settings import McpHttpServer, McpStdioServer

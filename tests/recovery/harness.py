@@ -46,6 +46,7 @@ class Deployment:
             TURNSTREAM_SCRIPT=str(root / "script.yaml"),
             TURNSTREAM_SECURITY_MODE="auto",
             TURNSTREAM_CONFIG=str(root / "absent.yaml"),
+            TURNSTREAM_LOG_PARTITIONS=str(server.subjects.log_partitions),
             **FAST_LEASES,
         )
         self.env.update(env)
@@ -102,12 +103,21 @@ class Deployment:
 
 @asynccontextmanager
 async def deployment(
-    root: Path, script: str, *, services: tuple[str, ...] = SERVICES, **env: str
+    root: Path,
+    script: str,
+    *,
+    services: tuple[str, ...] = SERVICES,
+    log_partitions: int = 1,
+    **env: str,
 ) -> AsyncIterator[tuple[Deployment, Bus]]:
-    """Server and services up; on exit everything stopped and closed."""
-    server = EmbeddedServer(root / "nats", log_file=root / "nats-server.log").start()
+    """Server and services up (the log in `log_partitions` streams); on exit everything
+    stopped and closed."""
+    subjects = Subjects("ts", log_partitions)
+    server = EmbeddedServer(
+        root / "nats", log_file=root / "nats-server.log", subjects=subjects
+    ).start()
     try:
-        bus = await connect(server.url, Subjects("ts"), ensure=StreamLimits())
+        bus = await connect(server.url, subjects, ensure=StreamLimits())
         d = Deployment(root, server, script, **env)
         try:
             for name in services:
@@ -124,12 +134,19 @@ async def deployment(
 async def until_serving(bus: Bus, d: Deployment, timeout: float = 60) -> None:
     """Wait until every started service has bound its consumer (they start at their pace)."""
     durables = {
-        "gateway": ("TS_INBOUND", "gateway"),
-        "turn_runner": ("TS_LOG", "turn-runner"),
-        "approval": ("TS_LOG", "approval"),
-        "tool_executor": ("TS_LOG", "tool-executor"),
+        "gateway": ["gateway"],
+        "turn_runner": ["turn-runner"],
+        "approval": ["approval"],
+        "tool_executor": ["tool-executor"],
     }
-    wanted = {durables[n] for n in d.procs if n in durables}
+    log_streams = bus.subjects.log_streams
+    wanted = {
+        ("TS_INBOUND" if durable == "gateway" else stream, durable)
+        for n in d.procs
+        if n in durables
+        for durable in durables[n]
+        for stream in log_streams
+    }
     async with asyncio.timeout(timeout):
         for stream, durable in wanted:
             while True:
@@ -184,8 +201,12 @@ class Witness:
         async def on_msg(msg: Any) -> None:
             self.seen[msg.metadata.sequence.stream] = orjson.loads(msg.data)["id"]
 
-        self.sub = await self.bus.js.subscribe(
-            self.bus.subjects.log_session(self.session), ordered_consumer=True, cb=on_msg
+        subjects = self.bus.subjects
+        self.sub = await self.bus.js.subscribe(  # named: a partitioned log is many streams
+            subjects.log_session(self.session),
+            stream=subjects.log_stream_of(self.session),
+            ordered_consumer=True,
+            cb=on_msg,
         )
         return self
 

@@ -122,7 +122,9 @@ async def one_executor(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedServer, Bu
 async def started_one(bus: Bus, session: str, ms: int) -> None:
     """Request a call of `slow_read` sleeping `ms`, and wait until it has started."""
     started: asyncio.Queue[Any] = asyncio.Queue()
-    sub = await bus.nc.subscribe(bus.subjects.log(session, "ToolInvocationStarted"), cb=started.put)
+    sub = await bus.nc.subscribe(
+        bus.subjects.log_live(session, "ToolInvocationStarted"), cb=started.put
+    )
     await bus.store.append_facts([requested(session, "slow_read", ms=ms)])
     await asyncio.wait_for(started.get(), 10)
     await sub.unsubscribe()

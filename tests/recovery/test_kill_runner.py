@@ -38,7 +38,7 @@ async def test_a_killed_runner_restarts_and_the_turn_completes_once(
     kind, _, nth = kill_after.partition("#")
     async with deployment(tmp_path, SCRIPT) as (d, bus), Witness(bus, session) as witness:
         seen: asyncio.Queue[Any] = asyncio.Queue()
-        sub = await bus.nc.subscribe(bus.subjects.log(session, kind), cb=seen.put)
+        sub = await bus.nc.subscribe(bus.subjects.log_live(session, kind), cb=seen.put)
         await publish_command(bus, session, message_command(session, "write it down"))
         for _ in range(int(nth or 1)):
             await asyncio.wait_for(seen.get(), 60)

@@ -31,10 +31,14 @@ class SecureServer:
 
 
 @contextmanager
-def secure_server_in(store: Path, accounts: Path = secure.ACCOUNTS) -> Iterator[SecureServer]:
-    """A server loading `accounts` (the shipped file unless a test changes a right)."""
+def secure_server_in(
+    store: Path, accounts: Path = secure.ACCOUNTS, subjects: Subjects | None = None
+) -> Iterator[SecureServer]:
+    """A server loading `accounts` (the shipped file unless a test changes a right); for
+    a partitioned log (`subjects.log_partitions` > 1), that file derived for it
+    (`turnstream streams mapping --accounts`: the mappings, the rights per partition)."""
     passwords = secure.dev_secrets(store / "secrets.env")
-    server = secure.SecureServer(store / "js", None, passwords, accounts)
+    server = secure.SecureServer(store / "js", None, passwords, accounts, subjects)
     server.sync_always = True
     with server:
         yield SecureServer(server.port, passwords)
@@ -46,7 +50,7 @@ def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureSe
         yield server
 
 
-async def apply_as_operator(server: SecureServer) -> None:
+async def apply_as_operator(server: SecureServer, subjects: Subjects | None = None) -> None:
     """The setup step (`turnstream streams apply`) as the operator: streams and buckets."""
-    bus = await connect(server.url("operator"), Subjects("ts"), ensure=StreamLimits())
+    bus = await connect(server.url("operator"), subjects or Subjects("ts"), ensure=StreamLimits())
     await bus.close()

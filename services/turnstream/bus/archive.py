@@ -43,13 +43,15 @@ def archive_name(session_id: str) -> str:
 
 
 async def sessions_in_log(bus: Bus) -> dict[str, int]:
-    """Each session in the log and how many events it has there (no event read)."""
+    """Each session in the log (every partition) and how many events it has there (no
+    event read)."""
     subjects = bus.subjects
-    counts = await subject_counts(bus.nc, subjects.log_stream, subjects.log_all)
     sessions: dict[str, int] = {}
-    for subject, n in counts.items():
-        session_id = subjects.session_from_log(subject)
-        sessions[session_id] = sessions.get(session_id, 0) + n
+    for stream in subjects.log_streams:
+        counts = await subject_counts(bus.nc, stream, subjects.log_all)
+        for subject, n in counts.items():
+            session_id = subjects.session_from_log(subject)
+            sessions[session_id] = sessions.get(session_id, 0) + n
     return sessions
 
 
@@ -79,7 +81,9 @@ async def _last_time(bus: Bus, session_id: str) -> datetime | None:
     """When the session's last event in the log happened (None: it has none)."""
     subjects = bus.subjects
     try:
-        msg = await bus.js.get_last_msg(subjects.log_stream, subjects.log_session(session_id))
+        msg = await bus.js.get_last_msg(
+            subjects.log_stream_of(session_id), subjects.log_session(session_id)
+        )
     except NotFoundError:
         return None
     return decode(msg.data).time
@@ -93,7 +97,10 @@ async def _archive(bus: Bus, session_id: str, stored: list[StoredEvent]) -> None
     back = await _read(bus, session_id)
     if [(s.seq, s.event.id) for s in back] != [(s.seq, s.event.id) for s in everything]:
         raise RuntimeError(f"the archive of {session_id} does not read back; nothing purged")
-    await bus.js.purge_stream(bus.subjects.log_stream, subject=bus.subjects.log_session(session_id))
+    subjects = bus.subjects
+    await bus.js.purge_stream(
+        subjects.log_stream_of(session_id), subject=subjects.log_session(session_id)
+    )
 
 
 async def read_archived(bus: Bus, session_id: str) -> list[StoredEvent]:

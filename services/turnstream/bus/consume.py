@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from nats.errors import Error as NatsError
@@ -16,6 +16,7 @@ from nats.js.errors import NotFoundError
 
 from turnstream.bus.streams import dead_letter_subject
 from turnstream.core.events import decode
+from turnstream.core.subjects import Subjects
 
 log = logging.getLogger("turnstream.bus")
 BATCH = 256
@@ -184,6 +185,45 @@ async def durable_push(
         pending_msgs_limit=max_ack_pending + 1000,
         pending_bytes_limit=1024 * 1024 * 1024,
     )
+
+
+class Subscriptions(list[Any]):
+    """Subscriptions let go together (a consumer's on each log stream)."""
+
+    async def unsubscribe(self) -> None:
+        for sub in self:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+
+async def log_push(
+    js: Any,
+    subjects: Subjects,
+    durable: str,
+    kinds: Iterable[str],
+    on_msg: Callable[[Any], Awaitable[None]],
+    *,
+    ack_wait_s: float = 60,
+    partitions: Iterable[int] | None = None,
+) -> Subscriptions:
+    """`durable_push` of the event types `kinds` on the log: on `TS_LOG`, or on each
+    partition stream `TS_LOG_<k>` (the same durable name on each, delivering to
+    `<prefix>.deliver.<durable>.<k>`) of `partitions`, default all of them."""
+    filters = [subjects.log_kind(kind) for kind in kinds]
+    subs = Subscriptions()
+    try:
+        for k in range(subjects.log_partitions) if partitions is None else partitions:
+            stream = subjects.log_stream_at(k)
+            deliver = subjects.deliver(durable, k)
+            subs.append(
+                await durable_push(
+                    js, stream, durable, deliver, filters, on_msg, ack_wait_s=ack_wait_s
+                )
+            )
+    except BaseException:
+        await subs.unsubscribe()
+        raise
+    return subs
 
 
 async def define_durable(

@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from turnstream.bus.mapping import mappings_conf
+from turnstream.core.subjects import Subjects
+
 
 def server_binary() -> str:
     """Path of the nats-server binary installed next to this Python, else on PATH."""
@@ -58,8 +61,11 @@ class EmbeddedServer:
         *,
         sync_always: bool = False,
         log_file: Path | None = None,
+        subjects: Subjects | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
+        self.subjects = subjects or Subjects()
+        """Whose log: a partitioned one needs the account's subject mappings."""
         self.port = port or free_port()
         self.sync_always = sync_always
         self.log_file = log_file
@@ -73,12 +79,19 @@ class EmbeddedServer:
 
     def config(self) -> str:
         """The server's configuration file."""
+        return self.server_config() + self.account_config()
+
+    def server_config(self) -> str:
         sync = "always" if self.sync_always else "2m"
         return (
             f'listen: "127.0.0.1:{self.port}"\n'
             f'jetstream {{ store_dir: "{self.store_dir.resolve()}", sync_interval: {sync} }}\n'
             "max_payload: 8MB\n"
         )
+
+    def account_config(self) -> str:
+        """The global account's subject mappings (a partitioned log's; none for one)."""
+        return mappings_conf(self.subjects)
 
     def environment(self) -> dict[str, str]:
         """The server's environment: this process's, with `GOMAXPROCS=1` unless it is set.

@@ -39,13 +39,27 @@ def stream_seq(msg: Any) -> int:
     return int(msg.metadata.sequence.stream)
 
 
+def one_log_stream(subjects: Subjects, stream: str | None) -> str:
+    """`stream`, or the log's one stream. A partitioned log has no default: sequences are
+    per partition, and a question about the whole log asked of one partition would get a
+    wrong answer silently, so its reader names the partition (`Subjects.log_stream_of`)."""
+    if stream is not None:
+        return stream
+    if subjects.partitioned:
+        raise ValueError(
+            f"the log is {subjects.log_partitions} streams: name the one to read "
+            "(Subjects.log_stream_of(session) or .log_stream_at(k))"
+        )
+    return subjects.log_stream
+
+
 async def log_last_seq(
     js: Any, subjects: Subjects, subject: str | None = None, *, stream: str | None = None
 ) -> int:
-    """Sequence of the last event in the log (on `subject`, say a session's; in `stream`,
-    default `subjects.log_stream`); 0 for none."""
+    """Sequence of the last event in the log stream `stream` (on `subject`, say a
+    session's); 0 for none. `stream` may be left out when the log is one stream."""
     try:
-        msg = await js.get_last_msg(stream or subjects.log_stream, subject or subjects.log_all)
+        msg = await js.get_last_msg(one_log_stream(subjects, stream), subject or subjects.log_all)
     except NotFoundError:
         return 0
     return int(msg.seq)
@@ -60,12 +74,12 @@ async def scan_log(
     subject: str | None = None,
     stream: str | None = None,
 ) -> int:
-    """Hand every event after `after_seq` (on `subject`, default the whole log; in
-    `stream`, default `subjects.log_stream`), up to the last one now, to
-    `on_event(seq, subject, data)` in order; return the last sequence handed over
-    (`after_seq` when there was none)."""
+    """Hand every event of the log stream `stream` after `after_seq` (on `subject`,
+    default all of it), up to the last one now, to `on_event(seq, subject, data)` in order;
+    return the last sequence handed over (`after_seq` when there was none). `stream` may
+    be left out when the log is one stream."""
     subject = subject or subjects.log_all
-    stream = stream or subjects.log_stream
+    stream = one_log_stream(subjects, stream)
     last = await log_last_seq(js, subjects, subject, stream=stream)
     if last <= after_seq:
         return after_seq
@@ -265,13 +279,21 @@ OPENS_CLOSES = (
 (a turn, a workflow run, a child's result still to deliver)."""
 
 
-async def open_sessions(nc: Any, subjects: Subjects) -> set[str]:
+async def open_sessions(nc: Any, subjects: Subjects, stream: str | None = None) -> set[str]:
     """Sessions with a turn or a workflow run not ended, however old: counted per subject
-    by the server, no event read."""
+    by the server, no event read. In the log stream `stream` only, if given; else in every
+    one (a session's events are all in one partition)."""
+    found: set[str] = set()
+    for name in subjects.log_streams if stream is None else [stream]:
+        found |= await _open_in(nc, subjects, name)
+    return found
+
+
+async def _open_in(nc: Any, subjects: Subjects, stream: str) -> set[str]:
     found: set[str] = set()
     for opened, closed in OPENS_CLOSES:
-        starts = await subject_counts(nc, subjects.log_stream, subjects.log_kind(opened))
-        ends = await subject_counts(nc, subjects.log_stream, subjects.log_kind(closed))
+        starts = await subject_counts(nc, stream, subjects.log_kind(opened))
+        ends = await subject_counts(nc, stream, subjects.log_kind(closed))
         ended = {subjects.session_from_log(s): n for s, n in ends.items()}
         found |= {
             session

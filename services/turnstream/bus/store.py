@@ -152,7 +152,7 @@ class JetStreamEventStore:
         server that does not know them would store every message of a batch whose
         first was refused."""
         version = self.nc.connected_server_version
-        info = await self.js.stream_info(self.subjects.log_stream)
+        info = await self.js.stream_info(self.subjects.log_stream_at(0))
         self.batched = (version.major, version.minor) >= (2, 14) and bool(info.config.allow_batched)
         return self.batched
 
@@ -162,25 +162,45 @@ class JetStreamEventStore:
         return await self.appender.publish(items, APPEND_TIMEOUT_S)
 
     async def last_seq(self, session_id: str) -> int:
-        return await log_last_seq(self.js, self.subjects, self.subjects.log_session(session_id))
+        subjects = self.subjects
+        return await log_last_seq(
+            self.js,
+            subjects,
+            subjects.log_session(session_id),
+            stream=subjects.log_stream_of(session_id),
+        )
 
     async def read_session(
         self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
     ) -> list[StoredEvent]:
-        return await self._read(self.subjects.log_session(session_id), after_seq, known or {})
+        stream = self.subjects.log_stream_of(session_id)
+        return await self._read(
+            stream, self.subjects.log_session(session_id), after_seq, known or {}
+        )
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
-        return await self._read(self.subjects.log_all, after_seq, {})
+        """On a partitioned log: partition after partition, each in order (sequences are
+        per partition, so `after_seq` cannot be asked of all of them)."""
+        if self.subjects.partitioned and after_seq:
+            raise ValueError("read_all(after_seq=…) of a partitioned log: read a partition")
+        out: list[StoredEvent] = []
+        for stream in self.subjects.log_streams:
+            out += await self._read(stream, self.subjects.log_all, after_seq, {})
+        return out
 
     async def read_kind(self, event_type: str, *, since: datetime) -> list[StoredEvent]:
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_TIME,
-            opt_start_time=since.astimezone(UTC),
-        )
-        return await self._consume(self.subjects.log_kind(event_type), config)
+        """Partition after partition on a partitioned log."""
+        out: list[StoredEvent] = []
+        for stream in self.subjects.log_streams:
+            config = api.ConsumerConfig(
+                deliver_policy=api.DeliverPolicy.BY_START_TIME,
+                opt_start_time=since.astimezone(UTC),
+            )
+            out += await self._consume(stream, self.subjects.log_kind(event_type), config)
+        return out
 
     async def _read(
-        self, subject: str, after_seq: int, known: Mapping[int, Event]
+        self, stream: str, subject: str, after_seq: int, known: Mapping[int, Event]
     ) -> list[StoredEvent]:
         """From `after_seq + 1` up to the last event that exists now.
 
@@ -193,22 +213,29 @@ class JetStreamEventStore:
             event = known.get(seq)
             out.append(StoredEvent(seq, decode(data) if event is None else event))
 
+        async def scan() -> None:
+            await scan_log(
+                self.js, self.subjects, keep, after_seq=after_seq, subject=subject, stream=stream
+            )
+
         if subject == self.subjects.log_all:
-            await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
+            await scan()
             return out
         async with self._reads:
             try:
-                await self.direct.read(self.subjects.log_stream, subject, keep, after_seq=after_seq)
+                await self.direct.read(stream, subject, keep, after_seq=after_seq)
                 return out
             except (TimeoutError, DirectGetError) as exc:
                 # no answer in time, or an error status (say 503: a log without
                 # `allow_direct`): the slower way, which costs a consumer, still works
                 log.warning("direct read of %s failed (%r); reading with a consumer", subject, exc)
             out.clear()
-            await scan_log(self.js, self.subjects, keep, after_seq=after_seq, subject=subject)
+            await scan()
         return out
 
-    async def _consume(self, subject: str, config: api.ConsumerConfig) -> list[StoredEvent]:
+    async def _consume(
+        self, stream: str, subject: str, config: api.ConsumerConfig
+    ) -> list[StoredEvent]:
         """Read through an ordered push consumer until nothing is pending."""
         out: list[StoredEvent] = []
         done = asyncio.get_running_loop().create_future()
@@ -220,7 +247,7 @@ class JetStreamEventStore:
 
         sub = await self.js.subscribe(
             subject,
-            stream=self.subjects.log_stream,
+            stream=stream,
             cb=on_msg,
             ordered_consumer=True,
             config=config,

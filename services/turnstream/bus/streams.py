@@ -51,15 +51,7 @@ def stream_configs(subjects: Subjects, limits: StreamLimits) -> list[api.StreamC
             description="turnstream inbound commands (Nats-Msg-Id = idempotencyKey)",
             **common,
         ),
-        api.StreamConfig(
-            name=subjects.log_stream,
-            subjects=[subjects.log_all],
-            max_age=limits.log_max_age_days * DAY_S,
-            allow_direct=True,
-            allow_batched=True,  # a decision is appended as one fast-ingest batch
-            description="turnstream event log: <prefix>.log.<session>.<EventType>",
-            **common,
-        ),
+        *log_configs(subjects, limits, common),
         api.StreamConfig(
             name=dead_letter_stream(subjects.prefix),
             subjects=[f"{subjects.prefix}.dead.>"],
@@ -71,6 +63,44 @@ def stream_configs(subjects: Subjects, limits: StreamLimits) -> list[api.StreamC
             ),
             **common,
         ),
+    ]
+
+
+def log_configs(
+    subjects: Subjects, limits: StreamLimits, common: dict[str, Any]
+) -> list[api.StreamConfig]:
+    """The log: one stream, or one per partition (docs/scaling.md §2) taking the mapped
+    `<prefix>.log.<session>.<EventType>.<k>` and storing it as `<…>.<EventType>` again."""
+    settings: dict[str, Any] = {
+        "max_age": limits.log_max_age_days * DAY_S,
+        "allow_direct": True,
+        "allow_batched": True,  # a decision is appended as one fast-ingest batch
+        **common,
+    }
+    if not subjects.partitioned:
+        return [
+            api.StreamConfig(
+                name=subjects.log_stream,
+                subjects=[subjects.log_all],
+                description="turnstream event log: <prefix>.log.<session>.<EventType>",
+                **settings,
+            )
+        ]
+    n = subjects.log_partitions
+    return [
+        api.StreamConfig(
+            name=subjects.log_stream_at(k),
+            subjects=[subjects.log_partition_subjects(k)],
+            subject_transform=api.SubjectTransform(
+                src=subjects.log_partition_subjects(k), dest=subjects.log_stored
+            ),
+            description=(
+                f"turnstream event log, partition {k} of {n}: "
+                "<prefix>.log.<session>.<EventType> of the sessions it holds"
+            ),
+            **settings,
+        )
+        for k in range(n)
     ]
 
 
@@ -150,7 +180,7 @@ def checked_streams(subjects: Subjects) -> list[str]:
     service's own bucket is checked when it opens it)."""
     return [
         subjects.inbound_stream,
-        subjects.log_stream,
+        *subjects.log_streams,
         dead_letter_stream(subjects.prefix),
         *(f"KV_{bucket}" for bucket in shared_buckets(subjects)),
         f"OBJ_{subjects.blobs_bucket}",

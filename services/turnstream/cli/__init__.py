@@ -342,11 +342,20 @@ def streams(
         str,
         typer.Argument(
             help="show: print the stream definitions (ops/streams.json is this output); "
-            "apply: the setup step, create or update the streams and buckets (as operator)."
+            "apply: the setup step, create or update the streams and buckets (as operator); "
+            "mapping: the subject mappings a partitioned log (TURNSTREAM_LOG_PARTITIONS > 1) "
+            "needs in the account."
         ),
     ] = "show",
     replicas: Annotated[
         int | None, typer.Option(help="Stream replicas (apply: default TURNSTREAM_REPLICAS).")
+    ] = None,
+    accounts: Annotated[
+        Path | None,
+        typer.Option(
+            help="mapping: print this accounts file (ops/accounts.conf) derived for the "
+            "partitions instead: mappings in, every user's log rights per partition."
+        ),
     ] = None,
     nats_url: NatsUrl = None,
     data_dir: DataDir = None,
@@ -359,9 +368,14 @@ def streams(
     from turnstream.bus.streams import StreamLimits, describe
     from turnstream.runtime import apply_streams, stream_limits
 
-    if action not in ("show", "apply"):
-        err.print(f"[red]error:[/] {action!r}: use `streams show` or `streams apply`")
+    if action not in ("show", "apply", "mapping"):
+        err.print(f"[red]error:[/] {action!r}: use `streams show`, `apply` or `mapping`")
         raise typer.Exit(2)
+    if action == "mapping":
+        from turnstream.bus.mapping import mapping_text
+
+        sys.stdout.write(mapping_text(settings_of().subjects, accounts))
+        return
     if action == "apply":
         settings = settings_of(nats_url, data_dir, replicas=replicas)
         try:

@@ -8,6 +8,8 @@ import secrets
 from pathlib import Path
 
 from turnstream.bus.embedded import EmbeddedServer
+from turnstream.bus.mapping import partitioned_accounts
+from turnstream.core.subjects import Subjects
 
 USERS = {
     "gateway": "gateway",
@@ -56,15 +58,24 @@ class SecureServer(EmbeddedServer):
         port: int | None,
         passwords: dict[str, str],
         accounts: Path = ACCOUNTS,
+        subjects: Subjects | None = None,
     ) -> None:
-        super().__init__(store_dir, port, log_file=store_dir.parent / "nats-server.log")
+        super().__init__(
+            store_dir, port, log_file=store_dir.parent / "nats-server.log", subjects=subjects
+        )
         self.passwords = passwords
         self.accounts = accounts
 
     config_name = "nats-server-secure.conf"
 
-    def config(self) -> str:
-        return super().config() + f'include "{os.path.relpath(self.accounts, self.store_dir)}"\n'
+    def account_config(self) -> str:
+        """Include `accounts`; for a partitioned log, the file derived from it for N
+        partitions (`bus.mapping.partitioned_accounts`), written next to the store."""
+        accounts = self.accounts
+        if self.subjects.partitioned:
+            accounts = self.store_dir / f"accounts-{self.subjects.log_partitions}.conf"
+            accounts.write_text(partitioned_accounts(self.accounts.read_text(), self.subjects))
+        return f'include "{os.path.relpath(accounts, self.store_dir)}"\n'
 
     def environment(self) -> dict[str, str]:
         passwords = {password_variable(u): p for u, p in self.passwords.items()}

@@ -48,12 +48,15 @@ class Supervisor:
         self.passwords = passwords
         """Under --secure: each user's password (each service runs as its own user)."""
         self.services = [s for s in SERVICES if passwords is None or s in USERS]
+        if settings.log_partitions > 1:  # it reads one log stream until its per-partition
+            self.services.remove("audit")  # rewrite (issue 26 item 2): not started
 
     def env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
         env["TURNSTREAM_NATS_URL"] = self.url
         env["TURNSTREAM_DATA_DIR"] = str(self.settings.data_dir)
         env["TURNSTREAM_PROVIDER"] = self.settings.provider
+        env["TURNSTREAM_LOG_PARTITIONS"] = str(self.settings.log_partitions)
         if self.settings.script:
             env["TURNSTREAM_SCRIPT"] = str(self.settings.script)
         if self.passwords is not None:  # --secure: the service's own identity
@@ -173,7 +176,12 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
         if url is not None:
             raise ValueError("--secure runs the embedded server: drop --nats-url")
         passwords = dev_secrets(secrets_file)
-        server = SecureServer(settings.data_dir / "nats", stable_port(settings), passwords)
+        server = SecureServer(
+            settings.data_dir / "nats",
+            stable_port(settings),
+            passwords,
+            subjects=settings.subjects,
+        )
         server.start()
         url = server.url
         settings.url_file.write_text(url + "\n")
@@ -183,6 +191,7 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
             settings.data_dir / "nats",
             stable_port(settings),
             log_file=settings.data_dir / "nats-server.log",
+            subjects=settings.subjects,
         ).start()
         url = server.url
         settings.url_file.write_text(url + "\n")

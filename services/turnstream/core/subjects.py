@@ -141,7 +141,49 @@ class Subjects:
         return f"{self.prefix}.log.{session_id}.>"
 
     def log_kind(self, event_type: str) -> str:
+        """Every session's events of one kind as stored (a consumer's filter)."""
         return f"{self.prefix}.log.*.{event_type}"
+
+    def log_live(self, session_id: str, event_type: str) -> str:
+        """A session's events of one kind as a core subscriber sees them: the mapping of a
+        partitioned log adds the partition token (`ts.log.<s>.>` needs nothing added)."""
+        subject = self.log(session_id, event_type)
+        return f"{subject}.*" if self.partitioned else subject
+
+    def log_kind_live(self, event_type: str) -> str:
+        """Every session's events of one kind as a core subscriber sees them."""
+        return self.log_live("*", event_type)
+
+    def log_partition_subjects(self, k: int) -> str:
+        """What partition `k`'s stream takes: the mapped subjects ending in `k`."""
+        return f"{self.prefix}.log.*.*.{k}"
+
+    @property
+    def log_mappings(self) -> dict[str, str]:
+        """The account's subject mappings a partitioned log needs (none for one stream).
+
+        The first puts every event of a session in its partition. nats-server checks a
+        publish's rights on the subject after mapping, so a user allowed the mapped
+        `<prefix>.log.*.<Type>.*` could also publish to a partition directly, bypassing the
+        hash; the second maps any such publish onto `<prefix>.refused.…`, which no user
+        may publish to and no stream takes."""
+        if not self.partitioned:
+            return {}
+        p = self.prefix
+        return {
+            f"{p}.log.*.*": (
+                f"{p}.log.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}."
+                f"{{{{partition({self.log_partitions},1)}}}}"
+            ),
+            f"{p}.log.*.*.*": (
+                f"{p}.refused.log.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}.{{{{wildcard(3)}}}}"
+            ),
+        }
+
+    @property
+    def log_stored(self) -> str:
+        """The subject transform's destination: a partition stream stores today's subject."""
+        return f"{self.prefix}.log.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}"
 
     def session_from_log(self, subject: str) -> str:
         """The session token of a log subject `<prefix>.log.<session>.<EventType>`, also
@@ -166,9 +208,12 @@ class Subjects:
     def live_session(self, session_id: str) -> str:
         return f"{self.prefix}.live.{session_id}.*"
 
-    def deliver(self, consumer: str) -> str:
-        """Where a push consumer delivers (outside every stream's subjects)."""
-        return f"{self.prefix}.deliver.{consumer}"
+    def deliver(self, consumer: str, partition: int | None = None) -> str:
+        """Where a push consumer delivers (outside every stream's subjects); on a
+        partitioned log, the consumer `consumer` of partition `k`'s stream has its own
+        subject, so an instance that binds some partitions gets theirs only."""
+        base = f"{self.prefix}.deliver.{consumer}"
+        return f"{base}.{partition}" if self.partitioned and partition is not None else base
 
     def api(self, service: str, verb: str) -> str:
         return f"{self.prefix}.api.{service}.{verb}"

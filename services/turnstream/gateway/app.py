@@ -222,8 +222,10 @@ async def _was_requested(bus: Bus, answered: InteractionAnswered) -> bool:
             isinstance(event, InteractionRequested) and event.data.interaction_id == wanted
         )
 
-    subject = bus.subjects.log(answered.session_id, "InteractionRequested")
-    await scan_log(bus.js, bus.subjects, on_event, subject=subject)
+    subjects = bus.subjects
+    subject = subjects.log(answered.session_id, "InteractionRequested")
+    stream = subjects.log_stream_of(answered.session_id)
+    await scan_log(bus.js, subjects, on_event, subject=subject, stream=stream)
     return found
 
 
@@ -237,7 +239,8 @@ async def _session_agent(bus: Bus, session_id: str) -> str | None:
             found.append(event.data.agent)
 
     subject = bus.subjects.log(session_id, "SessionConfigured")
-    await scan_log(bus.js, bus.subjects, on_event, subject=subject)
+    stream = bus.subjects.log_stream_of(session_id)
+    await scan_log(bus.js, bus.subjects, on_event, subject=subject, stream=stream)
     return found[0] if found else None
 
 

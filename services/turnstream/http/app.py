@@ -131,7 +131,7 @@ async def readyz(ctx: Ctx) -> Response:
     if not bus.nc.is_connected:
         problems.append("not connected to NATS")
     else:
-        for stream in (bus.subjects.inbound_stream, bus.subjects.log_stream):
+        for stream in (bus.subjects.inbound_stream, *bus.subjects.log_streams):
             try:
                 await bus.js.stream_info(stream)
             except NotFoundError:

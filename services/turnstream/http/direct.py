@@ -44,10 +44,10 @@ class DirectGets:
         out: list[LogRecord] = []
 
         def add(seq: int, subject: str, data: bytes) -> None:
-            out.append(LogRecord(seq, subject[subject.rindex(".") + 1 :], data))
+            out.append(LogRecord(seq, subjects.type_from_log(subject), data))
 
         pending = await self.reads.batch(
-            subjects.log_stream,
+            subjects.log_stream_of(session_id),
             subjects.log(session_id, kind) if kind else subjects.log_session(session_id),
             add,
             after_seq=after,

@@ -33,6 +33,7 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from turnstream.bus import Bus
+from turnstream.bus.consume import Subscriptions
 from turnstream.bus.scan import stream_seq
 from turnstream.http.direct import DirectGets, LogRecord
 from turnstream.http.problems import Problem
@@ -144,50 +145,57 @@ class Hub:
                     503,
                     "not_ready",
                     "Not ready",
-                    f"stream {self.bus.subjects.log_stream} does not exist yet: the "
+                    f"stream {self.bus.subjects.log_stream_at(0)} does not exist yet: the "
                     "services create it when they start (turnstream up)",
                 ) from None
             if tokens and LIVE not in self._sources:
                 self._sources[LIVE] = await self._subscribe_live()
                 self._idle(LIVE)
 
-    async def _subscribe(self, kinds: Kinds) -> Any:
+    async def _subscribe(self, kinds: Kinds) -> Subscriptions:
+        """An ordered consumer of `kinds` on each log stream (one, or one a partition)."""
         subjects = self.bus.subjects
         if not self.log_replicas:
-            info = await self.bus.js.stream_info(subjects.log_stream)
+            info = await self.bus.js.stream_info(subjects.log_stream_at(0))
             self.log_replicas = int(info.config.num_replicas or 1)
-        prefix_len = len(subjects.prefix) + 5  # "<prefix>.log."
 
         async def on_log(msg: Any) -> None:
             subject: str = msg.subject
-            dot = subject.rindex(".")
-            feeds = self.feeds.get(subject[prefix_len:dot])
+            feeds = self.feeds.get(subjects.session_from_log(subject))
             if feeds:
-                item = LogRecord(stream_seq(msg), subject[dot + 1 :], msg.data)
+                item = LogRecord(stream_seq(msg), subjects.type_from_log(subject), msg.data)
                 for feed in list(feeds):
                     if feed.kinds == kinds:
                         feed.put(item)
 
-        if kinds is None:
-            config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW)
-        else:
-            config = api.ConsumerConfig(
-                deliver_policy=api.DeliverPolicy.NEW,
-                filter_subjects=sorted(subjects.log_kind(kind) for kind in kinds),
-            )
-        sub = await self.bus.js.subscribe(
-            subjects.log_all if kinds is None else None,
-            stream=subjects.log_stream,
-            cb=on_log,
-            ordered_consumer=True,
-            config=config,
-            pending_msgs_limit=1_000_000,
-            pending_bytes_limit=512 * 1024 * 1024,
-        )
-        # the consumer exists on the server from here on: every event appended after
+        subs = Subscriptions()
+        try:
+            for stream in subjects.log_streams:
+                if kinds is None:
+                    config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW)
+                else:
+                    config = api.ConsumerConfig(
+                        deliver_policy=api.DeliverPolicy.NEW,
+                        filter_subjects=sorted(subjects.log_kind(kind) for kind in kinds),
+                    )
+                subs.append(
+                    await self.bus.js.subscribe(
+                        subjects.log_all if kinds is None else None,
+                        stream=stream,
+                        cb=on_log,
+                        ordered_consumer=True,
+                        config=config,
+                        pending_msgs_limit=1_000_000,
+                        pending_bytes_limit=512 * 1024 * 1024,
+                    )
+                )
+        except BaseException:
+            await subs.unsubscribe()
+            raise
+        # the consumers exist on the server from here on: every event appended after
         # this point reaches the hub, which is what the replay/live seam relies on
         log.info("hub following %s", "every event" if kinds is None else sorted(kinds))
-        return sub
+        return subs
 
     async def _subscribe_live(self) -> Any:
         subjects = self.bus.subjects

@@ -77,7 +77,13 @@ async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator
         async for record in hub.direct.records(session_id, after=after, limit=limit):
             yield record
         return
-    target = await log_last_seq(bus.js, bus.subjects, bus.subjects.log_session(session_id))
+    subjects = bus.subjects
+    target = await log_last_seq(
+        bus.js,
+        subjects,
+        subjects.log_session(session_id),
+        stream=subjects.log_stream_of(session_id),
+    )
     deadline = time.monotonic() + CATCH_UP_S
     while after < target:
         page, more = await hub.direct.page(session_id, after=after, limit=limit)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import beat, durable_push
+from turnstream.bus.consume import beat, log_push
 from turnstream.bus.scan import stream_seq
 from turnstream.core.events import Event, decode
 from turnstream.runtime.memory import QuietTrim
@@ -294,14 +294,6 @@ async def serve_sessions(
         tasks.create_task(mailboxes.run(stop))
         await asyncio.sleep(0)  # the mailboxes take items from here on
         tasks.create_task(resume())
-        sub = await durable_push(
-            bus.js,
-            subjects.log_stream,
-            durable,
-            subjects.deliver(durable),
-            [subjects.log_kind(kind) for kind in kinds],
-            on_msg,
-            ack_wait_s=ACK_WAIT_S,
-        )
+        sub = await log_push(bus.js, subjects, durable, kinds, on_msg, ack_wait_s=ACK_WAIT_S)
         await stop.wait()
         await sub.unsubscribe()

@@ -20,7 +20,7 @@ from typing import Any
 from nats.js.errors import ObjectNotFoundError
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import InProgress, durable_push
+from turnstream.bus.consume import InProgress, log_push
 from turnstream.bus.kv import KvWrites
 from turnstream.core.events import (
     FailureClass,
@@ -96,7 +96,9 @@ class Executor:
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.kv = await self.bus.js.key_value(subjects.invocations_bucket)
         self.blobs = await self._object_store()
-        aborts = await self.bus.nc.subscribe(subjects.log_kind("TurnEnded"), cb=self._on_turn_end)
+        aborts = await self.bus.nc.subscribe(
+            subjects.log_kind_live("TurnEnded"), cb=self._on_turn_end
+        )
         log.info("tool-executor running %s in %s", self.registry.names(), self.workspace)
         try:
             async with asyncio.TaskGroup() as tasks:
@@ -110,12 +112,11 @@ class Executor:
                     else:
                         await msg.ack()
 
-                sub = await durable_push(
+                sub = await log_push(
                     self.bus.js,
-                    subjects.log_stream,
+                    subjects,
                     DURABLE,
-                    subjects.deliver(DURABLE),
-                    [subjects.log_kind("ToolInvocationRequested")],
+                    ["ToolInvocationRequested"],
                     on_msg,
                     ack_wait_s=ACK_WAIT_S,
                 )

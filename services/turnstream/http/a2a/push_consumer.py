@@ -12,6 +12,7 @@ A server that cannot move it (before 2.14) has the events fetched and acknowledg
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,44 @@ from nats.js.errors import NotFoundError
 
 log = logging.getLogger("turnstream.http.push")
 RESET_TIMEOUT_S = 5.0
+
+
+async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait up to `seconds`; True if `stop` was set meanwhile."""
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+async def bind_when_ready(
+    js: Any,
+    stream: str,
+    durable: str,
+    subjects: Sequence[str],
+    stop: asyncio.Event,
+    *,
+    ack_wait_s: float,
+    max_ack_pending: int,
+) -> Any:
+    """`bind`, once the log stream exists (the setup step creates it) and NATS answers;
+    None if `stop` came first."""
+    while not stop.is_set():
+        try:
+            return await bind(
+                js,
+                stream,
+                durable,
+                subjects,
+                ack_wait_s=ack_wait_s,
+                max_ack_pending=max_ack_pending,
+            )
+        except Exception as exc:
+            log.info("push delivery waits for the log (%s)", exc)
+            await stopped_within(stop, 1.0)
+    return None
 
 
 async def bind(

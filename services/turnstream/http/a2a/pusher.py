@@ -63,7 +63,7 @@ from turnstream.core.events import (
 from turnstream.core.ids import derived_id
 from turnstream.http.a2a.mapping import to_task
 from turnstream.http.a2a.push import PushEntry, PushStore, allowed_url, webhook_of
-from turnstream.http.a2a.push_consumer import bind, skip_to
+from turnstream.http.a2a.push_consumer import bind_when_ready, skip_to, stopped_within
 from turnstream.http.a2a.push_index import wanted
 from turnstream.http.a2a.push_watch import ConfigWatch
 from turnstream.http.a2a.store import TaskRecord
@@ -90,16 +90,6 @@ the timer keeping it in progress while it waits (the ack wait is short)."""
 
 class Stopped(Exception):
     """The process is stopping: the event is left unacknowledged for the next one."""
-
-
-async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
-    """Wait up to `seconds`; True if `stop` was set meanwhile."""
-    try:
-        async with asyncio.timeout(seconds):
-            await stop.wait()
-    except TimeoutError:
-        return False
-    return True
 
 
 async def _settle(acknowledgement: Any) -> None:
@@ -146,10 +136,12 @@ class Pusher:
         self._stop = asyncio.Event()
         self.watch = ConfigWatch(bus, store)
         self.bound = asyncio.Event()
-        """Set once the durable consumer is bound: from then on no event a config needs is
-        passed over (a consumer created new starts at the log's next event)."""
-        self._idle = True
-        """No task had a config at the last fetch (or none was made yet)."""
+        """Set once the durable consumer is bound (on every log stream): from then on no
+        event a config needs is passed over (a consumer created new starts at the log's
+        next event)."""
+        self._bound: set[str] = set()
+        self._idle: dict[str, bool] = {}
+        """By log stream: no task had a config at its last fetch (or none was made yet)."""
         self._queues: dict[str, collections.deque[Held]] = {}
         self._workers = asyncio.TaskGroup()
         self.ack_wait_s = 2 * settings.a2a_push_timeout_s + 1
@@ -168,61 +160,67 @@ class Pusher:
             self._workers.create_task(self.watch.follow(stop))
             while not stop.is_set() and not self.watch.live.is_set():
                 await stopped_within(stop, 0.1)
-            while not stop.is_set():
-                sub = await self._bind(stop)
-                if sub is None:
-                    return
-                self.bound.set()
-                self._idle = True  # bound again: a skip is considered before the first fetch
-                try:
-                    await fetch_loop(sub, stop, self._on_batch, batch=BATCH, ready=self._ready)
-                except Exception:  # NATS gone mid-call: bind again, the log still has it
-                    log.exception("push delivery stopped; binding again")
-                    await stopped_within(stop, 1.0)
+            async with asyncio.TaskGroup() as partitions:  # one stream, or one a partition
+                for stream in self.bus.subjects.log_streams:
+                    partitions.create_task(self._deliver(stream, stop))
 
-    async def _bind(self, stop: asyncio.Event) -> Any:
-        """The durable consumer, once the log exists (the setup step creates it) and NATS
-        answers; new events only (a webhook is sent what changes after it is set)."""
-        subjects = self.bus.subjects
-        filters = [subjects.log("*", kind) for kind in sorted(PUSHED_KINDS)]
+    async def _deliver(self, stream: str, stop: asyncio.Event) -> None:
+        """Fetch the log stream `stream`'s events for the tasks' workers until `stop`."""
+        self._idle[stream] = True
+
+        async def ready() -> None:
+            await self._ready(stream)
+
         while not stop.is_set():
+            filters = [self.bus.subjects.log("*", kind) for kind in sorted(PUSHED_KINDS)]
+            sub = await bind_when_ready(
+                self.bus.js,
+                stream,
+                DURABLE,
+                filters,
+                stop,
+                ack_wait_s=self.ack_wait_s,
+                max_ack_pending=MAX_IN_FLIGHT,
+            )
+            if sub is None:
+                return
+            self._bound.add(stream)
+            if self._bound.issuperset(self.bus.subjects.log_streams):
+                self.bound.set()
+            self._idle[stream] = True  # bound again: a skip is considered before a fetch
             try:
-                return await bind(
-                    self.bus.js,
-                    subjects.log_stream,
-                    DURABLE,
-                    filters,
-                    ack_wait_s=self.ack_wait_s,
-                    max_ack_pending=MAX_IN_FLIGHT,
-                )
-            except Exception as exc:
-                log.info("push delivery waits for the log (%s)", exc)
+                await fetch_loop(sub, stop, self._on_batch, batch=BATCH, ready=ready)
+            except Exception:  # NATS gone mid-call: bind again, the log still has it
+                log.exception("push delivery stopped; binding again")
                 await stopped_within(stop, 1.0)
-        return None
 
-    async def _ready(self) -> None:
+    async def _ready(self, stream: str) -> None:
         """Before a fetch: while no task has a config, wait for one (fetching nothing);
         when one comes, pass over what no config needs (`_skip`) first."""
-        if self.watch.index.tasks and not self._idle:
+        if self.watch.index.tasks and not self._idle[stream]:
             return
-        self._idle = True
+        self._idle[stream] = True
         await self.watch.configured(self._stop)
         if not self._stop.is_set():
-            await self._skip()
-            self._idle = False
+            await self._skip(stream)
+            self._idle[stream] = False
 
-    async def _skip(self) -> None:
-        """Move the consumer past the events no config needs: those appended before the
-        index was last trusted (any config not in it was written later) and folded into
-        the view of every task in it (each config's task was folded that far when it was
-        set, or since). Not trusted: nothing is passed over."""
-        log_stream = self.bus.subjects.log_stream
-        last = int((await self.bus.js.stream_info(log_stream)).state.last_seq)
+    async def _skip(self, stream: str) -> None:
+        """Move the consumer on `stream` past the events no config needs: those appended
+        before the index was last trusted (any config not in it was written later) and
+        folded into the view of every task in it of this stream (each config's task was
+        folded that far when it was set, or since). Not trusted: nothing is passed over."""
+        subjects = self.bus.subjects
+        last = int((await self.bus.js.stream_info(stream)).state.last_seq)
         if not await self.watch.trusted():
             return
         entries = await asyncio.gather(*(self.store.get(t) for t in self.watch.index.tasks))
-        views = [e.view.last_seq for e in entries if e is not None and e.configs]
-        await skip_to(self.bus.nc, self.bus.js, log_stream, DURABLE, min([last, *views]) + 1)
+        views = [
+            e.view.last_seq
+            for e in entries
+            if e is not None and e.configs and subjects.log_stream_of(e.view.session_id) == stream
+        ]
+        await skip_to(self.bus.nc, self.bus.js, stream, DURABLE, min([last, *views]) + 1)
 
     async def _on_batch(self, msgs: list[Any]) -> None:
         """Ack the events of tasks without configs (once the index is trusted for this
