@@ -13,8 +13,7 @@
               sessions' messages spread over the partitions
   deployment  every service as `turnstream up` runs it, on one machine, at N = 1 and N:
               bench/turns.py's K = 50 turns (`--turns`, `--script`): turns/s and CPU per
-              turn of each process. The audit is left out of both (it reads one log
-              stream until its per-partition rewrite; `turnstream up` leaves it out too)
+              turn of each process (the HTTP face left out, as in bench/compare.py)
 
 Run it on an idle machine for figures; `--seconds 1 --sessions 4 --turns 50 --skip-r3` is a
 smoke run.
@@ -111,7 +110,8 @@ async def ceilings(args: argparse.Namespace) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def deployment(root: Path, n: int, script_name: str) -> Iterator[tuple[str, dict[str, int]]]:
-    """Every service but the audit, as `turnstream up` starts them, the log in `n` streams."""
+    """Every service but the HTTP face, as `turnstream up` starts them, the log in `n`
+    streams."""
     stack.workspace(root, "auto")
     script = root / "script.yaml"
     script.write_text(SCRIPTS[script_name])
@@ -120,7 +120,7 @@ def deployment(root: Path, n: int, script_name: str) -> Iterator[tuple[str, dict
         asyncio.run(ensure(server.url, subjects))
         settings = Settings(data_dir=root, script=script, log_partitions=n)
         supervisor = Supervisor(server.url, settings, console)
-        supervisor.services = [s for s in supervisor.services if s not in ("audit", "http")]
+        supervisor.services = [s for s in supervisor.services if s != "http"]
         supervisor.start_all()
         try:
             time.sleep(stack.STARTUP_S)

@@ -60,10 +60,6 @@ async def http_app(settings: Settings, options: Options = FAST) -> AsyncIterator
 @contextlib.asynccontextmanager
 async def all_services(settings: Settings, bus: Bus) -> AsyncIterator[None]:
     stop = asyncio.Event()
-    if settings.log_partitions > 1:  # the audit reads one log stream until its rewrite
-        async with running_services(settings, bus):
-            yield
-        return
     async with running_services(settings, bus):
         task = asyncio.create_task(audit.serve(settings, stop))
         try:

@@ -48,8 +48,6 @@ class Supervisor:
         self.passwords = passwords
         """Under --secure: each user's password (each service runs as its own user)."""
         self.services = [s for s in SERVICES if passwords is None or s in USERS]
-        if settings.log_partitions > 1:  # it reads one log stream until its per-partition
-            self.services.remove("audit")  # rewrite (issue 26 item 2): not started
 
     def env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
