@@ -107,11 +107,12 @@ class Fleet:
     def by_pid(self, pid: int) -> str | None:
         return next((n for n, p in self.procs.items() if p.pid == pid), None)
 
-    def term(self, name: str, timeout: float = 30) -> int:
-        """SIGTERM: the instance drains and hands over; its exit code."""
+    async def term(self, name: str, timeout: float = 30) -> int:
+        """SIGTERM: the instance drains and hands over; its exit code. Waited for in a
+        thread: a blocked event loop would starve the caller's own connections."""
         proc = self.procs[name]
         proc.send_signal(signal.SIGTERM)
-        return proc.wait(timeout=timeout)
+        return await asyncio.to_thread(proc.wait, timeout)
 
     def kill(self, name: str) -> None:
         """SIGKILL: nothing handed over."""

@@ -5,9 +5,13 @@ wait for its `TurnEnded`, send the next, until told to stop; every `InteractionR
 stored in the log is approved as a client would. Both are read from the stream (ordered
 consumers), not from core subscriptions: a core subscriber sees a publish before the
 stream stored it, and an answer to a prompt not stored yet is rejected by the gateway
-(`unknown_interaction`), as it must be. `verify` reads the whole log back and names every
-turn lost or doubled, every side effect run twice, every audit violation and every
-session whose rebuilt state differs from the turn-runner's live one.
+(`unknown_interaction`), as it must be. A client that has heard nothing for `ASK_S` reads
+its session's last `TurnEnded` and `InteractionRequested` from the stream (an ordered
+consumer starved of CPU misses its heartbeats and is recreated; once one stalled for good).
+
+`verify` reads the whole log back and names every turn lost or doubled, every side effect
+run twice, every audit violation and every session whose rebuilt state differs from the
+turn-runner's live one.
 Used by `tests/cluster/test_elastic.py` and `bench/scale.py` part 2.
 """
 
@@ -34,6 +38,8 @@ from turnstream.core.session import SessionState, fold, state_from_json
 
 TURN_TIMEOUT_S = 120.0
 """How long one client waits for its turn's end before it counts it as not seen."""
+ASK_S = 3.0
+"""How long a client waits for a delivery before it asks the stream itself."""
 
 
 async def send_retrying(client: Bus, command: dict[str, Any]) -> int:
@@ -114,11 +120,37 @@ class Load:
             await send_retrying(self.client, message_command(session, "go", idempotency_key=key))
             self.accepted[key] = session
             try:
-                done = await asyncio.wait_for(waiter, TURN_TIMEOUT_S)
+                done = await self._wait(session, key, waiter)
                 self.latencies.append(done - started)
             except TimeoutError:
                 self.unseen.append(key)
             turn += 1
+
+    async def _wait(self, session: str, key: str, waiter: asyncio.Future[float]) -> float:
+        """The time the turn of `key` ended, asking the stream when deliveries are late."""
+        deadline = time.perf_counter() + TURN_TIMEOUT_S
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(waiter), ASK_S)
+            except TimeoutError:
+                if time.perf_counter() > deadline:
+                    raise
+            ended = await self._last_stored(session, "TurnEnded")
+            if ended is not None and ended["correlationId"] == key:
+                await self._end(key, time.perf_counter())
+            asked = await self._last_stored(session, "InteractionRequested")
+            if asked is not None:  # answered already: the answer's key deduplicates it
+                self._answers.put_nowait((session, asked["data"]["interactionId"]))
+
+    async def _last_stored(self, session: str, kind: str) -> dict[str, Any] | None:
+        subjects = self.reader.subjects
+        try:
+            msg = await self.reader.js.get_last_msg(
+                subjects.log_stream, subjects.log(session, kind)
+            )
+        except Exception:  # none, or no leader for a moment
+            return None
+        return orjson.loads(msg.data)  # type: ignore[no-any-return]
 
     async def _on_event(self, msg: Any) -> None:
         at = time.perf_counter()
@@ -131,8 +163,10 @@ class Load:
         self._answers.put_nowait((event["sessionId"], event["data"]["interactionId"]))
 
     async def _on_ended(self, msg: Any) -> None:
-        at = time.perf_counter()
-        waiter = self._waiters.pop(orjson.loads(msg.data)["correlationId"], None)
+        await self._end(orjson.loads(msg.data)["correlationId"], time.perf_counter())
+
+    async def _end(self, key: str, at: float) -> None:
+        waiter = self._waiters.pop(key, None)
         if waiter is not None and not waiter.done():
             waiter.set_result(at)
             async with self._progress:

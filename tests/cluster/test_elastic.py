@@ -159,7 +159,7 @@ async def scale(fleet: Fleet, operator: Bus, load: Load, tools: ToolsInFlight) -
 
     for service in SERVICES:  # down to one of each, the rest drained with SIGTERM
         name = fleet.alive(service)[0]
-        code = fleet.term(name)
+        code = await fleet.term(name)
         done.append(f"SIGTERM {name} (exit {code})")
     await then()
     assert all(len(fleet.alive(s)) == 1 for s in SERVICES), fleet.procs
