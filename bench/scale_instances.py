@@ -10,6 +10,7 @@ a text reply). One run, one cluster, the load never stops:
                 turns/s, p50 turn latency, CPU ms per turn of each service (all its
                 instances: `/proc`) and per instance (÷ n), the three nats-server nodes,
                 the bench's own process, the total
+                and how often a session moved to another runner (per turn)
   handover      down to 2 turn-runners; the one holding the most session leases is killed
                 with SIGKILL: the time from the kill to each of its sessions' next event
                 appended by a turn-runner (max, p50); then again, the killed runner started
@@ -80,10 +81,13 @@ async def measure(
     pids = {name: fleet.pid(name) for name in fleet.procs if fleet.procs[name].poll() is None}
     pids |= {f"nats{k}": node.pid for k, node in cluster.nodes.items()}
     pids["bench"] = os.getpid()
+    moves = RunnerMoves()
+    load.watchers.append(moves)
     before, ended, latencies = cpu_seconds(pids), load.ended, len(load.latencies)
     started = time.perf_counter()
     await asyncio.sleep(seconds)
     after, elapsed = cpu_seconds(pids), time.perf_counter() - started
+    load.watchers.remove(moves)
     turns = load.ended - ended
     ms = {name: (after[name] - before[name]) * 1000 / max(turns, 1) for name in pids}
     per_service: dict[str, float] = {}
@@ -102,7 +106,24 @@ async def measure(
         },
         "cpu_ms_per_turn_by_process": ms,
         "cpu_ms_per_turn_total": sum(ms.values()),
+        "runner_moves_per_turn": moves.moves / max(turns, 1),
     }
+
+
+class RunnerMoves:
+    """How often a session's events come from another turn-runner than its last ones (the
+    session moved: its new runner took the lease and reloaded it from the log)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, str] = {}
+        self.moves = 0
+
+    def __call__(self, session: str, kind: str, data: bytes, at: float) -> None:
+        source = orjson.loads(data)["source"]
+        if source.startswith("turn-runner/"):
+            if self.last.get(session, source) != source:
+                self.moves += 1
+            self.last[session] = source
 
 
 async def runner_leases(operator: Bus, sessions: list[str]) -> dict[str, list[str]]:
@@ -207,14 +228,13 @@ async def leader_kill(
     await load.until_ended(ended_after + len(load.sessions), timeout=120)
     cluster.start(node)
     stored = await stored_times(reader, max(1, before_seq - 2000))
-    before = [t for t in stored if t[0] <= before_seq][-1000:]
-    after = [t for t in stored if t[0] > before_seq]
-    spanning = [before[-1], *after] if before else after
+    before = [t for t in stored if t[1] <= killed_at][-1000:]
+    after = [t for t in stored if t[1] > killed_at]
     new = await operator.js.stream_info(SUBJECTS.log_stream)
     return {
         "killed": f"nats{node}",
         "new_leader": new.cluster.leader,
-        "longest_gap_after_kill_s": longest_gap(spanning),
+        "longest_gap_after_kill_s": longest_gap(before[-1:] + after),
         "first_append_after_kill_s": (after[0][1] - killed_at) if after else float("nan"),
         "longest_gap_before_kill_s": longest_gap(before),
         "appends_compared": len(before),
@@ -291,6 +311,7 @@ def report(result: dict[str, Any], console: Console) -> None:
     table = Table("R3, every service × n", *(f"n = {n}" for n in ns), title_justify="left")
     table.add_row("turns/s", *(f"{rows[n]['turns_per_s']:.1f}" for n in ns))
     table.add_row("turn p50, ms", *(f"{rows[n]['p50_ms']:.1f}" for n in ns))
+    table.add_row("runner moves/turn", *(f"{rows[n]['runner_moves_per_turn']:.2f}" for n in ns))
     for service in [*SERVICES, "audit", "nats-server", "bench"]:
         cells = []
         for n in ns:
