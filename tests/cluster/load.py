@@ -143,9 +143,9 @@ class Load:
                 self._answers.put_nowait((session, asked["data"]["interactionId"]))
 
     async def _last_stored(self, session: str, kind: str) -> dict[str, Any] | None:
-        subjects = self.reader.subjects
-        try:
-            msg = await self.reader.js.get_last_msg(
+        subjects = self.operator.subjects
+        try:  # as the operator: the audit's user may not get a message by subject
+            msg = await self.operator.js.get_last_msg(
                 subjects.log_stream, subjects.log(session, kind)
             )
         except Exception:  # none, or no leader for a moment
@@ -271,7 +271,15 @@ async def verify(
         "TurnEnded for no accepted command": sorted(set(ended_by_key) - set(accepted)),
         "side effects run more than once": {i: n for i, n in ran.items() if n > 1},
         "succeeded, not run exactly once": sorted(i for i in succeeded if ran[i] != 1),
-        "succeeded twice": {i: n for i, n in succeeded.items() if n > 1},
+        "invocations with more than one result": {
+            i: n
+            for i, n in Counter(
+                of("ToolInvocationSucceeded")
+                + of("ToolInvocationFailed")
+                + of("ToolInvocationCancelled")
+            ).items()
+            if n > 1
+        },
         "run but never started": sorted(set(ran) - started),
         "turns not completed": sorted(
             f"{e.session_id}/{e.correlation_id}: {e.data.status} {e.data.failure_class} "
@@ -280,6 +288,20 @@ async def verify(
             for e in ends
             if e.data.status != "completed"
         ),
+        "answers rejected (the prompt: when, by whom; the rejection: when, by whom)": [
+            f"{e.session_id} {e.data.reason}: "
+            + "; ".join(
+                f"{a.type} at {a.time:%H:%M:%S.%f} by {a.source}"
+                for a in by_session[e.session_id]
+                if a.id == e.id
+                or (
+                    a.type == "InteractionRequested"
+                    and f"answer-{a.data.interaction_id}" == e.correlation_id
+                )
+            )
+            for e in log
+            if e.type == "InputRejected" and (e.correlation_id or "").startswith("answer-")
+        ],
         "audit violations": [
             f"{e.session_id}: {e.data.kind}: {e.data.detail}"
             for e in log
