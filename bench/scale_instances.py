@@ -10,7 +10,9 @@ a text reply). One run, one cluster, the load never stops:
                 turns/s, p50 turn latency, CPU ms per turn of each service (all its
                 instances: `/proc`) and per instance (÷ n), the three nats-server nodes,
                 the bench's own process, the total
-                and how often a session moved to another runner (per turn)
+                and how often a session moved to another runner, and each service's
+                consumer deliveries per turn (redeliveries included: a fact naked by a
+                non-holder of the session's lease comes again)
   handover      down to 2 turn-runners; the one holding the most session leases is killed
                 with SIGKILL: the time from the kill to each of its sessions' next event
                 appended by a turn-runner (max, p50); then again, the killed runner started
@@ -73,8 +75,32 @@ async def grow(fleet: Fleet, n: int) -> None:
         await fleet.ready(name)
 
 
+CONSUMERS = {
+    "gateway": ("TS_INBOUND", "gateway"),
+    "turn_runner": ("TS_LOG", "turn-runner"),
+    "approval": ("TS_LOG", "approval"),
+    "tool_executor": ("TS_LOG", "tool-executor"),
+}
+
+
+async def deliveries(operator: Bus) -> dict[str, int]:
+    """Each service's durable consumer's deliveries so far, redeliveries included (a naked
+    fact comes again: the non-holder of a session's lease hands it back)."""
+    found = {}
+    for service, (stream, durable) in CONSUMERS.items():
+        info = await operator.js.consumer_info(stream, durable)
+        found[service] = info.delivered.consumer_seq
+    return found
+
+
 async def measure(
-    fleet: Fleet, cluster: Cluster, load: Load, n: int, seconds: float, warm: int
+    fleet: Fleet,
+    cluster: Cluster,
+    operator: Bus,
+    load: Load,
+    n: int,
+    seconds: float,
+    warm: int,
 ) -> dict[str, Any]:
     """`seconds` of the running load with `n` instances of each service."""
     await load.until_ended(load.ended + warm)
@@ -83,10 +109,12 @@ async def measure(
     pids["bench"] = os.getpid()
     moves = RunnerMoves()
     load.watchers.append(moves)
+    delivered = await deliveries(operator)
     before, ended, latencies = cpu_seconds(pids), load.ended, len(load.latencies)
     started = time.perf_counter()
     await asyncio.sleep(seconds)
     after, elapsed = cpu_seconds(pids), time.perf_counter() - started
+    delivered_after = await deliveries(operator)
     load.watchers.remove(moves)
     turns = load.ended - ended
     ms = {name: (after[name] - before[name]) * 1000 / max(turns, 1) for name in pids}
@@ -107,6 +135,9 @@ async def measure(
         "cpu_ms_per_turn_by_process": ms,
         "cpu_ms_per_turn_total": sum(ms.values()),
         "runner_moves_per_turn": moves.moves / max(turns, 1),
+        "deliveries_per_turn": {
+            s: (delivered_after[s] - delivered[s]) / max(turns, 1) for s in delivered
+        },
     }
 
 
@@ -271,7 +302,9 @@ async def instances(root: Path, args: Any, console: Console) -> dict[str, Any]:
             try:
                 for n in (1, 2, 3):
                     await grow(fleet, n)
-                    row = await measure(fleet, cluster, load, n, args.fleet_seconds, args.warm)
+                    row = await measure(
+                        fleet, cluster, operator, load, n, args.fleet_seconds, args.warm
+                    )
                     result["by_n"][str(n)] = row
                     console.print(
                         f"n = {n}: {row['turns_per_s']:.1f} turns/s, "
@@ -312,6 +345,11 @@ def report(result: dict[str, Any], console: Console) -> None:
     table.add_row("turns/s", *(f"{rows[n]['turns_per_s']:.1f}" for n in ns))
     table.add_row("turn p50, ms", *(f"{rows[n]['p50_ms']:.1f}" for n in ns))
     table.add_row("runner moves/turn", *(f"{rows[n]['runner_moves_per_turn']:.2f}" for n in ns))
+    for service in SERVICES:
+        table.add_row(
+            f"deliveries/turn: {service}",
+            *(f"{rows[n]['deliveries_per_turn'][service]:.2f}" for n in ns),
+        )
     for service in [*SERVICES, "audit", "nats-server", "bench"]:
         cells = []
         for n in ns:
