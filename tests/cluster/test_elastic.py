@@ -135,7 +135,9 @@ async def scale(fleet: Fleet, operator: Bus, load: Load, tools: ToolsInFlight) -
     # AUDIT x N: once the audit runs as N instances (branch `auditn`), add a second audit
     # instance here and remove the first, e.g.
     #     await fleet.ready(fleet.start("audit")); fleet.kill("audit-1"); await then()
-    # (`verify` below then reads the violations both appended.)
+    # (`verify` below then reads the violations both appended.) Two places may need the
+    # N-instance audit's names: `READY["audit"]` in fleet.py (what it logs once it serves)
+    # and the durable `audit_caught_up` in load.py waits on (`audit`).
 
     runner = await holding(fleet, operator, load.sessions, "turn_runner", "session.")
     assert runner is not None, "no turn-runner holds a session lease while turns run"
