@@ -1,6 +1,11 @@
-"""How far one log stream goes: `TS_LOG`'s ceiling on this machine, at R1 and R3.
+"""How far one log stream goes (part 1), and every service as 1, 2, 3 instances (part 2).
 
-    python bench/scale.py [--seconds 4] [--json bench/results/scale.json]
+    python bench/scale.py [--part 1|2|both] [--seconds 4] [--json bench/results/scale.json]
+    python bench/scale.py --part 2 --quick      # a smoke run of part 2 (< 2 min)
+
+Part 1 is `TS_LOG`'s ceiling on this machine, at R1 and R3; part 2 (`scale_instances.py`,
+described there) runs real service processes on the 3-node cluster as 1, 2 and 3 instances
+each, with handover and leader-kill figures and a correctness check.
 
 First one scripted one-tool turn runs through every service (as `turnstream up` runs
 them) and its log is read back: each event's type, payload and header sizes, which
@@ -49,6 +54,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for `tests.cluster`
 
+import scale_instances
 import stack
 from turns import SCRIPTS, TurnWatcher, cpu_seconds
 
@@ -315,13 +321,28 @@ def limits(target: Target) -> StreamLimits:
     return StreamLimits(replicas=target.replicas)  # what `turnstream streams apply` uses
 
 
-# Part 2 (issue 26 item 4, not built yet): 1, 2 and 3 instances of every service on the
-# 3-node cluster: turns/s, CPU per turn per instance, handover time when one dies. It goes
-# here as `async def instances(target, n, args)`, run by `main` on the R3 target only,
-# its figures under result["instances"][str(n)].
-
-
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load": os.getloadavg(),
+            "python": platform.python_version(),
+        },
+    }
+    if args.part in ("1", "both"):
+        result |= await part1(args)
+    if args.part in ("2", "both"):
+        with tempfile.TemporaryDirectory() as tmp:
+            result["instances"] = await scale_instances.instances(Path(tmp), args, console)
+        scale_instances.report(result["instances"], console)
+        console.print(
+            f"{args.fleet_sessions} sessions, {args.fleet_seconds:g} s per n; lease TTL "
+            f"{args.lease_ttl:g} s; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        )
+    return result
+
+
+async def part1(args: argparse.Namespace) -> dict[str, Any]:
     turn, shape = await record_turn()
     per_turn = shape["messages"]
     console.print(
@@ -329,15 +350,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         f"({', '.join(str(len(a.events)) for a in turn)}), payload mean "
         f"{shape['payload_bytes_mean']} B, headers mean {shape['header_bytes_mean']} B"
     )
-    result: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load": os.getloadavg(),
-            "python": platform.python_version(),
-        },
-        "turn": shape,
-        "ceiling": {},
-    }
+    result: dict[str, Any] = {"turn": shape, "ceiling": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for make in (r1, r3):
             async with make(Path(tmp)) as target:
@@ -380,7 +393,24 @@ if __name__ == "__main__":
     parser.add_argument("--instances", type=int, default=2, help="publishers per service")
     parser.add_argument("--sessions", type=int, default=64, help="sessions per publisher")
     parser.add_argument("--json", type=Path, default=Path("bench/results/scale.json"))
+    parser.add_argument("--part", choices=["1", "2", "both"], default="both")
+    parser.add_argument(
+        "--fleet-seconds", type=float, default=10.0, help="part 2: measured seconds per n"
+    )
+    parser.add_argument(
+        "--fleet-sessions", type=int, default=48, help="part 2: sessions, one client each"
+    )
+    parser.add_argument("--warm", type=int, default=100, help="part 2: turns before each n")
+    parser.add_argument(
+        "--lease-ttl", type=float, default=10.0, help="part 2: TURNSTREAM_LEASE_TTL_S"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny numbers: a smoke run, not figures"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.sessions = 1.0, 8
+        args.fleet_seconds, args.fleet_sessions, args.warm, args.lease_ttl = 3.0, 16, 16, 3.0
     out = asyncio.run(main(args))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))

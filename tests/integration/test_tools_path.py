@@ -599,6 +599,65 @@ async def test_a_claim_left_running_by_a_dead_executor(
     assert (await kv.get(invocation)).value == b"done"
 
 
+@pytest.mark.parametrize("tool", ["slow_write", "slow_read"])
+async def test_a_claim_left_running_after_the_result_was_appended(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path, tool: str
+) -> None:
+    """An executor that died between appending the result and marking the claim done: the
+    redelivered request finds the result in the log, marks the claim done and appends
+    nothing (no second result: a `Failed{interrupted}` after the `Succeeded`, or a rerun)."""
+    from turnstream.core.events import ToolInvocationRequestedData, ToolInvocationSucceededData
+
+    settings = settings_for(nats_server, tmp, script=script(tmp, '{text: "unused"}'))
+    invocation, session = f"inv-done-{tool}", f"done-{tool}"
+    kv = await bus.js.key_value(bus.subjects.invocations_bucket)
+    await kv.put(invocation, b"running")
+    envelope: dict[str, Any] = {
+        "time": datetime.now(UTC),
+        "session_id": session,
+        "chat_id": "c",
+        "turn_id": "t-done",
+        "trace_id": "tr",
+        "correlation_id": "k",
+    }
+    suffix = "c3" if tool == "slow_write" else "d4"
+    request = ToolInvocationRequested(
+        id=f"01a20000-0000-7000-8000-0000000001{suffix}",
+        source="turn-runner/test",
+        data=ToolInvocationRequestedData(
+            invocation_id=invocation,
+            call_id="call-1",
+            tool=tool,
+            args={"ms": 1},
+            read_only=tool == "slow_read",
+            idempotent=tool == "slow_read",
+            timeout_ms=5000,
+            iteration=1,
+        ),
+        **envelope,
+    )
+    succeeded = ToolInvocationSucceeded(
+        id=f"01a20000-0000-7000-8000-0000000002{suffix}",
+        source="tool-executor/died",
+        data=ToolInvocationSucceededData(
+            invocation_id=invocation, output="ran", size=3, duration_ms=1.0
+        ),
+        **envelope,
+    )
+    await bus.store.append_facts([succeeded])
+    async with running_services(settings, bus, tools=registry()):
+        await bus.store.append_facts([request])
+        for _ in range(100):
+            if (await kv.get(invocation)).value == b"done":
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # anything it would append after the claim is in by now
+    events = await events_of(bus, session)
+    assert (await kv.get(invocation)).value == b"done"
+    assert [e.type for e in events] == ["ToolInvocationSucceeded", "ToolInvocationRequested"]
+    assert not (tmp / "workspace" / f"{tool}.runs").exists()
+
+
 def T0_NOW():
     from datetime import UTC, datetime
 

@@ -209,9 +209,25 @@ async def _consume(
         await sub.unsubscribe()
 
 
+ANSWER_RECHECKS_S = (0.25, 0.5, 1.0)
+"""Pauses before an answer's interaction is looked for again, before the answer is rejected.
+On a cluster a client may have read the prompt from a replica that applied it before the
+one this read is answered by (seen under load at R3: an answer to a prompt stored 120 ms
+earlier rejected as unknown, its turn then waiting out the prompt's deadline)."""
+
+
 async def _was_requested(bus: Bus, answered: InteractionAnswered) -> bool:
     """Whether the answer's session asked the interaction it answers (its log holds the
-    InteractionRequested); an answer is rare, so one filtered read of the log is cheap."""
+    InteractionRequested), looked for again after each of `ANSWER_RECHECKS_S` while it is
+    not found; an answer is rare, so a few filtered reads of the log are cheap."""
+    for pause in (0.0, *ANSWER_RECHECKS_S):
+        await asyncio.sleep(pause)
+        if await _requested_now(bus, answered):
+            return True
+    return False
+
+
+async def _requested_now(bus: Bus, answered: InteractionAnswered) -> bool:
     wanted = answered.data.interaction_id
     found = False
 

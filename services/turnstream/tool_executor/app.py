@@ -3,8 +3,9 @@
 At most once per invocation id: the claim `invocation.<id>` is created in the KV bucket
 before the tool runs (create fails if it exists). A request redelivered after its result
 was appended finds the claim `done` and is only acked. A claim still `running` with no
-live task here means an executor died mid-run: an idempotent tool runs again, any other
-is failed with `interrupted, mayHaveRun: true`.
+live task here means an executor died mid-run: if the log has the invocation's result (it
+died between that append and marking the claim done) the claim is marked done; else an
+idempotent tool runs again, any other is failed with `interrupted, mayHaveRun: true`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 from nats.js.errors import ObjectNotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, log_push
 from turnstream.bus.kv import KvWrites
+from turnstream.bus.scan import scan_log
 from turnstream.core.events import (
     FailureClass,
     ToolInvocationFailed,
@@ -43,6 +46,8 @@ from turnstream.tools.mcp import McpTools
 log = logging.getLogger("turnstream.tool_executor")
 DURABLE = "tool-executor"
 RUNNING, DONE = b"running", b"done"
+RESULTS = ("ToolInvocationSucceeded", "ToolInvocationFailed", "ToolInvocationCancelled")
+"""The facts that end an invocation: one in the log means the call needs nothing more."""
 BLOB_TIMEOUT_S = 30.0
 RETRY_MAX_S = 5.0
 """Longest wait between retries of an append while the broker is away."""
@@ -190,6 +195,9 @@ class Executor:
         entry = await self.kv.get(invocation_id)
         if entry.value == DONE:
             return None
+        if await self._has_result(request):  # appended; died before the claim was marked
+            await self._done(invocation_id)
+            return None
         facts = Facts(request, self.source, attempt=2)
         if request.data.idempotent:
             log.warning("invocation %s was interrupted; running it again", invocation_id)
@@ -206,6 +214,19 @@ class Executor:
         )
         await self._done(invocation_id)
         return None
+
+    async def _has_result(self, request: ToolInvocationRequested) -> bool:
+        """Whether the log holds a result of the request's invocation."""
+        wanted, found = request.data.invocation_id, False
+
+        def on_event(_seq: int, _subject: str, data: bytes) -> None:
+            nonlocal found
+            found = found or orjson.loads(data)["data"].get("invocationId") == wanted
+
+        for kind in RESULTS:
+            subject = self.bus.subjects.log(request.session_id, kind)
+            await scan_log(self.bus.js, self.bus.subjects, on_event, subject=subject)
+        return found
 
     async def _run(self, facts: Facts) -> None:
         data = facts.request.data

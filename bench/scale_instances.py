@@ -1,0 +1,378 @@
+"""`bench/scale.py` part 2: 1, 2 and 3 instances of every service on the 3-node cluster.
+
+The fleet is `tests/cluster/fleet.py`'s (each service instance a real process as its own
+user of `ops/accounts.conf`, on the shipped R3 cluster config), the load
+`tests/cluster/load.py`'s (one client per session: a message, its TurnEnded, the next;
+the scripted one-tool turn: `count_run`, approved by the allowlist in the turn-runner, then
+a text reply). One run, one cluster, the load never stops:
+  n = 1, 2, 3   every one of gateway, turn-runner, approval and tool-executor grown to n
+                instances (the audit stays one), a warm-up, then `seconds` measured:
+                turns/s, p50 turn latency, CPU ms per turn of each service (all its
+                instances: `/proc`) and per instance (÷ n), the three nats-server nodes,
+                the bench's own process, the total
+                and how often a session moved to another runner, and each service's
+                consumer deliveries per turn (redeliveries included: a fact naked by a
+                non-holder of the session's lease comes again)
+  handover      down to 2 turn-runners; the one holding the most session leases is killed
+                with SIGKILL: the time from the kill to each of its sessions' next event
+                appended by a turn-runner (max, p50); then again, the killed runner started
+                at once under the same TURNSTREAM_RUNNER_ID (it takes its leases back)
+  leader kill   the TS_LOG leader's node killed with SIGKILL mid-load: the longest gap
+                between consecutive stored appends (server timestamps) after the kill,
+                against the longest in as many appends before it; the node is restarted
+  correctness   the whole log read back: every accepted command's turn ended exactly
+                once, each side effect at most once, no audit violation, replay equals the
+                live state (`tests/cluster/load.py:verify`)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from nats.js import api
+from rich.console import Console
+from rich.table import Table
+from turns import cpu_seconds
+
+from tests.cluster.conftest import Cluster, start_cluster
+from tests.cluster.fleet import SERVICES, USER, Fleet
+from tests.cluster.load import Load, audit_caught_up, verify, wait_quiet
+from turnstream.bus import Bus, connect
+from turnstream.bus.scan import log_last_seq
+from turnstream.bus.streams import StreamLimits
+from turnstream.core.subjects import Subjects, session_key
+
+SUBJECTS = Subjects("ts")
+SCRIPT = """
+replies:
+  - tool_calls: [{name: count_run, arguments: {file: runs.txt}}]
+  - text: "done after {last_tool_result:20}"
+"""
+ENV = {
+    "TURNSTREAM_SECURITY_MODE": "allowlist",
+    "TURNSTREAM_ALLOWLIST": '[{"tool": "count_run", "args": {"file": "runs.txt"}}]',
+}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def grow(fleet: Fleet, n: int) -> None:
+    """Every scaling service up to `n` live instances, each serving."""
+    started = [
+        fleet.start(service) for service in SERVICES for _ in range(n - len(fleet.alive(service)))
+    ]
+    for name in started:
+        await fleet.ready(name)
+
+
+CONSUMERS = {
+    "gateway": ("TS_INBOUND", "gateway"),
+    "turn_runner": ("TS_LOG", "turn-runner"),
+    "approval": ("TS_LOG", "approval"),
+    "tool_executor": ("TS_LOG", "tool-executor"),
+}
+
+
+async def deliveries(operator: Bus) -> dict[str, int]:
+    """Each service's durable consumer's deliveries so far, redeliveries included (a naked
+    fact comes again: the non-holder of a session's lease hands it back)."""
+    found = {}
+    for service, (stream, durable) in CONSUMERS.items():
+        info = await operator.js.consumer_info(stream, durable)
+        found[service] = info.delivered.consumer_seq
+    return found
+
+
+async def measure(
+    fleet: Fleet,
+    cluster: Cluster,
+    operator: Bus,
+    load: Load,
+    n: int,
+    seconds: float,
+    warm: int,
+) -> dict[str, Any]:
+    """`seconds` of the running load with `n` instances of each service."""
+    await load.until_ended(load.ended + warm)
+    pids = {name: fleet.pid(name) for name in fleet.procs if fleet.procs[name].poll() is None}
+    pids |= {f"nats{k}": node.pid for k, node in cluster.nodes.items()}
+    pids["bench"] = os.getpid()
+    moves = RunnerMoves()
+    load.watchers.append(moves)
+    delivered = await deliveries(operator)
+    before, ended, latencies = cpu_seconds(pids), load.ended, len(load.latencies)
+    started = time.perf_counter()
+    await asyncio.sleep(seconds)
+    after, elapsed = cpu_seconds(pids), time.perf_counter() - started
+    delivered_after = await deliveries(operator)
+    load.watchers.remove(moves)
+    turns = load.ended - ended
+    ms = {name: (after[name] - before[name]) * 1000 / max(turns, 1) for name in pids}
+    per_service: dict[str, float] = {}
+    for name, spent in ms.items():
+        group = name.rsplit("-", 1)[0] if "-" in name else name
+        group = "nats-server" if group.startswith("nats") else group
+        per_service[group] = per_service.get(group, 0.0) + spent
+    return {
+        "n": n,
+        "turns": turns,
+        "turns_per_s": turns / elapsed,
+        "p50_ms": pct(load.latencies[latencies:], 0.5) * 1000,
+        "cpu_ms_per_turn": per_service,
+        "cpu_ms_per_turn_per_instance": {
+            s: per_service[s] / len(fleet.alive(s)) for s in per_service if s in USER
+        },
+        "cpu_ms_per_turn_by_process": ms,
+        "cpu_ms_per_turn_total": sum(ms.values()),
+        "runner_moves_per_turn": moves.moves / max(turns, 1),
+        "deliveries_per_turn": {
+            s: (delivered_after[s] - delivered[s]) / max(turns, 1) for s in delivered
+        },
+    }
+
+
+class RunnerMoves:
+    """How often a session's events come from another turn-runner than its last ones (the
+    session moved: its new runner took the lease and reloaded it from the log)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, str] = {}
+        self.moves = 0
+
+    def __call__(self, session: str, kind: str, data: bytes, at: float) -> None:
+        source = orjson.loads(data)["source"]
+        if source.startswith("turn-runner/"):
+            if self.last.get(session, source) != source:
+                self.moves += 1
+            self.last[session] = source
+
+
+async def runner_leases(operator: Bus, sessions: list[str]) -> dict[str, list[str]]:
+    """Which turn-runner holds each session's lease: runner name → its sessions."""
+    kv = await operator.js.key_value(SUBJECTS.leases_bucket)
+    held: dict[str, list[str]] = {}
+    for session in sessions:
+        with contextlib.suppress(Exception):  # never taken, released or expired
+            entry = await kv.get(f"session.{session_key(session)}")
+            if entry.value:
+                held.setdefault(entry.value.decode(), []).append(session)
+    return held
+
+
+async def handover(
+    fleet: Fleet, operator: Bus, load: Load, *, restart: bool, timeout: float = 60
+) -> dict[str, Any]:
+    """Kill the runner holding the most sessions; each of them until a runner appends its
+    next event (restart: the same runner id started again at once)."""
+    await load.until_ended(load.ended + 2 * len(load.sessions))  # leases spread
+    held = await runner_leases(operator, load.sessions)
+    alive = fleet.alive("turn_runner")
+    victim = max(alive, key=lambda name: len(held.get(name, [])))
+    sessions = set(held.get(victim, []))
+    first: dict[str, float] = {}
+    resumed = asyncio.Event()
+
+    def watch(session: str, kind: str, data: bytes, at: float) -> None:
+        if session in sessions and session not in first and at > killed:
+            if orjson.loads(data)["source"].startswith("turn-runner/"):
+                first[session] = at - killed
+                if len(first) == len(sessions):
+                    resumed.set()
+
+    fleet.kill(victim)
+    killed = time.perf_counter()
+    load.watchers.append(watch)
+    if restart:
+        fleet.start("turn_runner", name=victim)
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(resumed.wait(), timeout)
+    finally:
+        load.watchers.remove(watch)
+    if restart:
+        await fleet.ready(victim)
+    times = sorted(first.values())
+    return {
+        "killed": victim,
+        "restarted": restart,
+        "sessions_held": len(sessions),
+        "sessions_resumed": len(times),
+        "max_s": times[-1] if times else float("nan"),
+        "p50_s": pct(times, 0.5),
+    }
+
+
+async def stored_times(reader: Bus, first_seq: int) -> list[tuple[int, float]]:
+    """Each stored event's sequence and server timestamp from `first_seq` to the end."""
+    last = await log_last_seq(reader.js, SUBJECTS)
+    found: list[tuple[int, float]] = []
+    done = asyncio.Event()
+
+    async def on_msg(msg: Any) -> None:
+        meta = msg.metadata
+        found.append((meta.sequence.stream, meta.timestamp.timestamp()))
+        if meta.sequence.stream >= last:
+            done.set()
+
+    sub = await reader.js.subscribe(
+        SUBJECTS.log_all,
+        stream=SUBJECTS.log_stream,
+        cb=on_msg,
+        ordered_consumer=True,
+        config=api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first_seq
+        ),
+    )
+    try:
+        await asyncio.wait_for(done.wait(), 60)
+    finally:
+        await sub.unsubscribe()
+    return found
+
+
+def longest_gap(times: list[tuple[int, float]]) -> float:
+    return max((b[1] - a[1] for a, b in itertools.pairwise(times)), default=0.0)
+
+
+async def leader_kill(
+    cluster: Cluster, operator: Bus, reader: Bus, load: Load, seconds: float
+) -> dict[str, Any]:
+    """The TS_LOG leader's node killed mid-load: the longest gap between stored appends."""
+    await load.until_ended(load.ended + len(load.sessions))
+    info = await operator.js.stream_info(SUBJECTS.log_stream)
+    node = int(info.cluster.leader.removeprefix("nats"))
+    before_seq = await log_last_seq(operator.js, SUBJECTS)
+    killed_at = time.time()
+    cluster.kill9(node)
+    await asyncio.sleep(seconds)
+    ended_after = load.ended
+    await load.until_ended(ended_after + len(load.sessions), timeout=120)
+    cluster.start(node)
+    stored = await stored_times(reader, max(1, before_seq - 2000))
+    before = [t for t in stored if t[1] <= killed_at][-1000:]
+    after = [t for t in stored if t[1] > killed_at]
+    new = await operator.js.stream_info(SUBJECTS.log_stream)
+    return {
+        "killed": f"nats{node}",
+        "new_leader": new.cluster.leader,
+        "longest_gap_after_kill_s": longest_gap(before[-1:] + after),
+        "first_append_after_kill_s": (after[0][1] - killed_at) if after else float("nan"),
+        "longest_gap_before_kill_s": longest_gap(before),
+        "appends_compared": len(before),
+    }
+
+
+async def instances(root: Path, args: Any, console: Console) -> dict[str, Any]:
+    """Part 2 on a cluster of its own under `root`."""
+    (root / "fleet").mkdir()
+    cluster = start_cluster(root / "fleet")
+    result: dict[str, Any] = {"by_n": {}}
+    fleet = Fleet(
+        cluster,
+        root / "fleet",
+        SCRIPT,
+        **ENV,
+        TURNSTREAM_LEASE_TTL_S=str(args.lease_ttl),
+        TURNSTREAM_LEASE_RENEW_S=str(args.lease_ttl / 3.5),
+    )
+    buses: list[Bus] = []
+    try:
+        ensure = StreamLimits(replicas=3)
+        await (await connect(cluster.url("operator"), SUBJECTS, ensure=ensure)).close()
+        for user in ("operator", "client", "audit"):
+            buses.append(await connect(cluster.url(user), SUBJECTS))
+        operator, client, reader = buses
+        fleet.start("audit")
+        await grow(fleet, 1)
+        await fleet.ready("audit-1")
+        load = Load(client, operator, reader, [f"b{i}" for i in range(args.fleet_sessions)])
+        stop = asyncio.Event()
+        async with asyncio.TaskGroup() as tasks:
+            running = tasks.create_task(load.run(stop))
+            try:
+                for n in (1, 2, 3):
+                    await grow(fleet, n)
+                    row = await measure(
+                        fleet, cluster, operator, load, n, args.fleet_seconds, args.warm
+                    )
+                    result["by_n"][str(n)] = row
+                    console.print(
+                        f"n = {n}: {row['turns_per_s']:.1f} turns/s, "
+                        f"{row['cpu_ms_per_turn_total']:.1f} ms CPU per turn"
+                    )
+                await fleet.term(fleet.alive("turn_runner")[-1])  # two runners
+                result["handover"] = [await handover(fleet, operator, load, restart=False)]
+                await fleet.ready(fleet.start("turn_runner"))  # two again
+                result["handover"].append(await handover(fleet, operator, load, restart=True))
+                result["leader_kill"] = await leader_kill(
+                    cluster, operator, reader, load, args.fleet_seconds
+                )
+            finally:
+                stop.set()
+            await running
+        last = await wait_quiet(operator)
+        await audit_caught_up(operator, last)
+        verdict = await verify(reader, operator, load.accepted, fleet.runs("runs.txt"))
+        result["correctness"] = {
+            "summary": verdict.summary(),
+            "accepted": len(load.accepted),
+            "turns_ended": verdict.turns,
+            "problems": verdict.problems,
+        }
+    finally:
+        fleet.stop_all()
+        for bus in buses:
+            with contextlib.suppress(Exception):
+                await bus.close()
+        cluster.stop()
+    return result
+
+
+def report(result: dict[str, Any], console: Console) -> None:
+    rows = result["by_n"]
+    ns = list(rows)
+    table = Table("R3, every service × n", *(f"n = {n}" for n in ns), title_justify="left")
+    table.add_row("turns/s", *(f"{rows[n]['turns_per_s']:.1f}" for n in ns))
+    table.add_row("turn p50, ms", *(f"{rows[n]['p50_ms']:.1f}" for n in ns))
+    table.add_row("runner moves/turn", *(f"{rows[n]['runner_moves_per_turn']:.2f}" for n in ns))
+    for service in SERVICES:
+        table.add_row(
+            f"deliveries/turn: {service}",
+            *(f"{rows[n]['deliveries_per_turn'][service]:.2f}" for n in ns),
+        )
+    for service in [*SERVICES, "audit", "nats-server", "bench"]:
+        cells = []
+        for n in ns:
+            total = rows[n]["cpu_ms_per_turn"].get(service, float("nan"))
+            each = rows[n]["cpu_ms_per_turn_per_instance"].get(service)
+            cells.append(f"{total:.2f}" + (f" ({each:.2f} each)" if each is not None else ""))
+        table.add_row(f"CPU ms/turn: {service}", *cells)
+    table.add_row("CPU ms/turn: total", *(f"{rows[n]['cpu_ms_per_turn_total']:.2f}" for n in ns))
+    console.print(table)
+    for h in result.get("handover", []):
+        how = "restarted under its id" if h["restarted"] else "not restarted"
+        console.print(
+            f"handover, {h['killed']} SIGKILLed, {how}: {h['sessions_resumed']} of "
+            f"{h['sessions_held']} sessions' next runner event after max {h['max_s']:.2f} s, "
+            f"p50 {h['p50_s']:.2f} s"
+        )
+    if k := result.get("leader_kill"):
+        console.print(
+            f"leader kill: {k['killed']} SIGKILLed (new leader {k['new_leader']}): longest gap "
+            f"between stored appends {k['longest_gap_after_kill_s']:.2f} s (first append "
+            f"{k['first_append_after_kill_s']:.2f} s after the kill); before it "
+            f"{k['longest_gap_before_kill_s']:.3f} s over {k['appends_compared']} appends"
+        )
+    if c := result.get("correctness"):
+        ok = "[green]holds[/]" if not c["problems"] else f"[red]FAILS[/] {c['problems']}"
+        console.print(f"correctness {ok}: {c['summary']}; {c['accepted']} accepted")
