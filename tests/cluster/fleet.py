@@ -21,7 +21,8 @@ from tests.cluster.conftest import Cluster
 
 ROOT = Path(__file__).parents[2]
 SERVICES = ("gateway", "turn_runner", "approval", "tool_executor")
-"""The services that scale by adding instances today (the audit is one)."""
+"""The services that scale by adding instances (the audit, whose instances share the
+log's partitions, is started and stopped apart)."""
 USER = {
     "gateway": "gateway",
     "turn_runner": "turn-runner",

@@ -3,10 +3,11 @@ service as its own user), instances of every service are added and removed while
 turns run in several dozen sessions: a 2nd and a 3rd gateway, turn-runner, approval and
 tool-executor are started; then some are stopped with SIGTERM and others killed with
 SIGKILL (a runner holding sessions, an executor in the middle of a tool call, an approval
-instance, a gateway), while the clients keep sending. Then every accepted command's turn
-has ended exactly once, each tool's side effect ran at most once (a succeeded one exactly
-once), the audit appended no violation, and each session's state rebuilt from the log
-equals the turn-runner's live one (`turnstream replay --verify`).
+instance, a gateway), while the clients keep sending; the audit's holder is stopped with
+SIGTERM, then its successor killed, each time a standby taking over. Then every accepted
+command's turn has ended exactly once, each tool's side effect ran at most once (a
+succeeded one exactly once), the audit appended no violation, and each session's state
+rebuilt from the log equals the turn-runner's live one (`turnstream replay --verify`).
 
 Every other turn of a session calls the tool on `asked.txt`, which the allowlist does not
 cover: an approval prompt, answered by the test as a client once the prompt is stored.
@@ -132,12 +133,19 @@ async def scale(fleet: Fleet, operator: Bus, load: Load, tools: ToolsInFlight) -
         done.append(f"started {', '.join(started)}")
         await then()
 
-    # AUDIT x N: once the audit runs as N instances (branch `auditn`), add a second audit
-    # instance here and remove the first, e.g.
-    #     await fleet.ready(fleet.start("audit")); fleet.kill("audit-1"); await then()
-    # (`verify` below then reads the violations both appended.) Two places may need the
-    # N-instance audit's names: `READY["audit"]` in fleet.py (what it logs once it serves)
-    # and the durable `audit_caught_up` in load.py waits on (`audit`).
+    # The log is one partition: one audit instance holds it, the others stand by. A
+    # SIGTERM hands it over at once; a SIGKILL leaves it to the lease's expiry. Each new
+    # holder logs "audit caught up" once it has taken the partition over (`fleet.ready`).
+    standby = fleet.start("audit")
+    code = await fleet.term("audit-1")
+    await fleet.ready(standby)
+    done.append(f"started {standby}, SIGTERM audit-1 (exit {code}): {standby} took over")
+    await then()
+    standby = fleet.start("audit")
+    fleet.kill("audit-2")
+    await fleet.ready(standby)
+    done.append(f"started {standby}, SIGKILL audit-2 (holding the log): {standby} took over")
+    await then()
 
     runner = await holding(fleet, operator, load.sessions, "turn_runner", "session.")
     assert runner is not None, "no turn-runner holds a session lease while turns run"
