@@ -160,3 +160,12 @@ async def test_a_hard_abort_reaches_the_executor_through_the_live_partition_subj
     await test_tools_path.test_a_hard_abort_cancels_the_turns_running_invocations(
         nats_server, bus, tmp
     )
+
+
+async def test_a_claim_left_running_finds_the_result_in_the_sessions_partition(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    """The executor's look for a result already appended reads the session's own stream."""
+    await test_tools_path.test_a_claim_left_running_after_the_result_was_appended(
+        nats_server, bus, tmp, "slow_write"
+    )

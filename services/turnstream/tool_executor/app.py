@@ -223,9 +223,11 @@ class Executor:
             nonlocal found
             found = found or orjson.loads(data)["data"].get("invocationId") == wanted
 
+        subjects = self.bus.subjects
+        stream = subjects.log_stream_of(request.session_id)
         for kind in RESULTS:
-            subject = self.bus.subjects.log(request.session_id, kind)
-            await scan_log(self.bus.js, self.bus.subjects, on_event, subject=subject)
+            subject = subjects.log(request.session_id, kind)
+            await scan_log(self.bus.js, subjects, on_event, subject=subject, stream=stream)
         return found
 
     async def _run(self, facts: Facts) -> None:
