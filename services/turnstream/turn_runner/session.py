@@ -140,7 +140,7 @@ class SessionActor:
         self.untime_turns()
         self.unwake()
         if isinstance(item, Delivered):
-            await item.msg.nak(delay=self.ctx.lease_retry_s)
+            await item.msg.nak(delay=self.ctx.leases.retry_s)
 
     async def step(self, item: Item) -> None:
         """Run `item` through the decider, and every hook answer after it, until quiet."""
