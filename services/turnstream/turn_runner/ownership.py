@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import log_push
+from turnstream.bus.consume import Subscriptions, log_push
 from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.bus.scan import open_sessions
 from turnstream.core.events import decode
@@ -200,26 +200,31 @@ class PartitionSessions:
             mailboxes.deliver(item.event.session_id, item)
 
         bus = served.bus
-        subs = await log_push(
-            bus.js,
-            bus.subjects,
-            served.durable,
-            served.kinds,
-            on_msg,
-            ack_wait_s=ACK_WAIT_S,
-            partitions=[k],
-        )
+        subs = Subscriptions()
         try:
+            subs = await log_push(
+                bus.js,
+                bus.subjects,
+                served.durable,
+                served.kinds,
+                on_msg,
+                ack_wait_s=ACK_WAIT_S,
+                partitions=[k],
+            )
             log.info("turn-runner %s acts for partition %d", self.owner, k)
             await wake_open(bus, served.wake, self.subjects.log_stream_at(k))
             await stop.wait()
+        except Exception:
+            # e.g. the server away while taking it: the worker ends, the partition is handed
+            # over and taken again (here or elsewhere) on a later round
+            log.exception("partition %d failed; handing it over", k)
         finally:
             await subs.unsubscribe()
             self.taken.pop(k, None)
             for session_id in list(mailboxes.boxes):
                 if self.subjects.partition_of(session_id) == k:
                     served.wake(session_id)  # ELSEWHERE now: it lets go, naks its facts
-            log.info("turn-runner %s let partition %d go (owned: %s)", self.owner, k, owns())
+            log.info("turn-runner %s let partition %d go (still held: %s)", self.owner, k, owns())
 
 
 async def _drain(mailboxes: Mailboxes[Item]) -> None:
