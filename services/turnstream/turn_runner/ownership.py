@@ -155,7 +155,8 @@ class PartitionSessions:
         return self.partitions.held
 
     def holds(self, session_id: str) -> bool:
-        return self.partitions.owns(self.subjects.partition_of(session_id))
+        k = self.subjects.partition_of(session_id)
+        return k in self.taken and self.partitions.owns(k)
 
     async def ensure(self, session_id: str) -> Ownership:
         k = self.subjects.partition_of(session_id)
