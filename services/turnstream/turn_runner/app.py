@@ -7,7 +7,6 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 import orjson
@@ -15,7 +14,6 @@ import orjson
 from turnstream.agents import load_all
 from turnstream.bus import Bus
 from turnstream.bus.leases import LeaseTable
-from turnstream.bus.scan import open_sessions
 from turnstream.context import ContextRegistry
 from turnstream.core.events import (
     Event,
@@ -40,13 +38,14 @@ from turnstream.runtime import (
     tool_infos,
     watch_hooks,
 )
-from turnstream.runtime.leasing import LeasePolicy, keep_leases
-from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
+from turnstream.runtime.leasing import LeasePolicy
+from turnstream.runtime.mailbox import Mailboxes
 from turnstream.runtime.manifest import watch_tools
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import snapshots
 from turnstream.turn_runner.context import ActorContext, Item
+from turnstream.turn_runner.ownership import Served, session_ownership, wake_open
 from turnstream.turn_runner.session import SessionActor
 
 log = logging.getLogger("turnstream.turn_runner")
@@ -107,6 +106,8 @@ class Runner:
             self.lease_policy.owner(self.source),
             ttl_s=self.lease_policy.ttl_s,
         )
+        """Per-session leases: used when the log is one stream (`ownership.py`)."""
+        self.ownership = session_ownership(bus, self.leases, self.lease_policy)
         self.mailboxes: Mailboxes[Item] = Mailboxes(
             lambda key: SessionActor(self.actor_context(), key)
         )
@@ -215,8 +216,7 @@ class Runner:
         """What a session actor may use of this runner (taken when the actor starts)."""
         return ActorContext(
             store=self.bus.store,
-            leases=self.leases,
-            lease_retry_s=self.lease_policy.retry_s,
+            leases=self.ownership,
             snapshots=self.snapshots,
             now=self.now,
             new_id=self.new_id,
@@ -296,7 +296,7 @@ class Runner:
         if isinstance(actor, SessionActor) and actor.loaded:
             # a state kept after the lease went (released when idle) is stale once another
             # runner acted for the session (it is reloaded before it is used again)
-            if self.leases.holds(session_id):
+            if self.ownership.holds(session_id):
                 return actor.state
             if actor.last_seq >= await self.bus.store.last_seq(session_id):
                 return actor.state
@@ -311,26 +311,13 @@ class Runner:
         )
         log.info(
             "turn-runner %s consuming %s with provider %s",
-            self.leases.owner,
+            self.ownership.owner,
             REACTS_TO,
             self.provider.name,
         )
+        served = Served(self.bus, self.mailboxes, DURABLE, REACTS_TO, self.has_open_work, self.wake)
         try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(
-                    keep_leases(self.leases, self.lease_policy, self.has_open_work, self.wake, stop)
-                )
-                tasks.create_task(
-                    serve_sessions(
-                        self.bus,
-                        self.mailboxes,
-                        DURABLE,
-                        REACTS_TO,
-                        Delivered.of,
-                        stop,
-                        partial(self._on_start, stop),
-                    )
-                )
+            await self.ownership.serve(served, stop)
         finally:
             await api_sub.unsubscribe()
 
@@ -338,24 +325,10 @@ class Runner:
         """Have the session's actor look at its session again (e.g. take over its lease)."""
         self.mailboxes.deliver(session_id, Tick())
 
-    async def _on_start(self, stop: asyncio.Event) -> None:
-        """Once sessions can be served: resume open turns, then take over the sessions of
-        runners that stop renewing their leases (died or paused) until `stop`."""
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self.leases.watch_expiries(self.wake, stop))
-            await self._resume_open_turns()
-
     async def _resume_open_turns(self) -> None:
         """After a crash: wake every session with a turn or a workflow run that has not
-        ended, however old (the deployment may have been down for long). Each reloads from
-        the log and continues from its last durable stage; a turn past its wall-time bound
-        ends then, so none is left open.
-        """
-        opened = await open_sessions(self.bus.nc, self.bus.subjects)
-        if opened:
-            log.info("resuming %d session(s) with an open turn", len(opened))
-        for session_id in opened:
-            self.wake(session_id)  # one still leased elsewhere is woken again when it expires
+        ended (on a partitioned log, each partition's as it is taken)."""
+        await wake_open(self.bus, self.wake)
 
     async def _answer_session(self, msg: Any) -> None:
         try:

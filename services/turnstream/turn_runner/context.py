@@ -7,9 +7,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from turnstream.bus.leases import LeaseTable
 from turnstream.bus.store import EventStore
 from turnstream.context import ContextRegistry
 from turnstream.core.events import Event, SessionConfiguredData
@@ -20,6 +19,9 @@ from turnstream.hooks import HookRegistry
 from turnstream.providers import Provider
 from turnstream.runtime.mailbox import Delivered
 
+if TYPE_CHECKING:
+    from turnstream.turn_runner.ownership import SessionOwnership
+
 Item = Delivered | Input
 """What a session's mailbox holds: delivered facts, and the inputs the actor posts itself
 (a model call's result, a streamed tool call, a timer's tick)."""
@@ -28,9 +30,8 @@ Item = Delivered | Input
 @dataclass(frozen=True, slots=True)
 class ActorContext:
     store: EventStore
-    leases: LeaseTable
-    lease_retry_s: float
-    """How long a fact for a session leased elsewhere waits before it is redelivered."""
+    leases: SessionOwnership
+    """Whether this runner acts for a session (`ownership.py`: its lease, or its partition)."""
     snapshots: Callable[[], Awaitable[Any]]
     """The snapshots bucket."""
     now: Callable[[], datetime]

@@ -116,7 +116,8 @@ class SessionActor:
             self.ctx.deliver_later(self.session_id, item, RETRY_S)
 
     async def handle(self, item: Item) -> None:
-        """Handle `item` if this runner holds the session's lease (taking it if it is free)."""
+        """Handle `item` if the session is this runner's (its lease, taken if it is free; or
+        its partition, `ownership.py`)."""
         match await self.ctx.leases.ensure(self.session_id):
             case Ownership.ELSEWHERE:
                 await self.let_go(item)
@@ -140,7 +141,7 @@ class SessionActor:
         self.untime_turns()
         self.unwake()
         if isinstance(item, Delivered):
-            await item.msg.nak(delay=self.ctx.lease_retry_s)
+            await item.msg.nak(delay=self.ctx.leases.retry_s)
 
     async def step(self, item: Item) -> None:
         """Run `item` through the decider, and every hook answer after it, until quiet."""

@@ -1,0 +1,243 @@
+"""Which turn-runner acts for a session, chosen in one place: `SessionOwnership`.
+
+    log of one stream (N = 1)    SessionLeases: a lease per session (`session.<key>`); every
+                                 runner consumes the one stream, a fact for a session
+                                 leased elsewhere is nak'd for `lease_retry_s` (a bounce)
+    partitioned log (N > 1)      PartitionSessions: a runner holds whole log partitions
+                                 (`turn-runner.part.<k>`, `runtime/partitions.py`), binds
+                                 the `turn-runner` consumer of those alone and acts for
+                                 their sessions; no per-session lease, no bounce
+
+With one partition, partition ownership would leave a single runner active: the
+per-session leases stay there. Either way the log fence (the append conditional on the
+session's last sequence) stops a stale holder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol
+
+from turnstream.bus import Bus
+from turnstream.bus.consume import Subscriptions, log_push
+from turnstream.bus.leases import LeaseTable, Ownership
+from turnstream.bus.scan import open_sessions
+from turnstream.core.events import decode
+from turnstream.runtime.leasing import LeasePolicy, keep_leases
+from turnstream.runtime.mailbox import ACK_WAIT_S, Delivered, Mailboxes, serve_sessions
+from turnstream.runtime.partitions import PartitionOwner
+from turnstream.turn_runner.context import Item
+
+log = logging.getLogger("turnstream.turn_runner")
+SERVICE = "turn-runner"
+"""The partition leases' service name: `turn-runner.part.<k>`, `turn-runner.member.<id>`."""
+KNOWN_SESSIONS = 100_000
+"""Sessions whose take-over generation is remembered (one forgotten is reloaded once)."""
+DRAIN_S = 1.0
+"""At a stop, how long the actors may take to hand back (nak) the facts they still hold."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """What an ownership serves: the runner's consumer, mailboxes and wake-ups."""
+
+    bus: Bus
+    mailboxes: Mailboxes[Item]
+    durable: str
+    kinds: Sequence[str]
+    open_work: Callable[[str], bool]
+    """Whether a session's actor has open work (its lease is kept)."""
+    wake: Callable[[str], None]
+    """Have a session's actor look at its session again (take it over, or let it go)."""
+
+
+class SessionOwnership(Protocol):
+    owner: str
+    """This runner's name in the leases it writes."""
+    retry_s: float
+    """How long a fact for a session owned elsewhere waits before it is redelivered."""
+
+    def holds(self, session_id: str) -> bool:
+        """Whether this runner acts for the session now (no round trip)."""
+        ...
+
+    async def ensure(self, session_id: str) -> Ownership:
+        """KEPT: ours, state current; NEW: ours now, reload; ELSEWHERE: not ours."""
+        ...
+
+    async def confirm(self, session_id: str) -> bool:
+        """Ask the bucket, not our clock, whether the session is still ours."""
+        ...
+
+    async def serve(self, served: Served, stop: asyncio.Event) -> None:
+        """Consume into the mailboxes and keep what is owned until `stop`; then hand over."""
+        ...
+
+
+async def wake_open(bus: Bus, wake: Callable[[str], None], stream: str | None = None) -> None:
+    """Wake every session with a turn or a workflow run not ended (in `stream` only, if
+    given), however old (the deployment may have been down for long): each reloads and
+    goes on from its last durable stage; a turn past its wall-time bound ends then."""
+    opened = await open_sessions(bus.nc, bus.subjects, stream)
+    if opened:
+        log.info("resuming %d session(s) with an open turn", len(opened))
+    for session_id in opened:
+        wake(session_id)
+
+
+class SessionLeases:
+    """One lease per session (`bus/leases.LeaseTable`): the log of one stream."""
+
+    def __init__(self, leases: LeaseTable, policy: LeasePolicy) -> None:
+        self.leases = leases
+        self.policy = policy
+        self.owner = leases.owner
+        self.retry_s = policy.retry_s
+
+    def holds(self, session_id: str) -> bool:
+        return self.leases.holds(session_id)
+
+    async def ensure(self, session_id: str) -> Ownership:
+        return await self.leases.ensure(session_id)
+
+    async def confirm(self, session_id: str) -> bool:
+        return await self.leases.confirm(session_id)
+
+    async def serve(self, served: Served, stop: asyncio.Event) -> None:
+        async def resume() -> None:
+            # one still leased elsewhere is woken again when its lease expires
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self.leases.watch_expiries(served.wake, stop))
+                await wake_open(served.bus, served.wake)
+
+        policy, open_work = self.policy, served.open_work
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(keep_leases(self.leases, policy, open_work, served.wake, stop))
+            tasks.create_task(
+                serve_sessions(
+                    served.bus,
+                    served.mailboxes,
+                    served.durable,
+                    served.kinds,
+                    Delivered.of,
+                    stop,
+                    resume,
+                )
+            )
+
+
+class PartitionSessions:
+    """Whole log partitions (`runtime/partitions.PartitionOwner`): the sessions of the
+    partitions held are acted for here, the others never reach this runner."""
+
+    retry_s = 0.0
+    """A fact of a partition let go is nak'd for its new holder to take at once."""
+
+    def __init__(self, bus: Bus, policy: LeasePolicy, owner: str) -> None:
+        self.subjects = bus.subjects
+        self.owner = owner
+        self.partitions = PartitionOwner(bus, SERVICE, policy, owner, self.subjects.log_partitions)
+        self.taken: dict[int, int] = {}
+        """The partitions served here now, each with the take it was (a generation)."""
+        self.takes = 0
+        self.seen: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        """Per session: the (partition, generation) its actor last acted under."""
+
+    @property
+    def held(self) -> list[int]:
+        """The partitions held now."""
+        return self.partitions.held
+
+    def holds(self, session_id: str) -> bool:
+        k = self.subjects.partition_of(session_id)
+        return k in self.taken and self.partitions.owns(k)
+
+    async def ensure(self, session_id: str) -> Ownership:
+        k = self.subjects.partition_of(session_id)
+        if not self.partitions.owns(k) or k not in self.taken:
+            self.seen.pop(session_id, None)
+            return Ownership.ELSEWHERE
+        now = (k, self.taken[k])
+        if self.seen.get(session_id) == now:
+            self.seen.move_to_end(session_id)
+            return Ownership.KEPT
+        self.seen[session_id] = now  # taken (again) since: another runner may have acted
+        if len(self.seen) > KNOWN_SESSIONS:
+            self.seen.popitem(last=False)
+        return Ownership.NEW
+
+    async def confirm(self, session_id: str) -> bool:
+        k = self.subjects.partition_of(session_id)
+        return k in self.taken and await self.partitions.parts.confirm(str(k))
+
+    async def serve(self, served: Served, stop: asyncio.Event) -> None:
+        actors_stop = asyncio.Event()  # the actors outlive the partitions: they nak what they hold
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(served.mailboxes.run(actors_stop))
+            await asyncio.sleep(0)  # the mailboxes take items from here on
+            try:
+                await self.partitions.run(partial(self._serve_partition, served), stop)
+            finally:
+                await _drain(served.mailboxes)
+                actors_stop.set()
+
+    async def _serve_partition(
+        self, served: Served, k: int, owns: Callable[[], bool], stop: asyncio.Event
+    ) -> None:
+        """Partition k's worker: its consumer bound here, its open sessions woken, until
+        `stop`; then unbound and its actors dropped (a fact they hold is nak'd)."""
+        self.takes += 1
+        self.taken[k] = self.takes
+        mailboxes = served.mailboxes
+
+        async def on_msg(msg: Any) -> None:
+            item = Delivered.of(msg, decode(msg.data))
+            mailboxes.deliver(item.event.session_id, item)
+
+        bus = served.bus
+        subs = Subscriptions()
+        try:
+            subs = await log_push(
+                bus.js,
+                bus.subjects,
+                served.durable,
+                served.kinds,
+                on_msg,
+                ack_wait_s=ACK_WAIT_S,
+                partitions=[k],
+            )
+            log.info("turn-runner %s acts for partition %d", self.owner, k)
+            await wake_open(bus, served.wake, self.subjects.log_stream_at(k))
+            await stop.wait()
+        except Exception:
+            # e.g. the server away while taking it: the worker ends, the partition is handed
+            # over and taken again (here or elsewhere) on a later round
+            log.exception("partition %d failed; handing it over", k)
+        finally:
+            await subs.unsubscribe()
+            self.taken.pop(k, None)
+            for session_id in list(mailboxes.boxes):
+                if self.subjects.partition_of(session_id) == k:
+                    served.wake(session_id)  # ELSEWHERE now: it lets go, naks its facts
+            log.info("turn-runner %s let partition %d go (still held: %s)", self.owner, k, owns())
+
+
+async def _drain(mailboxes: Mailboxes[Item]) -> None:
+    """Until the actors handed back the facts they held (or `DRAIN_S`)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_S):
+            while len(mailboxes.kept):  # noqa: ASYNC110 (the actors' state)
+                await asyncio.sleep(0.02)
+
+
+def session_ownership(bus: Bus, leases: LeaseTable, policy: LeasePolicy) -> SessionOwnership:
+    """Per-session leases on a log of one stream, partition ownership on a partitioned one."""
+    if bus.subjects.partitioned:
+        return PartitionSessions(bus, policy, leases.owner)
+    return SessionLeases(leases, policy)
