@@ -5,6 +5,7 @@ a stream's consumers."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -141,3 +142,39 @@ async def test_a_read_takes_the_events_it_is_given_as_they_are(bus: Bus) -> None
     assert [s.seq for s in again] == [s.seq for s in stored]
     assert again[1].event is given
     assert again[0].event == stored[0].event and again[2].event == stored[2].event
+
+
+class BehindReplica:
+    """Direct reads answered as a replica that has not applied the last `behind` appends
+    yet would answer them (R3: any replica answers a direct get)."""
+
+    def __init__(self, reads: DirectReads, behind: int) -> None:
+        self.reads, self.behind = reads, behind
+
+    async def read(
+        self,
+        stream: str,
+        subject: str,
+        on_msg: Callable[[int, str, bytes], None],
+        *,
+        after_seq: int = 0,
+    ) -> int:
+        got: list[tuple[int, str, bytes]] = []
+        await self.reads.read(stream, subject, lambda *m: got.append(m), after_seq=after_seq)
+        kept = got[: len(got) - self.behind]
+        for message in kept:
+            on_msg(*message)
+        return kept[-1][0] if kept else after_seq
+
+
+async def test_a_read_behind_a_known_fact_is_read_again_up_to_the_leaders_last(bus: Bus) -> None:
+    session = "direct-behind"
+    await bus.store.append_facts([ev(session), ev(session), ev(session)])
+    stored = await bus.store.read_session(session)
+    fact = stored[-1]
+    store = JetStreamEventStore(bus.nc, bus.js, bus.subjects)
+    store.direct = BehindReplica(store.direct, behind=1)  # type: ignore[assignment]
+    assert [s.seq for s in await store.read_session(session)] == [s.seq for s in stored[:2]]
+    covered = await store.read_session(session, known={fact.seq: fact.event})
+    assert [s.seq for s in covered] == [s.seq for s in stored]
+    assert covered[-1].event is fact.event

@@ -121,7 +121,7 @@ class ApprovalActor:
             # unread): read the session again
             self.loaded = approval.knows(self.state, item.event.data.invocation_id)
         if not self.loaded:
-            await self.reload()
+            await self.reload(item)
         # one round: an approval decision's one effect (its deadline's timer) has no
         # answer. The timer is set before the ack now: the message is still acked only once
         # the decision is in the log, and a wake-up it brings waits in the inbox until this
@@ -130,9 +130,11 @@ class ApprovalActor:
         if isinstance(item, Delivered):
             await item.msg.ack()
 
-    async def reload(self) -> None:
-        """The session's prompts rebuilt from the log (the truth)."""
-        stored = await self.service.bus.store.read_session(self.session_id)
+    async def reload(self, item: Item | None = None) -> None:
+        """The session's prompts rebuilt from the log (the truth), read at least up to the
+        delivered fact `item` (a replica answering the read may not have it yet)."""
+        known = {item.seq: item.event} if isinstance(item, Delivered) else None
+        stored = await self.service.bus.store.read_session(self.session_id, known=known)
         self.state = approval.fold(ApprovalState(self.session_id), [s.event for s in stored])
         self.loaded = True
 
@@ -155,7 +157,7 @@ class ApprovalActor:
                 case Ownership.ELSEWHERE:
                     raise LeaseLost(self.session_id)
                 case Ownership.NEW:
-                    await self.reload()
+                    await self.reload(item)
                 case Ownership.KEPT:
                     pass
                 case _:

@@ -75,7 +75,8 @@ class EventStore(Protocol):
         self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
     ) -> list[StoredEvent]:
         """The session's events after `after_seq`, in order. `known`: events the caller has
-        decoded already, by sequence (a delivered fact), taken as they are."""
+        decoded already, by sequence (a delivered fact), taken as they are; the read goes
+        at least up to the last of them."""
         ...
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
@@ -223,14 +224,18 @@ class JetStreamEventStore:
             return out
         async with self._reads:
             try:
-                await self.direct.read(stream, subject, keep, after_seq=after_seq)
-                return out
+                last = await self.direct.read(stream, subject, keep, after_seq=after_seq)
+                if last >= max(known, default=0):
+                    return out
+                # a direct get may be answered by a replica that has not applied the
+                # latest appends yet (R3): the read missed a fact the caller holds
+                log.info("direct read of %s ended at %d, behind a known fact", subject, last)
             except (TimeoutError, DirectGetError) as exc:
                 # no answer in time, or an error status (say 503: a log without
                 # `allow_direct`): the slower way, which costs a consumer, still works
                 log.warning("direct read of %s failed (%r); reading with a consumer", subject, exc)
             out.clear()
-            await scan()
+            await scan()  # up to the leader's last sequence
         return out
 
     async def _consume(
