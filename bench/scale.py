@@ -2,6 +2,7 @@
 
     python bench/scale.py [--part 1|2|both] [--seconds 4] [--json bench/results/scale.json]
     python bench/scale.py --part 2 --quick      # a smoke run of part 2 (< 2 min)
+    python bench/scale.py --part 2 --log-partitions 1,4   # part 2 at N = 1 and N = 4
 
 Part 1 is `TS_LOG`'s ceiling on this machine, at R1 and R3; part 2 (`scale_instances.py`,
 described there) runs real service processes on the 3-node cluster as 1, 2 and 3 instances
@@ -332,8 +333,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.part in ("1", "both"):
         result |= await part1(args)
     if args.part in ("2", "both"):
-        with tempfile.TemporaryDirectory() as tmp:
-            result["instances"] = await scale_instances.instances(Path(tmp), args, console)
+        result["instances"] = {}  # by log partitions, one cluster each
+        for count in args.log_partitions:
+            with tempfile.TemporaryDirectory() as tmp:
+                result["instances"][str(count)] = await scale_instances.instances(
+                    Path(tmp) / f"p{count}", args, console, count
+                )
         scale_instances.report(result["instances"], console)
         console.print(
             f"{args.fleet_sessions} sessions, {args.fleet_seconds:g} s per n; lease TTL "
@@ -403,6 +408,12 @@ if __name__ == "__main__":
     parser.add_argument("--warm", type=int, default=100, help="part 2: turns before each n")
     parser.add_argument(
         "--lease-ttl", type=float, default=10.0, help="part 2: TURNSTREAM_LEASE_TTL_S"
+    )
+    parser.add_argument(
+        "--log-partitions",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1],
+        help="part 2: TURNSTREAM_LOG_PARTITIONS, or several side by side (1,4)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="tiny numbers: a smoke run, not figures"

@@ -1,5 +1,10 @@
 """`bench/scale.py` part 2: 1, 2 and 3 instances of every service on the 3-node cluster.
 
+Run once per count of log partitions asked for (`--log-partitions 1,4`: one cluster each,
+one after the other, printed side by side): the cluster gets the subject mapping and the
+derived accounts file for N partitions, every service TURNSTREAM_LOG_PARTITIONS=N, and
+every read of the log names its partition's stream (`TS_LOG`, or `TS_LOG_0..N-1`).
+
 The fleet is `tests/cluster/fleet.py`'s (each service instance a real process as its own
 user of `ops/accounts.conf`, on the shipped R3 cluster config), the load
 `tests/cluster/load.py`'s (one client per session: a message, its TurnEnded, the next;
@@ -13,13 +18,18 @@ a text reply). One run, one cluster, the load never stops:
                 and how often a session moved to another runner, and each service's
                 consumer deliveries per turn (redeliveries included: a fact naked by a
                 non-holder of the session's lease comes again)
-  handover      down to 2 turn-runners; the one holding the most session leases is killed
-                with SIGKILL: the time from the kill to each of its sessions' next event
-                appended by a turn-runner (max, p50); then again, the killed runner started
-                at once under the same TURNSTREAM_RUNNER_ID (it takes its leases back)
-  leader kill   the TS_LOG leader's node killed with SIGKILL mid-load: the longest gap
-                between consecutive stored appends (server timestamps) after the kill,
-                against the longest in as many appends before it; the node is restarted
+                (over every partition's durable)
+  handover      down to 2 turn-runners; the one holding the most sessions is killed with
+                SIGKILL (held: a `session.<key>` lease each, or, for a runner that owns
+                partitions, a `turn-runner.part.<k>` lease: that partition's sessions):
+                the time from the kill to each of its sessions' next event appended by a
+                turn-runner (max, p50); then again, the killed runner started at once
+                under the same TURNSTREAM_RUNNER_ID (it takes its leases back)
+  leader kill   the leader's node of the busiest partition's stream (the most sessions;
+                `TS_LOG` itself at N = 1) killed with SIGKILL mid-load: the longest gap
+                between consecutive stored appends of that stream (server timestamps)
+                after the kill, against the longest in as many appends before it; the
+                node is restarted
   correctness   the whole log read back: every accepted command's turn ended exactly
                 once, each side effect at most once, no audit violation, replay equals the
                 live state (`tests/cluster/load.py:verify`)
@@ -32,6 +42,7 @@ import contextlib
 import itertools
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +60,10 @@ from turnstream.bus.scan import log_last_seq
 from turnstream.bus.streams import StreamLimits
 from turnstream.core.subjects import Subjects, session_key
 
-SUBJECTS = Subjects("ts")
+PREFIX = "ts"
+RUNNER_SERVICE = "turn-runner"
+"""The service name in a runner's partition leases (`<service>.part.<k>`,
+`runtime/partitions.py`)."""
 SCRIPT = """
 replies:
   - tool_calls: [{name: count_run, arguments: {file: runs.txt}}]
@@ -76,20 +90,26 @@ async def grow(fleet: Fleet, n: int) -> None:
 
 
 CONSUMERS = {
-    "gateway": ("TS_INBOUND", "gateway"),
-    "turn_runner": ("TS_LOG", "turn-runner"),
-    "approval": ("TS_LOG", "approval"),
-    "tool_executor": ("TS_LOG", "tool-executor"),
+    "gateway": "gateway",
+    "turn_runner": "turn-runner",
+    "approval": "approval",
+    "tool_executor": "tool-executor",
 }
+"""Each service's durable: on the inbound stream (the gateway) or on every log stream."""
 
 
 async def deliveries(operator: Bus) -> dict[str, int]:
-    """Each service's durable consumer's deliveries so far, redeliveries included (a naked
-    fact comes again: the non-holder of a session's lease hands it back)."""
+    """Each service's durable consumers' deliveries so far, redeliveries included (a naked
+    fact comes again: the non-holder of a session's lease hands it back), summed over the
+    log's partitions (the same durable name on each partition's stream)."""
+    subjects = operator.subjects
     found = {}
-    for service, (stream, durable) in CONSUMERS.items():
-        info = await operator.js.consumer_info(stream, durable)
-        found[service] = info.delivered.consumer_seq
+    for service, durable in CONSUMERS.items():
+        streams = [subjects.inbound_stream] if service == "gateway" else subjects.log_streams
+        found[service] = 0
+        for stream in streams:
+            info = await operator.js.consumer_info(stream, durable)
+            found[service] += info.delivered.consumer_seq
     return found
 
 
@@ -157,16 +177,45 @@ class RunnerMoves:
             self.last[session] = source
 
 
-async def runner_leases(operator: Bus, sessions: list[str]) -> dict[str, list[str]]:
-    """Which turn-runner holds each session's lease: runner name → its sessions."""
-    kv = await operator.js.key_value(SUBJECTS.leases_bucket)
+async def lease_value(kv: Any, key: str) -> str | None:
+    """The owner written under `key` in the leases bucket (None: never taken, released or
+    expired); read key by key (the operator may not list the bucket's keys)."""
+    try:
+        entry = await kv.get(key)
+    except Exception:
+        return None
+    return entry.value.decode() if entry.value else None
+
+
+async def runner_leases(operator: Bus, sessions: list[str]) -> tuple[str, dict[str, list[str]]]:
+    """Which turn-runner holds each session: how it was found (`partition` leases,
+    `<service>.part.<k>`, when a runner owns partitions; else per-`session` leases, or
+    `none`) and lease owner → its sessions."""
+    subjects = operator.subjects
+    kv = await operator.js.key_value(subjects.leases_bucket)
     held: dict[str, list[str]] = {}
+    if subjects.partitioned:
+        for k in range(subjects.log_partitions):
+            owner = await lease_value(kv, f"{RUNNER_SERVICE}.part.{k}")
+            if owner is not None:
+                mine = [s for s in sessions if subjects.partition_of(s) == k]
+                held.setdefault(owner, []).extend(mine)
+        if held:
+            return "partition", held
     for session in sessions:
-        with contextlib.suppress(Exception):  # never taken, released or expired
-            entry = await kv.get(f"session.{session_key(session)}")
-            if entry.value:
-                held.setdefault(entry.value.decode(), []).append(session)
-    return held
+        owner = await lease_value(kv, f"session.{session_key(session)}")
+        if owner is not None:
+            held.setdefault(owner, []).append(session)
+    return ("session" if held else "none"), held
+
+
+def instance_of(fleet: Fleet, owner: str) -> str | None:
+    """The live turn-runner a lease's owner names (its TURNSTREAM_RUNNER_ID is its instance
+    name; a source-like owner, `turn-runner/<host>-<pid>/…`, names its pid)."""
+    for name in fleet.alive("turn_runner"):
+        if owner == name or name in owner.split("/") or f"-{fleet.pid(name)}/" in f"{owner}/":
+            return name
+    return None
 
 
 async def handover(
@@ -175,10 +224,19 @@ async def handover(
     """Kill the runner holding the most sessions; each of them until a runner appends its
     next event (restart: the same runner id started again at once)."""
     await load.until_ended(load.ended + 2 * len(load.sessions))  # leases spread
-    held = await runner_leases(operator, load.sessions)
-    alive = fleet.alive("turn_runner")
-    victim = max(alive, key=lambda name: len(held.get(name, [])))
-    sessions = set(held.get(victim, []))
+    found, by_owner = await runner_leases(operator, load.sessions)
+    held: dict[str, list[str]] = {}
+    for owner, owned in by_owner.items():
+        if (name := instance_of(fleet, owner)) is not None:
+            held.setdefault(name, []).extend(owned)
+    if not held:
+        return {
+            "leases": found,
+            "error": f"no live turn-runner found holding sessions ({found} leases: "
+            f"{sorted(by_owner)})",
+        }
+    victim = max(held, key=lambda name: len(held[name]))
+    sessions = set(held[victim])
     first: dict[str, float] = {}
     resumed = asyncio.Event()
 
@@ -203,6 +261,7 @@ async def handover(
         await fleet.ready(victim)
     times = sorted(first.values())
     return {
+        "leases": found,
         "killed": victim,
         "restarted": restart,
         "sessions_held": len(sessions),
@@ -212,9 +271,10 @@ async def handover(
     }
 
 
-async def stored_times(reader: Bus, first_seq: int) -> list[tuple[int, float]]:
-    """Each stored event's sequence and server timestamp from `first_seq` to the end."""
-    last = await log_last_seq(reader.js, SUBJECTS)
+async def stored_times(reader: Bus, stream: str, first_seq: int) -> list[tuple[int, float]]:
+    """Each event's sequence and server timestamp in `stream` from `first_seq` to the end."""
+    subjects = reader.subjects
+    last = await log_last_seq(reader.js, subjects, stream=stream)
     found: list[tuple[int, float]] = []
     done = asyncio.Event()
 
@@ -225,8 +285,8 @@ async def stored_times(reader: Bus, first_seq: int) -> list[tuple[int, float]]:
             done.set()
 
     sub = await reader.js.subscribe(
-        SUBJECTS.log_all,
-        stream=SUBJECTS.log_stream,
+        subjects.log_all,
+        stream=stream,
         cb=on_msg,
         ordered_consumer=True,
         config=api.ConsumerConfig(
@@ -247,22 +307,29 @@ def longest_gap(times: list[tuple[int, float]]) -> float:
 async def leader_kill(
     cluster: Cluster, operator: Bus, reader: Bus, load: Load, seconds: float
 ) -> dict[str, Any]:
-    """The TS_LOG leader's node killed mid-load: the longest gap between stored appends."""
+    """The busiest log stream's leader's node killed mid-load: the longest gap between
+    appends stored in that stream."""
+    subjects = operator.subjects
     await load.until_ended(load.ended + len(load.sessions))
-    info = await operator.js.stream_info(SUBJECTS.log_stream)
+    by_partition = Counter(subjects.partition_of(s) for s in load.sessions)
+    busiest = max(range(subjects.log_partitions), key=lambda k: by_partition[k])
+    stream = subjects.log_stream_at(busiest)
+    info = await operator.js.stream_info(stream)
     node = int(info.cluster.leader.removeprefix("nats"))
-    before_seq = await log_last_seq(operator.js, SUBJECTS)
+    before_seq = await log_last_seq(operator.js, subjects, stream=stream)
     killed_at = time.time()
     cluster.kill9(node)
     await asyncio.sleep(seconds)
     ended_after = load.ended
     await load.until_ended(ended_after + len(load.sessions), timeout=120)
     cluster.start(node)
-    stored = await stored_times(reader, max(1, before_seq - 2000))
+    stored = await stored_times(reader, stream, max(1, before_seq - 2000))
     before = [t for t in stored if t[1] <= killed_at][-1000:]
     after = [t for t in stored if t[1] > killed_at]
-    new = await operator.js.stream_info(SUBJECTS.log_stream)
+    new = await operator.js.stream_info(stream)
     return {
+        "stream": stream,
+        "stream_sessions": by_partition[busiest],
         "killed": f"nats{node}",
         "new_leader": new.cluster.leader,
         "longest_gap_after_kill_s": longest_gap(before[-1:] + after),
@@ -272,25 +339,29 @@ async def leader_kill(
     }
 
 
-async def instances(root: Path, args: Any, console: Console) -> dict[str, Any]:
-    """Part 2 on a cluster of its own under `root`."""
-    (root / "fleet").mkdir()
-    cluster = start_cluster(root / "fleet")
-    result: dict[str, Any] = {"by_n": {}}
+async def instances(
+    root: Path, args: Any, console: Console, log_partitions: int = 1
+) -> dict[str, Any]:
+    """Part 2 on a cluster of its own under `root`, the log in `log_partitions` streams."""
+    subjects = Subjects(PREFIX, log_partitions)
+    (root / "fleet").mkdir(parents=True)
+    cluster = start_cluster(root / "fleet", subjects)
+    result: dict[str, Any] = {"log_partitions": log_partitions, "by_n": {}}
     fleet = Fleet(
         cluster,
         root / "fleet",
         SCRIPT,
         **ENV,
+        TURNSTREAM_LOG_PARTITIONS=str(log_partitions),
         TURNSTREAM_LEASE_TTL_S=str(args.lease_ttl),
         TURNSTREAM_LEASE_RENEW_S=str(args.lease_ttl / 3.5),
     )
     buses: list[Bus] = []
     try:
         ensure = StreamLimits(replicas=3)
-        await (await connect(cluster.url("operator"), SUBJECTS, ensure=ensure)).close()
+        await (await connect(cluster.url("operator"), subjects, ensure=ensure)).close()
         for user in ("operator", "client", "audit"):
-            buses.append(await connect(cluster.url(user), SUBJECTS))
+            buses.append(await connect(cluster.url(user), subjects))
         operator, client, reader = buses
         fleet.start("audit")
         await grow(fleet, 1)
@@ -307,7 +378,7 @@ async def instances(root: Path, args: Any, console: Console) -> dict[str, Any]:
                     )
                     result["by_n"][str(n)] = row
                     console.print(
-                        f"n = {n}: {row['turns_per_s']:.1f} turns/s, "
+                        f"N = {log_partitions}, n = {n}: {row['turns_per_s']:.1f} turns/s, "
                         f"{row['cpu_ms_per_turn_total']:.1f} ms CPU per turn"
                     )
                 await fleet.term(fleet.alive("turn_runner")[-1])  # two runners
@@ -338,41 +409,54 @@ async def instances(root: Path, args: Any, console: Console) -> dict[str, Any]:
     return result
 
 
-def report(result: dict[str, Any], console: Console) -> None:
-    rows = result["by_n"]
-    ns = list(rows)
-    table = Table("R3, every service × n", *(f"n = {n}" for n in ns), title_justify="left")
-    table.add_row("turns/s", *(f"{rows[n]['turns_per_s']:.1f}" for n in ns))
-    table.add_row("turn p50, ms", *(f"{rows[n]['p50_ms']:.1f}" for n in ns))
-    table.add_row("runner moves/turn", *(f"{rows[n]['runner_moves_per_turn']:.2f}" for n in ns))
+def report(results: dict[str, dict[str, Any]], console: Console) -> None:
+    """One table, a column per (log partitions N, instances n), then each N's handover,
+    leader-kill and correctness lines."""
+    columns = [(p, n) for p in results for n in results[p]["by_n"]]
+    rows = {(p, n): results[p]["by_n"][n] for p, n in columns}
+    table = Table(
+        "R3, every service × n", *(f"N = {p}, n = {n}" for p, n in columns), title_justify="left"
+    )
+    table.add_row("turns/s", *(f"{rows[c]['turns_per_s']:.1f}" for c in columns))
+    table.add_row("turn p50, ms", *(f"{rows[c]['p50_ms']:.1f}" for c in columns))
+    table.add_row(
+        "runner moves/turn", *(f"{rows[c]['runner_moves_per_turn']:.2f}" for c in columns)
+    )
     for service in SERVICES:
         table.add_row(
             f"deliveries/turn: {service}",
-            *(f"{rows[n]['deliveries_per_turn'][service]:.2f}" for n in ns),
+            *(f"{rows[c]['deliveries_per_turn'][service]:.2f}" for c in columns),
         )
     for service in [*SERVICES, "audit", "nats-server", "bench"]:
         cells = []
-        for n in ns:
-            total = rows[n]["cpu_ms_per_turn"].get(service, float("nan"))
-            each = rows[n]["cpu_ms_per_turn_per_instance"].get(service)
+        for c in columns:
+            total = rows[c]["cpu_ms_per_turn"].get(service, float("nan"))
+            each = rows[c]["cpu_ms_per_turn_per_instance"].get(service)
             cells.append(f"{total:.2f}" + (f" ({each:.2f} each)" if each is not None else ""))
         table.add_row(f"CPU ms/turn: {service}", *cells)
-    table.add_row("CPU ms/turn: total", *(f"{rows[n]['cpu_ms_per_turn_total']:.2f}" for n in ns))
+    table.add_row(
+        "CPU ms/turn: total", *(f"{rows[c]['cpu_ms_per_turn_total']:.2f}" for c in columns)
+    )
     console.print(table)
-    for h in result.get("handover", []):
-        how = "restarted under its id" if h["restarted"] else "not restarted"
-        console.print(
-            f"handover, {h['killed']} SIGKILLed, {how}: {h['sessions_resumed']} of "
-            f"{h['sessions_held']} sessions' next runner event after max {h['max_s']:.2f} s, "
-            f"p50 {h['p50_s']:.2f} s"
-        )
-    if k := result.get("leader_kill"):
-        console.print(
-            f"leader kill: {k['killed']} SIGKILLed (new leader {k['new_leader']}): longest gap "
-            f"between stored appends {k['longest_gap_after_kill_s']:.2f} s (first append "
-            f"{k['first_append_after_kill_s']:.2f} s after the kill); before it "
-            f"{k['longest_gap_before_kill_s']:.3f} s over {k['appends_compared']} appends"
-        )
-    if c := result.get("correctness"):
-        ok = "[green]holds[/]" if not c["problems"] else f"[red]FAILS[/] {c['problems']}"
-        console.print(f"correctness {ok}: {c['summary']}; {c['accepted']} accepted")
+    for p, result in results.items():
+        for h in result.get("handover", []):
+            if "error" in h:
+                console.print(f"N = {p}: handover [red]not measured[/]: {h['error']}")
+                continue
+            how = "restarted under its id" if h["restarted"] else "not restarted"
+            console.print(
+                f"N = {p}: handover, {h['killed']} ({h['leases']} leases) SIGKILLed, {how}: "
+                f"{h['sessions_resumed']} of {h['sessions_held']} sessions' next runner event "
+                f"after max {h['max_s']:.2f} s, p50 {h['p50_s']:.2f} s"
+            )
+        if k := result.get("leader_kill"):
+            console.print(
+                f"N = {p}: leader kill: {k['stream']}'s ({k['stream_sessions']} sessions) "
+                f"leader {k['killed']} SIGKILLed (new leader {k['new_leader']}): longest gap "
+                f"between stored appends {k['longest_gap_after_kill_s']:.2f} s (first append "
+                f"{k['first_append_after_kill_s']:.2f} s after the kill); before it "
+                f"{k['longest_gap_before_kill_s']:.3f} s over {k['appends_compared']} appends"
+            )
+        if c := result.get("correctness"):
+            ok = "[green]holds[/]" if not c["problems"] else f"[red]FAILS[/] {c['problems']}"
+            console.print(f"N = {p}: correctness {ok}: {c['summary']}; {c['accepted']} accepted")

@@ -28,7 +28,7 @@ from typing import Any
 import nats.errors
 import orjson
 from nats.js import api
-from nats.js.errors import NoStreamResponseError
+from nats.js.errors import NoStreamResponseError, NotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.scan import log_last_seq
@@ -84,16 +84,20 @@ class Load:
         waits for its last turn (at most `TURN_TIMEOUT_S`)."""
         subjects = self.operator.subjects
         self._subs.append(await self.operator.nc.subscribe(subjects.log_all, cb=self._on_event))
-        for kind, cb in (("TurnEnded", self._on_ended), ("InteractionRequested", self._on_asked)):
-            self._subs.append(
-                await self.reader.js.subscribe(
-                    subjects.log_kind(kind),
-                    stream=subjects.log_stream,
-                    cb=cb,
-                    ordered_consumer=True,
-                    config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW),
+        for stream in subjects.log_streams:  # each partition's stream named: none is default
+            for kind, cb in (
+                ("TurnEnded", self._on_ended),
+                ("InteractionRequested", self._on_asked),
+            ):
+                self._subs.append(
+                    await self.reader.js.subscribe(
+                        subjects.log_kind(kind),
+                        stream=stream,
+                        cb=cb,
+                        ordered_consumer=True,
+                        config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW),
+                    )
                 )
-            )
         try:
             async with asyncio.TaskGroup() as tasks:
                 answering = tasks.create_task(self._answer())
@@ -146,7 +150,7 @@ class Load:
         subjects = self.operator.subjects
         try:  # as the operator: the audit's user may not get a message by subject
             msg = await self.operator.js.get_last_msg(
-                subjects.log_stream, subjects.log(session, kind)
+                subjects.log_stream_of(session), subjects.log(session, kind)
             )
         except Exception:  # none, or no leader for a moment
             return None
@@ -154,7 +158,8 @@ class Load:
 
     async def _on_event(self, msg: Any) -> None:
         at = time.perf_counter()
-        session, kind = msg.subject.split(".")[-2:]
+        subjects = self.operator.subjects  # a partitioned log's live subject ends in `.<k>`
+        session, kind = subjects.session_from_log(msg.subject), subjects.type_from_log(msg.subject)
         for watch in self.watchers:
             watch(session, kind, msg.data, at)
 
@@ -202,30 +207,34 @@ class Verdict:
         )
 
 
-async def wait_quiet(operator: Bus, quiet_s: float = 2.0, timeout: float = 120) -> int:
-    """Until the log has not grown for `quiet_s`; its last sequence."""
+async def wait_quiet(operator: Bus, quiet_s: float = 2.0, timeout: float = 120) -> dict[str, int]:
+    """Until no stream of the log has grown for `quiet_s`; each one's last sequence."""
     subjects = operator.subjects
     async with asyncio.timeout(timeout):
-        last = -1
+        last: dict[str, int] = {}
         while True:
             with contextlib.suppress(nats.errors.TimeoutError):
-                now = await log_last_seq(operator.js, subjects, subjects.log_all)
+                now = {
+                    stream: await log_last_seq(operator.js, subjects, stream=stream)
+                    for stream in subjects.log_streams
+                }
                 if now == last:
                     return now
                 last = now
             await asyncio.sleep(quiet_s)
 
 
-async def audit_caught_up(operator: Bus, last_seq: int, timeout: float = 60) -> None:
-    """Until the audit has acked the log up to `last_seq` (its violations are appended)."""
-    stream = operator.subjects.log_stream
+async def audit_caught_up(operator: Bus, last_seqs: dict[str, int], timeout: float = 60) -> None:
+    """Until the audit has acked each stream of the log up to its sequence in `last_seqs`
+    (the durable `audit` on every partition: its violations are appended)."""
     async with asyncio.timeout(timeout):
-        while True:
-            with contextlib.suppress(nats.errors.TimeoutError):
-                info = await operator.js.consumer_info(stream, "audit")
-                if info.ack_floor.stream_seq >= last_seq:
-                    return
-            await asyncio.sleep(0.5)
+        for stream, last_seq in last_seqs.items():
+            while True:
+                with contextlib.suppress(nats.errors.TimeoutError, NotFoundError):
+                    info = await operator.js.consumer_info(stream, "audit")
+                    if info.ack_floor.stream_seq >= last_seq:
+                        break
+                await asyncio.sleep(0.5)
 
 
 async def verify(
