@@ -99,7 +99,10 @@ class TurnWatcher:
         self.waiters: dict[str, asyncio.Future[float]] = {}
 
     async def start(self) -> None:
-        await self.bus.nc.subscribe(self.bus.subjects.log_kind_live("TurnEnded"), cb=self.on_msg)
+        subjects = self.bus.subjects
+        # bench/compare.py runs this against older revisions, whose Subjects lack it
+        live = getattr(subjects, "log_kind_live", subjects.log_kind)
+        await self.bus.nc.subscribe(live("TurnEnded"), cb=self.on_msg)
 
     async def on_msg(self, msg: Any) -> None:
         at = time.perf_counter()
