@@ -247,3 +247,25 @@ async def test_two_appenders_fast_batches_do_not_collide(cluster: Cluster, tmp_p
     finally:
         for bus in runners:
             await bus.close()
+
+
+async def test_a_connection_given_one_node_reconnects_to_the_nodes_it_learns_of(
+    cluster: Cluster,
+) -> None:
+    """A service given one node's URL learns the others from the cluster (their client URLs
+    come without credentials); when its node dies it reconnects to one of them as its own
+    user, so the credentials go with every server, not only the URL's."""
+    first = cluster.url("client").split(",")[0]
+    port = int(first.rsplit(":", 1)[1])
+    bus = await connect(first, SUBJECTS)
+    try:
+        async with asyncio.timeout(10):
+            while len(bus.nc.servers) < 3:  # noqa: ASYNC110 (the others, from the server's INFO)
+                await asyncio.sleep(0.05)
+        cluster.kill9(next(n for n, (client, _, _) in cluster.ports.items() if client == port))
+        async with asyncio.timeout(30):  # with the URL's credentials alone: refused for ever
+            while not bus.nc.is_connected or bus.nc.connected_url.port == port:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        await bus.nc.flush(timeout=5)
+    finally:
+        await bus.close()

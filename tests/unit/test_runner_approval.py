@@ -4,6 +4,7 @@ hop), with the ids the approval service derives; a call that needs one is left t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from tests.unit.factories import T0, Ids, accepted, ctx, fact, success
@@ -13,6 +14,7 @@ from turnstream.bus.store import InMemoryEventStore, StoredEvent
 from turnstream.core import approval
 from turnstream.core.approval import AllowRule, ApprovalConfig, ApprovalState
 from turnstream.core.events import (
+    Event,
     InteractionRequested,
     SessionConfigured,
     SessionConfiguredData,
@@ -231,9 +233,11 @@ class Counted(InMemoryEventStore):
         super().__init__()
         self.reads = 0
 
-    async def read_session(self, session_id: str, *, after_seq: int = 0) -> list[StoredEvent]:
+    async def read_session(
+        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+    ) -> list[StoredEvent]:
         self.reads += 1
-        return await super().read_session(session_id, after_seq=after_seq)
+        return await super().read_session(session_id, after_seq=after_seq, known=known)
 
 
 class Msg:

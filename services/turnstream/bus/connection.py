@@ -196,9 +196,14 @@ async def connect(
         refusals.record(text)
         log.error("NATS: %s", text)  # a permissions violation names the subject here
 
+    credentials = urlsplit(url.split(",")[0].strip())
     connecting = asyncio.ensure_future(
         nats.connect(
             [server.strip() for server in url.split(",")],  # a cluster: comma-separated
+            # for every server, also those the cluster announces (nats-py would connect
+            # to those without the URL's credentials, and be refused)
+            user=credentials.username if credentials.password is not None else None,
+            password=credentials.password,
             name=name,
             connect_timeout=connect_timeout,
             max_reconnect_attempts=-1,
