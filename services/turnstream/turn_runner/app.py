@@ -45,7 +45,7 @@ from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import snapshots
 from turnstream.turn_runner.context import ActorContext, Item
-from turnstream.turn_runner.ownership import Served, session_ownership, wake_open
+from turnstream.turn_runner.ownership import Served, session_ownership
 from turnstream.turn_runner.session import SessionActor
 
 log = logging.getLogger("turnstream.turn_runner")
@@ -324,11 +324,6 @@ class Runner:
     def wake(self, session_id: str) -> None:
         """Have the session's actor look at its session again (e.g. take over its lease)."""
         self.mailboxes.deliver(session_id, Tick())
-
-    async def _resume_open_turns(self) -> None:
-        """After a crash: wake every session with a turn or a workflow run that has not
-        ended (on a partitioned log, each partition's as it is taken)."""
-        await wake_open(self.bus, self.wake)
 
     async def _answer_session(self, msg: Any) -> None:
         try:
