@@ -202,6 +202,25 @@ async def test_subject_counts_come_from_the_servers_index_per_session(bus: Bus) 
     assert await subject_counts(bus.nc, subjects.log_stream, subjects.log_kind("Nothing")) == {}
 
 
+async def test_a_scan_up_to_a_sequence_stops_at_the_last_message_on_it_before(bus: Bus) -> None:
+    from turnstream.bus.scan import scan_log
+
+    a, b = session(), session()
+    seqs = await bus.store.append_facts([ev(a), ev(b), ev(a), ev(b), ev(a)])
+    subjects = bus.subjects
+    seen: list[int] = []
+    only_a = subjects.log_session(a)
+
+    def on_event(seq: int, _subject: str, _data: bytes) -> None:
+        seen.append(seq)
+
+    handed = await scan_log(bus.js, subjects, on_event, subject=only_a, until_seq=seqs[3])
+    assert seen == [seqs[0], seqs[2]] and handed == seqs[2]  # seqs[3] is b's: not handed
+    seen.clear()
+    after = await scan_log(bus.js, subjects, on_event, subject=only_a, after_seq=seqs[0])
+    assert seen == [seqs[2], seqs[4]] and after == seqs[4]
+
+
 async def test_subject_counts_read_every_page_of_a_large_answer(bus: Bus) -> None:
     """The server answers at most 100,000 subjects at a time."""
     from nats.js import api

@@ -73,29 +73,38 @@ async def scan_log(
     after_seq: int = 0,
     subject: str | None = None,
     stream: str | None = None,
+    until_seq: int | None = None,
 ) -> int:
     """Hand every event of the log stream `stream` after `after_seq` (on `subject`,
-    default all of it), up to the last one now, to `on_event(seq, subject, data)` in order;
-    return the last sequence handed over (`after_seq` when there was none). `stream` may
-    be left out when the log is one stream."""
+    default all of it), up to the last one now (or up to `until_seq`), to
+    `on_event(seq, subject, data)` in order; return the last sequence handed over
+    (`after_seq` when there was none). `stream` may be left out when the log is one
+    stream."""
     subject = subject or subjects.log_all
     stream = one_log_stream(subjects, stream)
     last = await log_last_seq(js, subjects, subject, stream=stream)
+    if until_seq is not None:
+        last = min(last, until_seq)  # a message at or past it exists: the scan ends there
     if last <= after_seq:
         return after_seq
     done = asyncio.get_running_loop().create_future()
     progress = [0]
+    handed = [after_seq]
 
     async def on_msg(msg: Any) -> None:
         seq = stream_seq(msg)
         progress[0] = seq
-        if seq > last or done.done():
+        if done.done():
+            return
+        if seq > last:
+            done.set_result(None)
             return
         try:
             on_event(seq, msg.subject, msg.data)
         except Exception as exc:  # stop the scan; the caller sees why
             done.set_exception(exc)
             return
+        handed[0] = seq
         if seq == last:
             done.set_result(None)
 
@@ -120,7 +129,7 @@ async def scan_log(
         done.result()
     finally:
         await sub.unsubscribe()
-    return last
+    return handed[0]
 
 
 DIRECT_BATCH = 500

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from turnstream.bus import Bus
 from turnstream.bus.consume import Subscriptions, log_push
 from turnstream.bus.leases import LeaseTable, Ownership
-from turnstream.bus.scan import open_sessions
+from turnstream.bus.scan import open_sessions, scan_log
 from turnstream.core.events import decode
 from turnstream.runtime.leasing import LeasePolicy, keep_leases
 from turnstream.runtime.mailbox import ACK_WAIT_S, Delivered, Mailboxes, serve_sessions
@@ -37,6 +37,9 @@ from turnstream.turn_runner.context import Item
 log = logging.getLogger("turnstream.turn_runner")
 SERVICE = "turn-runner"
 """The partition leases' service name: `turn-runner.part.<k>`, `turn-runner.member.<id>`."""
+UNACKED_SCAN_MAX = 100_000
+"""The most log messages read to find the sessions of facts a consumer has not had acked
+(past it, those sessions wait for their facts' redelivery, `ACK_WAIT_S`)."""
 KNOWN_SESSIONS = 100_000
 """Sessions whose take-over generation is remembered (one forgotten is reloaded once)."""
 DRAIN_S = 1.0
@@ -91,6 +94,36 @@ async def wake_open(bus: Bus, wake: Callable[[str], None], stream: str | None = 
         wake(session_id)
 
 
+async def wake_unacked(
+    bus: Bus, wake: Callable[[str], None], durable: str, stream: str | None = None
+) -> None:
+    """Wake every session with a fact the consumer `durable` delivered and has not had
+    acked (in `stream`, default the log's one): a dead runner's, which the consumer
+    redelivers only after `ACK_WAIT_S`. Woken, each reloads the log, that fact included,
+    and goes on now (its redelivery later is folded already). This finds what
+    `wake_open` cannot: an input accepted whose turn had not started."""
+    stream = stream or bus.subjects.log_stream
+    info = await bus.js.consumer_info(stream, durable)
+    if not info.num_ack_pending:
+        return
+    floor = info.ack_floor.stream_seq if info.ack_floor else 0
+    until = min(info.delivered.stream_seq, floor + UNACKED_SCAN_MAX)
+    found: set[str] = set()
+    session_of = bus.subjects.session_from_log
+    await scan_log(
+        bus.js,
+        bus.subjects,
+        lambda _seq, subject, _data: found.add(session_of(subject)),
+        after_seq=floor,
+        stream=stream,
+        until_seq=until,
+    )
+    if found:
+        log.info("waking %d session(s) with a fact not acked yet", len(found))
+    for session_id in found:
+        wake(session_id)
+
+
 class SessionLeases:
     """One lease per session (`bus/leases.LeaseTable`): the log of one stream."""
 
@@ -115,6 +148,7 @@ class SessionLeases:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.leases.watch_expiries(served.wake, stop))
                 await wake_open(served.bus, served.wake)
+                await wake_unacked(served.bus, served.wake, served.durable)
 
         policy, open_work = self.policy, served.open_work
         async with asyncio.TaskGroup() as tasks:
@@ -213,7 +247,9 @@ class PartitionSessions:
                 partitions=[k],
             )
             log.info("turn-runner %s acts for partition %d", self.owner, k)
-            await wake_open(bus, served.wake, self.subjects.log_stream_at(k))
+            stream = self.subjects.log_stream_at(k)
+            await wake_open(bus, served.wake, stream)
+            await wake_unacked(bus, served.wake, served.durable, stream)
             await stop.wait()
         except Exception:
             # e.g. the server away while taking it: the worker ends, the partition is handed
