@@ -216,9 +216,14 @@ class Settings(BaseSettings):
     """The wait before a failed webhook POST is tried again, doubled after each failure."""
     a2a_push_timeout_s: float = Field(default=10.0, gt=0)
     """How long one webhook POST may take before it counts as failed."""
+    instance_id: str | None = None
+    """This process's stable name among the live instances of its service (e.g. a pod or
+    host name) for the leases it writes: the turn-runner's, approval's and audit's.
+    Restarted under the same name, an instance takes its sessions (or partitions) back at
+    once instead of after the lease TTL. The services' leases are apart (`session.`,
+    `approval.`, `audit.`), so one name may serve every service of a host."""
     runner_id: str | None = None
-    """This turn-runner's stable name (unique among live runners, e.g. a pod name): restarted
-    under the same name it takes its sessions back at once instead of after the lease TTL."""
+    """The turn-runner's stable name, as `instance_id` (which it overrides for the runner)."""
 
     @model_validator(mode="after")
     def _renew_well_within_ttl(self) -> Settings:

@@ -34,9 +34,11 @@ class LeasePolicy:
     def from_settings(
         cls, settings: Settings | None, instance_id: str | None = None
     ) -> LeasePolicy:
-        """The settings' lease fields (their defaults when there are no settings)."""
+        """The settings' lease fields (their defaults when there are no settings); the
+        instance's name `instance_id`, else the settings'."""
         s = settings or Settings.model_construct()
-        return cls(s.lease_ttl_s, s.lease_renew_s, s.lease_retry_s, instance_id)
+        name = instance_id or s.instance_id
+        return cls(s.lease_ttl_s, s.lease_renew_s, s.lease_retry_s, name)
 
     def owner(self, source: str) -> str:
         """The name this instance writes into its leases (unique per process unless set)."""
