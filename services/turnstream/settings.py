@@ -181,6 +181,10 @@ class Settings(BaseSettings):
     """Age limit of the event log; 0 keeps it forever."""
     inbound_max_age_days: float = Field(default=7, ge=0)
     """How long raw inbound commands stay (rejected ones are referenced by sequence)."""
+    invocation_max_age_days: float = Field(default=1, ge=0)
+    """How long a tool invocation's at-most-once claim is kept (`ts_invocations`; 0: for
+    ever). The executor does not run a request older than half of it (its claim may be
+    gone): it fails it `expired`."""
     duplicate_window_s: float = Field(default=120, gt=0)
     """JetStream dedup window for `Nats-Msg-Id` (retried publishes and appends)."""
     system_prompt: str | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -597,6 +597,67 @@ async def test_a_claim_left_running_by_a_dead_executor(
         assert started.data.attempt == 2
         assert (tmp / "workspace" / "slow_read.runs").read_text().split() == [invocation]
     assert (await kv.get(invocation)).value == b"done"
+
+
+async def test_a_request_older_than_its_claim_is_kept_is_failed_expired_not_run(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    """Claims live `invocation_max_age_days` (1): a request two days old may have lost its
+    claim, so whether it ran cannot be told; it is failed `expired, mayHaveRun`, never run,
+    and a redelivery of it appends nothing more (its result is in the log)."""
+    from turnstream.core.events import ToolInvocationRequestedData
+
+    settings = settings_for(nats_server, tmp, script=script(tmp, '{text: "unused"}'))
+    invocation, session = "inv-expired", "expired-1"
+    request = ToolInvocationRequested(
+        id="01a20000-0000-7000-8000-0000000003e1",
+        time=datetime.now(UTC) - timedelta(days=2),
+        session_id=session,
+        chat_id="c",
+        turn_id="t-old",
+        trace_id="tr",
+        correlation_id="k",
+        source="turn-runner/test",
+        data=ToolInvocationRequestedData(
+            invocation_id=invocation,
+            call_id="call-1",
+            tool="slow_write",
+            args={"ms": 1},
+            read_only=False,
+            idempotent=False,
+            timeout_ms=5000,
+            iteration=1,
+        ),
+    )
+    async with running_services(settings, bus, tools=registry()):
+        await bus.store.append_facts([request])
+        for _ in range(100):
+            if only(await events_of(bus, session), ToolInvocationFailed):
+                break
+            await asyncio.sleep(0.05)
+        await bus.store.append_facts([request.model_copy(update={"id": request.id[:-2] + "e2"})])
+        await asyncio.sleep(0.5)  # a second result would be in by now
+    events = await events_of(bus, session)
+    (failed,) = only(events, ToolInvocationFailed)
+    assert failed.data.error.kind == "expired" and failed.data.may_have_run
+    assert "TURNSTREAM_INVOCATION_MAX_AGE_DAYS" in failed.data.error.detail
+    assert not only(events, ToolInvocationStarted)
+    assert not (tmp / "workspace" / "slow_write.runs").exists()
+    claims = await bus.js.stream_info(f"KV_{bus.subjects.invocations_bucket}")
+    assert claims.config.max_age == 86_400
+
+
+async def test_streams_apply_bounds_a_claims_bucket_made_before_the_bound(bus: Bus) -> None:
+    from nats.js import api
+
+    from turnstream.bus.streams import StreamLimits, ensure_streams
+    from turnstream.core.subjects import Subjects
+
+    old = Subjects("oldclaims")  # a deployment of its own on this server
+    await bus.js.create_key_value(config=api.KeyValueConfig(bucket=old.invocations_bucket))
+    await ensure_streams(bus.js, old, StreamLimits(invocation_max_age_days=0.5))
+    claims = await bus.js.stream_info(f"KV_{old.invocations_bucket}")
+    assert claims.config.max_age == 43_200
 
 
 @pytest.mark.parametrize("tool", ["slow_write", "slow_read"])

@@ -30,6 +30,7 @@ SETUP_STEP = (
 class StreamLimits:
     log_max_age_days: float = 0
     inbound_max_age_days: float = 7
+    invocation_max_age_days: float = 1
     duplicate_window_s: float = 120
     max_msg_size: int = 8 * 1024 * 1024
     replicas: int = 1
@@ -136,8 +137,15 @@ def bucket_configs(subjects: Subjects, limits: StreamLimits) -> list[api.KeyValu
     def marker_ttl(bucket: str) -> float | None:  # expiries leave a marker in the leases
         return LEASE_MARKER_TTL_S if bucket == subjects.leases_bucket else None
 
+    def ttl(bucket: str) -> float | None:  # an invocation's claim outlives its redeliveries
+        claims = limits.invocation_max_age_days * DAY_S
+        return (claims or None) if bucket == subjects.invocations_bucket else None
+
     return [
-        *(kv(bucket, limit_marker_ttl=marker_ttl(bucket)) for bucket in shared_buckets(subjects)),
+        *(
+            kv(bucket, ttl(bucket), limit_marker_ttl=marker_ttl(bucket))
+            for bucket in shared_buckets(subjects)
+        ),
         kv(
             subjects.idempotency_bucket,
             inbound_age or None,
@@ -222,6 +230,11 @@ async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> N
             await js.update_stream(config=config)
     for kv_config in bucket_configs(subjects, limits):
         await open_or_create(js, kv_config)
+    claims = await js.stream_info(f"KV_{subjects.invocations_bucket}")
+    if claims.config.max_age != limits.invocation_max_age_days * DAY_S:
+        # a claims bucket from before its bound (or another bound asked for): set it
+        claims.config.max_age = limits.invocation_max_age_days * DAY_S
+        await js.update_stream(config=claims.config)
     leases = await js.stream_info(f"KV_{subjects.leases_bucket}")
     if leases.config.subject_delete_marker_ttl != LEASE_MARKER_TTL_S:
         # a leases bucket from before expiry markers: add them

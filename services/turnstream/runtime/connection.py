@@ -15,6 +15,7 @@ def stream_limits(settings: Settings) -> StreamLimits:
     return StreamLimits(
         log_max_age_days=settings.log_max_age_days,
         inbound_max_age_days=settings.inbound_max_age_days,
+        invocation_max_age_days=settings.invocation_max_age_days,
         duplicate_window_s=settings.duplicate_window_s,
         replicas=settings.replicas,
     )

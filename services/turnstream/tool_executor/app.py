@@ -6,6 +6,8 @@ was appended finds the claim `done` and is only acked. A claim still `running` w
 live task here means an executor died mid-run: if the log has the invocation's result (it
 died between that append and marking the claim done) the claim is marked done; else an
 idempotent tool runs again, any other is failed with `interrupted, mayHaveRun: true`.
+Claims are kept `TURNSTREAM_INVOCATION_MAX_AGE_DAYS` (the bucket's TTL); a request older
+than half of that is not run, since its claim may be gone: failed `expired, mayHaveRun`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +79,12 @@ class Executor:
         concurrency: int = 32,
         clock: Callable[[], datetime] = now,
         redact: Redactor | None = None,
+        claims_kept: timedelta | None = timedelta(days=1),
     ) -> None:
         self.bus = bus
+        self.runs_until = claims_kept / 2 if claims_kept else None
+        """How old a request may be and still run: its claim is surely still kept (the
+        bucket's TTL, `claims_kept`, halved for the clocks' disagreement)."""
         self.registry = registry
         self.workspace = workspace.resolve()
         self.budget = budget
@@ -190,6 +196,9 @@ class Executor:
     async def _claim(self, request: ToolInvocationRequested) -> Facts | None:
         """Facts for this attempt, or None when there is nothing (more) to do."""
         invocation_id = request.data.invocation_id
+        if self.runs_until is not None and self.clock() - request.time > self.runs_until:
+            await self._expire(request)
+            return None
         if await self.claims.create(invocation_id, RUNNING):
             return Facts(request, self.source)
         entry = await self.kv.get(invocation_id)
@@ -214,6 +223,25 @@ class Executor:
         )
         await self._done(invocation_id)
         return None
+
+    async def _expire(self, request: ToolInvocationRequested) -> None:
+        """A request older than its claim surely lives: whether it ran cannot be told, so it
+        is not run (again); failed `expired, mayHaveRun`, unless its result is in the log."""
+        if await self._has_result(request):
+            return
+        log.warning("invocation %s is too old to run; failing it", request.data.invocation_id)
+        facts = Facts(request, self.source)
+        await self._append(
+            facts.failed(
+                FailureClass.TOOL_RUNTIME_ERROR,
+                "expired",
+                f"the request is older than {self.runs_until} (its at-most-once claim may be "
+                "gone), so it is not run; raise TURNSTREAM_INVOCATION_MAX_AGE_DAYS to keep "
+                "claims longer",
+                self.clock(),
+                may_have_run=True,
+            )
+        )
 
     async def _has_result(self, request: ToolInvocationRequested) -> bool:
         """Whether the log holds a result of the request's invocation."""
@@ -431,6 +459,7 @@ async def serve(
             budget=settings.tool_result_budget,
             concurrency=settings.tool_concurrency,
             redact=Redactor(settings.secret_values()),
+            claims_kept=timedelta(days=settings.invocation_max_age_days) or None,
         )
         await keep_published(bus, mcp, base, executor)  # the manifest the runners watch
         await executor.serve(stop)
