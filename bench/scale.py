@@ -341,7 +341,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 )
         scale_instances.report(result["instances"], console)
         console.print(
-            f"{args.fleet_sessions} sessions, {args.fleet_seconds:g} s per n; lease TTL "
+            f"{args.fleet_sessions} sessions{f' at {args.rate:g} turns/s' if args.rate else ''}, "
+            f"{args.fleet_seconds:g} s per n; lease TTL "
             f"{args.lease_ttl:g} s; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
         )
     return result
@@ -417,6 +418,23 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--quick", action="store_true", help="tiny numbers: a smoke run, not figures"
+    )
+    parser.add_argument(
+        "--perf",
+        type=Path,
+        help="part 2: sample the nats-server nodes with `perf record` during each n into "
+        "this directory (N<N>-n<n>.data), and report their top symbols per turn",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="part 2: offer this many turns/s in all (default: as fast as the clients go, "
+        "one turn in flight per session); below saturation the n compare at equal work",
+    )
+    parser.add_argument(
+        "--no-failures",
+        action="store_true",
+        help="part 2: only the n = 1, 2, 3 rows (no handover, leader kill, correctness)",
     )
     args = parser.parse_args()
     if args.quick:

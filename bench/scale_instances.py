@@ -41,8 +41,12 @@ import asyncio
 import contextlib
 import itertools
 import os
+import signal
+import subprocess
 import time
+import urllib.request
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +125,10 @@ async def measure(
     n: int,
     seconds: float,
     warm: int,
+    perf: Path | None = None,
 ) -> dict[str, Any]:
-    """`seconds` of the running load with `n` instances of each service."""
+    """`seconds` of the running load with `n` instances of each service (`perf`: the
+    three nats-server nodes sampled by `perf record` meanwhile, into that file)."""
     await load.until_ended(load.ended + warm)
     pids = {name: fleet.pid(name) for name in fleet.procs if fleet.procs[name].poll() is None}
     pids |= {f"nats{k}": node.pid for k, node in cluster.nodes.items()}
@@ -130,13 +136,17 @@ async def measure(
     moves = RunnerMoves()
     load.watchers.append(moves)
     delivered = await deliveries(operator)
+    raft = raft_committed(cluster) if perf is not None else {}
     before, ended, latencies = cpu_seconds(pids), load.ended, len(load.latencies)
     started = time.perf_counter()
-    await asyncio.sleep(seconds)
+    async with servers_sampled(perf, [node.pid for node in cluster.nodes.values()]):
+        await asyncio.sleep(seconds)
     after, elapsed = cpu_seconds(pids), time.perf_counter() - started
+    turns = load.ended - ended
+    raft_after = raft_committed(cluster) if perf is not None else {}
     delivered_after = await deliveries(operator)
     load.watchers.remove(moves)
-    turns = load.ended - ended
+    symbols = perf_symbols(perf, turns) if perf is not None else {}
     ms = {name: (after[name] - before[name]) * 1000 / max(turns, 1) for name in pids}
     per_service: dict[str, float] = {}
     for name, spent in ms.items():
@@ -158,7 +168,101 @@ async def measure(
         "deliveries_per_turn": {
             s: (delivered_after[s] - delivered[s]) / max(turns, 1) for s in delivered
         },
+        "server_samples_per_turn": symbols,
+        "raft_entries_per_turn": {
+            group: (index - raft.get(group, 0)) / max(turns, 1)
+            for group, index in raft_after.items()
+            if index > raft.get(group, 0)
+        },
     }
+
+
+@contextlib.asynccontextmanager
+async def servers_sampled(out: Path | None, pids: list[int]) -> AsyncIterator[None]:
+    """`perf record` (call graphs by frame pointer: nats-server is Go) of `pids` into `out`
+    while the body runs; nothing when `out` is None."""
+    if out is None:
+        yield
+        return
+    pid_list = ",".join(map(str, pids))
+    command = ["perf", "record", "-q", "-F", "499", "--call-graph", "fp", "-p", pid_list]
+    proc = await asyncio.create_subprocess_exec(*command, "-o", str(out))
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        await proc.wait()
+
+
+SERVER_CODE = "nats-server/v2/server."
+"""How nats-server's own functions are named in its symbols (Go: the package path)."""
+KEPT_SYMBOLS = ("syscall.Fsync", "syscall.openat", "runtime.gcBgMarkWorker")
+"""Besides the server's functions: where file syncs, file opens and the GC show."""
+
+
+def perf_symbols(data: Path, turns: int, top: int = 30) -> dict[str, float]:
+    """The `top` nats-server functions of a `perf record` file (and `KEPT_SYMBOLS`) by
+    inclusive time (what they and their callees cost), as samples per turn."""
+
+    def report(*args: str) -> list[tuple[float, str]]:
+        """(the first column, the symbol) of each line of a `perf report`."""
+        options = ["--stdio", "-g", "none", "--sort", "sym", *args]
+        out = subprocess.run(
+            ["perf", "report", "-i", str(data), *options], capture_output=True, text=True
+        ).stdout
+        rows = []
+        for line in out.splitlines():
+            first, _, rest = line.strip().partition(" ")
+            if first and not line.startswith("#") and "] " in rest:
+                rows.append((float(first.rstrip("%")), rest.split("] ", 1)[1].strip()))
+        return rows
+
+    # each symbol's own samples: their sum is every sample; then each symbol's share of
+    # them with its callees' (Children, Self, Symbol)
+    total = sum(count for count, _ in report("--no-children", "-F", "sample,sym"))
+    inclusive = sorted(report("--children"), reverse=True)
+    found: dict[str, float] = {}
+    for share, sym in inclusive:
+        if SERVER_CODE in sym or sym in KEPT_SYMBOLS:
+            name = sym.replace("github.com/nats-io/", "")
+            found[name] = share / 100 * total / max(turns, 1)
+    kept = sorted(found, key=lambda name: -found[name])[:top]
+    return {name: found[name] for name in kept}
+
+
+ACCOUNT = "TURNSTREAM"
+"""The account of every stream and consumer (ops/accounts.conf)."""
+
+
+def monitor(cluster: Cluster, path: str) -> list[Any]:
+    """`path` of each live node's monitoring endpoint (parsed JSON)."""
+    found = []
+    for n, (_, http, _) in cluster.ports.items():
+        if cluster.nodes[n].poll() is None:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}{path}", timeout=5) as reply:
+                found.append(orjson.loads(reply.read()))
+    return found
+
+
+def raft_committed(cluster: Cluster) -> dict[str, int]:
+    """Each Raft group's committed index (the most any node has): the meta group's, every
+    stream's and every consumer's, named `meta`, `<stream>` and `<stream>/<consumer>`."""
+    names = {"_meta_": "meta"}
+    for node in monitor(cluster, f"/jsz?acc={ACCOUNT}&streams=true&consumers=true&raft=true"):
+        for account in node.get("account_details", []):
+            for stream in account.get("stream_detail", []):
+                names[stream.get("stream_raft_group", "")] = stream["name"]
+                for consumer in stream.get("consumer_detail") or []:
+                    group = consumer.get("consumer_raft_group", "")
+                    names[group] = f"{stream['name']}/{consumer['name']}"
+    committed: dict[str, int] = {}
+    for path in ("/raftz", f"/raftz?acc={ACCOUNT}"):
+        for node in monitor(cluster, path):
+            for groups in node.values():
+                for group, state in groups.items():
+                    name = names.get(group, group)
+                    committed[name] = max(committed.get(name, 0), int(state["committed"]))
+    return committed
 
 
 class RunnerMoves:
@@ -366,21 +470,25 @@ async def instances(
         fleet.start("audit")
         await grow(fleet, 1)
         await fleet.ready("audit-1")
-        load = Load(client, operator, reader, [f"b{i}" for i in range(args.fleet_sessions)])
+        sessions = [f"b{i}" for i in range(args.fleet_sessions)]
+        load = Load(client, operator, reader, sessions, rate=args.rate)
         stop = asyncio.Event()
         async with asyncio.TaskGroup() as tasks:
             running = tasks.create_task(load.run(stop))
             try:
                 for n in (1, 2, 3):
                     await grow(fleet, n)
+                    perf = args.perf / f"N{log_partitions}-n{n}.data" if args.perf else None
                     row = await measure(
-                        fleet, cluster, operator, load, n, args.fleet_seconds, args.warm
+                        fleet, cluster, operator, load, n, args.fleet_seconds, args.warm, perf
                     )
                     result["by_n"][str(n)] = row
                     console.print(
                         f"N = {log_partitions}, n = {n}: {row['turns_per_s']:.1f} turns/s, "
                         f"{row['cpu_ms_per_turn_total']:.1f} ms CPU per turn"
                     )
+                if args.no_failures:
+                    return result
                 await fleet.term(fleet.alive("turn_runner")[-1])  # two runners
                 result["handover"] = [await handover(fleet, operator, load, restart=False)]
                 await fleet.ready(fleet.start("turn_runner"))  # two again
@@ -438,6 +546,39 @@ def report(results: dict[str, dict[str, Any]], console: Console) -> None:
         "CPU ms/turn: total", *(f"{rows[c]['cpu_ms_per_turn_total']:.2f}" for c in columns)
     )
     console.print(table)
+    symbols = sorted(
+        {sym for c in columns for sym in rows[c].get("server_samples_per_turn", {})},
+        key=lambda sym: (
+            -max(rows[c].get("server_samples_per_turn", {}).get(sym, 0) for c in columns)
+        ),
+    )
+    if symbols:
+        samples = Table(
+            "nats-server (3 nodes), perf samples/turn at 499 Hz",
+            *(f"N = {p}, n = {n}" for p, n in columns),
+            title_justify="left",
+        )
+        for sym in symbols:
+            samples.add_row(
+                sym[:60],
+                *(f"{rows[c]['server_samples_per_turn'].get(sym, 0):.3f}" for c in columns),
+            )
+        console.print(samples)
+    groups = sorted(
+        {g for c in columns for g in rows[c].get("raft_entries_per_turn", {})},
+        key=lambda g: -max(rows[c].get("raft_entries_per_turn", {}).get(g, 0) for c in columns),
+    )
+    if groups:
+        raft = Table(
+            "Raft entries committed per turn, by group",
+            *(f"N = {p}, n = {n}" for p, n in columns),
+            title_justify="left",
+        )
+        for group in groups[:25]:
+            raft.add_row(
+                group, *(f"{rows[c]['raft_entries_per_turn'].get(group, 0):.3f}" for c in columns)
+            )
+        console.print(raft)
     for p, result in results.items():
         for h in result.get("handover", []):
             if "error" in h:

@@ -72,12 +72,16 @@ class Load:
     answered: set[str] = field(default_factory=set)
     watchers: list[Callable[[str, str, bytes, float], None]] = field(default_factory=list)
     """Called with (session, event type, data, arrival time) for every event published."""
+    rate: float | None = None
+    """Turns started per second at most, over all sessions (None: each client sends its
+    next turn as soon as its last one ended)."""
 
     def __post_init__(self) -> None:
         self._waiters: dict[str, asyncio.Future[float]] = {}
         self._progress = asyncio.Condition()
         self._answers: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._subs: list[Any] = []
+        self._next_send = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`: every session's client sends turns one after another; then each
@@ -120,6 +124,7 @@ class Load:
             key = f"{session}-t{turn}"
             waiter = asyncio.get_running_loop().create_future()
             self._waiters[key] = waiter
+            await self._paced()
             started = time.perf_counter()
             await send_retrying(self.client, message_command(session, "go", idempotency_key=key))
             self.accepted[key] = session
@@ -129,6 +134,15 @@ class Load:
             except TimeoutError:
                 self.unseen.append(key)
             turn += 1
+
+    async def _paced(self) -> None:
+        """Until this client's send is due under `rate` (sends spaced 1 / rate apart)."""
+        if not self.rate:
+            return
+        now = time.perf_counter()
+        due = max(now, self._next_send)
+        self._next_send = due + 1 / self.rate
+        await asyncio.sleep(due - now)
 
     async def _wait(self, session: str, key: str, waiter: asyncio.Future[float]) -> float:
         """The time the turn of `key` ended, asking the stream when deliveries are late."""
