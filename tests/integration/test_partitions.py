@@ -169,3 +169,28 @@ async def test_a_claim_left_running_finds_the_result_in_the_sessions_partition(
     await test_tools_path.test_a_claim_left_running_after_the_result_was_appended(
         nats_server, bus, tmp, "slow_write"
     )
+
+
+@pytest.mark.parametrize(("first", "then"), [(1, 4), (4, 1), (4, 2), (2, 4)])
+async def test_another_number_of_partitions_is_refused_naming_the_one_in_place(
+    bus: Bus, first: int, then: int
+) -> None:
+    from turnstream.bus.streams import (
+        LogPartitionsDiffer,
+        StreamLimits,
+        StreamsMissing,
+        check_streams,
+        ensure_streams,
+    )
+    from turnstream.core.subjects import Subjects
+
+    prefix = f"chg{first}to{then}"  # a deployment of its own on this server
+    await ensure_streams(bus.js, Subjects(prefix, first), StreamLimits())
+    with pytest.raises(LogPartitionsDiffer, match=f"TURNSTREAM_LOG_PARTITIONS={first} "):
+        await ensure_streams(bus.js, Subjects(prefix, then), StreamLimits())
+    # a service sees its own streams only: partition 0 says how many there are, and a
+    # log of one stream is missing partitions (either way it refuses to start)
+    refused = LogPartitionsDiffer if then > 1 and first > 1 else StreamsMissing
+    with pytest.raises(refused, match="TURNSTREAM_LOG_PARTITIONS"):
+        await check_streams(bus.js, Subjects(prefix, then))
+    await check_streams(bus.js, Subjects(prefix, first))  # as it was: nothing changed

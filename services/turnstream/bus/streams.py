@@ -5,6 +5,7 @@ updates, purges or deletes one. `ops/streams.json` documents the streams."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,8 +200,59 @@ class StreamsMissing(RuntimeError):
     """A service started before the setup step created its streams."""
 
 
+class LogPartitionsDiffer(StreamsMissing):
+    """The deployment's log is in another number of partitions than this process's
+    `TURNSTREAM_LOG_PARTITIONS`: chosen once, when the log is created."""
+
+
+async def existing_log_partitions(js: Any, subjects: Subjects) -> int | None:
+    """How many partitions the deployment's log has (1: the one stream), None if none: as
+    partition 0's description says (`partition 0 of N`, so a setup step stopped halfway
+    is still known for what it was making)."""
+    name = subjects.log_stream  # `<PREFIX>_LOG`, and `<PREFIX>_LOG_<k>` for each partition
+    if await _info(js, name) is not None:
+        return 1
+    return _partitions_said(await _info(js, f"{name}_0"))
+
+
+def _partitions_said(first: Any) -> int | None:
+    """The partitions a log's partition 0 says it is one of (its description)."""
+    said = re.search(r"partition 0 of (\d+)", first.config.description or "") if first else None
+    return int(said.group(1)) if said else None
+
+
+async def _info(js: Any, stream: str) -> Any:
+    try:
+        return await js.stream_info(stream)
+    except NotFoundError:
+        return None
+
+
+async def check_log_partitions(js: Any, subjects: Subjects, *, service: bool = False) -> None:
+    """`LogPartitionsDiffer`, naming the fix, when the log exists in another number of
+    partitions than `subjects` has. A `service` may look at its own log streams only (its
+    rights in ops/accounts.conf): it reads what partition 0 says, which finds a log of
+    more or fewer partitions; a log of one stream shows as partition 0 missing."""
+    if service:
+        first = await _info(js, subjects.log_stream_at(0)) if subjects.partitioned else None
+        existing = _partitions_said(first)
+    else:
+        existing = await existing_log_partitions(js, subjects)
+    if existing is not None and existing != subjects.log_partitions:
+        raise LogPartitionsDiffer(
+            f"the log is {existing} partition(s) ({subjects.log_stream}"
+            f"{'_0…' if existing > 1 else ''}) but TURNSTREAM_LOG_PARTITIONS is "
+            f"{subjects.log_partitions}: the number is chosen once, when the log is "
+            f"created; set TURNSTREAM_LOG_PARTITIONS={existing} for every process of this "
+            "deployment (a different number needs a new deployment: docs/scaling.md)"
+        )
+
+
 async def check_streams(js: Any, subjects: Subjects) -> None:
-    """`StreamsMissing`, naming the fix, unless every stream and shared bucket exists."""
+    """`StreamsMissing`, naming the fix, unless every stream and shared bucket exists and
+    the log is in as many partitions as `subjects` says (a process with another number
+    would look for sessions in the wrong partitions)."""
+    await check_log_partitions(js, subjects, service=True)
     missing = []
     for name in checked_streams(subjects):
         try:
@@ -208,7 +260,15 @@ async def check_streams(js: Any, subjects: Subjects) -> None:
         except NotFoundError:
             missing.append(name)
     if missing:
-        raise StreamsMissing(f"{', '.join(missing)} missing: {SETUP_STEP}")
+        log_missing = set(missing) & set(subjects.log_streams)
+        hint = (
+            f" (or the log is in another number of partitions than "
+            f"TURNSTREAM_LOG_PARTITIONS={subjects.log_partitions}: give every process the "
+            "deployment's)"
+            if log_missing
+            else ""
+        )
+        raise StreamsMissing(f"{', '.join(missing)} missing: {SETUP_STEP}{hint}")
 
 
 async def existing_bucket(js: Any, bucket: str) -> Any:
@@ -222,7 +282,9 @@ async def existing_bucket(js: Any, bucket: str) -> Any:
 
 async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> None:
     """The setup step: create or update the streams, create the buckets missing (one that
-    exists keeps its settings); idempotent."""
+    exists keeps its settings); idempotent. A log of another number of partitions is
+    left as it is: `LogPartitionsDiffer`."""
+    await check_log_partitions(js, subjects)
     for config in stream_configs(subjects, limits):
         try:
             await js.add_stream(config=config)
