@@ -548,24 +548,19 @@ async def test_a_graceful_interrupt_lets_the_running_tool_finish_and_summarises(
     assert "summary:" in (outcome.reply or "")
 
 
-@pytest.mark.parametrize("tool", ["slow_write", "slow_read"])
-async def test_a_claim_left_running_by_a_dead_executor(
-    nats_server: EmbeddedServer, bus: Bus, tmp: Path, tool: str
-) -> None:
-    """A claim without a result means an executor died mid-run: a tool that is not
-    idempotent fails `interrupted, mayHaveRun`; an idempotent one runs again."""
+def requested(
+    event_id: str, session: str, invocation: str, tool: str, *, time: datetime | None = None
+) -> ToolInvocationRequested:
+    """A runner's request to run `tool` (`slow_read`: read-only and idempotent), as the
+    executor gets it from the log."""
     from turnstream.core.events import ToolInvocationRequestedData
 
-    settings = settings_for(nats_server, tmp, script=script(tmp, '{text: "unused"}'))
-    invocation = f"inv-dead-{tool}"
-    kv = await bus.js.key_value(bus.subjects.invocations_bucket)
-    await kv.put(invocation, b"running")
-    request = ToolInvocationRequested(
-        id=f"01a20000-0000-7000-8000-0000000000{'a1' if tool == 'slow_write' else 'b2'}",
-        time=datetime.now(UTC),
-        session_id=f"dead-{tool}",
+    return ToolInvocationRequested(
+        id=f"01a20000-0000-7000-8000-{event_id:0>12}",
+        time=time or datetime.now(UTC),
+        session_id=session,
         chat_id="c",
-        turn_id="t-dead",
+        turn_id=f"t-{session}",
         trace_id="tr",
         correlation_id="k",
         source="turn-runner/test",
@@ -580,6 +575,19 @@ async def test_a_claim_left_running_by_a_dead_executor(
             iteration=1,
         ),
     )
+
+
+@pytest.mark.parametrize("tool", ["slow_write", "slow_read"])
+async def test_a_claim_left_running_by_a_dead_executor(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path, tool: str
+) -> None:
+    """A claim without a result means an executor died mid-run: a tool that is not
+    idempotent fails `interrupted, mayHaveRun`; an idempotent one runs again."""
+    settings = settings_for(nats_server, tmp, script=script(tmp, '{text: "unused"}'))
+    invocation = f"inv-dead-{tool}"
+    kv = await bus.js.key_value(bus.subjects.invocations_bucket)
+    await kv.put(invocation, b"running")
+    request = requested("a1" if tool == "slow_write" else "b2", f"dead-{tool}", invocation, tool)
     async with running_services(settings, bus, tools=registry()):
         await bus.store.append_facts([request])
         for _ in range(100):
@@ -605,30 +613,10 @@ async def test_a_request_older_than_its_claim_is_kept_is_failed_expired_not_run(
     """Claims live `invocation_max_age_days` (1): a request two days old may have lost its
     claim, so whether it ran cannot be told; it is failed `expired, mayHaveRun`, never run,
     and a redelivery of it appends nothing more (its result is in the log)."""
-    from turnstream.core.events import ToolInvocationRequestedData
-
     settings = settings_for(nats_server, tmp, script=script(tmp, '{text: "unused"}'))
     invocation, session = "inv-expired", "expired-1"
-    request = ToolInvocationRequested(
-        id="01a20000-0000-7000-8000-0000000003e1",
-        time=datetime.now(UTC) - timedelta(days=2),
-        session_id=session,
-        chat_id="c",
-        turn_id="t-old",
-        trace_id="tr",
-        correlation_id="k",
-        source="turn-runner/test",
-        data=ToolInvocationRequestedData(
-            invocation_id=invocation,
-            call_id="call-1",
-            tool="slow_write",
-            args={"ms": 1},
-            read_only=False,
-            idempotent=False,
-            timeout_ms=5000,
-            iteration=1,
-        ),
-    )
+    two_days_ago = datetime.now(UTC) - timedelta(days=2)
+    request = requested("3e1", session, invocation, "slow_write", time=two_days_ago)
     async with running_services(settings, bus, tools=registry()):
         await bus.store.append_facts([request])
         for _ in range(100):
@@ -667,36 +655,18 @@ async def test_a_claim_left_running_after_the_result_was_appended(
     """An executor that died between appending the result and marking the claim done: the
     redelivered request finds the result in the log, marks the claim done and appends
     nothing (no second result: a `Failed{interrupted}` after the `Succeeded`, or a rerun)."""
-    from turnstream.core.events import ToolInvocationRequestedData, ToolInvocationSucceededData
+    from turnstream.core.events import ToolInvocationSucceededData
 
     settings = settings_for(nats_server, tmp, script=script(tmp, '{text: "unused"}'))
     invocation, session = f"inv-done-{tool}", f"done-{tool}"
     kv = await bus.js.key_value(bus.subjects.invocations_bucket)
     await kv.put(invocation, b"running")
-    envelope: dict[str, Any] = {
-        "time": datetime.now(UTC),
-        "session_id": session,
-        "chat_id": "c",
-        "turn_id": "t-done",
-        "trace_id": "tr",
-        "correlation_id": "k",
-    }
     suffix = "c3" if tool == "slow_write" else "d4"
-    request = ToolInvocationRequested(
-        id=f"01a20000-0000-7000-8000-0000000001{suffix}",
-        source="turn-runner/test",
-        data=ToolInvocationRequestedData(
-            invocation_id=invocation,
-            call_id="call-1",
-            tool=tool,
-            args={"ms": 1},
-            read_only=tool == "slow_read",
-            idempotent=tool == "slow_read",
-            timeout_ms=5000,
-            iteration=1,
-        ),
-        **envelope,
-    )
+    request = requested(f"1{suffix}", session, invocation, tool)
+    envelope: dict[str, Any] = {
+        key: getattr(request, key)
+        for key in ("time", "session_id", "chat_id", "turn_id", "trace_id", "correlation_id")
+    }
     succeeded = ToolInvocationSucceeded(
         id=f"01a20000-0000-7000-8000-0000000002{suffix}",
         source="tool-executor/died",
