@@ -252,9 +252,8 @@ def raft_committed(cluster: Cluster) -> dict[str, int]:
         for account in node.get("account_details", []):
             for stream in account.get("stream_detail", []):
                 names[stream.get("stream_raft_group", "")] = stream["name"]
-                for consumer in stream.get("consumer_detail") or []:
-                    group = consumer.get("consumer_raft_group", "")
-                    names[group] = f"{stream['name']}/{consumer['name']}"
+                for consumer in stream.get("consumer_raft_groups") or []:
+                    names[consumer.get("raft_group", "")] = f"{stream['name']}/{consumer['name']}"
     committed: dict[str, int] = {}
     for path in ("/raftz", f"/raftz?acc={ACCOUNT}"):
         for node in monitor(cluster, path):
