@@ -95,13 +95,19 @@ async def wake_open(bus: Bus, wake: Callable[[str], None], stream: str | None = 
 
 
 async def wake_unacked(
-    bus: Bus, wake: Callable[[str], None], durable: str, stream: str | None = None
+    bus: Bus,
+    wake: Callable[[str], None],
+    durable: str,
+    kinds: Sequence[str],
+    stream: str | None = None,
 ) -> None:
-    """Wake every session with a fact the consumer `durable` delivered and has not had
-    acked (in `stream`, default the log's one): a dead runner's, which the consumer
-    redelivers only after `ACK_WAIT_S`. Woken, each reloads the log, that fact included,
-    and goes on now (its redelivery later is folded already). This finds what
-    `wake_open` cannot: an input accepted whose turn had not started."""
+    """Wake every session with a fact (of `kinds`, what the consumer `durable` takes) it
+    delivered and has not had acked, in `stream` (default the log's one): a dead
+    runner's, which the consumer redelivers only after `ACK_WAIT_S`. Woken, each reloads
+    the log, that fact included, and goes on now (its redelivery later is folded
+    already). This finds what `wake_open` cannot: an input accepted whose turn had not
+    started. (Facts in the window that were acked out of order wake their session too:
+    one reload each.)"""
     stream = stream or bus.subjects.log_stream
     info = await bus.js.consumer_info(stream, durable)
     if not info.num_ack_pending:
@@ -109,11 +115,16 @@ async def wake_unacked(
     floor = info.ack_floor.stream_seq if info.ack_floor else 0
     until = min(info.delivered.stream_seq, floor + UNACKED_SCAN_MAX)
     found: set[str] = set()
-    session_of = bus.subjects.session_from_log
+    subjects, taken = bus.subjects, frozenset(kinds)
+
+    def on_event(_seq: int, subject: str, _data: bytes) -> None:
+        if subjects.type_from_log(subject) in taken:
+            found.add(subjects.session_from_log(subject))
+
     await scan_log(
         bus.js,
-        bus.subjects,
-        lambda _seq, subject, _data: found.add(session_of(subject)),
+        subjects,
+        on_event,
         after_seq=floor,
         stream=stream,
         until_seq=until,
@@ -148,7 +159,7 @@ class SessionLeases:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.leases.watch_expiries(served.wake, stop))
                 await wake_open(served.bus, served.wake)
-                await wake_unacked(served.bus, served.wake, served.durable)
+                await wake_unacked(served.bus, served.wake, served.durable, served.kinds)
 
         policy, open_work = self.policy, served.open_work
         async with asyncio.TaskGroup() as tasks:
@@ -249,7 +260,7 @@ class PartitionSessions:
             log.info("turn-runner %s acts for partition %d", self.owner, k)
             stream = self.subjects.log_stream_at(k)
             await wake_open(bus, served.wake, stream)
-            await wake_unacked(bus, served.wake, served.durable, stream)
+            await wake_unacked(bus, served.wake, served.durable, served.kinds, stream)
             await stop.wait()
         except Exception:
             # e.g. the server away while taking it: the worker ends, the partition is handed
