@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
+from nats.js.errors import NotFoundError
+
 from turnstream.bus import Bus
 from turnstream.bus.consume import Subscriptions, log_push
 from turnstream.bus.leases import LeaseTable, Ownership
@@ -109,7 +111,10 @@ async def wake_unacked(
     started. (Facts in the window that were acked out of order wake their session too:
     one reload each.)"""
     stream = stream or bus.subjects.log_stream
-    info = await bus.js.consumer_info(stream, durable)
+    try:
+        info = await bus.js.consumer_info(stream, durable)
+    except NotFoundError:  # the first runner of a deployment: its consumer is being made
+        return
     if not info.num_ack_pending:
         return
     floor = info.ack_floor.stream_seq if info.ack_floor else 0
