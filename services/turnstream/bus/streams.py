@@ -228,16 +228,13 @@ async def _info(js: Any, stream: str) -> Any:
         return None
 
 
-async def check_log_partitions(js: Any, subjects: Subjects, *, service: bool = False) -> None:
+async def check_log_partitions(js: Any, subjects: Subjects) -> None:
     """`LogPartitionsDiffer`, naming the fix, when the log exists in another number of
-    partitions than `subjects` has. A `service` may look at its own log streams only (its
-    rights in ops/accounts.conf): it reads what partition 0 says, which finds a log of
-    more or fewer partitions; a log of one stream shows as partition 0 missing."""
-    if service:
-        first = await _info(js, subjects.log_stream_at(0)) if subjects.partitioned else None
-        existing = _partitions_said(first)
-    else:
-        existing = await existing_log_partitions(js, subjects)
+    partitions than `subjects` has (the setup step, which may look at every stream)."""
+    _refuse_other_count(await existing_log_partitions(js, subjects), subjects)
+
+
+def _refuse_other_count(existing: int | None, subjects: Subjects) -> None:
     if existing is not None and existing != subjects.log_partitions:
         raise LogPartitionsDiffer(
             f"the log is {existing} partition(s) ({subjects.log_stream}"
@@ -251,14 +248,13 @@ async def check_log_partitions(js: Any, subjects: Subjects, *, service: bool = F
 async def check_streams(js: Any, subjects: Subjects) -> None:
     """`StreamsMissing`, naming the fix, unless every stream and shared bucket exists and
     the log is in as many partitions as `subjects` says (a process with another number
-    would look for sessions in the wrong partitions)."""
-    await check_log_partitions(js, subjects, service=True)
-    missing = []
-    for name in checked_streams(subjects):
-        try:
-            await js.stream_info(name)
-        except NotFoundError:
-            missing.append(name)
+    would look for sessions in the wrong partitions). A service may look at its own log
+    streams only (its rights in ops/accounts.conf): partition 0's description says how
+    many there are; a log of one stream shows as the partitions missing."""
+    found = {name: await _info(js, name) for name in checked_streams(subjects)}
+    if subjects.partitioned:
+        _refuse_other_count(_partitions_said(found[subjects.log_stream_at(0)]), subjects)
+    missing = [name for name, info in found.items() if info is None]
     if missing:
         log_missing = set(missing) & set(subjects.log_streams)
         hint = (
@@ -280,10 +276,25 @@ async def existing_bucket(js: Any, bucket: str) -> Any:
         raise StreamsMissing(f"bucket {bucket} missing: {SETUP_STEP}") from exc
 
 
+async def _align_bucket(js: Any, config: api.KeyValueConfig) -> None:
+    """Give a bucket that exists the age and expiry markers its definition asks for now
+    (one from before a bound, or before markers, or with another bound asked for); the
+    rest of its settings stay as they were made."""
+    info = await js.stream_info(f"KV_{config.bucket}")
+    made = info.config
+    age = config.ttl or 0
+    marker = config.limit_marker_ttl or made.subject_delete_marker_ttl
+    if (made.max_age or 0) == age and made.subject_delete_marker_ttl == marker:
+        return
+    made.max_age, made.subject_delete_marker_ttl = age, marker
+    await js.update_stream(config=made)
+
+
 async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> None:
     """The setup step: create or update the streams, create the buckets missing (one that
-    exists keeps its settings); idempotent. A log of another number of partitions is
-    left as it is: `LogPartitionsDiffer`."""
+    exists keeps its settings, but its age and expiry markers: `_align_bucket`);
+    idempotent. A log of another number of partitions is left as it is:
+    `LogPartitionsDiffer`."""
     await check_log_partitions(js, subjects)
     for config in stream_configs(subjects, limits):
         try:
@@ -292,16 +303,7 @@ async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> N
             await js.update_stream(config=config)
     for kv_config in bucket_configs(subjects, limits):
         await open_or_create(js, kv_config)
-    claims = await js.stream_info(f"KV_{subjects.invocations_bucket}")
-    if claims.config.max_age != limits.invocation_max_age_days * DAY_S:
-        # a claims bucket from before its bound (or another bound asked for): set it
-        claims.config.max_age = limits.invocation_max_age_days * DAY_S
-        await js.update_stream(config=claims.config)
-    leases = await js.stream_info(f"KV_{subjects.leases_bucket}")
-    if leases.config.subject_delete_marker_ttl != LEASE_MARKER_TTL_S:
-        # a leases bucket from before expiry markers: add them
-        leases.config.subject_delete_marker_ttl = LEASE_MARKER_TTL_S
-        await js.update_stream(config=leases.config)
+        await _align_bucket(js, kv_config)
     await js.create_object_store(  # nats-py takes the name from `bucket`, not the config
         bucket=subjects.blobs_bucket,
         config=api.ObjectStoreConfig(storage=api.StorageType.FILE, replicas=limits.replicas),
