@@ -79,12 +79,13 @@ class Executor:
         concurrency: int = 32,
         clock: Callable[[], datetime] = now,
         redact: Redactor | None = None,
-        claims_kept: timedelta | None = timedelta(days=1),
+        claims_kept: timedelta | None = None,
     ) -> None:
         self.bus = bus
         self.runs_until = claims_kept / 2 if claims_kept else None
         """How old a request may be and still run: its claim is surely still kept (the
-        bucket's TTL, `claims_kept`, halved for the clocks' disagreement)."""
+        bucket's TTL, `claims_kept`, halved for the clocks' disagreement; None: claims are
+        kept for ever, any request runs)."""
         self.registry = registry
         self.workspace = workspace.resolve()
         self.budget = budget
