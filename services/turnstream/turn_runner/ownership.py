@@ -140,6 +140,13 @@ async def wake_unacked(
         wake(session_id)
 
 
+async def wake_waiting(served: Served, stream: str | None = None) -> None:
+    """Wake every session waiting on the runner that takes it (in `stream` only, if
+    given): open work (`wake_open`) and facts delivered and not acked (`wake_unacked`)."""
+    await wake_open(served.bus, served.wake, stream)
+    await wake_unacked(served.bus, served.wake, served.durable, served.kinds, stream)
+
+
 class SessionLeases:
     """One lease per session (`bus/leases.LeaseTable`): the log of one stream."""
 
@@ -163,8 +170,7 @@ class SessionLeases:
             # one still leased elsewhere is woken again when its lease expires
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.leases.watch_expiries(served.wake, stop))
-                await wake_open(served.bus, served.wake)
-                await wake_unacked(served.bus, served.wake, served.durable, served.kinds)
+                await wake_waiting(served)
 
         policy, open_work = self.policy, served.open_work
         async with asyncio.TaskGroup() as tasks:
@@ -263,9 +269,7 @@ class PartitionSessions:
                 partitions=[k],
             )
             log.info("turn-runner %s acts for partition %d", self.owner, k)
-            stream = self.subjects.log_stream_at(k)
-            await wake_open(bus, served.wake, stream)
-            await wake_unacked(bus, served.wake, served.durable, served.kinds, stream)
+            await wake_waiting(served, self.subjects.log_stream_at(k))
             await stop.wait()
         except Exception:
             # e.g. the server away while taking it: the worker ends, the partition is handed
