@@ -234,10 +234,17 @@ class Counted(InMemoryEventStore):
         self.reads = 0
 
     async def read_session(
-        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        known: Mapping[int, Event] | None = None,
+        at_least: int = 0,
     ) -> list[StoredEvent]:
         self.reads += 1
-        return await super().read_session(session_id, after_seq=after_seq, known=known)
+        return await super().read_session(
+            session_id, after_seq=after_seq, known=known, at_least=at_least
+        )
 
 
 class Msg:

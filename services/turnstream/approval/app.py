@@ -81,7 +81,9 @@ class ApprovalActor:
                 self.loaded = False  # what was loaded misses this end: a later load reads it
             await item.msg.ack()
             return
-        match owned := await self.service.leases.ensure(self.session_id):
+        owned = await self.service.leases.ensure(self.session_id)
+        log.debug("%s: %s, %s", self.session_id, item, owned.value)
+        match owned:
             case Ownership.ELSEWHERE:
                 await self.let_go(item)
                 return
@@ -128,13 +130,20 @@ class ApprovalActor:
         # item is done
         await run_until_quiet(self, item, max_rounds=1)
         if isinstance(item, Delivered):
+            log.debug("%s: ack %s", self.session_id, item)
             await item.msg.ack()
 
     async def reload(self, item: Item | None = None) -> None:
         """The session's prompts rebuilt from the log (the truth), read at least up to the
-        delivered fact `item` (a replica answering the read may not have it yet)."""
-        known = {item.seq: item.event} if isinstance(item, Delivered) else None
-        stored = await self.service.bus.store.read_session(self.session_id, known=known)
+        delivered fact `item`, or for a wake-up up to the log's last event now: a replica
+        answering the read may not have them yet, and a decision on less (a deadline
+        passed for a prompt answered just before it) would be appended as it is."""
+        store = self.service.bus.store
+        if isinstance(item, Delivered):
+            known, at_least = {item.seq: item.event}, 0
+        else:
+            known, at_least = None, await store.last_seq(self.session_id)
+        stored = await store.read_session(self.session_id, known=known, at_least=at_least)
         self.state = approval.fold(ApprovalState(self.session_id), [s.event for s in stored])
         self.loaded = True
 
@@ -147,6 +156,7 @@ class ApprovalActor:
             self.timer.cancel()
             self.timer = None
         if isinstance(item, Delivered):
+            log.debug("%s: nak %s", self.session_id, item)
             await item.msg.nak(delay=self.service.lease_policy.retry_s)
 
     async def commit(self, item: Item) -> ApprovalDecision:
@@ -166,6 +176,7 @@ class ApprovalActor:
         decision = approval.decide_input(self.state, fact, svc.config, svc.clock(), svc.source)
         if decision.events:
             await svc.bus.store.append_facts(decision.events)
+            log.debug("%s: appended %s", self.session_id, [e.type for e in decision.events])
             telemetry.approval_waits(self.state, item, decision.events)
         self.state = decision.state
         return decision

@@ -72,11 +72,17 @@ class EventStore(Protocol):
         ...
 
     async def read_session(
-        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        known: Mapping[int, Event] | None = None,
+        at_least: int = 0,
     ) -> list[StoredEvent]:
         """The session's events after `after_seq`, in order. `known`: events the caller has
-        decoded already, by sequence (a delivered fact), taken as they are; the read goes
-        at least up to the last of them."""
+        decoded already, by sequence (a delivered fact), taken as they are. The read goes
+        at least up to the last of them, and up to `at_least` (a sequence the caller knows
+        the session has: a reader must never see less than it saw)."""
         ...
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
@@ -172,12 +178,16 @@ class JetStreamEventStore:
         )
 
     async def read_session(
-        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        known: Mapping[int, Event] | None = None,
+        at_least: int = 0,
     ) -> list[StoredEvent]:
         stream = self.subjects.log_stream_of(session_id)
-        return await self._read(
-            stream, self.subjects.log_session(session_id), after_seq, known or {}
-        )
+        subject = self.subjects.log_session(session_id)
+        return await self._read(stream, subject, after_seq, known or {}, at_least)
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
         """On a partitioned log: partition after partition, each in order (sequences are
@@ -186,7 +196,7 @@ class JetStreamEventStore:
             raise ValueError("read_all(after_seq=…) of a partitioned log: read a partition")
         out: list[StoredEvent] = []
         for stream in self.subjects.log_streams:
-            out += await self._read(stream, self.subjects.log_all, after_seq, {})
+            out += await self._read(stream, self.subjects.log_all, after_seq, {}, 0)
         return out
 
     async def read_kind(self, event_type: str, *, since: datetime) -> list[StoredEvent]:
@@ -201,9 +211,15 @@ class JetStreamEventStore:
         return out
 
     async def _read(
-        self, stream: str, subject: str, after_seq: int, known: Mapping[int, Event]
+        self,
+        stream: str,
+        subject: str,
+        after_seq: int,
+        known: Mapping[int, Event],
+        at_least: int,
     ) -> list[StoredEvent]:
-        """From `after_seq + 1` up to the last event that exists now.
+        """From `after_seq + 1` up to the last event that exists now, and at least up to
+        the last `known` one and `at_least`.
 
         A session is read with batched direct gets (no consumer: nats-server caps a
         stream's consumers, and a runner reloading 1,500 sessions at once went past it);
@@ -225,11 +241,12 @@ class JetStreamEventStore:
         async with self._reads:
             try:
                 last = await self.direct.read(stream, subject, keep, after_seq=after_seq)
-                if last >= max(known, default=0):
+                floor = max(max(known, default=0), at_least)
+                if last >= floor:
                     return out
                 # a direct get may be answered by a replica that has not applied the
-                # latest appends yet (R3): the read missed a fact the caller holds
-                log.info("direct read of %s ended at %d, behind a known fact", subject, last)
+                # latest appends yet (R3): the read missed what the caller knows is there
+                log.info("direct read of %s ended at %d, behind %d", subject, last, floor)
             except (TimeoutError, DirectGetError) as exc:
                 # no answer in time, or an error status (say 503: a log without
                 # `allow_direct`): the slower way, which costs a consumer, still works
@@ -310,7 +327,12 @@ class InMemoryEventStore:
         return seqs
 
     async def read_session(
-        self, session_id: str, *, after_seq: int = 0, known: Mapping[int, Event] | None = None
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        known: Mapping[int, Event] | None = None,
+        at_least: int = 0,
     ) -> list[StoredEvent]:
         return [s for s in self.log[after_seq:] if s.event.session_id == session_id]
 

@@ -53,6 +53,11 @@ class Delivered:
     def of(cls, msg: Any, event: Event) -> Delivered:
         return cls(msg, stream_seq(msg), event)
 
+    def __str__(self) -> str:
+        """How a log line names it."""
+        delivery = self.msg.metadata.num_delivered
+        return f"{self.event.type} at {self.seq} (delivery {delivery})"
+
 
 class Actor(Protocol[Item_contra]):
     async def handle(self, item: Item_contra) -> None:

@@ -293,15 +293,16 @@ class Runner:
     async def session_state(self, session_id: str) -> SessionState:
         """The live state if the session is in memory, else rebuilt from the log."""
         actor = self.mailboxes.actor(session_id)
-        if isinstance(actor, SessionActor) and actor.loaded:
-            # a state kept after the lease went (released when idle) is stale once another
-            # runner acted for the session (it is reloaded before it is used again)
-            if self.ownership.holds(session_id):
-                return actor.state
-            if actor.last_seq >= await self.bus.store.last_seq(session_id):
-                return actor.state
-        kv = await self.snapshots()
-        return (await snapshots.rebuild(kv, self.bus.store, session_id))[0]
+        live = actor if isinstance(actor, SessionActor) and actor.loaded else None
+        # a state kept after the lease went (released when idle) is stale once another
+        # runner acted for the session (it is reloaded before it is used again)
+        if live is not None and self.ownership.holds(session_id):
+            return live.state
+        last = await self.bus.store.last_seq(session_id)
+        if live is not None and live.last_seq >= last:
+            return live.state
+        kv = await self.snapshots()  # read up to the leader's last, as an actor's reload does
+        return (await snapshots.rebuild(kv, self.bus.store, session_id, at_least=last))[0]
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects

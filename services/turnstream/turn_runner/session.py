@@ -15,7 +15,10 @@ Bookkeeping: `last_seq` is the session's last log sequence we know (the conditio
 next append); `input_mark` is the highest sequence of a delivered fact folded, so a
 redelivered or already replayed fact is not folded twice. Facts the runner does not
 consume (a mode verdict, a tool start) may land after `last_seq`: the next conditional
-append then fails and the actor reloads the session, which is always correct.
+append then fails and the actor reloads the session, which is always correct. A delivered
+fact moves `last_seq` up to its own sequence (`fact`), stepping over those: what lies
+between is no other runner's, since the lease was held since a reload that read the
+session up to its last event on the leader (`reload`).
 """
 
 from __future__ import annotations
@@ -118,12 +121,18 @@ class SessionActor:
     async def handle(self, item: Item) -> None:
         """Handle `item` if the session is this runner's (its lease, taken if it is free; or
         its partition, `ownership.py`)."""
-        match await self.ctx.leases.ensure(self.session_id):
+        ownership = await self.ctx.leases.ensure(self.session_id)
+        log.debug("%s: %s, %s", self.session_id, _named(item), ownership.value)
+        match ownership:
             case Ownership.ELSEWHERE:
                 await self.let_go(item)
                 return
             case Ownership.NEW:
                 self.loaded = False  # another runner may have acted: the log knows
+            case Ownership.KEPT:
+                pass
+            case _:
+                assert_never(ownership)
         try:
             await self.step(item)
         except LeaseLost:
@@ -141,6 +150,7 @@ class SessionActor:
         self.untime_turns()
         self.unwake()
         if isinstance(item, Delivered):
+            log.debug("%s: nak %s", self.session_id, item)
             await item.msg.nak(delay=self.ctx.leases.retry_s)
 
     async def step(self, item: Item) -> None:
@@ -153,6 +163,8 @@ class SessionActor:
             fact = None if reloaded else await self.fact(item)
             if fact is not None or reloaded:  # a reload may leave something to decide
                 await self.run(fact or Tick())
+            how = "reloaded" if reloaded else "folded already" if fact is None else "decided"
+            log.debug("%s: ack %s, %s up to %d", self.session_id, item, how, self.last_seq)
             await item.msg.ack()
             return
         if isinstance(item, ProviderDone):
@@ -207,6 +219,7 @@ class SessionActor:
                 await self.reload()
                 item = _refold(item)
                 continue
+            log.debug("%s: appended %d event(s) up to %d", self.session_id, len(decision), last)
             self.state, self.last_seq, self.held = decision.state, last, ()
             # the condition held: everything up to `last` is folded (ours, or read before),
             # so a delivery of our own events (a verdict we judged) is not decided again
@@ -320,10 +333,18 @@ class SessionActor:
 
     async def reload(self, known: dict[int, Event] | None = None) -> None:
         """Rebuild the state from the log (the truth): the latest snapshot, then the tail
-        (`known`: events decoded already, by sequence)."""
+        (`known`: events decoded already, by sequence).
+
+        The read goes up to the session's last event on the stream's leader, asked first:
+        at R3 a replica that has not applied the latest appends may answer a read. A state
+        read from it could lack the fact being handled (acked as folded, the turn would
+        wait for it forever), or a previous holder's last appends, which `fact` would then
+        step over (a stale state's append passing the fence: a turn ended twice)."""
         kv = await self.ctx.snapshots()
+        last = await self.ctx.store.last_seq(self.session_id)
+        seen = max(last, self.last_seq, self.input_mark)  # the leader's: never behind these
         self.state, self.last_seq, read = await snapshots.rebuild(
-            kv, self.ctx.store, self.session_id, known
+            kv, self.ctx.store, self.session_id, known, at_least=seen
         )
         self.input_mark = self.last_seq
         self.held = ()
@@ -380,3 +401,8 @@ class SessionActor:
 def _refold(item: Input) -> Input:
     """After a reload the log holds every fact: a delivered one is decided as a Tick."""
     return Tick() if isinstance(item, Fact) else item
+
+
+def _named(item: Item) -> object:
+    """An item as the debug log names it: a delivered fact formats itself when written."""
+    return item if isinstance(item, Delivered) else type(item).__name__

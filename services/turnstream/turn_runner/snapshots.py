@@ -54,14 +54,19 @@ async def save(kv: Any, state: SessionState, seq: int) -> None:
 
 
 async def rebuild(
-    kv: Any, store: Any, session_id: str, known: Mapping[int, Event] | None = None
+    kv: Any,
+    store: Any,
+    session_id: str,
+    known: Mapping[int, Event] | None = None,
+    at_least: int = 0,
 ) -> tuple[SessionState, int, int]:
     """The session from its latest snapshot and the log after it: the state, the sequence
     it is as of, and how many events had to be read (`known`: events decoded already, by
-    sequence, as `EventStore.read_session` takes them)."""
+    sequence; `at_least`: how far the log is known to go; as `EventStore.read_session`
+    takes them)."""
     found = await load(kv, session_id)
     state, after = found if found else (SessionState.of(session_id), 0)
-    stored = await store.read_session(session_id, after_seq=after, known=known)
+    stored = await store.read_session(session_id, after_seq=after, known=known, at_least=at_least)
     for item in stored:
         state = evolve(state, item.event)
     return state, (stored[-1].seq if stored else after), len(stored)
