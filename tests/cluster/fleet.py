@@ -54,6 +54,8 @@ class Fleet:
         (root / "logs").mkdir(exist_ok=True)
         (root / "script.yaml").write_text(script)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
+        if level := os.environ.get("TS_TEST_LOG_LEVEL"):  # DEBUG: each fact's ack, each lease
+            self.env["TURNSTREAM_LOG_LEVEL"] = level  # (tests/conftest.py drops TURNSTREAM_*)
         self.env.update(
             PYTHONPATH=str(ROOT),
             TURNSTREAM_REPLICAS="3",

@@ -17,6 +17,13 @@ the runners are grown to 3 and shrunk to 1; the same checks follow. (Parametrizi
 first test over 4 partitions would double its minutes; this one changes only the
 services that own partitions.)
 
+The third test churns the turn-runners alone while a follower of the log lags (a node
+SIGSTOPped for a moment, again and again): the runner holding sessions is killed and,
+about when its leases expire and the survivors take its sessions over, another is
+stopped. A session taken over is read from whichever replica answers a direct get; the
+elastic test once lost two turns to a replica behind the leader
+(`tests/integration/test_stale_reload.py` shows each way it went wrong).
+
 Every other turn of a session calls the tool on `asked.txt`, which the allowlist does not
 cover: an approval prompt, answered by the test as a client once the prompt is stored.
 Progress paces the steps (turns ended, not seconds), so a slow machine runs it slower,
@@ -26,6 +33,9 @@ not differently.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
+import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -364,3 +374,55 @@ async def test_partition_owners_come_and_go_while_turns_run(
     """The log in 4 partitions: runners and audits (which own partitions) added, killed and
     stopped while turns run, with the same checks as at one partition."""
     await run_elastic(cluster4, tmp_path, PARTITIONED, scale_partitioned, "p", 7 * STEP)
+
+
+CHURN_CYCLES = 6
+
+
+async def lag_followers(cluster: Cluster, operator: Bus, rng: random.Random) -> None:
+    """Again and again, SIGSTOP a follower of the log's stream for 0.1-0.5 s: the direct
+    gets it answers then lag behind the leader, as a busy replica's do."""
+    stream = operator.subjects.log_stream
+    while True:
+        info = await operator.js.stream_info(stream)
+        leader = info.cluster.leader if info.cluster else None
+        node = rng.choice([n for n in cluster.nodes if f"nats{n}" != leader])
+        cluster.nodes[node].send_signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(rng.uniform(0.1, 0.5))
+        finally:
+            cluster.nodes[node].send_signal(signal.SIGCONT)
+        await asyncio.sleep(rng.uniform(0.2, 1.0))
+
+
+async def churn_runners(fleet: Fleet, operator: Bus, load: Load, tools: ToolsInFlight) -> list[str]:
+    """Each cycle: back to 3 runners; the one holding sessions killed; about when its
+    leases expire (the survivors take its sessions over), another stopped with SIGTERM,
+    handing its own over; all while a follower of the log lags."""
+    done: list[str] = []
+    rng = random.Random(26)
+    lagging = asyncio.create_task(lag_followers(fleet.cluster, operator, rng))
+    try:
+        await load.until_ended(STEP)
+        for cycle in range(CHURN_CYCLES):
+            while len(fleet.alive("turn_runner")) < 3:
+                await fleet.ready(fleet.start("turn_runner"))
+            await load.until_ended(load.ended + STEP)
+            runner = await holding(fleet, operator, load.sessions, "turn_runner", "session.")
+            assert runner is not None, "no turn-runner holds a session lease while turns run"
+            fleet.kill(runner)
+            await asyncio.sleep(rng.uniform(2.2, 3.6))  # the lease TTL is 3 s
+            other = fleet.alive("turn_runner")[0]
+            code = await fleet.term(other)
+            done.append(f"cycle {cycle}: SIGKILL {runner}, then SIGTERM {other} (exit {code})")
+            print(f"{load.ended} ended: {done[-1]}", flush=True)
+            await load.until_ended(load.ended + STEP)
+    finally:
+        lagging.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await lagging
+    return done
+
+
+async def test_runners_come_and_go_while_a_replica_lags(cluster: Cluster, tmp_path: Path) -> None:
+    await run_elastic(cluster, tmp_path, SUBJECTS, churn_runners, "r", 5 * STEP)

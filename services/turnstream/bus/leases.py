@@ -226,6 +226,7 @@ class LeaseTable:
                 on_holder(session_id, None if freed or not entry.value else entry.value.decode())
             if not freed:
                 return
+            log.debug("lease %s: %s at %d", entry.key, entry.operation, entry.revision)
             if self.holds(session_id):
                 return
             self._freed(session_id, int(entry.revision))  # free: `ensure` writes on it

@@ -79,7 +79,10 @@ async def keep_leases(
             elif not ok:
                 log.warning("lost the lease of %s; letting it go", session_id)
                 wake(session_id)  # the actor finds out and stops acting
+        if drop:
+            log.debug("releasing %d idle lease(s): %s", len(drop), drop)
         await _release(leases, drop, hand_over=False)
+    log.debug("handing %d lease(s) over: %s", len(leases.held), list(leases.held))
     # the actors are being cancelled now, so which sessions were open cannot be told: hand
     # every one over (an idle one costs its next holder one reload)
     await _release(leases, list(leases.held), hand_over=True)
