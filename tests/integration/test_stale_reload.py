@@ -129,7 +129,25 @@ async def kinds_after(bus: Bus, session: str, seq: int) -> list[str]:
     return [s.event.type for s in await bus.store.read_session(session) if s.seq > seq]
 
 
-@pytest.mark.parametrize("why", ["lease taken again", "append refused"])
+class PausedLeader:
+    """The JetStream context, but the last message of `subject` is answered as of `upto`:
+    a leader paused (a stop, a long GC) answers from its store until it hears it is not
+    the leader any more."""
+
+    def __init__(self, js: Any, subject: str, upto: int) -> None:
+        self.js, self.subject, self.upto = js, subject, upto
+
+    async def get_last_msg(self, stream: str, subject: str) -> Any:
+        found = await self.js.get_last_msg(stream, subject)
+        return SimpleNamespace(seq=self.upto) if subject == self.subject else found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.js, name)
+
+
+@pytest.mark.parametrize(
+    "why", ["lease taken again", "append refused", "a paused leader answers too"]
+)
 async def test_a_tool_result_is_decided_though_a_replica_behind_it_answers_the_reload(
     bus: Bus, why: str
 ) -> None:
@@ -157,11 +175,15 @@ async def test_a_tool_result_is_decided_though_a_replica_behind_it_answers_the_r
             update={"session_id": session, "id": f"{session}-result"}
         )
 
-        if why == "lease taken again":
+        if why != "append refused":
             # the lease looks lapsed at the append; taken again, the actor reloads, and
-            # the replica answering has not applied the result yet
+            # the replica answering has not applied the result yet (nor, if paused, the
+            # leader asked for the session's last sequence)
             lease.lapse()
             store.direct = BehindReplica(store.direct, behind=1)  # type: ignore[assignment]
+            if why == "a paused leader answers too":
+                subject = bus.subjects.log_session(session)
+                store.js = PausedLeader(bus.js, subject, actor.last_seq)
             seq, msg = await deliver(bus, actor, result)
         else:
             # the append is refused: an event the runner does not consume (a verdict, a

@@ -74,15 +74,18 @@ async def scan_log(
     subject: str | None = None,
     stream: str | None = None,
     until_seq: int | None = None,
+    at_least: int = 0,
 ) -> int:
     """Hand every event of the log stream `stream` after `after_seq` (on `subject`,
     default all of it), up to the last one now (or up to `until_seq`), to
     `on_event(seq, subject, data)` in order; return the last sequence handed over
     (`after_seq` when there was none). `stream` may be left out when the log is one
-    stream."""
+    stream. `at_least`: a sequence on `subject` the caller knows exists; the scan goes up
+    to it even if the server asked for the last one answers with less (a leader paused,
+    and not yet aware it is not the leader any more), or fails (`TimeoutError`)."""
     subject = subject or subjects.log_all
     stream = one_log_stream(subjects, stream)
-    last = await log_last_seq(js, subjects, subject, stream=stream)
+    last = max(await log_last_seq(js, subjects, subject, stream=stream), at_least)
     if until_seq is not None:
         last = min(last, until_seq)  # a message at or past it exists: the scan ends there
     if last <= after_seq:

@@ -82,7 +82,8 @@ class EventStore(Protocol):
         """The session's events after `after_seq`, in order. `known`: events the caller has
         decoded already, by sequence (a delivered fact), taken as they are. The read goes
         at least up to the last of them, and up to `at_least` (a sequence the caller knows
-        the session has: a reader must never see less than it saw)."""
+        the session has: a reader must never see less than it saw), or fails
+        (`TimeoutError`)."""
         ...
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
@@ -230,9 +231,17 @@ class JetStreamEventStore:
             event = known.get(seq)
             out.append(StoredEvent(seq, decode(data) if event is None else event))
 
+        floor = max(max(known, default=0), at_least)
+
         async def scan() -> None:
             await scan_log(
-                self.js, self.subjects, keep, after_seq=after_seq, subject=subject, stream=stream
+                self.js,
+                self.subjects,
+                keep,
+                after_seq=after_seq,
+                subject=subject,
+                stream=stream,
+                at_least=floor,
             )
 
         if subject == self.subjects.log_all:
@@ -241,7 +250,6 @@ class JetStreamEventStore:
         async with self._reads:
             try:
                 last = await self.direct.read(stream, subject, keep, after_seq=after_seq)
-                floor = max(max(known, default=0), at_least)
                 if last >= floor:
                     return out
                 # a direct get may be answered by a replica that has not applied the
