@@ -1,13 +1,15 @@
 """This checkout against a baseline revision, side by side: CPU per turn of each process.
 
     python bench/compare.py [--base REV] [--rounds 4] [--turns 1500] [--script one-tool]
+                            [--new-sessions]
 
 The machines are shared and their speed drifts by a quarter within minutes, so two
 benchmark runs minutes apart do not compare. This alternates short runs of the baseline
 (a `git worktree` of REV) and of this checkout, `--rounds` times, each one
 `bench/turns.py`'s K = 50 measurement (what each process spent per turn, the turns/s) and
 K = 1 p50, and reports each process's ratio as the geometric mean of the ratios of
-neighbouring runs.
+neighbouring runs. `--new-sessions`: every turn opens a new session (so each is a first
+load of its session, as a chat whose turns are further apart than a lease's renewal is).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ console = Console(highlight=False)
 ROOT = Path(__file__).parents[1]
 
 
-async def measure(url: str, pids: dict[str, int], turns: int) -> dict[str, Any]:
+async def measure(url: str, pids: dict[str, int], turns: int, new: bool) -> dict[str, Any]:
     from turnstream.bus import connect
     from turnstream.bus.streams import StreamLimits
     from turnstream.core.subjects import Subjects
@@ -45,9 +47,9 @@ async def measure(url: str, pids: dict[str, int], turns: int) -> dict[str, Any]:
     await watcher.start()
     try:
         await concurrent(watcher, 10, 200, "warm")
-        k1 = await concurrent(watcher, 1, 100, "k1")
+        k1 = await concurrent(watcher, 1, 100, "k1", new_sessions=new)
         before = cpu_seconds(pids)
-        k50 = await concurrent(watcher, 50, turns, "k50")
+        k50 = await concurrent(watcher, 50, turns, "k50", new_sessions=new)
         after = cpu_seconds(pids)
     finally:
         await bus.close()
@@ -55,7 +57,7 @@ async def measure(url: str, pids: dict[str, int], turns: int) -> dict[str, Any]:
     return {"k1_p50_ms": k1["p50_ms"], "turns_per_s": k50["turns_per_s"], "cpu": cpu}
 
 
-def one_run(script: str, turns: int) -> None:
+def one_run(script: str, turns: int, new_sessions: bool) -> None:
     """Run the services of whichever `turnstream` is importable; print one JSON line."""
     from turnstream.bus.embedded import EmbeddedServer
 
@@ -68,14 +70,16 @@ def one_run(script: str, turns: int) -> None:
             stack.running(server, root, root / "script.yaml", console) as supervisor,
         ):
             pids = stack.pids(supervisor, server)
-            print(json.dumps(asyncio.run(measure(server.url, pids, turns))))
+            result = asyncio.run(measure(server.url, pids, turns, new_sessions))
+            print(json.dumps(result))
 
 
-def run_side(pythonpath: str | None, script: str, turns: int) -> dict[str, Any]:
+def run_side(pythonpath: str | None, script: str, turns: int, new_sessions: bool) -> dict[str, Any]:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     command = [sys.executable, __file__, "--one", script, "--turns", str(turns)]
+    command += ["--new-sessions"] if new_sessions else []
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
@@ -117,10 +121,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--turns", type=int, default=1500, help="turns of each K = 50 run")
     parser.add_argument("--script", choices=list(SCRIPTS), default="one-tool")
+    parser.add_argument("--new-sessions", action="store_true", help="every turn a new session")
     parser.add_argument("--one", choices=list(SCRIPTS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        one_run(args.one, args.turns)
+        one_run(args.one, args.turns, args.new_sessions)
         return
     rev = subprocess.run(
         ["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True
@@ -136,8 +141,8 @@ def main() -> None:
             (package / "turnstream").symlink_to(nested if nested.is_dir() else tree / "services")
             base, head = [], []
             for n in range(args.rounds):
-                base.append(run_side(str(package), args.script, args.turns))
-                head.append(run_side(None, args.script, args.turns))
+                base.append(run_side(str(package), args.script, args.turns, args.new_sessions))
+                head.append(run_side(None, args.script, args.turns, args.new_sessions))
                 console.print(
                     f"round {n + 1}/{args.rounds}: total CPU ms per turn "
                     f"base {sum(base[-1]['cpu'].values()):.2f}, "
@@ -145,7 +150,10 @@ def main() -> None:
                 )
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
-    console.print(f"[bold]{args.script} turns[/], {args.rounds} rounds, base = {args.base}")
+    sessions = ", each on a new session" if args.new_sessions else ""
+    console.print(
+        f"[bold]{args.script} turns[/]{sessions}, {args.rounds} rounds, base = {args.base}"
+    )
     report(base, head, rev)
 
 
