@@ -7,7 +7,11 @@ by a later event), the read came from a replica without the result, the state it
 waited for the result still, nothing was decided, and the result was acked as folded.
 Here the replica is `BehindReplica` (the store's direct reads drop the last appends) and
 the runner's session actor is driven the way its mailbox would; the result must be
-decided (the model called with it) before it is acked.
+decided (the model called with it) before it is acked. The same holds when the leader
+asked for the session's last sequence was paused and answers from its old store
+(`PausedLeader`). A runner taking a session over must see its previous holder's last
+appends, and the approval service's deadline must not pass over an answer a replica
+has not applied yet.
 """
 
 from __future__ import annotations
