@@ -240,10 +240,11 @@ class Counted(InMemoryEventStore):
         after_seq: int = 0,
         known: Mapping[int, Event] | None = None,
         at_least: int = 0,
+        latest: bool = False,
     ) -> list[StoredEvent]:
         self.reads += 1
         return await super().read_session(
-            session_id, after_seq=after_seq, known=known, at_least=at_least
+            session_id, after_seq=after_seq, known=known, at_least=at_least, latest=latest
         )
 
 

@@ -138,12 +138,9 @@ class ApprovalActor:
         delivered fact `item`, or for a wake-up up to the log's last event now: a replica
         answering the read may not have them yet, and a decision on less (a deadline
         passed for a prompt answered just before it) would be appended as it is."""
+        known = {item.seq: item.event} if isinstance(item, Delivered) else None
         store = self.service.bus.store
-        if isinstance(item, Delivered):
-            known, at_least = {item.seq: item.event}, 0
-        else:
-            known, at_least = None, await store.last_seq(self.session_id)
-        stored = await store.read_session(self.session_id, known=known, at_least=at_least)
+        stored = await store.read_session(self.session_id, known=known, latest=known is None)
         self.state = approval.fold(ApprovalState(self.session_id), [s.event for s in stored])
         self.loaded = True
 

@@ -78,11 +78,13 @@ class EventStore(Protocol):
         after_seq: int = 0,
         known: Mapping[int, Event] | None = None,
         at_least: int = 0,
+        latest: bool = False,
     ) -> list[StoredEvent]:
         """The session's events after `after_seq`, in order. `known`: events the caller has
         decoded already, by sequence (a delivered fact), taken as they are. The read goes
-        at least up to the last of them, and up to `at_least` (a sequence the caller knows
-        the session has: a reader must never see less than it saw), or fails
+        at least up to the last of them, up to `at_least` (a sequence the caller knows the
+        session has: a reader must never see less than it saw) and, if `latest`, up to the
+        session's last event on the stream's leader now (one request more), or fails
         (`TimeoutError`)."""
         ...
 
@@ -185,9 +187,12 @@ class JetStreamEventStore:
         after_seq: int = 0,
         known: Mapping[int, Event] | None = None,
         at_least: int = 0,
+        latest: bool = False,
     ) -> list[StoredEvent]:
         stream = self.subjects.log_stream_of(session_id)
         subject = self.subjects.log_session(session_id)
+        if latest:  # a replica behind the leader may answer the read (R3): ask the leader
+            at_least = max(at_least, await self.last_seq(session_id))
         return await self._read(stream, subject, after_seq, known or {}, at_least)
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
@@ -341,6 +346,7 @@ class InMemoryEventStore:
         after_seq: int = 0,
         known: Mapping[int, Event] | None = None,
         at_least: int = 0,
+        latest: bool = False,
     ) -> list[StoredEvent]:
         return [s for s in self.log[after_seq:] if s.event.session_id == session_id]
 

@@ -335,16 +335,16 @@ class SessionActor:
         """Rebuild the state from the log (the truth): the latest snapshot, then the tail
         (`known`: events decoded already, by sequence).
 
-        The read goes up to the session's last event on the stream's leader, asked first:
-        at R3 a replica that has not applied the latest appends may answer a read. A state
-        read from it could lack the fact being handled (acked as folded, the turn would
-        wait for it forever), or a previous holder's last appends, which `fact` would then
-        step over (a stale state's append passing the fence: a turn ended twice)."""
+        The read goes up to the session's last event on the stream's leader (`latest`),
+        and never less far than this actor has seen: at R3 a replica that has not applied
+        the latest appends may answer a read. A state read from it could lack the fact
+        being handled (acked as folded, the turn would wait for it forever), or a previous
+        holder's last appends, which `fact` would then step over (a stale state's append
+        passing the fence: a turn ended twice)."""
         kv = await self.ctx.snapshots()
-        last = await self.ctx.store.last_seq(self.session_id)
-        seen = max(last, self.last_seq, self.input_mark)  # the leader's: never behind these
+        seen = max(self.last_seq, self.input_mark)
         self.state, self.last_seq, read = await snapshots.rebuild(
-            kv, self.ctx.store, self.session_id, known, at_least=seen
+            kv, self.ctx.store, self.session_id, known, at_least=seen, latest=True
         )
         self.input_mark = self.last_seq
         self.held = ()

@@ -59,14 +59,16 @@ async def rebuild(
     session_id: str,
     known: Mapping[int, Event] | None = None,
     at_least: int = 0,
+    latest: bool = False,
 ) -> tuple[SessionState, int, int]:
     """The session from its latest snapshot and the log after it: the state, the sequence
-    it is as of, and how many events had to be read (`known`: events decoded already, by
-    sequence; `at_least`: how far the log is known to go; as `EventStore.read_session`
-    takes them)."""
+    it is as of, and how many events had to be read (`known`, `at_least`, `latest`: how
+    far to read, as `EventStore.read_session` takes them)."""
     found = await load(kv, session_id)
     state, after = found if found else (SessionState.of(session_id), 0)
-    stored = await store.read_session(session_id, after_seq=after, known=known, at_least=at_least)
+    stored = await store.read_session(
+        session_id, after_seq=after, known=known, at_least=at_least, latest=latest
+    )
     for item in stored:
         state = evolve(state, item.event)
     return state, (stored[-1].seq if stored else after), len(stored)
