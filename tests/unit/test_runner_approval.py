@@ -4,8 +4,8 @@ hop), with the ids the approval service derives; a call that needs one is left t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from tests.unit.factories import T0, Ids, accepted, ctx, fact, success
 from turnstream.approval.app import CONSUMES
@@ -14,7 +14,6 @@ from turnstream.bus.store import InMemoryEventStore, StoredEvent
 from turnstream.core import approval
 from turnstream.core.approval import AllowRule, ApprovalConfig, ApprovalState
 from turnstream.core.events import (
-    Event,
     InteractionRequested,
     SessionConfigured,
     SessionConfiguredData,
@@ -233,19 +232,9 @@ class Counted(InMemoryEventStore):
         super().__init__()
         self.reads = 0
 
-    async def read_session(
-        self,
-        session_id: str,
-        *,
-        after_seq: int = 0,
-        known: Mapping[int, Event] | None = None,
-        at_least: int = 0,
-        latest: bool = False,
-    ) -> list[StoredEvent]:
+    async def read_session(self, session_id: str, **how: Any) -> list[StoredEvent]:
         self.reads += 1
-        return await super().read_session(
-            session_id, after_seq=after_seq, known=known, at_least=at_least, latest=latest
-        )
+        return await super().read_session(session_id, **how)
 
 
 class Msg:
