@@ -19,6 +19,7 @@ from tests.http.test_a2a import a2a, message, send
 from tests.http.test_a2a_push import Receiver, config, serving, settings, states_of, until
 from tests.http.test_a2a_push_cost import delivery_past, pushed_seqs, waiting_task
 from turnstream.bus import Bus
+from turnstream.bus.durables import ensure_durables
 from turnstream.http.a2a.push_consumer import skip_to
 from turnstream.http.a2a.pusher import DURABLE, PUSHED_KINDS
 from turnstream.settings import Settings
@@ -109,7 +110,7 @@ async def test_a_config_set_after_many_events_gets_only_its_tasks_later_updates_
     assert len({u["metadata"]["updateId"] for u in updates}) == 2
 
 
-async def test_an_older_deliver_new_consumer_is_replaced_after_its_ack_floor(
+async def test_the_setup_step_replaces_an_older_deliver_new_consumer_after_its_ack_floor(
     services: Settings, bus: Bus
 ) -> None:
     stream = bus.subjects.log_stream
@@ -122,6 +123,7 @@ async def test_an_older_deliver_new_consumer_is_replaced_after_its_ack_floor(
     )
     await bus.js.add_consumer(stream, config=older)
     floor = (await consumer(bus)).ack_floor.stream_seq
+    await ensure_durables(bus.js, bus.subjects, services.a2a_push_timeout_s)
     async with http_app(services):
         info = await consumer(bus)
     assert info.config.deliver_policy == api.DeliverPolicy.BY_START_SEQUENCE

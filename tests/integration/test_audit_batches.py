@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from turnstream.audit.checks import CheckConfig
 from turnstream.audit.intake import Intake
 from turnstream.bus import Bus
 from turnstream.bus.consume import define_pull, durable_push
+from turnstream.bus.durables import ensure_durables
 from turnstream.core.events import StagePreFired
 
 
@@ -82,6 +82,7 @@ async def test_a_push_durable_of_an_earlier_version_is_replaced_after_its_ack_fl
     await asyncio.wait_for(acked.wait(), 10)
     await old.unsubscribe()
     await bus.store.append_facts(turn("pulled", "t1"))  # while no audit runs
+    await ensure_durables(bus.js, subjects, 10.0)  # the setup step replaces it
     async with serving(bus, tmp_path / "audit.jsonl") as service:
         await bus.store.append_facts(turn("pulled-later", "t1"))
         last = await bus.store.last_seq("pulled-later")
@@ -139,7 +140,10 @@ async def test_a_redelivery_after_a_restart_is_checked_once(
 ) -> None:
     """The first instance folds and records a duplicate end and stops without acking: the
     server redelivers it to the second, which has it from the log already."""
-    monkeypatch.setattr(worker, "define_pull", functools.partial(define_pull, ack_wait_s=1))
+    subjects = bus.subjects
+    await define_pull(  # the audit's durable, with a short ack wait
+        bus.js, subjects.log_stream, worker.DURABLE, [subjects.log_all], ack_all=True, ack_wait_s=1
+    )
     path = tmp_path / "audit.jsonl"
 
     async def no_ack(msg: Msg) -> None:

@@ -14,7 +14,8 @@ from nats.js.errors import NotFoundError
 
 from tests.integration.conftest import events_of, only, settings_for
 from turnstream.bus import Bus
-from turnstream.bus.consume import durable_pull
+from turnstream.bus.consume import bind_push, durable_pull
+from turnstream.bus.durables import GATEWAY, DurableMissing, ensure_durables
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import message_command, publish_command
 from turnstream.core.events import InputAccepted, InputRejected, SessionConfigured, TurnEnded
@@ -86,7 +87,7 @@ async def test_one_batch_with_a_key_twice_accepts_it_once_and_the_rest_all(
     assert int(entry.value) == accepted[2].data.inbound_seq  # the first one claimed it
 
 
-async def test_the_gateway_is_handed_commands_by_a_push_consumer_replacing_a_pull_one(
+async def test_the_setup_step_puts_the_gateways_push_consumer_in_place_of_a_pull_one(
     nats_server: EmbeddedServer, bus: Bus, tmp_path: Path
 ) -> None:
     subjects = bus.subjects
@@ -105,6 +106,9 @@ async def test_the_gateway_is_handed_commands_by_a_push_consumer_replacing_a_pul
     await publish_command(
         bus, "gw-old", message_command("gw-old", "waiting", idempotency_key="gw-old-2")
     )
+    with pytest.raises(DurableMissing, match="streams apply"):  # a gateway cannot bind it
+        await bind_push(bus.js, subjects, GATEWAY, subjects.inbound_stream, None, _ignore)
+    await ensure_durables(bus.js, subjects, 10.0)  # the setup step
     async with a_gateway(nats_server, tmp_path):
         accepted = await accepted_in(bus, "gw-old", 1)
         info = await bus.js.consumer_info(subjects.inbound_stream, gateway.DURABLE)
@@ -144,3 +148,7 @@ async def test_in_one_batch_a_sessions_agent_is_set_by_its_first_message_naming_
     assert [e.data.text for e in accepted] == ["m0", "m2"]
     [conflict] = only(events, InputRejected)
     assert conflict.data.kind == "agent_conflict" and conflict.data.idempotency_key == "k2"
+
+
+async def _ignore(_msg: object) -> None:
+    return None

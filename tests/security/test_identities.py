@@ -19,6 +19,7 @@ from tests.integration.conftest import running_services
 from tests.integration.test_tools_path import ROUND_TRIP, registry, script
 from tests.security.conftest import SecureServer, apply_as_operator
 from turnstream.bus import Bus, connect
+from turnstream.bus.durables import a2a_push
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.events import ToolInvocationSucceeded
 from turnstream.core.subjects import Subjects
@@ -227,14 +228,7 @@ async def test_the_http_face_may_move_its_push_consumer_forward(
     bus = await as_user(secure_server, "http")
     try:
         stream = SUBJECTS.log_stream
-        sub = await bind(
-            bus.js,
-            stream,
-            DURABLE,
-            [SUBJECTS.log("*", "TurnEnded")],
-            ack_wait_s=5,
-            max_ack_pending=8,
-        )
+        sub = await bind(bus.js, SUBJECTS, a2a_push(10.0), stream)  # made by the setup step
         last = (await bus.js.stream_info(stream)).state.last_seq
         assert await skip_to(bus.nc, bus.js, stream, DURABLE, last + 10)
         assert (await bus.js.consumer_info(stream, DURABLE)).delivered.stream_seq == last + 9

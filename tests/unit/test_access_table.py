@@ -11,6 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = ("appends", "publishes", "subscribes", "streams", "admin")
 ADMIN = re.compile(r"^\$JS\.API\.STREAM\.(CREATE|UPDATE|PURGE|DELETE)\.")
+DURABLE_ADMIN = re.compile(  # a consumer it names (not `*`: an ephemeral of its own)
+    r"^\$JS\.API\.CONSUMER\.(DURABLE\.CREATE|DELETE|CREATE(?=\.[\w-]+\.[\w>-]))\.([\w-]+)"
+)
 NAME = r"([\w>-]+)"
 STREAM_OF = (  # what a JetStream API subject lets a user use: a stream, or a bucket's writes
     (re.compile(rf"^\$JS\.API\.(?:DIRECT\.GET|STREAM\.MSG\.GET)\.{NAME}"), "{}"),
@@ -41,6 +44,9 @@ def rights(accounts: str) -> dict[str, dict[str, set[str]]]:
                 columns["appends"].add(subject.rsplit(".", 1)[1])
             elif ADMIN.match(subject):
                 columns["admin"].add(subject.removeprefix("$JS.API.STREAM."))
+            elif match := DURABLE_ADMIN.match(subject):
+                verb = match.group(1).removeprefix("DURABLE.")
+                columns["admin"].add(f"CONSUMER.{verb}.{match.group(2)}")
             elif subject.startswith(("$JS.", "$KV.", "$O.")):
                 for pattern, name in STREAM_OF:
                     if match := pattern.match(subject):
@@ -97,3 +103,32 @@ def test_each_user_reads_only_its_own_inbox() -> None:
         delivered = {s for s in columns["subscribes"] if s.startswith("ts.deliver.")}
         assert delivered <= {f"ts.deliver.{user}"}, user
         assert not any(s in (">", "ts.>", "ts.deliver.>") for s in columns["subscribes"]), user
+
+
+def test_no_user_but_the_operator_may_name_a_durable_in_a_create() -> None:
+    """nats-server lets a create on the bare `$JS.API.CONSUMER.CREATE.<stream>` redefine any
+    consumer its body names (tests/security/test_durables.py): on the streams with durables,
+    only the operator may use it; every other user names its own consumers in the subject,
+    and is denied the durables' names there (`deny: $DURABLES`, every durable of
+    bus/durables.py)."""
+    from turnstream.bus.durables import every_durable
+
+    text = (ROOT / "ops" / "accounts.conf").read_text()
+    listed = text.split("DURABLES: [", 1)[1].split("]", 1)[0]
+    denied = set(re.findall(r'"([^"]+)"', listed))
+    expected = set()
+    for durable in every_durable(10.0):
+        stream = "TS_INBOUND" if durable.inbound else "TS_LOG"
+        base = f"$JS.API.CONSUMER.CREATE.{stream}.{durable.name}"
+        expected |= {base, f"{base}.>"}
+    assert denied == expected
+    for block in re.split(r"\n\s*\{ user: ", text)[1:]:
+        user = block.split(",", 1)[0].strip()
+        body = re.sub(r"#[^\n]*", "", block)
+        granted = set(re.findall(r'"([^"]+)"', body.partition("publish:")[2].split("deny:")[0]))
+        if user == "operator":
+            continue
+        for stream in ("TS_LOG", "TS_INBOUND"):
+            assert f"$JS.API.CONSUMER.CREATE.{stream}" not in granted, (user, stream)
+            if f"$JS.API.CONSUMER.CREATE.{stream}.*" in granted:
+                assert "deny: $DURABLES" in body, user

@@ -30,6 +30,7 @@ from typing import Any, assert_never
 import orjson
 
 from turnstream.bus import Bus
+from turnstream.bus.durables import APPROVAL
 from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalDecision, ApprovalState
@@ -42,10 +43,10 @@ from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.approval")
-DURABLE = "approval"
+DURABLE = APPROVAL.name
 LEASES = "approval"
 """The namespace of the approval service's session leases (`approval.<session>`)."""
-CONSUMES = ("ToolCallModeInvoked", "ToolInvocationProposed", "InteractionAnswered", "TurnEnded")
+CONSUMES = APPROVAL.kinds or ()
 
 
 Item = Delivered | Tick
@@ -231,8 +232,7 @@ class ApprovalService:
                     serve_sessions(
                         self.bus,
                         self.mailboxes,
-                        DURABLE,
-                        CONSUMES,
+                        APPROVAL,
                         Delivered.of,
                         stop,
                         partial(self._on_start, stop),

@@ -41,7 +41,7 @@ from turnstream.audit.journal import Journal
 from turnstream.audit.projections import put_all, read_summary
 from turnstream.audit.report import NotOwner, report_once
 from turnstream.bus import Bus
-from turnstream.bus.consume import define_pull
+from turnstream.bus.durables import AUDIT, bound_config
 from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
 from turnstream.core.subjects import is_session_id, session_key
 from turnstream.core.summary import SessionSummary
@@ -49,7 +49,7 @@ from turnstream.runtime import now, source_name, telemetry
 from turnstream.runtime.memory import QuietTrim
 
 log = logging.getLogger("turnstream.audit")
-DURABLE = "audit"
+DURABLE = AUDIT.name
 BATCH = 2000
 LINGER_S = 0.05
 """How long a batch gathers: a turn's start and end reach its summary this much later."""
@@ -117,14 +117,9 @@ class PartitionAudit:
                 self.journal.path,
             )
             self._forget()
-            await define_pull(  # the push durable of earlier versions is replaced
-                self.bus.js,
-                self.stream,
-                DURABLE,
-                [subjects.log_all],
-                ack_all=True,  # acked once per batch, up to its last message
-                start_seq=last + 1,  # a first start: what the scan read is not sent again
-            )
+            # the setup step made the durable (a new one starts at the log's first event:
+            # what the scan read comes again once, and is passed over)
+            await bound_config(self.bus.js, subjects, AUDIT, self.stream, self.partition)
             intake = await Intake(self.bus.nc, self.stream, DURABLE).start()
             log.info("audit partition %d consuming %s", self.partition, self.stream)
             try:
@@ -171,9 +166,10 @@ class PartitionAudit:
             if batch and stream_seq(batch[0]) > self.auditor.last_seq + 1:
                 if not await self._fill_gap(stop):
                     return
-            if not await self._recall([msg.subject for msg in batch], stop):
+            new = [msg for msg in batch if stream_seq(msg) > self.auditor.last_seq]
+            if not await self._recall([msg.subject for msg in new], stop):
                 return  # stopping: the batch comes again
-            for msg in batch:
+            for msg in new:
                 seq = stream_seq(msg)
                 fold_message(self.auditor, self.journal, seq, msg.subject, msg.data)
             if time.monotonic() >= next_tick:

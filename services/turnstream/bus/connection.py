@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import nats
 from nats.aio.client import Client
 
+from turnstream.bus.durables import ensure_durables
 from turnstream.bus.kv import cannot_place
 from turnstream.bus.permissions import Refusals
 from turnstream.bus.store import JetStreamEventStore
@@ -258,7 +259,11 @@ async def _ensure_within(
     within: float,
     refusals: Refusals | None = None,
 ) -> None:
-    await _within(lambda: ensure_streams(js, subjects, limits), within, refusals)
+    async def setup() -> None:
+        await ensure_streams(js, subjects, limits)
+        await ensure_durables(js, subjects, limits.a2a_push_timeout_s)
+
+    await _within(setup, within, refusals)
 
 
 async def _check_within(js: Any, subjects: Subjects, within: float, refusals: Refusals) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import api
-from nats.js.errors import NotFoundError
 
+from turnstream.bus.durables import Durable, bound_config, define_durable
 from turnstream.bus.streams import dead_letter_subject
 from turnstream.core.events import decode
 from turnstream.core.subjects import Subjects
@@ -39,7 +39,8 @@ async def define_pull(
 ) -> None:
     """Create or update a shared durable pull consumer (`define_durable`: a push one of an
     older version is replaced after its ack floor). `ack_all`: one ack covers every earlier
-    message (a single in-order reader that acks once per batch)."""
+    message (a single in-order reader that acks once per batch). `start_seq`: where one
+    created now starts."""
     config = api.ConsumerConfig(
         durable_name=durable,
         filter_subjects=list(subjects),
@@ -47,7 +48,10 @@ async def define_pull(
         ack_wait=ack_wait_s,
         max_ack_pending=max_ack_pending,
     )
-    await define_durable(js, stream, config, start_seq=start_seq)
+    if start_seq is not None:
+        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = start_seq
+    await define_durable(js, stream, config)
 
 
 async def durable_pull(js: Any, stream: str, durable: str, subjects: Sequence[str]) -> Any:
@@ -144,18 +148,15 @@ async def durable_push(
     ack_all: bool = False,
     start_seq: int | None = None,
 ) -> Any:
-    """Create or update a shared durable push consumer (a deliver group) and subscribe.
+    """Create or update a shared durable push consumer (a deliver group) and subscribe: a
+    consumer of its own (tests, benchmarks); a service binds to the one the setup step made
+    (`log_push`, `bind_push`).
 
     A push consumer hands each message over as soon as it is stored: a pull `fetch` costs
     a request (and, when idle, a no-wait probe) per wake-up, ~0.3 ms more per hop here
     (bench/consumers.py). Instances of a service join the same deliver group and share the
-    work. A pull consumer of the same name from an older version is replaced, resuming
-    after its ack floor so nothing is processed twice or skipped.
-
-    `ack_all`: one ack covers every earlier message (how the audit's push durable was,
-    before it read in batches through a pull one; its upgrade test makes one). A consumer
-    created with the other ack policy is replaced the same way.
-    `start_seq`: where a consumer created now starts (one that exists goes on as it was).
+    work. `ack_all`: one ack covers every earlier message. `start_seq`: where a consumer
+    created now starts (one that exists goes on as it was).
     """
     config = api.ConsumerConfig(
         durable_name=durable,
@@ -166,10 +167,38 @@ async def durable_push(
         ack_wait=ack_wait_s,
         max_ack_pending=max_ack_pending,
     )
-    await define_durable(js, stream, config, start_seq=start_seq)
+    if start_seq is not None:
+        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = start_seq
+    await define_durable(js, stream, config)
     prefix = deliver_subject.split(".deliver.", 1)[0]
     dead = dead_letter_subject(prefix, stream, durable)
+    return await _subscribe(js, stream, config, dead, on_msg)
 
+
+async def bind_push(
+    js: Any,
+    subjects: Subjects,
+    durable: Durable,
+    stream: str,
+    partition: int | None,
+    on_msg: Callable[[Any], Awaitable[None]],
+) -> Any:
+    """Subscribe to the push durable `durable` the setup step made on `stream` (its deliver
+    group: every instance of the service shares the work); `DurableMissing` if there is none.
+    A message whose handling keeps failing is dead-lettered (`_on_failure`)."""
+    config = await bound_config(js, subjects, durable, stream, partition)
+    dead = dead_letter_subject(subjects.prefix, stream, durable.name)
+    return await _subscribe(js, stream, config, dead, on_msg)
+
+
+async def _subscribe(
+    js: Any,
+    stream: str,
+    config: api.ConsumerConfig,
+    dead: str,
+    on_msg: Callable[[Any], Awaitable[None]],
+) -> Any:
     async def guarded(msg: Any) -> None:
         try:
             await on_msg(msg)
@@ -179,10 +208,10 @@ async def durable_push(
     return await js.subscribe_bind(
         stream=stream,
         config=config,
-        consumer=durable,
+        consumer=config.durable_name,
         cb=guarded,
         manual_ack=True,
-        pending_msgs_limit=max_ack_pending + 1000,
+        pending_msgs_limit=(config.max_ack_pending or 20_000) + 1000,
         pending_bytes_limit=1024 * 1024 * 1024,
     )
 
@@ -199,61 +228,23 @@ class Subscriptions(list[Any]):
 async def log_push(
     js: Any,
     subjects: Subjects,
-    durable: str,
-    kinds: Iterable[str],
+    durable: Durable,
     on_msg: Callable[[Any], Awaitable[None]],
     *,
-    ack_wait_s: float = 60,
     partitions: Iterable[int] | None = None,
 ) -> Subscriptions:
-    """`durable_push` of the event types `kinds` on the log: on `TS_LOG`, or on each
-    partition stream `TS_LOG_<k>` (the same durable name on each, delivering to
+    """`bind_push` to the log durable `durable`: on `TS_LOG`, or on each partition stream
+    `TS_LOG_<k>` (the same durable name on each, delivering to
     `<prefix>.deliver.<durable>.<k>`) of `partitions`, default all of them."""
-    filters = [subjects.log_kind(kind) for kind in kinds]
     subs = Subscriptions()
     try:
         for k in range(subjects.log_partitions) if partitions is None else partitions:
             stream = subjects.log_stream_at(k)
-            deliver = subjects.deliver(durable, k)
-            subs.append(
-                await durable_push(
-                    js, stream, durable, deliver, filters, on_msg, ack_wait_s=ack_wait_s
-                )
-            )
+            subs.append(await bind_push(js, subjects, durable, stream, k, on_msg))
     except BaseException:
         await subs.unsubscribe()
         raise
     return subs
-
-
-async def define_durable(
-    js: Any, stream: str, config: api.ConsumerConfig, *, start_seq: int | None = None
-) -> None:
-    """Create or update the durable `config` names. One of the other kind (push for pull or
-    pull for push) or with another ack policy, which the server cannot change in place, is
-    replaced, resuming after its ack floor so nothing is processed twice or skipped.
-    `start_seq`: where a consumer created now starts (one that exists goes on as it was)."""
-    durable = config.durable_name
-    try:
-        existing = await js.consumer_info(stream, durable)
-    except NotFoundError:
-        existing = None
-    if existing is not None and (
-        (existing.config.deliver_subject is None) != (config.deliver_subject is None)
-        or existing.config.ack_policy != config.ack_policy
-    ):
-        floor = existing.ack_floor.stream_seq if existing.ack_floor else 0
-        log.warning("replacing consumer %s (another kind) after seq %d", durable, floor)
-        await js.delete_consumer(stream, durable)
-        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-        config.opt_start_seq = floor + 1
-    elif existing is not None:  # where it started is fixed for its lifetime
-        config.deliver_policy = existing.config.deliver_policy
-        config.opt_start_seq = existing.config.opt_start_seq
-    elif start_seq is not None:
-        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-        config.opt_start_seq = start_seq
-    await js.add_consumer(stream, config=config)
 
 
 class InProgress:

@@ -18,6 +18,7 @@ import orjson
 from nats.js import api
 from nats.js.errors import NotFoundError
 
+from turnstream.bus.ordered import ordered_subscribe
 from turnstream.core.subjects import Subjects
 
 IDLE_TIMEOUT_S = 30.0
@@ -114,11 +115,11 @@ async def scan_log(
     config = api.ConsumerConfig(
         deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
     )
-    sub = await js.subscribe(
+    sub = await ordered_subscribe(
+        js,
         subject,
         stream=stream,
         cb=on_msg,
-        ordered_consumer=True,
         config=config,
         pending_msgs_limit=1_000_000,
         pending_bytes_limit=1024 * 1024 * 1024,

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Protocol
 from nats.js import api
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
+from turnstream.bus.ordered import ordered_subscribe
 from turnstream.bus.scan import (
     DirectGetError,
     DirectReads,
@@ -280,11 +281,11 @@ class JetStreamEventStore:
             if msg.metadata.num_pending == 0 and not done.done():
                 done.set_result(None)
 
-        sub = await self.js.subscribe(
+        sub = await ordered_subscribe(
+            self.js,
             subject,
             stream=stream,
             cb=on_msg,
-            ordered_consumer=True,
             config=config,
             pending_msgs_limit=1_000_000,
             pending_bytes_limit=1024 * 1024 * 1024,

@@ -22,8 +22,9 @@ LEASE_MARKER_TTL_S = 60.0
 A2A_TASK_MAX_AGE_S = 30 * DAY_S
 """An A2A task is kept 30 days after its last change (the log keeps the turn itself)."""
 SETUP_STEP = (
-    "streams and buckets are created by the setup step: run `turnstream streams apply` as "
-    "the operator user (TURNSTREAM_NATS_USER=operator), or `turnstream up`, which runs it"
+    "streams, buckets and durable consumers are created by the setup step: run "
+    "`turnstream streams apply` as the operator user (TURNSTREAM_NATS_USER=operator), or "
+    "`turnstream up`, which runs it"
 )
 
 
@@ -35,6 +36,8 @@ class StreamLimits:
     duplicate_window_s: float = 120
     max_msg_size: int = 8 * 1024 * 1024
     replicas: int = 1
+    a2a_push_timeout_s: float = 10.0
+    """The A2A push delivery's webhook timeout: its durable's ack wait follows from it."""
 
 
 def stream_configs(subjects: Subjects, limits: StreamLimits) -> list[api.StreamConfig]:

@@ -11,7 +11,8 @@ from typing import Any
 
 from turnstream import agents
 from turnstream.bus import Bus
-from turnstream.bus.consume import BATCH, durable_push, kept_in_progress
+from turnstream.bus.consume import BATCH, bind_push, kept_in_progress
+from turnstream.bus.durables import GATEWAY
 from turnstream.bus.kv import KvWrites
 from turnstream.bus.scan import scan_log
 from turnstream.bus.streams import existing_bucket
@@ -33,12 +34,12 @@ from turnstream.tools.registry import ToolRegistry
 from turnstream.workflows.loader import attachable
 
 log = logging.getLogger("turnstream.gateway")
-DURABLE = "gateway"
-ACK_WAIT_S = 5.0
+DURABLE = GATEWAY.name
+ACK_WAIT_S = GATEWAY.ack_wait_s
 """A command not acked this long is redelivered: how long a sender waits for its
 `InputAccepted` when the gateway holding the command died (a live gateway keeps its batch
 with in-progress acks however long the append takes)."""
-IN_HAND = 4 * BATCH
+IN_HAND = GATEWAY.max_ack_pending
 """Commands the server hands over before earlier ones are acked: a backlog (a gateway
 restarted after a while) comes in what is appended well within `ACK_WAIT_S`, not all at
 once to wait in memory past it and come again."""
@@ -182,16 +183,7 @@ async def _consume(
 
     stopping = asyncio.ensure_future(stop.wait())
     stopping.add_done_callback(lambda _: woken.set())
-    sub = await durable_push(
-        bus.js,
-        subjects.inbound_stream,
-        DURABLE,
-        subjects.deliver(DURABLE),
-        [subjects.inbound_all],
-        on_msg,
-        ack_wait_s=ACK_WAIT_S,
-        max_ack_pending=IN_HAND,
-    )
+    sub = await bind_push(bus.js, subjects, GATEWAY, subjects.inbound_stream, None, on_msg)
     log.info("gateway consuming %s", subjects.inbound_all)
     try:
         while not stop.is_set():

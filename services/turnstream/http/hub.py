@@ -34,6 +34,7 @@ from nats.js.errors import NotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import Subscriptions
+from turnstream.bus.ordered import ordered_subscribe
 from turnstream.bus.scan import stream_seq
 from turnstream.http.direct import DirectGets, LogRecord
 from turnstream.http.problems import Problem
@@ -179,11 +180,11 @@ class Hub:
                         filter_subjects=sorted(subjects.log_kind(kind) for kind in kinds),
                     )
                 subs.append(
-                    await self.bus.js.subscribe(
+                    await ordered_subscribe(
+                        self.bus.js,
                         subjects.log_all if kinds is None else None,
                         stream=stream,
                         cb=on_log,
-                        ordered_consumer=True,
                         config=config,
                         pending_msgs_limit=1_000_000,
                         pending_bytes_limit=512 * 1024 * 1024,

@@ -18,6 +18,7 @@ def stream_limits(settings: Settings) -> StreamLimits:
         invocation_max_age_days=settings.invocation_max_age_days,
         duplicate_window_s=settings.duplicate_window_s,
         replicas=settings.replicas,
+        a2a_push_timeout_s=settings.a2a_push_timeout_s,
     )
 
 

@@ -21,18 +21,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import beat, log_push
+from turnstream.bus.durables import SESSION_ACK_WAIT_S, Durable
 from turnstream.bus.scan import stream_seq
 from turnstream.core.events import Event, decode
 from turnstream.runtime.memory import QuietTrim
 
 log = logging.getLogger("turnstream")
-ACK_WAIT_S = 10.0
+ACK_WAIT_S = SESSION_ACK_WAIT_S
 """The session consumers' ack wait: how soon a message a dead instance had taken, before
 it held the session's lease (so no lease expiry announces it), is delivered again."""
 Item = TypeVar("Item")
@@ -278,13 +279,13 @@ def _cancel_swallowed() -> bool:
 async def serve_sessions(
     bus: Bus,
     mailboxes: Mailboxes[Item],
-    durable: str,
-    kinds: Sequence[str],
+    durable: Durable,
     to_item: Callable[[Any, Event], Item],
     stop: asyncio.Event,
     resume: Callable[[], Coroutine[Any, Any, None]],
 ) -> None:
-    """Consume `kinds` from the log into per-session mailboxes until `stop`.
+    """Consume what `durable` hands over from the log into per-session mailboxes until
+    `stop`.
 
     `resume` runs once the mailboxes take items: it wakes the sessions that need it after
     a restart (their state is in the log; the consumer only brings what is new).
@@ -299,6 +300,6 @@ async def serve_sessions(
         tasks.create_task(mailboxes.run(stop))
         await asyncio.sleep(0)  # the mailboxes take items from here on
         tasks.create_task(resume())
-        sub = await log_push(bus.js, subjects, durable, kinds, on_msg, ack_wait_s=ACK_WAIT_S)
+        sub = await log_push(bus.js, subjects, durable, on_msg)
         await stop.wait()
         await sub.unsubscribe()

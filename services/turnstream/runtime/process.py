@@ -25,6 +25,17 @@ YOUNG_GC_EVERY = 100_000
 """Allocations between two collections of the youngest generation (Python's default: 700)."""
 
 
+FIXABLE = (ConnectionError, ValueError, StreamsMissing, PermissionDenied)
+"""What a service cannot start without and the operator can fix: said in one line, exit 2."""
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    return [
+        leaf
+        for exc in group.exceptions
+        for leaf in (_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    ]
+
 def tune_gc() -> None:
     """A service allocates thousands of short-lived objects per turn (events, their data,
     dicts), so the cyclic collector, at its default pace, ran every few events: collecting
@@ -72,8 +83,15 @@ def run_service(service: str, serve: Callable[[Settings, asyncio.Event], Awaitab
             runner.run(main())
         if isinstance(profile, cProfile.Profile):
             profile.dump_stats(f"{profile_to}/{service}-{os.getpid()}.prof")
-    except (ConnectionError, ValueError, StreamsMissing, PermissionDenied) as exc:  # the fix
+    except FIXABLE as exc:  # the fix is named
         log.error("%s", exc)
         raise SystemExit(2) from exc
+    except ExceptionGroup as group:  # raised in one of the service's tasks
+        fixable, rest = group.split(FIXABLE)
+        if fixable is None or rest is not None:
+            raise
+        for leaf in _leaves(fixable):
+            log.error("%s", leaf)
+        raise SystemExit(2) from group
     finally:
         telemetry.shutdown()

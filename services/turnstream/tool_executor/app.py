@@ -25,6 +25,7 @@ from nats.js.errors import ObjectNotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, log_push
+from turnstream.bus.durables import TOOL_EXECUTOR
 from turnstream.bus.kv import KvWrites
 from turnstream.bus.scan import scan_log
 from turnstream.core.events import (
@@ -46,7 +47,7 @@ from turnstream.tools import ToolContext, ToolError, ToolRegistry
 from turnstream.tools.mcp import McpTools
 
 log = logging.getLogger("turnstream.tool_executor")
-DURABLE = "tool-executor"
+DURABLE = TOOL_EXECUTOR.name
 RUNNING, DONE = b"running", b"done"
 RESULTS = ("ToolInvocationSucceeded", "ToolInvocationFailed", "ToolInvocationCancelled")
 """The facts that end an invocation: one in the log means the call needs nothing more."""
@@ -58,7 +59,7 @@ SHUTDOWN_GRACE_S = 10.0
 broker may be away); then they are given up, their claims left `running` for the next
 executor (which fails such a call `interrupted, mayHaveRun` or runs an idempotent one
 again). Calls still running are stopped at once, as before."""
-ACK_WAIT_S = 15.0
+ACK_WAIT_S = TOOL_EXECUTOR.ack_wait_s
 """A request not acked this long is redelivered: how soon a call whose executor died is
 found (and failed `interrupted` or run again). A running call keeps its request with
 in-progress acks, so a long tool is not redelivered while it runs."""
@@ -124,14 +125,7 @@ class Executor:
                     else:
                         await msg.ack()
 
-                sub = await log_push(
-                    self.bus.js,
-                    subjects,
-                    DURABLE,
-                    ["ToolInvocationRequested"],
-                    on_msg,
-                    ack_wait_s=ACK_WAIT_S,
-                )
+                sub = await log_push(self.bus.js, subjects, TOOL_EXECUTOR, on_msg)
                 await stop.wait()
                 await sub.unsubscribe()
                 for task, _ in list(self.running.values()):

@@ -13,6 +13,7 @@ import orjson
 
 from turnstream.agents import load_all
 from turnstream.bus import Bus
+from turnstream.bus.durables import TURN_RUNNER
 from turnstream.bus.leases import LeaseTable
 from turnstream.context import ContextRegistry
 from turnstream.core.events import (
@@ -49,19 +50,8 @@ from turnstream.turn_runner.ownership import Served, session_ownership
 from turnstream.turn_runner.session import SessionActor
 
 log = logging.getLogger("turnstream.turn_runner")
-DURABLE = "turn-runner"
-REACTS_TO = (
-    "SessionConfigured",
-    "InputAccepted",
-    "InputRejected",
-    "WorkflowAttached",
-    "InterruptReceived",
-    "ToolCallApproved",
-    "ToolCallDenied",
-    "ToolInvocationSucceeded",
-    "ToolInvocationFailed",
-    "ToolInvocationCancelled",
-)
+DURABLE = TURN_RUNNER.name
+REACTS_TO = TURN_RUNNER.kinds or ()
 """The event kinds that move a turn forward."""
 KNOWN_PATTERNS = 4096
 """Sessions whose `sessions:` pattern is remembered (the oldest are worked out again)."""
@@ -316,7 +306,7 @@ class Runner:
             REACTS_TO,
             self.provider.name,
         )
-        served = Served(self.bus, self.mailboxes, DURABLE, REACTS_TO, self.has_open_work, self.wake)
+        served = Served(self.bus, self.mailboxes, TURN_RUNNER, self.has_open_work, self.wake)
         try:
             await self.ownership.serve(served, stop)
         finally:

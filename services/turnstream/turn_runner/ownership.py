@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -28,11 +28,12 @@ from nats.js.errors import NotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import Subscriptions, log_push
+from turnstream.bus.durables import Durable
 from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.bus.scan import open_sessions, scan_log
 from turnstream.core.events import decode
 from turnstream.runtime.leasing import LeasePolicy, keep_leases
-from turnstream.runtime.mailbox import ACK_WAIT_S, Delivered, Mailboxes, serve_sessions
+from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
 from turnstream.runtime.partitions import PartitionOwner
 from turnstream.turn_runner.context import Item
 
@@ -54,8 +55,8 @@ class Served:
 
     bus: Bus
     mailboxes: Mailboxes[Item]
-    durable: str
-    kinds: Sequence[str]
+    consumer: Durable
+    """The runner's durable on the log (`bus.durables.TURN_RUNNER`)."""
     open_work: Callable[[str], bool]
     """Whether a session's actor has open work (its lease is kept)."""
     wake: Callable[[str], None]
@@ -99,11 +100,10 @@ async def wake_open(bus: Bus, wake: Callable[[str], None], stream: str | None = 
 async def wake_unacked(
     bus: Bus,
     wake: Callable[[str], None],
-    durable: str,
-    kinds: Sequence[str],
+    durable: Durable,
     stream: str | None = None,
 ) -> None:
-    """Wake every session with a fact (of `kinds`, what the consumer `durable` takes) it
+    """Wake every session with a fact (of what the consumer `durable` takes) it
     delivered and has not had acked, in `stream` (default the log's one): a dead
     runner's, which the consumer redelivers only after `ACK_WAIT_S`. Woken, each reloads
     the log, that fact included, and goes on now (its redelivery later is folded
@@ -112,15 +112,15 @@ async def wake_unacked(
     one reload each.)"""
     stream = stream or bus.subjects.log_stream
     try:
-        info = await bus.js.consumer_info(stream, durable)
-    except NotFoundError:  # the first runner of a deployment: its consumer is being made
+        info = await bus.js.consumer_info(stream, durable.name)
+    except NotFoundError:  # no setup step yet: binding the consumer says so
         return
     if not info.num_ack_pending:
         return
     floor = info.ack_floor.stream_seq if info.ack_floor else 0
     until = min(info.delivered.stream_seq, floor + UNACKED_SCAN_MAX)
     found: set[str] = set()
-    subjects, taken = bus.subjects, frozenset(kinds)
+    subjects, taken = bus.subjects, frozenset(durable.kinds or ())
 
     def on_event(_seq: int, subject: str, _data: bytes) -> None:
         if subjects.type_from_log(subject) in taken:
@@ -144,7 +144,7 @@ async def wake_waiting(served: Served, stream: str | None = None) -> None:
     """Wake every session waiting on the runner that takes it (in `stream` only, if
     given): open work (`wake_open`) and facts delivered and not acked (`wake_unacked`)."""
     await wake_open(served.bus, served.wake, stream)
-    await wake_unacked(served.bus, served.wake, served.durable, served.kinds, stream)
+    await wake_unacked(served.bus, served.wake, served.consumer, stream)
 
 
 class SessionLeases:
@@ -179,8 +179,7 @@ class SessionLeases:
                 serve_sessions(
                     served.bus,
                     served.mailboxes,
-                    served.durable,
-                    served.kinds,
+                    served.consumer,
                     Delivered.of,
                     stop,
                     resume,
@@ -262,10 +261,8 @@ class PartitionSessions:
             subs = await log_push(
                 bus.js,
                 bus.subjects,
-                served.durable,
-                served.kinds,
+                served.consumer,
                 on_msg,
-                ack_wait_s=ACK_WAIT_S,
                 partitions=[k],
             )
             log.info("turn-runner %s acts for partition %d", self.owner, k)

@@ -4,9 +4,9 @@ time without any push config (`pusher.Pusher`): what the log gained meanwhile ne
 delivery, and is passed over in one request instead of being fetched and acknowledged.
 
 The move is JetStream's consumer reset (`$JS.API.CONSUMER.RESET`, nats-server 2.14), which
-a consumer created to deliver only new messages refuses: the consumer starts at a sequence
-instead (the log's next one when it is created, as before). One made by an older version
-(deliver new) is replaced once, after its acknowledgement floor, so nothing is skipped.
+a consumer created to deliver only new messages refuses: the setup step makes it start at a
+sequence instead (the log's next one when it is made; `bus.durables.define_durable`, which
+replaces one of an older version after its acknowledgement floor, so nothing is skipped).
 A server that cannot move it (before 2.14) has the events fetched and acknowledged.
 """
 
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from nats.js import api
-from nats.js.errors import NotFoundError
+
+from turnstream.bus.durables import Durable, bound_config
+from turnstream.core.subjects import Subjects
 
 log = logging.getLogger("turnstream.http.push")
 RESET_TIMEOUT_S = 5.0
@@ -36,69 +36,25 @@ async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
 
 
 async def bind_when_ready(
-    js: Any,
-    stream: str,
-    durable: str,
-    subjects: Sequence[str],
-    stop: asyncio.Event,
-    *,
-    ack_wait_s: float,
-    max_ack_pending: int,
+    js: Any, subjects: Subjects, durable: Durable, stream: str, stop: asyncio.Event
 ) -> Any:
-    """`bind`, once the log stream exists (the setup step creates it) and NATS answers;
-    None if `stop` came first."""
+    """`bind`, once the setup step has made the durable and NATS answers; None if `stop`
+    came first."""
     while not stop.is_set():
         try:
-            return await bind(
-                js,
-                stream,
-                durable,
-                subjects,
-                ack_wait_s=ack_wait_s,
-                max_ack_pending=max_ack_pending,
-            )
+            return await bind(js, subjects, durable, stream)
         except Exception as exc:
-            log.info("push delivery waits for the log (%s)", exc)
+            log.info("push delivery waits for its consumer (%s)", exc)
             await stopped_within(stop, 1.0)
     return None
 
 
-async def bind(
-    js: Any,
-    stream: str,
-    durable: str,
-    subjects: Sequence[str],
-    *,
-    ack_wait_s: float,
-    max_ack_pending: int,
-) -> Any:
-    """Create or update the shared durable pull consumer (starting at the stream's next
-    message when created) and bind to it."""
-    config = api.ConsumerConfig(
-        durable_name=durable,
-        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-        filter_subjects=list(subjects),
-        ack_policy=api.AckPolicy.EXPLICIT,
-        ack_wait=ack_wait_s,
-        max_ack_pending=max_ack_pending,
-    )
-    try:
-        existing = await js.consumer_info(stream, durable)
-    except NotFoundError:
-        existing = None
-    if existing is None:
-        config.opt_start_seq = int((await js.stream_info(stream)).state.last_seq) + 1
-    elif existing.config.deliver_policy != api.DeliverPolicy.BY_START_SEQUENCE:
-        floor = existing.ack_floor.stream_seq if existing.ack_floor else 0
-        log.warning(
-            "replacing consumer %s (it cannot be moved forward) after seq %d", durable, floor
-        )
-        await js.delete_consumer(stream, durable)
-        config.opt_start_seq = floor + 1
-    else:  # where it started is fixed for its lifetime
-        config.opt_start_seq = existing.config.opt_start_seq
-    await js.add_consumer(stream, config=config)
-    return await js.pull_subscribe_bind(durable, stream=stream)
+async def bind(js: Any, subjects: Subjects, durable: Durable, stream: str) -> Any:
+    """Bind to the shared durable pull consumer the setup step made (`bus.durables`:
+    starting at the stream's next message when made)."""
+    partition = subjects.log_streams.index(stream)
+    await bound_config(js, subjects, durable, stream, partition)
+    return await js.pull_subscribe_bind(durable.name, stream=stream)
 
 
 async def skip_to(nc: Any, js: Any, stream: str, durable: str, seq: int) -> bool:

@@ -50,6 +50,7 @@ from google.protobuf.json_format import MessageToDict  # type: ignore[import-unt
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, fetch_loop
+from turnstream.bus.durables import A2A_PUSH_IN_FLIGHT, A2A_PUSH_KINDS, a2a_push
 from turnstream.core.events import (
     Envelope,
     Event,
@@ -67,19 +68,19 @@ from turnstream.http.a2a.push_consumer import bind_when_ready, skip_to, stopped_
 from turnstream.http.a2a.push_index import wanted
 from turnstream.http.a2a.push_watch import ConfigWatch
 from turnstream.http.a2a.store import TaskRecord
-from turnstream.http.a2a.view import ACTED_ON, TurnView
+from turnstream.http.a2a.view import TurnView
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.http.push")
-DURABLE = "a2a-push"
+DURABLE = "a2a-push"  # bus.durables.a2a_push
 TOKEN_HEADER = "X-A2A-Notification-Token"
-PUSHED_KINDS = ACTED_ON - {"StagePreFired"}
+PUSHED_KINDS = frozenset(A2A_PUSH_KINDS)
 """The kinds a task's state changes on: `TurnView`'s, but for the stage markers (a
 one-tool turn has nine, and its `SessionTurnStart` makes it `working` first): the
 consumer is not handed them."""
 
 
-MAX_IN_FLIGHT = 1024
+MAX_IN_FLIGHT = A2A_PUSH_IN_FLIGHT
 """Events in hand at once (the consumer's `max_ack_pending`), across every task's queue:
 so many held by failing webhooks stall the rest until one is given up."""
 BATCH = 256
@@ -144,7 +145,8 @@ class Pusher:
         """By log stream: no task had a config at its last fetch (or none was made yet)."""
         self._queues: dict[str, collections.deque[Held]] = {}
         self._workers = asyncio.TaskGroup()
-        self.ack_wait_s = 2 * settings.a2a_push_timeout_s + 1
+        self.durable = a2a_push(settings.a2a_push_timeout_s)
+        self.ack_wait_s = self.durable.ack_wait_s
         """An event in hand whose acknowledgement is lost (NATS restarting) comes again
         after this; each POST (bounded by its timeout) and each slice of a wait between
         tries is announced as in progress, so a slow webhook does not make it come again."""
@@ -172,16 +174,7 @@ class Pusher:
             await self._ready(stream)
 
         while not stop.is_set():
-            filters = [self.bus.subjects.log("*", kind) for kind in sorted(PUSHED_KINDS)]
-            sub = await bind_when_ready(
-                self.bus.js,
-                stream,
-                DURABLE,
-                filters,
-                stop,
-                ack_wait_s=self.ack_wait_s,
-                max_ack_pending=MAX_IN_FLIGHT,
-            )
+            sub = await bind_when_ready(self.bus.js, self.bus.subjects, self.durable, stream, stop)
             if sub is None:
                 return
             self._bound.add(stream)
