@@ -36,6 +36,7 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
         for leaf in (_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     ]
 
+
 def tune_gc() -> None:
     """A service allocates thousands of short-lived objects per turn (events, their data,
     dicts), so the cyclic collector, at its default pace, ran every few events: collecting
