@@ -40,6 +40,12 @@ def _call(invocation: str) -> ToolCall:
     return ToolCall(invocation, CALL.tool, CALL.args)
 
 
+@pytest.fixture(scope="module", params=[1, 4])
+def log_partitions(request: pytest.FixtureRequest) -> int:
+    """One log stream, and a log of 4 partitions (each session's reads name its stream)."""
+    return int(request.param)
+
+
 @pytest.fixture
 def tmp(tmp_path: Path) -> Path:
     (tmp_path / "workspace").mkdir()
