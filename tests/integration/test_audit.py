@@ -16,8 +16,8 @@ from tests.integration.conftest import running_services, settings_for
 from tests.unit.audit_events import ended, start, tool_run, turn
 from turnstream.audit import app as audit
 from turnstream.audit import worker
+from turnstream.audit.app import check_config
 from turnstream.audit.chain import verify
-from turnstream.audit.checks import CheckConfig
 from turnstream.audit.journal import JOURNAL_FILE, Journal
 from turnstream.audit.projections import read_all
 from turnstream.audit.rebuild import rebuild
@@ -193,20 +193,24 @@ async def test_a_restart_continues_the_audit_file(bus: Bus, settings: Settings) 
     assert verify(journal.read_bytes().splitlines()).ok
 
 
-async def test_rebuild_restores_summaries_and_leaves_newer_ones(bus: Bus) -> None:
+async def test_rebuild_restores_summaries_and_leaves_newer_ones(
+    bus: Bus, settings: Settings
+) -> None:
+    """The rebuild judges the log by the deployment's settings, as the service does (the
+    turns of this module ran in auto mode: their runner's approvals are justified)."""
     kv = await bus.js.key_value(bus.subjects.sessions_bucket)
     await kv.delete(session_key("audit-1"))
     await kv.put(session_key("chain-1"), SessionSummary("chain-1", last_seq=1).to_json())
     newest = SessionSummary("chain-3", last_seq=10**9)
     await kv.put(session_key("chain-3"), newest.to_json())
-    done = await rebuild(bus, CheckConfig(), datetime.now(UTC))
+    done = await rebuild(bus, check_config(settings), datetime.now(UTC))
     assert done.events == done.last_seq and done.sessions >= 5
     assert done.written == 2  # audit-1 and chain-1; the service keeps the rest current
     restored = {s.session_id: s for s in await read_all(kv)}
     assert restored["audit-1"].completed == 1
     assert restored["chain-1"].last_seq == await bus.store.last_seq("chain-1")
     assert restored["chain-3"] == newest
-    again = await rebuild(bus, CheckConfig(), datetime.now(UTC))
+    again = await rebuild(bus, check_config(settings), datetime.now(UTC))
     assert again.written == 0 and again.violations_in_log == 3 and again.unreported == 0
 
 

@@ -101,8 +101,11 @@ async def one_executor(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedServer, Bu
     server = EmbeddedServer(tmp_path / "nats", log_file=tmp_path / "nats-server.log").start()
     try:
         bus = await connect(server.url, Subjects("ts"), ensure=StreamLimits())
-        settings = Settings(
-            nats_url=server.url, data_dir=tmp_path, workspace=tmp_path / "workspace"
+        settings = Settings(  # auto: the bare requests below are justified by the mode
+            nats_url=server.url,
+            data_dir=tmp_path,
+            workspace=tmp_path / "workspace",
+            security_mode="auto",
         )
         stop = asyncio.Event()
         executor = asyncio.create_task(tool_executor.serve(settings, stop, tools=registry()))

@@ -111,10 +111,10 @@ def without_inbound_right(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """The shipped accounts with the turn-runner's right to publish commands removed."""
     store = tmp_path_factory.mktemp("nats-no-inbound")
     shipped = secure.ACCOUNTS.read_text()
-    assert shipped.count('"ts.in.>", "ts.log.*.MessageSent"') == 1
+    assert shipped.count('"ts.in.*.agent", "ts.log.*.MessageSent"') == 1
     changed = store / "accounts.conf"
     changed.write_text(
-        shipped.replace('"ts.in.>", "ts.log.*.MessageSent"', '"ts.log.*.MessageSent"')
+        shipped.replace('"ts.in.*.agent", "ts.log.*.MessageSent"', '"ts.log.*.MessageSent"')
     )
     with secure_server_in(store, changed) as server:
         yield server

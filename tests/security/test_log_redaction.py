@@ -42,6 +42,8 @@ async def test_a_secret_in_a_tools_exception_is_in_no_log(
         TURNSTREAM_DATA_DIR=str(tmp_path / "data"),
         TURNSTREAM_CONFIG=str(tmp_path / "absent.yaml"),
         TURNSTREAM_WORKSPACE=str(tmp_path / "workspace"),
+        # the other services' mode (`settings`): the executor checks the runner's approval
+        TURNSTREAM_SECURITY_MODE="auto",
         TURNSTREAM_REDACT_ENV='["LEAKY_TOKEN"]',
         LEAKY_TOKEN=SECRET,
         PYTHONPATH=str(ROOT),

@@ -376,3 +376,66 @@ def test_a_file_whose_last_line_was_edited_is_not_chained_onto(tmp_path: Path) -
     path.write_bytes(b"".join([*lines[:-1], lines[-1].replace(b"s1", b"s2")]))
     with pytest.raises(ValueError, match="edited"):
         Journal(path).open()
+
+
+# ---------------------------------------------------------------- approvals judged again
+
+
+def _approved(authority: str = "mode", source: str = "turn-runner/1") -> Event:
+    from tests.unit.audit_events import event
+    from turnstream.core.events import ToolCallApproved
+
+    approved = event(ToolCallApproved, "s1", "t1", {"invocationId": "inv1", "authority": authority})
+    return approved.model_copy(update={"source": source})
+
+
+def _judged(*facts: Event, default: str = "ask") -> Auditor:
+    from turnstream.core.approval import ApprovalConfig
+
+    config = CheckConfig(approval=ApprovalConfig(default_mode=default))  # type: ignore[arg-type]
+    return fold(list(facts), Auditor.with_config(config))
+
+
+def test_a_runner_s_approval_of_a_call_waiting_for_a_person_is_a_violation() -> None:
+    from tests.unit.test_approval import proposed
+
+    auditor = _judged(start("s1", "t1"), proposed(1), _approved())
+    (violation,) = auditor.take_violations(T0, "audit/test")
+    assert violation.data.kind == "unjustified_approval"
+    assert violation.data.invocation_id == "inv1" and violation.session_id == "s1"
+    assert "appended by turn-runner/1" in violation.data.detail
+    assert "security mode is ask" in violation.data.detail
+    # whatever source it names: the appender writes that field itself
+    forged = _judged(proposed(1), _approved("interaction", source="approval/1"))
+    assert kinds(forged) == ["unjustified_approval"]
+
+
+def test_approvals_the_log_justifies_are_clean() -> None:
+    from tests.unit.test_approval import proposed
+    from tests.unit.test_justification import answer, attached, configured, prompt
+    from turnstream.core.justification import ToolCall
+
+    call = ToolCall("inv1", "write_file", {"path": "f1.txt"})
+    assert kinds(_judged(proposed(1), _approved(), default="auto")) == []
+    assert kinds(_judged(configured("auto"), proposed(1), _approved())) == []
+    assert kinds(_judged(attached("write_file"), proposed(1), _approved("workflow"))) == []
+    person = (proposed(1), prompt(call), answer("approve"), _approved("interaction", "approval/1"))
+    assert kinds(_judged(*person)) == []
+    assert kinds(_judged(proposed(1), prompt(call), answer("deny"), _approved())) == [
+        "unjustified_approval"
+    ]
+
+
+def test_a_forgotten_session_s_profile_mode_still_judges_its_approvals() -> None:
+    from tests.unit.test_approval import proposed
+    from tests.unit.test_justification import configured
+
+    auditor = _judged(configured("auto"), *turn("s1", "t0"))
+    written = {s.session_id: s for s in auditor.take_dirty()}["s1"]
+    assert written.security_mode == "auto"
+    auditor.summaries.pop("s1")
+    auditor.checks.forget({"s1"})
+    assert "s1" not in auditor.checks.grounds
+    auditor.remember(SessionSummary.from_json(written.to_json()))
+    fold([start("s1", "t1"), proposed(1), _approved()], auditor)
+    assert kinds(auditor) == []

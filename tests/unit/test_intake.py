@@ -13,7 +13,7 @@ from turnstream.core.events import (
     TurnEnded,
     WorkflowAttached,
 )
-from turnstream.core.subjects import REJECTED_SESSION
+from turnstream.core.subjects import REJECTED_SESSION, Subjects
 from turnstream.core.workflow.definition import Step, WorkflowDef
 from turnstream.gateway.check import Inbound
 from turnstream.gateway.intake import intake
@@ -37,10 +37,17 @@ def run(
     max_bytes: int = 4096,
     seq: int = 1,
     msg_id: str | None = None,
+    agent_door: bool = False,
 ):
     data = body if isinstance(body, bytes) else orjson.dumps(body)
     raw = Inbound(
-        session_token=token, data=data, seq=seq, stored_at=T0, stream="TS_INBOUND", msg_id=msg_id
+        session_token=token,
+        data=data,
+        seq=seq,
+        stored_at=T0,
+        stream="TS_INBOUND",
+        msg_id=msg_id,
+        agent_door=agent_door,
     )
     return intake(raw, max_bytes=max_bytes, now=T0, source="gateway/test")
 
@@ -100,6 +107,46 @@ def test_bad_input_gets_a_specific_rejection(body, token, kind, needle) -> None:
     rejected = rejection(run(body, token=token))
     assert rejected.data.kind == kind
     assert needle in rejected.data.reason + " ".join(rejected.data.errors)
+
+
+ANSWER = {**NO_TEXT, "type": "answer", "interactionId": "i1", "decision": "approve"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        ANSWER,
+        {**GOOD, "type": "steer"},
+        {**NO_TEXT, "type": "attach", "workflow": "review"},
+    ],
+)
+def test_the_agent_subject_takes_no_answer_steer_or_attach(body) -> None:
+    """`<prefix>.in.<session>.agent` is the turn-runner's door: a compromised runner must
+    not answer a prompt for a person (nor steer or attach) through the gateway."""
+    rejected = rejection(run(body, agent_door=True))
+    assert rejected.data.kind == "not_permitted"
+    assert body["type"] in rejected.data.reason and "in.<session>.agent" in rejected.data.reason
+    assert rejected.correlation_id == "k1"
+
+
+def test_the_agent_subject_takes_a_message_and_an_interrupt() -> None:
+    (message,) = run({**GOOD, "sender": {"kind": "agent", "id": "s2"}}, agent_door=True)
+    assert isinstance(message, InputAccepted)
+    interrupt = {**NO_TEXT, "type": "interrupt", "mode": "hard"}
+    (event,) = run(interrupt, agent_door=True)
+    assert isinstance(event, InterruptReceived)
+    (answered,) = run(ANSWER)  # the same answer from outside is taken
+    assert answered.type == "InteractionAnswered"
+
+
+def test_both_inbound_forms_name_the_session() -> None:
+    subjects = Subjects("acme")
+    assert subjects.inbound_agent("s:1") == "acme.in.s:1.agent"
+    for subject in (subjects.inbound("s:1"), subjects.inbound_agent("s:1")):
+        assert subjects.session_from_inbound(subject) == "s:1"
+    assert subjects.is_agent_inbound(subjects.inbound_agent("agent"))
+    assert not subjects.is_agent_inbound(subjects.inbound("agent"))  # a session named agent
+    assert subjects.session_from_inbound(subjects.inbound("agent")) == "agent"
 
 
 def test_oversize_is_rejected_before_parsing() -> None:

@@ -97,7 +97,9 @@ class AuditService:
 
 
 def check_config(settings: Settings) -> CheckConfig:
-    return CheckConfig(max_turn_seconds=settings.max_turn_seconds)
+    return CheckConfig(
+        max_turn_seconds=settings.max_turn_seconds, approval=settings.approval_config()
+    )
 
 
 async def serve(

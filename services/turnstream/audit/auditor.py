@@ -22,6 +22,7 @@ from turnstream.core.events import (
     SessionTurnStart,
     TurnEnded,
 )
+from turnstream.core.justification import Grounds
 from turnstream.core.subjects import is_session_id
 from turnstream.core.summary import (
     SUMMARY_KINDS,
@@ -109,8 +110,13 @@ class Auditor:
     def remember(self, summary: SessionSummary) -> None:
         """Take back a forgotten session's summary, as it was written (it is current to its
         `last_seq`): its last ended turn counts as ended again for the checks, so a second
-        `TurnEnded` of it is still a violation."""
+        `TurnEnded` of it is still a violation, and its profile's security mode and its
+        workflows' stage tools judge its approvals again."""
         self.summaries.setdefault(summary.session_id, summary)
+        if summary.security_mode is not None or summary.stage_tools:
+            # what its approvals are judged by (`Checks.grounds`), forgotten with it
+            grounds = Grounds(summary.security_mode, frozenset(summary.stage_tools or ()))
+            self.checks.grounds.setdefault(summary.session_id, grounds)
         if summary.last_turn is not None and summary.open_turn != summary.last_turn:
             key = (summary.session_id, summary.last_turn)
             self.checks.turns.setdefault(key, TurnFacts(ended=1))

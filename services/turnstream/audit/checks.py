@@ -8,7 +8,12 @@
 - every `SubTurnSpawned` has exactly one `SubTurnEnded` (`duplicate_subturn_end`; none by
   its deadline + grace: `subturn_unended`, on the timer);
 - every turn whose input had `replyTo` has exactly one `MessageSent` or `MessageDropped`
-  for its reply (`duplicate_reply`; none by its `TurnEnded` + grace: `reply_missing`).
+  for its reply (`duplicate_reply`; none by its `TurnEnded` + grace: `reply_missing`);
+- every `ToolCallApproved` is justified by the log (`unjustified_approval`): the turn-runner
+  may append one (it applies the approval rules itself), so the proposed call is judged
+  again by `core.justification` from facts the runner cannot append, with the deployment's
+  default mode and allowlist. Every approval is judged, whatever its `source` names (the
+  appender writes that field itself); the approval service's rest on a person's answer.
 
 Each finding has a key, and its `AuditViolation` an id derived from the key
 (`derived_id`): a redelivered event, a restart or a timer that fires again produce
@@ -21,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from turnstream.core import justification
+from turnstream.core.approval import ApprovalConfig
 from turnstream.core.events import (
     AuditViolation,
     AuditViolationData,
@@ -29,19 +36,27 @@ from turnstream.core.events import (
     EventBase,
     InputAccepted,
     InputRejected,
+    InteractionAnswered,
+    InteractionRequested,
     MessageDropped,
     MessageSent,
+    SessionConfigured,
     SessionTurnStart,
+    StageGranted,
     SubTurnEnded,
     SubTurnSpawned,
     ToolCallApproved,
+    ToolCallDenied,
+    ToolInvocationProposed,
     ToolInvocationStarted,
     ToolInvocationSucceeded,
     TurnEnded,
     ViolationKind,
+    WorkflowAttached,
     stamp,
 )
 from turnstream.core.ids import derived_id
+from turnstream.core.justification import Grounds, Justified, ToolCall
 
 CHECKED_KINDS = (
     SessionTurnStart,
@@ -55,6 +70,13 @@ CHECKED_KINDS = (
     ToolCallApproved,
     ToolInvocationStarted,
     ToolInvocationSucceeded,
+    ToolInvocationProposed,
+    ToolCallDenied,
+    SessionConfigured,
+    WorkflowAttached,
+    InteractionRequested,
+    InteractionAnswered,
+    StageGranted,
 )
 """The kinds `Checks.observe` reads: one for each case there (an event of another kind
 changes nothing, so the audit does not decode it)."""
@@ -66,6 +88,8 @@ class CheckConfig:
     """The turn-runner's wall-time bound (`TURNSTREAM_MAX_TURN_SECONDS`)."""
     grace_s: float = 60.0
     """The runner ends a turn at its bound; past bound + grace, nobody did."""
+    approval: ApprovalConfig = field(default_factory=ApprovalConfig)
+    """The deployment's default security mode and allowlist (an approval is judged by)."""
 
     @property
     def bound(self) -> timedelta:
@@ -135,6 +159,10 @@ class Checks:
     replies: dict[tuple[str, str], tuple[EventBase, int]] = field(default_factory=dict)
     """(session, turn) of each input with `replyTo`: the event to time it by (its input,
     then its `TurnEnded`), and how many `MessageSent`/`MessageDropped` answered it."""
+    grounds: dict[str, Grounds] = field(default_factory=dict)
+    """What an approval may rest on, by session (those with any such fact)."""
+    proposals: dict[tuple[str, str], ToolCall] = field(default_factory=dict)
+    """(session, invocation) of each proposed call with no verdict yet: what is judged."""
 
     def observe(self, seq: int, event: Event) -> list[Finding]:
         """Fold one event in; return what it shows to be wrong."""
@@ -164,8 +192,22 @@ class Checks:
                 self.children.setdefault(key, (event, deadline, 0))
             case SubTurnEnded(data=data):
                 return self._child_ended(seq, event, (event.session_id, data.invocation_id))
+            case (
+                SessionConfigured()
+                | WorkflowAttached()
+                | InteractionRequested()
+                | InteractionAnswered()
+                | StageGranted()
+            ):
+                grounds = self.grounds.setdefault(event.session_id, Grounds())
+                justification.evolve(grounds, event)
+            case ToolInvocationProposed(data=data) if data.known and not data.skip:
+                self.proposals[(event.session_id, data.invocation_id)] = ToolCall.proposed(event)
             case ToolCallApproved(data=data):
                 self.approved.add((event.session_id, data.invocation_id))
+                return self._judged(seq, event)
+            case ToolCallDenied(data=data):
+                self._settled(event.session_id, data.invocation_id)
             case ToolInvocationStarted(data=data) | ToolInvocationSucceeded(data=data):
                 if (event.session_id, data.invocation_id) not in self.approved:
                     return [self._unapproved(seq, event, data.invocation_id)]
@@ -186,6 +228,8 @@ class Checks:
         self.approved = {k for k in self.approved if k[0] not in sessions}
         self.replies = {k: r for k, r in self.replies.items() if k[0] not in sessions or not r[1]}
         self.children = {k: c for k, c in self.children.items() if k[0] not in sessions or not c[2]}
+        self.grounds = {k: g for k, g in self.grounds.items() if k not in sessions}
+        self.proposals = {k: c for k, c in self.proposals.items() if k[0] not in sessions}
 
     def overdue(self, now: datetime) -> list[Finding]:
         """Turns still open past their bound at `now` (run on a timer)."""
@@ -271,6 +315,36 @@ class Checks:
         )
         key = f"overdue:{start.session_id}:{start.turn_id}"
         return Finding("turn_overdue", key, start.time + config.bound, detail, start, ended, seq)
+
+    def _judged(self, seq: int, event: ToolCallApproved) -> list[Finding]:
+        """An approval judged again from the log's facts (`core.justification`); one that
+        is not justified is a finding. An approval of no proposal seen is not judged."""
+        invocation_id = event.data.invocation_id
+        call = self.proposals.get((event.session_id, invocation_id))
+        if call is None:
+            return []
+        grounds = self.grounds.get(event.session_id) or Grounds()
+        verdict = justification.justify(call, grounds, self.config.approval)
+        self._settled(event.session_id, invocation_id)
+        if isinstance(verdict, Justified):
+            return []
+        detail = (
+            f"ToolCallApproved{{{event.data.authority}}} appended by {event.source}: "
+            f"{verdict.reason}"
+        )
+        key = f"unjustified:{event.session_id}:{invocation_id}"
+        return [
+            Finding(
+                "unjustified_approval", key, event.time, detail, event, event, seq, invocation_id
+            )
+        ]
+
+    def _settled(self, session_id: str, invocation_id: str) -> None:
+        """A call has its verdict: what was kept to judge it goes."""
+        self.proposals.pop((session_id, invocation_id), None)
+        grounds = self.grounds.get(session_id)
+        if grounds is not None:
+            grounds.settled(invocation_id)
 
     def _unapproved(self, seq: int, event: EventBase, invocation_id: str) -> Finding:
         detail = f"{event.type} for invocation {invocation_id} without a ToolCallApproved"

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 from nats.js import api
+from nats.js.errors import NotFoundError
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
 from turnstream.bus.ordered import ordered_subscribe
@@ -195,6 +196,26 @@ class JetStreamEventStore:
         if latest:  # a replica behind the leader may answer the read (R3): ask the leader
             at_least = max(at_least, await self.last_seq(session_id))
         return await self._read(stream, subject, after_seq, known or {}, at_least)
+
+    async def last_of_kind(self, session_id: str, event_type: str) -> Event | None:
+        """The session's last event of one kind, asked of the stream's leader (one request);
+        None when it has none."""
+        stream = self.subjects.log_stream_of(session_id)
+        try:
+            msg = await self.js.get_last_msg(stream, self.subjects.log(session_id, event_type))
+        except NotFoundError:
+            return None
+        return decode(msg.data)
+
+    async def read_kind_of(self, session_id: str, event_type: str) -> list[StoredEvent]:
+        """The session's events of one kind, in order, up to its last one on the stream's
+        leader: one request when there is none, else that and a direct read of them."""
+        stream = self.subjects.log_stream_of(session_id)
+        subject = self.subjects.log(session_id, event_type)
+        last = await log_last_seq(self.js, self.subjects, subject, stream=stream)
+        if last == 0:
+            return []
+        return await self._read(stream, subject, 0, {}, last)
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
         """On a partitioned log: partition after partition, each in order (sequences are

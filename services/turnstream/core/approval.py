@@ -29,10 +29,11 @@ the approval service (`decide_input`) asks a person, one open prompt per session
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from turnstream.core.events import (
     Authority,
@@ -73,7 +74,7 @@ class AllowRule:
     tool: str
     args: dict[str, str] = field(default_factory=dict)
 
-    def matches(self, tool: str, args: dict[str, Any]) -> bool:
+    def matches(self, tool: str, args: Mapping[str, Any]) -> bool:
         if not fnmatch.fnmatchcase(tool, self.tool):
             return False
         return all(
@@ -281,18 +282,41 @@ def judge(
         return [_approved(call, "workflow", now, source, reason=f"stage {call.stage.stage}")]
     mode = mode or config.default_mode
     first_id = derived_id(call.invocation_id, "mode", call.proposed_at)
-    if mode == "auto":
-        verdict, events = "approve", [_approved(call, "mode", now, source, cause=first_id)]
-    elif mode == "deny":
+    verdict = mode_verdict(mode, call.tool, call.args, config)
+    events: list[Event] = []
+    if verdict == "approve":
+        authority: Authority = "allowlist" if mode == "allowlist" else "mode"
+        events = [_approved(call, authority, now, source, cause=first_id)]
+    elif verdict == "deny":
         reason = "the session's security mode is deny"
-        verdict, events = "deny", [_denied(call, "mode", reason, now, source, cause=first_id)]
-    elif mode == "allowlist" and any(r.matches(call.tool, call.args) for r in config.allowlist):
-        verdict, events = "approve", [_approved(call, "allowlist", now, source, cause=first_id)]
-    else:
-        verdict, events = "ask", []
+        events = [_denied(call, "mode", reason, now, source, cause=first_id)]
     invoked = ToolCallModeInvokedData(invocation_id=call.invocation_id, mode=mode, verdict=verdict)
     first = _make(call, ToolCallModeInvoked, invoked, now, source, "mode", call.proposed_id)
     return [first, *events]
+
+
+Verdict = Literal["approve", "deny", "ask"]
+
+
+def mode_verdict(
+    mode: SecurityMode, tool: str, args: Mapping[str, Any], config: ApprovalConfig
+) -> Verdict:
+    """What a session's security `mode` says of a call with no person: `approve` (auto, or
+    allowlist with a rule that matches the tool and its arguments), `deny`, or `ask` (a
+    person decides). The turn-runner judges by it (`judge`), the tool-executor and the
+    audit check approvals by it (`turnstream.core.justification`)."""
+    match mode:
+        case "auto":
+            return "approve"
+        case "deny":
+            return "deny"
+        case "allowlist":
+            matched = any(rule.matches(tool, args) for rule in config.allowlist)
+            return "approve" if matched else "ask"
+        case "ask":
+            return "ask"
+        case _:
+            assert_never(mode)
 
 
 def _next_step(

@@ -101,3 +101,6 @@ InboundCommand = Annotated[
 
 COMMAND_ADAPTER: TypeAdapter[InboundCommand] = TypeAdapter(InboundCommand)
 COMMAND_TYPES = ("message", "steer", "interrupt", "answer", "attach")
+AGENT_COMMAND_TYPES = ("message", "interrupt")
+"""What the runtime's own inbound subject (`Subjects.inbound_agent`) takes: what the
+turn-runner sends. A person's answer, a steer or an attach comes from outside."""

@@ -10,6 +10,9 @@ from turnstream.core.partition import partition
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_:-]{1,128}$"
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
+AGENT_DOOR = "agent"
+"""The last token of `<prefix>.in.<session>.agent`, the runtime's own inbound subject."""
+
 REJECTED_SESSION = "_rejected"
 """Where input whose session id is unusable is recorded (the subject cannot carry it).
 Reserved: no command may address it (`is_reserved_session`), so no turn ever runs in it."""
@@ -125,13 +128,27 @@ class Subjects:
     def inbound(self, session_id: str) -> str:
         return f"{self.prefix}.in.{session_id}"
 
+    def inbound_agent(self, session_id: str) -> str:
+        """The runtime's own door into a session, `<prefix>.in.<session>.agent`: what the
+        turn-runner sends (a reply to `replyTo`, `send_message`, `spawn`, an interrupt of a
+        sub-turn). The gateway takes only `message` and `interrupt` commands there, and the
+        turn-runner's NATS user may publish to no other inbound subject (ops/accounts.conf),
+        so a runner cannot answer a prompt for a person. Outside gateways use `inbound`."""
+        return f"{self.prefix}.in.{session_id}.{AGENT_DOOR}"
+
     @property
     def inbound_all(self) -> str:
+        """Both forms of every session's inbound subject (the stream's, the gateway's)."""
         return f"{self.prefix}.in.>"
 
     def session_from_inbound(self, subject: str) -> str:
-        """The session token of an inbound subject (may be invalid; the gateway checks)."""
-        return subject[len(self.prefix) + 4 :]
+        """The session token of an inbound subject of either form (may be invalid; the
+        gateway checks)."""
+        return subject[len(self.prefix) + 4 :].removesuffix(f".{AGENT_DOOR}")
+
+    def is_agent_inbound(self, subject: str) -> bool:
+        """Whether an inbound subject is the runtime's own form (`inbound_agent`)."""
+        return subject[len(self.prefix) + 4 :].endswith(f".{AGENT_DOOR}")
 
     # log
     def log(self, session_id: str, event_type: str) -> str:

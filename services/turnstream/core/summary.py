@@ -30,13 +30,16 @@ from turnstream.core.events import (
     MessageSent,
     ProviderRequestCompleted,
     RenderEmitted,
+    SecurityMode,
     SessionConfigured,
     SessionTurnStart,
     SubTurnEnded,
     SubTurnSpawned,
     ToolInvocationRequested,
     TurnEnded,
+    WorkflowAttached,
 )
+from turnstream.core.justification import stage_tools
 
 SummaryStatus = Literal["idle", "active", "completed", "failed", "denied"]
 REPLY_CHARS = 1000
@@ -73,6 +76,12 @@ class SessionSummary:
     """Sub-turns by child session id: `running`, or how they ended."""
     pending_replies: list[str] | None = None
     """Turns whose input wants a reply (`replyTo`) not sent yet."""
+    security_mode: SecurityMode | None = None
+    """The security mode its agent's profile gives it (`SessionConfigured`); None: the
+    deployment's default. With `stage_tools`, what the audit judges a forgotten session's
+    approvals by when it comes back."""
+    stage_tools: list[str] | None = None
+    """The tools the stages of the workflows attached to it allow (`WorkflowAttached`)."""
 
     def to_json(self) -> bytes:
         return orjson.dumps({_CAMEL[name]: getattr(self, name) for name in _FIELDS})
@@ -127,6 +136,10 @@ def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSu
             summary.violations += 1
         case SessionConfigured(data=data):
             summary.agent = summary.agent or data.agent
+            summary.security_mode = summary.security_mode or data.security_mode
+        case WorkflowAttached(data=data):
+            tools = stage_tools(data.definition).union(summary.stage_tools or ())
+            summary.stage_tools = sorted(tools) or None
         case InputAccepted(data=data) if data.reply_to and event.turn_id:
             summary.pending_replies = [*(summary.pending_replies or []), event.turn_id]
         case MessageSent(data=data) | MessageDropped(data=data) if data.cause == "replyTo":
@@ -155,6 +168,7 @@ SUMMARY_KINDS = (
     MessageDropped,
     SubTurnSpawned,
     SubTurnEnded,
+    WorkflowAttached,
 )
 """The kinds `evolve_summary` reads beyond `count_event` (a reader that skips decoding the
 others, as the audit does, folds them with `count_event`): one for each case above."""

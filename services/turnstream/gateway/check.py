@@ -15,6 +15,7 @@ import orjson
 from pydantic import ValidationError
 
 from turnstream.core.commands import (
+    AGENT_COMMAND_TYPES,
     COMMAND_ADAPTER,
     COMMAND_TYPES,
     InboundCommand,
@@ -48,6 +49,9 @@ class Inbound:
     stream: str
     msg_id: str | None = None
     """Its `Nats-Msg-Id` header: the sender's key even when the body cannot be parsed."""
+    agent_door: bool = False
+    """It came on the runtime's own subject, `<prefix>.in.<session>.agent`: only the
+    commands the turn-runner sends are taken there (`AGENT_COMMAND_TYPES`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,15 @@ def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
             "unknown_type",
             f"unknown command type {kind!r}; expected one of {', '.join(COMMAND_TYPES)}",
             [],
+            fields,
+        )
+    if raw.agent_door and kind not in AGENT_COMMAND_TYPES:
+        return Rejection(
+            "not_permitted",
+            f"a {kind!r} command is refused on <prefix>.in.<session>.agent, the runtime's own "
+            f"subject for its agents' messages: it takes only {' and '.join(AGENT_COMMAND_TYPES)}"
+            f"; an outside gateway publishes {kind!r} to <prefix>.in.<sessionId>",
+            [f"type: {kind!r} is not taken on the agent subject"],
             fields,
         )
     try:

@@ -1,5 +1,12 @@
 """tool-executor shell: claim, validate, run with a timeout, append the result, ack.
 
+Only a call the log justifies runs: the turn-runner may append `ToolCallApproved` (it
+applies the approval rules itself), so before claiming a call the executor re-derives its
+approval from facts the runner cannot append (`core.justification`, `grounds.py`): the
+session's security mode (its agent profile's, else this executor's default) or allowlist,
+an attached workflow's stage tools, or a person's approval of this very call. One that is
+not justified is failed `policy_denied` (`approval_not_justified`) and never claimed.
+
 At most once per invocation id: the claim `invocation.<id>` is created in the KV bucket
 before the tool runs (create fails if it exists). A request redelivered after its result
 was appended finds the claim `done` and is only acked. A claim still `running` with no
@@ -21,13 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from nats.js.errors import ObjectNotFoundError
+from nats.js.errors import KeyNotFoundError, ObjectNotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, log_push
 from turnstream.bus.durables import TOOL_EXECUTOR
 from turnstream.bus.kv import KvWrites
 from turnstream.bus.scan import scan_log
+from turnstream.core.approval import ApprovalConfig
 from turnstream.core.events import (
     FailureClass,
     ToolInvocationFailed,
@@ -37,10 +45,12 @@ from turnstream.core.events import (
     TurnEnded,
     decode,
 )
+from turnstream.core.justification import Justified
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.runtime.manifest import keep_published
 from turnstream.runtime.redaction import Redactor
 from turnstream.settings import Settings
+from turnstream.tool_executor.grounds import SessionGrounds
 from turnstream.tool_executor.outcome import Facts, needs_blob
 from turnstream.tool_executor.writes import Started
 from turnstream.tools import ToolContext, ToolError, ToolRegistry
@@ -81,8 +91,12 @@ class Executor:
         clock: Callable[[], datetime] = now,
         redact: Redactor | None = None,
         claims_kept: timedelta | None = None,
+        approval: ApprovalConfig | None = None,
     ) -> None:
         self.bus = bus
+        self.grounds = SessionGrounds(bus.store, approval or ApprovalConfig())
+        """What a call's approval is checked against (the deployment's default mode and
+        allowlist: the settings' `approval_config`)."""
         self.runs_until = claims_kept / 2 if claims_kept else None
         """How old a request may be and still run: its claim is surely still kept (the
         bucket's TTL, `claims_kept`, halved for the clocks' disagreement; None: claims are
@@ -163,6 +177,9 @@ class Executor:
             await msg.ack()  # a redelivery of what this executor is running right now
             return
         async with self.slots:
+            if not await self._justified(request):
+                await msg.ack()
+                return
             facts = await self._claim(request)
             if facts is None:
                 await msg.ack()
@@ -187,6 +204,40 @@ class Executor:
                 self.running.pop(invocation_id, None)
             await self._done(invocation_id)
             await _ack(msg)
+
+    async def _justified(self, request: ToolInvocationRequested) -> bool:
+        """Whether the log justifies running the call (`core.justification`). One that it
+        does not is failed `policy_denied` and never run, unless it was claimed before (it
+        was justified then: a redelivery after its facts changed, `_claim` handles it)."""
+        verdict = await self.grounds.check(request)
+        if isinstance(verdict, Justified):
+            return True
+        invocation_id = request.data.invocation_id
+        if await self._claimed(invocation_id):
+            return True
+        log.warning(
+            "invocation %s of session %s not run: %s",
+            invocation_id,
+            request.session_id,
+            verdict.reason,
+        )
+        facts = Facts(request, self.source)
+        await self._append(
+            facts.failed(
+                FailureClass.POLICY_DENIED,
+                "approval_not_justified",
+                f"{verdict.reason}; the tool-executor did not run it",
+                self.clock(),
+            )
+        )
+        return False
+
+    async def _claimed(self, invocation_id: str) -> bool:
+        try:
+            entry = await self.kv.get(invocation_id)
+        except KeyNotFoundError:
+            return False
+        return entry.value is not None  # an expired key reads as None (DESIGN §10)
 
     async def _claim(self, request: ToolInvocationRequested) -> Facts | None:
         """Facts for this attempt, or None when there is nothing (more) to do."""
@@ -455,6 +506,7 @@ async def serve(
             concurrency=settings.tool_concurrency,
             redact=Redactor(settings.secret_values()),
             claims_kept=timedelta(days=settings.invocation_max_age_days) or None,
+            approval=settings.approval_config(),
         )
         await keep_published(bus, mcp, base, executor)  # the manifest the runners watch
         await executor.serve(stop)

@@ -187,8 +187,10 @@ class Runner:
         return self.agent_providers[key]
 
     async def publish_inbound(self, session_id: str, payload: bytes, msg_id: str) -> None:
-        """Publish a message to a session; `PermissionDenied` when the server refuses it."""
-        subject = self.bus.subjects.inbound(session_id)
+        """Publish a message to a session on the runtime's own inbound subject (the
+        gateway takes only a `message` or an `interrupt` there); `PermissionDenied` when the
+        server refuses it."""
+        subject = self.bus.subjects.inbound_agent(session_id)
         await self.bus.refusals.publish(
             self.bus.js, subject, payload, headers={"Nats-Msg-Id": msg_id}
         )

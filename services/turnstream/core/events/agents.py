@@ -63,8 +63,9 @@ class SessionConfigured(EventBase):
 
 class MessageSentData(WireModel):
     """A `message` (or an `interrupt`) this session published to another session's inbound
-    subject and JetStream acknowledged; `idempotencyKey` is also its `Nats-Msg-Id`, derived
-    from the turn or the tool call, so a retry after a crash is a no-op."""
+    subject (the runtime's own form, `<prefix>.in.<to>.agent`) and JetStream acknowledged;
+    `idempotencyKey` is also its `Nats-Msg-Id`, derived from the turn or the tool call, so
+    a retry after a crash is a no-op."""
 
     to: str
     idempotency_key: str
@@ -86,7 +87,7 @@ class MessageDroppedData(WireModel):
     to: str
     reason: Literal["hop_limit", "refused"]
     """`hop_limit`: past TURNSTREAM_MAX_HOPS, not sent; `refused`: the server refused the
-    turn-runner's publish (its NATS user may not publish to `<prefix>.in.<to>`)."""
+    turn-runner's publish (its NATS user may not publish to `<prefix>.in.<to>.agent`)."""
     hops: int
     """The hops the message would have carried."""
     cause: MessageCause

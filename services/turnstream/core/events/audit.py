@@ -14,6 +14,7 @@ ViolationKind = Literal[
     "subturn_unended",
     "duplicate_reply",
     "reply_missing",
+    "unjustified_approval",
 ]
 
 
@@ -22,7 +23,9 @@ class AuditViolationData(WireModel):
     """Which invariant was broken: more than one `TurnEnded` for a turn, a turn open past
     its wall-time bound, a tool that ran without a `ToolCallApproved`, a `SubTurnSpawned`
     with more than one `SubTurnEnded` (or none past its deadline), a turn whose input had
-    `replyTo` with more than one `MessageSent`/`MessageDropped` for it (or none)."""
+    `replyTo` with more than one `MessageSent`/`MessageDropped` for it (or none), a
+    `ToolCallApproved` the log does not justify (`turnstream.core.justification`: the
+    session's mode, an attached workflow's stage tools or a person's approval)."""
     detail: str
     """One line for people: what was seen."""
     event_id: str | None = None

@@ -48,6 +48,7 @@ RejectionKind = Literal[
     "unknown_agent",
     "agent_conflict",
     "intake_failed",
+    "not_permitted",
 ]
 """`intake_failed`: the gateway itself failed on the command (a bug); the command is
 rejected rather than redelivered for ever, and stays at its inbound seq for a report."""
