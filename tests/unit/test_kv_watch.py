@@ -82,6 +82,10 @@ async def test_streams_the_cluster_cannot_place_yet_are_asked_for_again(monkeypa
         if len(tries) < 3:
             raise BadRequestError(code=400, err_code=10005, description="peer offline")
 
+    async def ensure_durables(js: Any, subjects: Any, push_timeout_s: float) -> None:
+        pass
+
     monkeypatch.setattr(connection, "ensure_streams", ensure_streams)
+    monkeypatch.setattr(connection, "ensure_durables", ensure_durables)
     await connection._ensure_within(None, Subjects("ts"), StreamLimits(), 5)
     assert len(tries) == 3
