@@ -31,6 +31,7 @@ from nats.js import api
 from nats.js.errors import NoStreamResponseError, NotFoundError
 
 from turnstream.bus import Bus
+from turnstream.bus.ordered import ordered_subscribe
 from turnstream.bus.scan import log_last_seq
 from turnstream.client import answer_command, live_state, message_command, publish_command
 from turnstream.core.events import Event
@@ -94,11 +95,11 @@ class Load:
                 ("InteractionRequested", self._on_asked),
             ):
                 self._subs.append(
-                    await self.reader.js.subscribe(
+                    await ordered_subscribe(  # named in the subject: a reader's right
+                        self.reader.js,
                         subjects.log_kind(kind),
                         stream=stream,
                         cb=cb,
-                        ordered_consumer=True,
                         config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW),
                     )
                 )
