@@ -101,8 +101,11 @@ TURN_RUNNER = Durable(
         "ToolInvocationCancelled",
     ),
     ack_wait_s=SESSION_ACK_WAIT_S,
+    max_ack_pending=2048,
 )
-"""The event kinds that move a turn forward."""
+"""The event kinds that move a turn forward. The facts in a runner's hands at once are
+bounded: a burst of 20,000 new sessions waits in the stream, not in the runner's memory
+(each kept in progress while it waits), and is handed over as facts are settled."""
 APPROVAL = Durable(
     "approval",
     ("ToolCallModeInvoked", "ToolInvocationProposed", "InteractionAnswered", "TurnEnded"),

@@ -42,6 +42,11 @@ READ_CONCURRENCY = 64
 """Session reads in flight at once per store (a restarted runner reloads them all)."""
 
 
+DIRECT_RETRIES_S = (0.2, 1.0)
+"""Pauses before a session's direct read that timed out is asked again, before it is read
+through a consumer (which costs the server more, the last thing to add under load)."""
+
+
 class StoredEvent(NamedTuple):
     seq: int
     event: Event
@@ -275,17 +280,32 @@ class JetStreamEventStore:
             await scan()
             return out
         async with self._reads:
-            try:
-                last = await self.direct.read(stream, subject, keep, after_seq=after_seq)
-                if last >= floor:
-                    return out
-                # a direct get may be answered by a replica that has not applied the
-                # latest appends yet (R3): the read missed what the caller knows is there
-                log.info("direct read of %s ended at %d, behind %d", subject, last, floor)
-            except (TimeoutError, DirectGetError) as exc:
-                # no answer in time, or an error status (say 503: a log without
-                # `allow_direct`): the slower way, which costs a consumer, still works
-                log.warning("direct read of %s failed (%r); reading with a consumer", subject, exc)
+            for retry_s in (*DIRECT_RETRIES_S, None):
+                try:
+                    last = await self.direct.read(stream, subject, keep, after_seq=after_seq)
+                    if last >= floor:
+                        return out
+                    # a direct get may be answered by a replica that has not applied the
+                    # latest appends yet (R3): the read missed what the caller knows is there
+                    log.info("direct read of %s ended at %d, behind %d", subject, last, floor)
+                    break
+                except TimeoutError as exc:
+                    out.clear()
+                    if retry_s is None:  # the server stays too busy to answer it
+                        log.warning(
+                            "direct read of %s timed out (%r); with a consumer", subject, exc
+                        )
+                        break
+                    # a busy server: the same cheap read again, not a consumer per session
+                    log.info("direct read of %s timed out; again in %.1f s", subject, retry_s)
+                    await asyncio.sleep(retry_s)
+                except DirectGetError as exc:
+                    # an error status (say 503: a log without `allow_direct`): the slower
+                    # way, which costs a consumer, still works
+                    log.warning(
+                        "direct read of %s failed (%r); reading with a consumer", subject, exc
+                    )
+                    break
             out.clear()
             await scan()  # up to the leader's last sequence
         return out

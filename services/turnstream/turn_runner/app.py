@@ -45,7 +45,7 @@ from turnstream.runtime.manifest import watch_tools
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import snapshots
-from turnstream.turn_runner.context import ActorContext, Item
+from turnstream.turn_runner.context import LOADS_IN_FLIGHT, ActorContext, Item
 from turnstream.turn_runner.ownership import Served, session_ownership
 from turnstream.turn_runner.session import SessionActor
 
@@ -101,6 +101,7 @@ class Runner:
         self.mailboxes: Mailboxes[Item] = Mailboxes(
             lambda key: SessionActor(self.actor_context(), key)
         )
+        self.loads = asyncio.Semaphore(LOADS_IN_FLIGHT)
         self._snapshots: Any = None
         self.reloaded_events = 0
         """Events read back by reloads (how much snapshots save)."""
@@ -224,6 +225,7 @@ class Runner:
             publish_live=self._publish_live,
             reloaded=self._count_reloaded,
             context=self.context,
+            loads=self.loads,
         )
 
     def use_context(self, key: str, value: bytes | None) -> None:

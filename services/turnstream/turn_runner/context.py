@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 Item = Delivered | Input
 """What a session's mailbox holds: delivered facts, and the inputs the actor posts itself
 (a model call's result, a streamed tool call, a timer's tick)."""
+
+
+LOADS_IN_FLIGHT = 32
+"""Sessions a runner takes (lease) and loads (reads from the log) at once. A burst of new
+sessions waits its turn here, holding no lease, so a lease is taken just before its
+session is acted for and seldom needs renewing; one session already loaded is never held
+up by it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +64,5 @@ class ActorContext:
     """Count events read back by a reload."""
     context: ContextRegistry | None = None
     """The context providers asked at each turn's first COMPOSE_REQUEST."""
+    loads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LOADS_IN_FLIGHT))
+    """The runner's load slots (`LOADS_IN_FLIGHT`), one semaphore shared by its actors."""

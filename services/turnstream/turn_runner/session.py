@@ -120,7 +120,16 @@ class SessionActor:
 
     async def handle(self, item: Item) -> None:
         """Handle `item` if the session is this runner's (its lease, taken if it is free; or
-        its partition, `ownership.py`)."""
+        its partition, `ownership.py`). A session not loaded yet waits for one of the
+        runner's load slots first (`context.LOADS_IN_FLIGHT`): a burst is taken in at the
+        rate it can be served, and a lease is taken only when its session's turn comes."""
+        if self.loaded:
+            await self._handle(item)
+            return
+        async with self.ctx.loads:
+            await self._handle(item)
+
+    async def _handle(self, item: Item) -> None:
         ownership = await self.ctx.leases.ensure(self.session_id)
         log.debug("%s: %s, %s", self.session_id, _named(item), ownership.value)
         match ownership:
