@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ from rich.console import Console
 from rich.table import Table
 
 from turnstream.bus import Bus, connect
-from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
 from turnstream.client import message_command
 from turnstream.core.subjects import Subjects
@@ -121,28 +119,17 @@ async def run(url: str, mode: str, n: int, k: int) -> dict[str, Any]:
 
 
 def deployment(mode: str, n: int, k: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        stack.workspace(root, "auto")
-        script = root / "script.yaml"
-        script.write_text(SCRIPT)
-        server = EmbeddedServer(root / "nats")
-        server.start()
-        try:
-            with stack.running(server, root, script, console) as supervisor:
-                pids = stack.pids(supervisor, server)
-                pids.pop("bench client")
-                idle = {name: rss_mib(pid) for name, pid in pids.items()}
-                result = asyncio.run(run(server.url, mode, n, k))
-                result["rss_end"] = {name: rss_mib(pid) for name, pid in pids.items()}
-                time.sleep(SETTLE_S)
-                result["rss_settled"] = {name: rss_mib(pid) for name, pid in pids.items()}
-                result["rss_idle"] = idle
-                runner_log = (root / "turn_runner.log").read_text(errors="replace")
-                result["leases_lost"] = runner_log.count("lost the lease")
-                result["direct_read_fallbacks"] = runner_log.count("with a consumer")
-        finally:
-            server.stop()
+    with stack.scripted(SCRIPT, console) as running:
+        pids = running.pids
+        idle = {name: rss_mib(pid) for name, pid in pids.items()}
+        result = asyncio.run(run(running.server.url, mode, n, k))
+        result["rss_end"] = {name: rss_mib(pid) for name, pid in pids.items()}
+        time.sleep(SETTLE_S)
+        result["rss_settled"] = {name: rss_mib(pid) for name, pid in pids.items()}
+        result["rss_idle"] = idle
+        runner_log = (running.root / "turn_runner.log").read_text(errors="replace")
+        result["leases_lost"] = runner_log.count("lost the lease")
+        result["direct_read_fallbacks"] = runner_log.count("with a consumer")
     return result
 
 

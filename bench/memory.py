@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +25,6 @@ import stack
 from rich.console import Console
 
 from turnstream.bus import connect
-from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.scan import subject_counts
 from turnstream.bus.streams import StreamLimits
 from turnstream.client import message_command, publish_command
@@ -79,28 +77,17 @@ def main() -> None:
     args = parser.parse_args()
     subjects = Subjects()
     rows: list[dict[str, object]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        stack.workspace(root, "auto")
-        script = root / "script.yaml"
-        script.write_text(SCRIPT)
-        server = EmbeddedServer(root / "nats")
-        server.start()
-        try:
-            with stack.running(server, root, script, console) as supervisor:
-                pids = stack.pids(supervisor, server)
-                pids.pop("bench client")
-                for n in range(args.waves):
-                    took = asyncio.run(wave(server.url, subjects, args.sessions, n * args.sessions))
-                    time.sleep(SETTLE_S)
-                    rss = {name: rss_mib(pid) for name, pid in pids.items()}
-                    rows.append({"wave": n + 1, "seconds": round(took, 1), "rss_mib": rss})
-                    console.print(
-                        f"wave {n + 1}: {args.sessions} sessions in {took:.1f} s; RSS MiB "
-                        + ", ".join(f"{k} {v:.1f}" for k, v in rss.items())
-                    )
-        finally:
-            server.stop()
+    with stack.scripted(SCRIPT, console) as deployment:
+        for n in range(args.waves):
+            url = deployment.server.url
+            took = asyncio.run(wave(url, subjects, args.sessions, n * args.sessions))
+            time.sleep(SETTLE_S)
+            rss = {name: rss_mib(pid) for name, pid in deployment.pids.items()}
+            rows.append({"wave": n + 1, "seconds": round(took, 1), "rss_mib": rss})
+            console.print(
+                f"wave {n + 1}: {args.sessions} sessions in {took:.1f} s; RSS MiB "
+                + ", ".join(f"{k} {v:.1f}" for k, v in rss.items())
+            )
     first, last = rows[0]["rss_mib"], rows[-1]["rss_mib"]
     assert isinstance(first, dict) and isinstance(last, dict)
     console.print(f"\nRSS after wave {len(rows)} over wave 1 ({platform.python_version()}):")

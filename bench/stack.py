@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -49,3 +51,32 @@ def pids(supervisor: Supervisor, server: EmbeddedServer) -> dict[str, int]:
     assert server.process is not None
     found = {name: child.pid for name, child in supervisor.children.items()}
     return found | {"nats-server": server.process.pid, "bench client": os.getpid()}
+
+
+@dataclass
+class Deployment:
+    root: Path
+    server: EmbeddedServer
+    supervisor: Supervisor
+    pids: dict[str, int]
+    """Each service's process and the nats-server's (not this one's)."""
+
+
+@contextmanager
+def scripted(script_text: str, console: Console) -> Iterator[Deployment]:
+    """A deployment of its own, as `turnstream up` starts it, in a temporary directory:
+    approvals auto, the scripted provider playing `script_text`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        workspace(root, "auto")
+        script = root / "script.yaml"
+        script.write_text(script_text)
+        server = EmbeddedServer(root / "nats")
+        server.start()
+        try:
+            with running(server, root, script, console) as supervisor:
+                found = pids(supervisor, server)
+                found.pop("bench client")
+                yield Deployment(root, server, supervisor, found)
+        finally:
+            server.stop()

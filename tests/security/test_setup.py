@@ -72,41 +72,39 @@ async def test_the_setup_step_is_the_operators(secure_server: SecureServer) -> N
         await operator.close()
 
 
+def run_as(
+    server: SecureServer, user: str, tmp: Path, *command: str
+) -> subprocess.CompletedProcess[str]:
+    """`command` as NATS user `user`, until it exits."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
+    env.update(
+        TURNSTREAM_NATS_URL=f"nats://127.0.0.1:{server.port}",
+        TURNSTREAM_NATS_USER=user,
+        TURNSTREAM_NATS_PASSWORD=server.passwords[user],
+        TURNSTREAM_DATA_DIR=str(tmp / "data"),
+        TURNSTREAM_WORKSPACE=str(tmp / "workspace"),
+        TURNSTREAM_CONFIG=str(tmp / "absent.yaml"),
+    )
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+
+def start_as(server: SecureServer, service: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m turnstream.<service>` as its own user, until it exits."""
+    return run_as(
+        server, service.replace("_", "-"), tmp, sys.executable, "-m", f"turnstream.{service}"
+    )
+
+
 def test_a_service_refuses_to_start_before_the_setup_step(tmp_path: Path) -> None:
     with secure_server_in(tmp_path) as server:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
-        env.update(
-            TURNSTREAM_NATS_URL=f"nats://127.0.0.1:{server.port}",
-            TURNSTREAM_NATS_USER="approval",
-            TURNSTREAM_NATS_PASSWORD=server.passwords["approval"],
-            TURNSTREAM_DATA_DIR=str(tmp_path / "data"),
-            TURNSTREAM_CONFIG=str(tmp_path / "absent.yaml"),
-        )
-        started = subprocess.run(
-            [sys.executable, "-m", "turnstream.approval"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        started = start_as(server, "approval", tmp_path)
         assert started.returncode == 2, started.stderr
         assert "TS_INBOUND" in started.stderr and "turnstream streams apply" in started.stderr
         # and nothing was created by its attempt
         assert asyncio.run(_streams_of(server)) == []
 
         def apply_as(user: str) -> subprocess.CompletedProcess[str]:
-            as_user = {
-                **env,
-                "TURNSTREAM_NATS_USER": user,
-                "TURNSTREAM_NATS_PASSWORD": server.passwords[user],
-            }
-            return subprocess.run(
-                [TURNSTREAM, "streams", "apply"],
-                env=as_user,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            return run_as(server, user, tmp_path, TURNSTREAM, "streams", "apply")
 
         refused = apply_as("gateway")
         assert refused.returncode == 2, refused.stdout + refused.stderr
@@ -131,22 +129,7 @@ def test_a_service_refuses_to_start_without_its_durable(tmp_path: Path) -> None:
             await operator.close()
 
         asyncio.run(setup_without_the_executors_durable())
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
-        env.update(
-            TURNSTREAM_NATS_URL=f"nats://127.0.0.1:{server.port}",
-            TURNSTREAM_NATS_USER="tool-executor",
-            TURNSTREAM_NATS_PASSWORD=server.passwords["tool-executor"],
-            TURNSTREAM_DATA_DIR=str(tmp_path / "data"),
-            TURNSTREAM_WORKSPACE=str(tmp_path / "workspace"),
-            TURNSTREAM_CONFIG=str(tmp_path / "absent.yaml"),
-        )
-        started = subprocess.run(
-            [sys.executable, "-m", "turnstream.tool_executor"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        started = start_as(server, "tool_executor", tmp_path)
         assert started.returncode == 2, started.stderr
         assert "consumer tool-executor on TS_LOG missing" in started.stderr
         assert "turnstream streams apply" in started.stderr
