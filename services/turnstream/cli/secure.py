@@ -20,7 +20,7 @@ USERS = {
     "http": "http",
 }
 """The NATS user each service runs as under `up --secure` (ops/accounts.conf)."""
-OTHER_USERS = ("client", "client-acme", "operator")
+OTHER_USERS = ("client", "client-acme", "operator", "admin", "approver")
 ACCOUNTS = Path(__file__).resolve().parents[3] / "ops" / "accounts.conf"
 
 
