@@ -206,10 +206,14 @@ def tail(
             show(decode(msg.data))
 
         sub = await bus.nc.subscribe(subject, cb=on_msg)
-        if history:
-            stored = await (bus.store.read_session(session) if session else bus.store.read_all())
-            for item in stored:
-                show(item.event)
+        if history:  # by direct get: no consumer, which only the setup operator may create
+            if session:
+                for item in await bus.store.read_session(session):
+                    show(item.event)
+            for stream in bus.subjects.log_streams if not session else ():
+                await bus.store.direct.read(
+                    stream, bus.subjects.log_all, lambda _seq, _s, data: show(decode(data))
+                )
         try:
             await watch_connection(bus)
         finally:

@@ -56,11 +56,18 @@ def violations(
         return
     from rich.table import Table
 
-    from turnstream.bus.store import LOG_START
-    from turnstream.core.events import AuditViolation
+    from turnstream.bus import StoredEvent
+    from turnstream.core.events import AuditViolation, decode
 
     async def read(bus: Bus) -> list[StoredEvent]:
-        return await bus.store.read_kind("AuditViolation", since=LOG_START)
+        # by direct get (no consumer: a user but the setup operator may create none)
+        out: list[StoredEvent] = []
+        subject = bus.subjects.log_kind("AuditViolation")
+        for stream in bus.subjects.log_streams:
+            await bus.store.direct.read(
+                stream, subject, lambda seq, _s, data: out.append(StoredEvent(seq, decode(data)))
+            )
+        return out
 
     found = [
         (s.seq, s.event)
@@ -186,10 +193,20 @@ def rebuild(nats_url: NatsUrl = None, data_dir: DataDir = None) -> None:
 
 def sessions(as_json: AsJson = False, nats_url: NatsUrl = None, data_dir: DataDir = None) -> None:
     """The session summaries the audit service keeps in the sessions KV bucket."""
-    from turnstream.audit.projections import read_all
+    from turnstream.bus.kv import current_values
+    from turnstream.core.summary import SessionSummary
 
     async def read(bus: Bus) -> list[SessionSummary]:
-        return await read_all(await bus.js.key_value(bus.subjects.sessions_bucket))
+        # by direct get, not a KV watch: a watch creates a consumer, which the admin (and
+        # any user but the setup operator) may not
+        values = await current_values(bus.nc, bus.subjects.sessions_bucket)
+        out = []
+        for key, value in sorted(values.items()):
+            try:
+                out.append(SessionSummary.from_json(value))
+            except (ValueError, TypeError):
+                err.print(f"[yellow]skipped an unreadable summary under {key}[/]")
+        return sorted(out, key=lambda s: s.session_id)
 
     summaries = run_on_bus(settings_of(nats_url, data_dir), read)
     if as_json:
