@@ -23,6 +23,7 @@ from turnstream.bus.permissions import PermissionDenied
 from turnstream.cli.common import Interrupted, command_name, console, err, run_on_bus
 from turnstream.cli.prompt import Deadline, Prompts, Source, answer_source
 from turnstream.cli.render import event_line
+from turnstream.cli.roles import explain
 from turnstream.client import TurnOutcome, publish_command, send_and_wait
 from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import (
@@ -191,7 +192,7 @@ def run_send(
             await screen.prompts.close()
 
     try:
-        outcome = run_on_bus(settings, work)
+        outcome = run_on_bus(settings, work, stop_when_refused=False)
     except TimeoutError:
         screen.end_tokens()
         err.print(
@@ -206,7 +207,7 @@ def run_send(
         raise
     if isinstance(outcome, Unfollowed):
         console.print(f"[green]✔ sent[/] [dim]inbound seq {outcome.seq}[/]")
-        err.print(f"[yellow]not followed:[/] {escape(str(outcome.why))}")
+        err.print(f"[yellow]not followed:[/] {escape(explain(outcome.why))}")
         return
     elapsed = (time.perf_counter() - started - screen.prompts.waited_s) * 1000
     screen.end_tokens()
