@@ -134,7 +134,8 @@ def send(
     stops watching; the turn goes on); as a NATS user that may send but not read the log
     (`client`), 0 once the command is stored. A refused publish exits 2 and says so.
     Approval prompts are asked inline on a terminal, or answered by the lines of a piped
-    stdin (`echo y | turnstream send …`); without either, answer with `turnstream approve`.
+    stdin (`echo y | turnstream send …`); with no terminal and nothing (more) on stdin, it
+    says how to answer (`turnstream approve`) and exits 4 at once, the turn waiting.
     """
     require_session_id(session)
     settings = settings_of(nats_url, data_dir)
