@@ -137,8 +137,10 @@ def run_on_bus(
                     raise denied from None
                 raise
         finally:
-            if not doing.done():
+            if not doing.done():  # Ctrl-C: the work ends (and cleans up) before the close
                 doing.cancel()
+                with contextlib.suppress(BaseException):
+                    await doing
             await _close(bus)
 
     # nats-py logs each failed reconnect with a traceback; a command says it once itself,
