@@ -176,7 +176,12 @@ async def test_the_admin_reads_answers_and_interrupts_the_approver_answers(
         assert code == 0 and "approved" in out, out
 
         code, out = await cli(server, "admin", tmp, "interrupt", "acme", "--hard")
-        assert code == 0 and "interrupt" in out, out
+        assert code == 0 and "sent a hard interrupt to acme" in out, out
+        code, out = await cli(server, "admin", tmp, "interrupt", "nobody-here")
+        assert code == 1 and "no such session: nobody-here" in out, out
+        # a tenant may not read the log's last sequence: its interrupt goes unchecked
+        code, out = await cli(server, "client-acme", tmp, "interrupt", "acme")
+        assert code == 0 and "sent a graceful interrupt to acme" in out, out
     finally:
         await tenant.close()
 

@@ -23,6 +23,7 @@ from turnstream.cli.common import (
     require_session_id,
     run_on_bus,
     settings_of,
+    unless_refused,
 )
 from turnstream.cli.workflow import workflow_app
 
@@ -292,7 +293,10 @@ def replay(
         replayed = await replay_session(bus, session, at_seq=at, at_time=cutoff)
         return replayed, (await live_state(bus, session) if verify else None)
 
-    (state, events, _, _), live = run_on_bus(settings_of(nats_url, data_dir), work)
+    (state, events, _, head), live = run_on_bus(settings_of(nats_url, data_dir), work)
+    if head == 0:  # nothing in the log nor in the archive
+        err.print(f"[red]no such session:[/] {session} (`turnstream sessions` lists them)")
+        raise typer.Exit(1)
     if verify:
         assert live is not None
         if b'"error"' in live[:20]:
@@ -309,7 +313,7 @@ def replay(
         sys.stdout.write(state_to_json(state).decode() + "\n")
         return
     if not events:
-        err.print(f"[yellow]session {session} has no events (at that point)[/]")
+        err.print(f"[yellow]session {session} has no events at that point[/] (it has later ones)")
         raise typer.Exit(1)
     print_session(console, build_view(session, events), events)
     if state.workflow is not None:
@@ -426,7 +430,20 @@ def interrupt(
         "idempotencyKey": str(uuid_utils.uuid7()),
         "mode": mode,
     }
-    run_on_bus(settings_of(nats_url, data_dir), lambda bus: publish_command(bus, session, command))
+
+    async def work(bus: Bus) -> bool:
+        # a user that may interrupt but not read the log (a tenant's) sends unchecked
+        exists = await unless_refused(bus, bus.store.last_seq(session), otherwise=1) > 0
+        if exists:
+            await publish_command(bus, session, command)
+        return exists
+
+    if not run_on_bus(settings_of(nats_url, data_dir), work, stop_when_refused=False):
+        err.print(
+            f"[red]no such session:[/] {session} (it has no events; `turnstream sessions` "
+            "lists them); nothing was sent"
+        )
+        raise typer.Exit(1)
     console.print(f"sent a {mode} interrupt to {session}")
 
 

@@ -167,6 +167,30 @@ def run_on_bus(
         raise typer.Exit(2) from exc
 
 
+async def unless_refused(bus: Bus, asking: Awaitable[T], *, otherwise: T) -> T:
+    """What `asking` (a JetStream request) answers, or `otherwise` as soon as the server
+    refuses this user a request meanwhile (a check a user may lack the right to make)."""
+    refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def on_refusal(_denied: object) -> None:
+        if not refused.done():
+            refused.set_result(None)
+
+    bus.refusals.listeners.append(on_refusal)
+    doing = asyncio.ensure_future(asking)
+    try:
+        waiting: set[asyncio.Future[Any]] = {doing, refused}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if doing.done():
+            return doing.result()
+        doing.cancel()
+        with contextlib.suppress(BaseException):
+            await doing
+        return otherwise
+    finally:
+        bus.refusals.listeners.remove(on_refusal)
+
+
 def _not_a_refusal(record: logging.LogRecord) -> bool:
     return "permissions violation" not in record.getMessage().lower()
 
