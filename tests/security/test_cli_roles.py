@@ -154,8 +154,9 @@ async def test_the_admin_reads_answers_and_interrupts_the_approver_answers(
         assert code == 0 and asked in out and "read_file" in out, out
         code, out = await cli(server, "approver", tmp, "approvals", "acme")
         assert code == 0 and asked in out, out
-        code, out = await cli(server, "admin", tmp, "sessions")
-        assert code == 0 and "acme" in out, out
+        for user in ("admin", "operator"):  # by message gets: no consumer to create
+            code, out = await cli(server, user, tmp, "sessions")
+            assert code == 0 and "acme" in out, (user, out)
         code, out = await cli(server, "admin", tmp, "status", "acme")
         assert code == 0 and "active turn" in out, out
         out = await tail_until(server, "admin", tmp, "acme", "InteractionRequested")

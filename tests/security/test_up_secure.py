@@ -213,7 +213,10 @@ def test_up_secure_passwords_from_the_environment_its_hint_and_a_clean_stop(
     )
     try:
         shown = banner(up)
+        listed = cli("sessions", env=env)  # none here: says where the others are
     finally:
         ctrl_c(up)
     assert "also holds the log of `turnstream up --secure`" in shown, shown
+    assert "no sessions" in listed.stdout, listed.stdout + listed.stderr
+    assert "also holds the log of `turnstream up --secure`" in listed.stderr, listed.stderr
     assert "its sessions are not listed here" in shown, shown

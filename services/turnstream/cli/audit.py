@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from turnstream.bus import Bus, StoredEvent
     from turnstream.core.summary import SessionSummary
+    from turnstream.settings import Settings
 
 audit_app = typer.Typer(
     help="Invariant violations found in the log, the hash-chained audit file, rebuilds.",
@@ -215,6 +216,7 @@ def sessions(as_json: AsJson = False, nats_url: NatsUrl = None, data_dir: DataDi
         return
     if not summaries:
         console.print("no sessions (is the audit service running? `turnstream audit rebuild`)")
+        _other_mode_note(settings_of(nats_url, data_dir))
         return
     console.print(sessions_table(summaries, console.width))
 
@@ -260,3 +262,21 @@ def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
 WIDE = 140
 """Terminal columns from which `sessions` shows every column."""
 _STYLE = {"completed": "green", "failed": "red", "denied": "yellow", "active": "cyan"}
+
+
+def _other_mode_note(settings: Settings) -> None:
+    """When the data dir holds the log of the other `up` mode (open vs --secure), which
+    this server cannot see: say so, its sessions are not lost."""
+    from turnstream.cli.up import other_mode_log
+    from turnstream.settings import SECURE_MARK
+
+    if not settings.url_file.exists() or settings.nats_url:
+        return  # not the server an `up` on this data dir runs
+    secure = (settings.data_dir / SECURE_MARK).exists()
+    other = other_mode_log(settings, secure)
+    if other is not None:
+        mode = "`turnstream up`" if secure else "`turnstream up --secure`"
+        err.print(
+            f"[yellow]note:[/] this data dir also holds the log of {mode} ({other}), "
+            "with its sessions: this server cannot see them"
+        )
