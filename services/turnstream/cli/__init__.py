@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from turnstream.cli.agents import register as register_agents
 from turnstream.cli.approvals import register as register_approvals
@@ -386,9 +387,17 @@ def streams(
         sys.stdout.write(mapping_text(settings_of().subjects, accounts))
         return
     if action == "apply":
+        from turnstream.bus.permissions import PermissionDenied
+        from turnstream.cli.common import quiet_refusals
+        from turnstream.cli.roles import explain
+
         settings = settings_of(nats_url, data_dir, replicas=replicas)
+        quiet_refusals()
         try:
             asyncio.run(apply_streams(settings))
+        except PermissionDenied as exc:
+            err.print(f"[red]error:[/] {escape(explain(exc))}")
+            raise typer.Exit(2) from exc
         except (ConnectionError, RuntimeError, ValueError, PermissionError) as exc:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc

@@ -143,10 +143,7 @@ def run_on_bus(
                     await doing
             await _close(bus)
 
-    # nats-py logs each failed reconnect with a traceback; a command says it once itself,
-    # and says a refusal in its own words (with the role that may) instead of the raw line
-    logging.getLogger("nats").setLevel(logging.CRITICAL)
-    logging.getLogger("turnstream.bus.connection").addFilter(_not_a_refusal)
+    quiet_refusals()
 
     try:
         return asyncio.run(main())
@@ -189,6 +186,14 @@ async def unless_refused(bus: Bus, asking: Awaitable[T], *, otherwise: T) -> T:
         return otherwise
     finally:
         bus.refusals.listeners.remove(on_refusal)
+
+
+def quiet_refusals() -> None:
+    """nats-py logs each failed reconnect with a traceback, and the bus each refusal as the
+    server worded it: a command says either once itself (a refusal in its own words, with
+    the role that may)."""
+    logging.getLogger("nats").setLevel(logging.CRITICAL)
+    logging.getLogger("turnstream.bus.connection").addFilter(_not_a_refusal)
 
 
 def _not_a_refusal(record: logging.LogRecord) -> bool:
