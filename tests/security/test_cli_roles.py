@@ -10,15 +10,16 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
-from tests.security.conftest import SecureServer
+from tests.security.conftest import SecureServer, secure_server_in
 from tests.security.test_identities import as_user, services_as_themselves
 from turnstream.bus import Bus
+from turnstream.cli import secure
 from turnstream.client import message_command, pending_prompts, publish_command
 
 pytestmark = pytest.mark.integration
@@ -269,3 +270,44 @@ async def test_neither_person_administers_a_stream_or_a_consumer(
         assert (await operator.js.stream_info("TS_LOG")).state.messages > 0
     finally:
         await operator.close()
+
+
+@pytest.fixture
+def scoped_approver(tmp_path: Path) -> Iterator[SecureServer]:
+    """The shipped file with the approver scoped to the tenant acme's session, as
+    ops/README.md ("People") shows it."""
+    shipped = secure.ACCOUNTS.read_text()
+    granted = '["ts.in.>", "ts.api.approval.pending", "ts.api.approval.pending.*"]'
+    assert granted in shipped
+    changed = tmp_path / "accounts.conf"
+    changed.write_text(shipped.replace(granted, '["ts.in.acme", "ts.api.approval.pending.acme"]'))
+    (tmp_path / "nats").mkdir()
+    with secure_server_in(tmp_path / "nats", changed) as server:
+        yield server
+
+
+async def test_an_approver_scoped_to_a_tenant_answers_its_prompts_alone(
+    scoped_approver: SecureServer, tmp: Path
+) -> None:
+    server = scoped_approver
+    async with services_as_themselves(server, tmp, security_mode="ask"):
+        admin, client = await as_user(server, "admin"), await as_user(server, "client")
+        try:
+            acme = await prompt_of(admin, "acme", "read my notes", client)
+            globex = await prompt_of(admin, "globex", "read my notes", client)
+
+            code, out = await cli(server, "approver", tmp, "approvals", "acme")
+            assert code == 0 and acme in out and globex not in out, out
+            for args in (("approvals",), ("approvals", "globex"), ("approve", globex)):
+                code, out = await cli(server, "approver", tmp, *args)
+                assert code == 2, (args, out)
+                assert names_the_refusal(out, "approver", "ts.api.approval.pending", "admin"), out
+            code, out = await cli(server, "approver", tmp, "approve", acme, "--session", "acme")
+            assert code == 0 and f"approved read_file ({acme})" in out, out
+            # its grant is the session by name: another session's answer is refused
+            code, out = await cli(server, "approver", tmp, "approve", globex, "--session", "globex")
+            assert code == 2, out
+            assert globex in (await cli(server, "admin", tmp, "approvals", "globex"))[1]
+        finally:
+            await admin.close()
+            await client.close()
