@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -214,8 +215,14 @@ def test_up_secure_passwords_from_the_environment_its_hint_and_a_clean_stop(
     try:
         shown = banner(up)
         listed = cli("sessions", env=env)  # none here: says where the others are
+        port = int((data / "nats.port").read_text())
     finally:
-        ctrl_c(up)
+        up.send_signal(signal.SIGHUP)  # the terminal closed: `up` stops everything still
+        out, _ = up.communicate(timeout=40)
+    assert "stopped" in out, out
+    with socket.socket() as probe:  # the server is gone too, not left running on its own
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAITs only
+        probe.bind(("127.0.0.1", port))
     assert "also holds the log of `turnstream up --secure`" in shown, shown
     assert "no sessions" in listed.stdout, listed.stdout + listed.stderr
     assert "also holds the log of `turnstream up --secure`" in listed.stderr, listed.stderr

@@ -165,8 +165,10 @@ def stable_port(settings: Settings) -> int:
 
 def run_up(settings: Settings, console: Console, *, secure: bool = False) -> None:
     """Run until Ctrl-C (or SIGTERM); then stop the services, then the server."""
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    # the server and the services run in sessions of their own (Ctrl-C reaches `up` alone):
+    # a closed terminal (SIGHUP) must stop them through `up` too, or they outlive it
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     api_key(settings)  # no key: fail now, with the fix, rather than in a restarting child
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     lock = lock_data_dir(settings)
