@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import orjson
 import uuid_utils
 from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 
 from turnstream.bus import Bus
 from turnstream.bus.archive import read_archived
@@ -133,17 +134,32 @@ async def replay_session(
     return Replayed(fold(SessionState.of(session_id), events), events, last, head)
 
 
+class NoAnswer(NatsTimeoutError):
+    """A request to a turnstream service (`ts.api.*`) that no instance answered in time."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+
+    def __str__(self) -> str:
+        return self.what
+
+
 PENDING_QUIET_S = 0.2
 """How long the pending query waits for one more approval instance's reply after the last."""
 
 
 async def pending_prompts(
-    bus: Bus, session_id: str | None = None, *, timeout: float = 5.0
+    bus: Bus, session_id: str | None = None, *, timeout: float = 5.0, by_subject: bool = False
 ) -> list[dict[str, Any]]:
     """Open approval prompts, gathered from every approval instance (each lists those of the
     sessions it acts for): replies are collected until none came for `PENDING_QUIET_S`, and
-    a prompt listed twice (by an instance that has just lost its session) is listed once."""
+    a prompt listed twice (by an instance that has just lost its session) is listed once.
+    `by_subject`: one session's asked on `…pending.<session>`, which a NATS user can be
+    granted by name (an approver of some sessions), not in the query's body."""
     subject = bus.subjects.api("approval", "pending")
+    if by_subject and session_id:
+        subject = f"{subject}.{session_id}"
     query = orjson.dumps({"sessionId": session_id} if session_id else {})
     replies: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -162,7 +178,7 @@ async def pending_prompts(
                     msg = await replies.get()
             except TimeoutError:
                 if not answered:
-                    raise TimeoutError(f"no approval service answered in {timeout:g} s") from None
+                    raise NoAnswer(f"no approval service answered in {timeout:g} s") from None
                 return list(found.values())
             if msg.headers and msg.headers.get("Status") == "503":
                 raise NoRespondersError

@@ -20,6 +20,17 @@ from turnstream.core.subjects import Subjects
 from turnstream.core.turn import TurnConfig
 
 CONFIG_FILE_ENV = "TURNSTREAM_CONFIG"
+DEV_SECRETS = "dev-secrets.env"
+"""In the data dir: the passwords `turnstream up --secure` generated, `TS_<USER>_PASSWORD=`."""
+SECURE_MARK = "nats.secure"
+"""In the data dir, beside `nats.url`: the `up` running there is `--secure` (its server wants
+a user: a command given none connects as `admin`, with the development secrets)."""
+DEV_USER = "admin"
+
+
+def dev_password_variable(user: str) -> str:
+    """The environment variable ops/accounts.conf reads `user`'s password from."""
+    return "TS_" + user.upper().replace("-", "_") + "_PASSWORD"
 
 
 class AllowRuleSetting(BaseModel):
@@ -359,10 +370,12 @@ class Settings(BaseSettings):
             answer_timeout_s=self.answer_timeout_s,
         )
 
-    def _with_credentials(self, url: str) -> str:
+    def _with_credentials(self, url: str, given: dict[str, str] | None = None) -> str:
         if not self.nats_user:
             return url
-        password = self.secret("TURNSTREAM_NATS_PASSWORD")
+        password = (given or {}).get("TURNSTREAM_NATS_PASSWORD") or self.secret(
+            "TURNSTREAM_NATS_PASSWORD"
+        )
         if password is None:
             raise ValueError(
                 f"TURNSTREAM_NATS_USER is {self.nats_user!r} but no TURNSTREAM_NATS_PASSWORD: "
@@ -383,6 +396,28 @@ class Settings(BaseSettings):
             servers.append(f"{scheme}{sep}{rest}")
         return ",".join(servers)
 
+    def _with_dev_credentials(self, url: str) -> str:
+        """The server of a `turnstream up --secure` on this data dir: as `nats_user`
+        (default `admin`), with its password from `TURNSTREAM_NATS_PASSWORD`, else
+        `TS_<USER>_PASSWORD`, else the development secrets file `up` wrote."""
+        user = self.nats_user or DEV_USER
+        variable = dev_password_variable(user)
+        password = self.secret("TURNSTREAM_NATS_PASSWORD") if self.nats_user else None
+        password = password or os.environ.get(variable)
+        secrets_file = self.data_dir / DEV_SECRETS
+        if password is None and secrets_file.exists():
+            for line in secrets_file.read_text().splitlines():
+                key, sep, value = line.partition("=")
+                if sep and key.strip() == variable:
+                    password = value.strip()
+        if password is None:
+            raise ValueError(
+                f"the server `turnstream up --secure` runs here wants a user: no password of "
+                f"{user!r} in TURNSTREAM_NATS_PASSWORD, {variable} or {secrets_file}"
+            )
+        env = {"TURNSTREAM_NATS_PASSWORD": password}
+        return self.model_copy(update={"nats_user": user})._with_credentials(url, env)
+
     @property
     def url_file(self) -> Path:
         """Where `turnstream up` writes the URL of its embedded server for other commands."""
@@ -394,7 +429,10 @@ class Settings(BaseSettings):
         if self.nats_url:
             return self._with_credentials(self.nats_url)
         if self.url_file.exists():
-            return self._with_credentials(self.url_file.read_text().strip())
+            url = self.url_file.read_text().strip()
+            if (self.data_dir / SECURE_MARK).exists():
+                return self._with_dev_credentials(url)
+            return self._with_credentials(url)
         raise RuntimeError(
             f"no NATS server: set TURNSTREAM_NATS_URL, pass --nats-url, or start "
             f"`turnstream up` first (it writes {self.url_file})"

@@ -68,13 +68,15 @@ def running_up(root: Path, **settings: str) -> Iterator[tuple[dict[str, str], li
 
 
 def cli_background(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """A command left running (it waits for a turn or a run); `communicate()` ends it."""
+    """A command left running (it waits for a turn or a run); `communicate()` ends it.
+    Its stdin is a pipe left open and silent, so an approval prompt waits for an answer
+    given elsewhere (with nothing at all on stdin, `send` would end at the prompt)."""
     return subprocess.Popen(
         [sys.executable, "-m", "turnstream.cli", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
         text=True,
     )
 

@@ -44,7 +44,7 @@ def test_demo_tool_call_waits_for_approval_then_completes(deployment: dict[str, 
     assert approved.returncode == 0, approved.stderr
     out, errors = send.communicate(timeout=30)
     assert send.returncode == 0, out + errors
-    assert "approval needed" in out and "turnstream approve" in out
+    assert "waiting for y or n on stdin" in out and "turnstream approve" in out
     assert "hello.txt" in out and "completed" in out
     assert cli("approvals", env=deployment).stdout.strip() == "no pending approvals"
     replay = cli("replay", "demo-ask", env={**deployment, "COLUMNS": "80"})
@@ -61,6 +61,40 @@ def test_deny_says_denied(deployment: dict[str, str]) -> None:
     assert denied.returncode == 0, denied.stderr
     assert denied.stdout.startswith(f"denied list_dir ({interaction})"), denied.stdout
     send.communicate(timeout=30)
+
+
+def test_with_nothing_on_stdin_send_says_a_prompt_waits_and_ends_at_once(
+    deployment: dict[str, str],
+) -> None:
+    result = cli("send", "demo-none", "look", env=deployment, timeout=20)  # stdin: /dev/null
+    out = result.stdout + result.stderr
+    assert result.returncode == 4, out  # PROMPT_WAITING: not 0, 1 (denied) or 2
+    assert "approval needed" in out and "nothing (more) on stdin" in out, out
+    interaction = interaction_id(pending_prompt(deployment, "demo-none", "demo-none"))
+    assert f"approve {interaction}" in " ".join(out.split()), out
+    assert "answered: denied" not in out
+    assert cli("approve", interaction, env=deployment).returncode == 0  # it still waited
+
+
+def test_with_nothing_on_stdin_workflow_attach_ends_at_its_prompt(
+    deployment: dict[str, str],
+) -> None:
+    task = '{"task": "write notes"}'
+    attach = cli(
+        "workflow",
+        "attach",
+        "wf-none",
+        "review-and-implement",
+        "--ctx",
+        task,
+        env=deployment,
+        timeout=60,
+    )
+    out = attach.stdout + attach.stderr
+    assert attach.returncode == 4, out
+    assert "approval needed" in out and "nothing (more) on stdin" in out, out
+    interaction = interaction_id(pending_prompt(deployment, "grep", "wf-none"))
+    assert cli("deny", interaction, env=deployment).returncode == 0
 
 
 def test_answering_an_unknown_prompt_says_how_to_find_the_real_ones(
@@ -95,7 +129,7 @@ def test_the_example_workflow_from_the_cli_with_its_grant_prompt(
     assert cli("approve", interaction, env=deployment).returncode == 0
     out, errors = attach.communicate(timeout=60)
     assert attach.returncode == 0, out + errors
-    assert f"approve {interaction}" in out, out  # the id whole on its line at 80 columns
+    assert f"approve|deny {interaction}" in out, out  # the id whole on its line at 80 cols
     for line in ("▶ plan entered", "review-tests: completion no_call", "granted grep"):
         assert line in out, out
     assert "without calling the completion tool" in " ".join(out.split())  # what no_call is

@@ -210,3 +210,15 @@ async def test_an_answer_to_an_unknown_interaction_is_rejected(
     assert rejected.data.kind == "unknown_interaction"
     assert "no-such-prompt" in rejected.data.reason
     assert rejected.correlation_id == "answer-nobody-asked"
+
+
+def test_replay_and_interrupt_of_an_unknown_session_say_no_such_session(
+    deployment: dict[str, str],
+) -> None:
+    replay = cli("replay", "e2e-never-seen", env=deployment)
+    assert replay.returncode == 1, replay.stdout + replay.stderr
+    assert "no such session: e2e-never-seen" in replay.stderr, replay.stderr
+    interrupt = cli("interrupt", "e2e-never-seen", "--hard", env=deployment)
+    assert interrupt.returncode == 1, interrupt.stdout + interrupt.stderr
+    assert "no such session: e2e-never-seen" in interrupt.stderr, interrupt.stderr
+    assert "nothing was sent" in interrupt.stderr and "sent a" not in interrupt.stdout

@@ -301,6 +301,22 @@ def v03_request(method: str, context: str, text: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}}
 
 
+async def test_version_not_supported_names_the_a2a_version_header(url: str) -> None:
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": {"messageId": "v", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
+    }
+    async with httpx.AsyncClient(base_url=url) as http:
+        none = (await http.post("/a2a", json=call)).json()["error"]
+        wrong = (await http.post("/a2a", json=call, headers={"A2A-Version": "2.0"})).json()
+    assert none["code"] == -32009, none
+    assert "no A2A-Version header (read as 0.3)" in none["message"], none
+    assert "`A2A-Version: 1.0`" in none["message"], none
+    assert "A2A-Version: 2.0" in wrong["error"]["message"], wrong
+
+
 async def test_a_v0_3_client_is_answered_on_the_same_url(url: str) -> None:
     body = v03_request("message/send", "a2a-v03", "old")
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:

@@ -70,4 +70,5 @@ async def test_turnstream_send_as_clients(secure_server: SecureServer, tmp: Path
         code, out = await send(secure_server, "client", tmp, "c-1", "read my notes")
         assert code == 0 and "sent" in out and "inbound seq" in out, out
         assert "NATS user 'client' may not subscribe to ts.log.c-1.>" in out, out
+        assert "permissions violation" not in out.lower(), out  # said once, in its words
     assert secure_server.passwords["client"] not in out

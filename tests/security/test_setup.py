@@ -108,7 +108,9 @@ def test_a_service_refuses_to_start_before_the_setup_step(tmp_path: Path) -> Non
 
         refused = apply_as("gateway")
         assert refused.returncode == 2, refused.stdout + refused.stderr
-        assert "NATS user 'gateway' may not publish to $js.api.stream." in refused.stderr
+        assert "NATS user 'gateway' may not publish to $JS.API.STREAM." in refused.stderr
+        assert "setup operator (`operator`)" in refused.stderr  # the role that may
+        assert "permissions violation" not in refused.stderr.lower()  # said once, in words
         assert asyncio.run(_streams_of(server)) == []
         applied = apply_as("operator")
         assert applied.returncode == 0, applied.stdout + applied.stderr

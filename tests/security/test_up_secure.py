@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -124,9 +125,105 @@ def test_up_secure_runs_every_service_under_its_own_identity(
     finally:
         up.send_signal(signal.SIGTERM)
         out, _ = up.communicate(timeout=30)
-    assert "one user per service" in out, out
+    assert "one NATS user per service" in out, out
     services = ["gateway", "turn_runner", "approval", "tool_executor", "http"]
     services += ["audit"] if partitions == 1 else []  # not started on a partitioned log yet
     for service in services:
         log = (tmp_path / "data" / f"{service}.log").read_text().lower()
         assert "violation" not in log, (service, log)
+
+
+def banner(up: subprocess.Popen[str], last: str = "Ctrl-C stops everything") -> str:
+    """What `up` printed until its banner's `last` line."""
+    assert up.stdout is not None
+    lines = []
+    while not lines or last not in lines[-1]:
+        line = up.stdout.readline()
+        assert line, "".join(lines)  # `up` ended before its banner
+        lines.append(line)
+    return "".join(lines)
+
+
+def ctrl_c(up: subprocess.Popen[str]) -> str:
+    """Ctrl-C as a terminal sends it (to the whole process group); the rest of the output."""
+    os.killpg(up.pid, signal.SIGINT)
+    out, _ = up.communicate(timeout=40)
+    assert up.returncode == 0, out
+    return out
+
+
+def test_up_secure_passwords_from_the_environment_its_hint_and_a_clean_stop(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TURNSTREAM_", "TS_"))}
+    env.update(
+        TURNSTREAM_DATA_DIR=str(data),
+        TURNSTREAM_CONFIG=str(tmp_path / "absent.yaml"),
+        TURNSTREAM_WORKSPACE=str(tmp_path),
+        TURNSTREAM_SECURITY_MODE="auto",
+        TURNSTREAM_HTTP_ADDR=f"127.0.0.1:{free_port()}",
+        COLUMNS="300",
+    )
+    started = {**env, "TS_CLIENT_PASSWORD": "fromtheenv123"}
+    up = subprocess.Popen(
+        [TURNSTREAM, "up", "--secure"],
+        env=started,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell's job
+    )
+    try:
+        shown = banner(up)
+        # "up" only once every service serves and the HTTP face answers
+        assert _http_ready("http://" + env["TURNSTREAM_HTTP_ADDR"]), shown
+        assert "passwords of client: from the environment" in shown, shown
+        assert f"generated now into {data / 'dev-secrets.env'}: " in shown, shown
+        assert "admin" in shown.split("generated now into", 1)[1].splitlines()[0], shown
+        assert "fromtheenv123" not in (data / "dev-secrets.env").read_text()
+
+        # the hint works as printed, from a shell with only the data dir set
+        hint = next(line for line in shown.splitlines() if "try:" in line)
+        command = hint.split("try:", 1)[1].strip()
+        assert command.endswith('send demo "hello"'), command
+        sent = cli("send", "demo", "hello", env=env, timeout=60)
+        assert sent.returncode == 0 and "completed" in sent.stdout, sent.stdout + sent.stderr
+
+        # the client's password is the one from the environment `up` was given
+        as_client = {**env, "TURNSTREAM_NATS_USER": "client", "TS_CLIENT_PASSWORD": "fromtheenv123"}
+        sent = cli("send", "c-1", "hello", env=as_client, timeout=60)
+        assert sent.returncode == 0 and "sent" in sent.stdout, sent.stdout + sent.stderr
+        assert "permissions violation" not in sent.stdout + sent.stderr
+    finally:
+        out = ctrl_c(up) if up.poll() is None else ""
+    assert "stopped" in out and "Traceback" not in out, out
+    for service in ("gateway", "turn_runner", "approval", "tool_executor", "audit", "http"):
+        log = (data / f"{service}.log").read_text()
+        for noise in ("unexpected EOF", "Connection refused", "Traceback", "TCPTransport"):
+            assert noise not in log, (service, log)
+
+    # the open mode on the same data dir says it cannot see the secure one's sessions
+    up = subprocess.Popen(
+        [TURNSTREAM, "up"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        shown = banner(up)
+        listed = cli("sessions", env=env)  # none here: says where the others are
+        port = int((data / "nats.port").read_text())
+    finally:
+        up.send_signal(signal.SIGHUP)  # the terminal closed: `up` stops everything still
+        out, _ = up.communicate(timeout=40)
+    assert "stopped" in out, out
+    with socket.socket() as probe:  # the server is gone too, not left running on its own
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAITs only
+        probe.bind(("127.0.0.1", port))
+    assert "also holds the log of `turnstream up --secure`" in shown, shown
+    assert "no sessions" in listed.stdout, listed.stdout + listed.stderr
+    assert "also holds the log of `turnstream up --secure`" in listed.stderr, listed.stderr
+    assert "its sessions are not listed here" in shown, shown

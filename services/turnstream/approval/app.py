@@ -215,8 +215,13 @@ class ApprovalService:
         self.mailboxes: Mailboxes[Item] = Mailboxes(lambda key: ApprovalActor(self, key))
 
     async def serve(self, stop: asyncio.Event) -> None:
-        subjects = self.bus.subjects
-        api_sub = await self.bus.nc.subscribe(subjects.api("approval", "pending"), cb=self._pending)
+        pending = self.bus.subjects.api("approval", "pending")
+        # `pending.<session>`: one session's prompts, on a subject a person's NATS user can
+        # be granted by name (ops/accounts.conf: an approver of some tenants' sessions)
+        api_subs = [
+            await self.bus.nc.subscribe(pending, cb=self._pending),
+            await self.bus.nc.subscribe(pending + ".*", cb=self._pending),
+        ]
         log.info(
             "approval %s consuming %s; default mode %s",
             self.leases.owner,
@@ -239,7 +244,8 @@ class ApprovalService:
                     )
                 )
         finally:
-            await api_sub.unsubscribe()
+            for sub in api_subs:
+                await sub.unsubscribe()
 
     def has_open_work(self, session_id: str) -> bool:
         """Whether the session's approval lease must be kept: a prompt is open."""
@@ -307,7 +313,9 @@ class ApprovalService:
     async def _pending(self, msg: Any) -> None:
         try:
             query = orjson.loads(msg.data) if msg.data else {}
-            body = orjson.dumps({"pending": self.pending(query.get("sessionId"))})
+            base = self.bus.subjects.api("approval", "pending")
+            session_id = msg.subject[len(base) + 1 :] or query.get("sessionId")
+            body = orjson.dumps({"pending": self.pending(session_id)})
         except Exception as exc:
             body = orjson.dumps({"error": f"{type(exc).__name__}: {exc}"})
         await msg.respond(body)

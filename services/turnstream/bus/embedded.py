@@ -68,6 +68,9 @@ class EmbeddedServer:
         """Whose log: a partitioned one needs the account's subject mappings."""
         self.port = port or free_port()
         self.sync_always = sync_always
+        self.detached = False
+        """In a session of its own, so the terminal's Ctrl-C does not reach it: its owner
+        stops it, after the clients it serves (`turnstream up`)."""
         self.log_file = log_file
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -108,10 +111,16 @@ class EmbeddedServer:
         env = self.environment()
         if self.log_file:
             with open(self.log_file, "ab") as out:  # the child keeps its own descriptor
-                self.process = subprocess.Popen(command, stdout=out, stderr=out, env=env)
+                self.process = subprocess.Popen(
+                    command, stdout=out, stderr=out, env=env, start_new_session=self.detached
+                )
         else:
             self.process = subprocess.Popen(
-                command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+                command,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=self.detached,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -4,14 +4,17 @@ change of its entries, handed on as it comes."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import orjson
 from nats.js.errors import BadRequestError
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
+from turnstream.bus.scan import subject_counts
 from turnstream.bus.store import APPEND_TIMEOUT_S, WRONG_LAST_SEQUENCE
 
 log = logging.getLogger("turnstream.bus")
@@ -134,3 +137,24 @@ async def _sleep(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await stop.wait()
+
+
+async def current_values(nc: Any, bucket: str, *, concurrency: int = 32) -> dict[str, bytes]:
+    """Every key of `bucket` with a value now, without a consumer (a KV watch creates one,
+    which no user but the setup operator may: ops/accounts.conf): the server lists the
+    keys from its subject index, then each key's last message is asked for, a few at a
+    time (the buckets allow no direct get). A deleted or purged key is left out."""
+    stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
+    keys = await subject_counts(nc, stream, prefix + ">")
+    asking = asyncio.Semaphore(concurrency)
+
+    async def last(subject: str) -> bytes:
+        async with asyncio.timeout(RETRY_S * 20), asking:
+            reply = await nc.request(
+                f"$JS.API.STREAM.MSG.GET.{stream}", orjson.dumps({"last_by_subj": subject})
+            )
+        message = orjson.loads(reply.data).get("message") or {}
+        return base64.b64decode(message.get("data") or "")  # a delete marker: none
+
+    values = await asyncio.gather(*(last(subject) for subject in keys))
+    return {s.removeprefix(prefix): v for s, v in zip(keys, values, strict=True) if v}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,6 +20,33 @@ VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "?(
 REMEMBERED = 256
 """Refusals kept for a later look-up (a subscription's comes after the SUB is sent)."""
 Action = Literal["publish", "subscription"]
+API_WORDS = frozenset(
+    "js api kv o stream consumer info create update delete purge msg get direct names list "
+    "durable next ack fc account leader stepdown snapshot restore reset pause peer remove".split()
+)
+
+
+def as_sent(subject: str) -> str:
+    """A refused subject as it was most likely sent: nats-py hands the server's error on in
+    lower case, and `$js.api.stream.info.kv_ts_sessions` reads better as
+    `$JS.API.STREAM.INFO.KV_ts_sessions` (JetStream's words and stream names in capitals,
+    `KV_`/`OBJ_` before a bucket name); other subjects are left as they are."""
+    if not subject.startswith("$"):
+        return subject
+    tokens = subject.split(".")
+    out = []
+    for token in tokens:
+        bare = token.removeprefix("$")
+        if bare in API_WORDS:
+            out.append(token.upper())
+        elif bare.startswith(("kv_", "obj_")):
+            kind, _, name = token.partition("_")
+            out.append(f"{kind.upper()}_{name}")
+        elif re.fullmatch(r"[a-z0-9]+_(log|inbound|dead)(_\d+)?", token):
+            out.append(token.upper())
+        else:
+            out.append(token)
+    return ".".join(out)
 
 
 class PermissionDenied(PermissionError):
@@ -41,6 +69,8 @@ class Refusals:
     user: str | None
     seen: OrderedDict[tuple[Action, str], str] = field(default_factory=OrderedDict)
     waiting: dict[tuple[Action, str], set[asyncio.Future[str]]] = field(default_factory=dict)
+    listeners: list[Callable[[PermissionDenied], None]] = field(default_factory=list)
+    """Told of each refusal as it comes (a command that stops at the first one)."""
 
     def record(self, text: str) -> bool:
         """Note a refusal in the server error `text`; False when it is none."""
@@ -56,6 +86,8 @@ class Refusals:
         for waiter in self.waiting.pop(key, set()):
             if not waiter.done():
                 waiter.set_result(text)
+        for listener in list(self.listeners):
+            listener(PermissionDenied(self.user, action, as_sent(key[1]), text))
         return True
 
     def denied(self, action: Action, subject: str) -> PermissionDenied | None:
@@ -68,7 +100,7 @@ class Refusals:
         if not self.seen:
             return None
         (action, subject), text = next(reversed(self.seen.items()))
-        return PermissionDenied(self.user, action, subject, text)
+        return PermissionDenied(self.user, action, as_sent(subject), text)
 
     async def publish(
         self, js: Any, subject: str, payload: bytes, *, headers: dict[str, str] | None = None

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from turnstream.cli.agents import register as register_agents
 from turnstream.cli.approvals import register as register_approvals
@@ -23,6 +24,7 @@ from turnstream.cli.common import (
     require_session_id,
     run_on_bus,
     settings_of,
+    unless_refused,
 )
 from turnstream.cli.workflow import workflow_app
 
@@ -134,7 +136,8 @@ def send(
     stops watching; the turn goes on); as a NATS user that may send but not read the log
     (`client`), 0 once the command is stored. A refused publish exits 2 and says so.
     Approval prompts are asked inline on a terminal, or answered by the lines of a piped
-    stdin (`echo y | turnstream send …`); without either, answer with `turnstream approve`.
+    stdin (`echo y | turnstream send …`); with no terminal and nothing (more) on stdin, it
+    says how to answer (`turnstream approve`) and exits 4 at once, the turn waiting.
     """
     require_session_id(session)
     settings = settings_of(nats_url, data_dir)
@@ -206,10 +209,14 @@ def tail(
             show(decode(msg.data))
 
         sub = await bus.nc.subscribe(subject, cb=on_msg)
-        if history:
-            stored = await (bus.store.read_session(session) if session else bus.store.read_all())
-            for item in stored:
-                show(item.event)
+        if history:  # by direct get: no consumer, which only the setup operator may create
+            if session:
+                for item in await bus.store.read_session(session):
+                    show(item.event)
+            for stream in bus.subjects.log_streams if not session else ():
+                await bus.store.direct.read(
+                    stream, bus.subjects.log_all, lambda _seq, _s, data: show(decode(data))
+                )
         try:
             await watch_connection(bus)
         finally:
@@ -287,7 +294,10 @@ def replay(
         replayed = await replay_session(bus, session, at_seq=at, at_time=cutoff)
         return replayed, (await live_state(bus, session) if verify else None)
 
-    (state, events, _, _), live = run_on_bus(settings_of(nats_url, data_dir), work)
+    (state, events, _, head), live = run_on_bus(settings_of(nats_url, data_dir), work)
+    if head == 0:  # nothing in the log nor in the archive
+        err.print(f"[red]no such session:[/] {session} (`turnstream sessions` lists them)")
+        raise typer.Exit(1)
     if verify:
         assert live is not None
         if b'"error"' in live[:20]:
@@ -304,7 +314,7 @@ def replay(
         sys.stdout.write(state_to_json(state).decode() + "\n")
         return
     if not events:
-        err.print(f"[yellow]session {session} has no events (at that point)[/]")
+        err.print(f"[yellow]session {session} has no events at that point[/] (it has later ones)")
         raise typer.Exit(1)
     print_session(console, build_view(session, events), events)
     if state.workflow is not None:
@@ -377,9 +387,17 @@ def streams(
         sys.stdout.write(mapping_text(settings_of().subjects, accounts))
         return
     if action == "apply":
+        from turnstream.bus.permissions import PermissionDenied
+        from turnstream.cli.common import quiet_refusals
+        from turnstream.cli.roles import explain
+
         settings = settings_of(nats_url, data_dir, replicas=replicas)
+        quiet_refusals()
         try:
             asyncio.run(apply_streams(settings))
+        except PermissionDenied as exc:
+            err.print(f"[red]error:[/] {escape(explain(exc))}")
+            raise typer.Exit(2) from exc
         except (ConnectionError, RuntimeError, ValueError, PermissionError) as exc:
             err.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc
@@ -421,7 +439,20 @@ def interrupt(
         "idempotencyKey": str(uuid_utils.uuid7()),
         "mode": mode,
     }
-    run_on_bus(settings_of(nats_url, data_dir), lambda bus: publish_command(bus, session, command))
+
+    async def work(bus: Bus) -> bool:
+        # a user that may interrupt but not read the log (a tenant's) sends unchecked
+        exists = await unless_refused(bus, bus.store.last_seq(session), otherwise=1) > 0
+        if exists:
+            await publish_command(bus, session, command)
+        return exists
+
+    if not run_on_bus(settings_of(nats_url, data_dir), work, stop_when_refused=False):
+        err.print(
+            f"[red]no such session:[/] {session} (it has no events; `turnstream sessions` "
+            "lists them); nothing was sent"
+        )
+        raise typer.Exit(1)
     console.print(f"sent a {mode} interrupt to {session}")
 
 

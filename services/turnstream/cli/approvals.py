@@ -27,7 +27,10 @@ def approvals(
     from turnstream.cli.render import print_prompt
     from turnstream.client import pending_prompts
 
-    pending = run_on_bus(settings_of(nats_url, data_dir), lambda bus: pending_prompts(bus, session))
+    pending = run_on_bus(
+        settings_of(nats_url, data_dir),
+        lambda bus: pending_prompts(bus, session, by_subject=True),
+    )
     if not pending:
         console.print("no pending approvals")
         return
@@ -39,11 +42,17 @@ def approvals(
     )
 
 
-def _answer(interaction_id: str, decision: str, reason: str | None, settings: Settings) -> None:
+def _answer(
+    interaction_id: str,
+    decision: str,
+    reason: str | None,
+    session: str | None,
+    settings: Settings,
+) -> None:
     from turnstream.client import answer_command, pending_prompts, publish_command
 
     async def work(bus: Bus) -> str | None:
-        pending = await pending_prompts(bus)
+        pending = await pending_prompts(bus, session, by_subject=True)
         found = next((p for p in pending if p["interactionId"] == interaction_id), None)
         if found is None:
             return None
@@ -54,8 +63,10 @@ def _answer(interaction_id: str, decision: str, reason: str | None, settings: Se
 
     tool = run_on_bus(settings, work)
     if tool is None:
+        where = f" in session {session}" if session else ""
         err.print(
-            f"[red]error:[/] no pending prompt {interaction_id}; `turnstream approvals` lists them"
+            f"[red]error:[/] no pending prompt {interaction_id}{where}; "
+            "`turnstream approvals` lists them"
         )
         raise typer.Exit(1)
     done = {"approve": "approved", "deny": "denied"}[decision]
@@ -63,23 +74,33 @@ def _answer(interaction_id: str, decision: str, reason: str | None, settings: Se
 
 
 Reason = Annotated[str | None, typer.Option(help="Why (recorded with the answer).")]
+Session = Annotated[
+    str | None,
+    typer.Option(
+        "--session",
+        help="The prompt's session: asks only its prompts (an approver granted some "
+        "sessions by name may ask no others).",
+    ),
+]
 
 
 def approve(
     interaction_id: Annotated[str, typer.Argument(help="From `turnstream approvals`.")],
     reason: Reason = None,
+    session: Session = None,
     nats_url: NatsUrl = None,
     data_dir: DataDir = None,
 ) -> None:
     """Allow a pending tool call."""
-    _answer(interaction_id, "approve", reason, settings_of(nats_url, data_dir))
+    _answer(interaction_id, "approve", reason, session, settings_of(nats_url, data_dir))
 
 
 def deny(
     interaction_id: Annotated[str, typer.Argument(help="From `turnstream approvals`.")],
     reason: Reason = None,
+    session: Session = None,
     nats_url: NatsUrl = None,
     data_dir: DataDir = None,
 ) -> None:
     """Refuse a pending tool call (the model is told, and may try something else)."""
-    _answer(interaction_id, "deny", reason, settings_of(nats_url, data_dir))
+    _answer(interaction_id, "deny", reason, session, settings_of(nats_url, data_dir))

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from turnstream.bus import Bus, StoredEvent
     from turnstream.core.summary import SessionSummary
+    from turnstream.settings import Settings
 
 audit_app = typer.Typer(
     help="Invariant violations found in the log, the hash-chained audit file, rebuilds.",
@@ -56,11 +57,18 @@ def violations(
         return
     from rich.table import Table
 
-    from turnstream.bus.store import LOG_START
-    from turnstream.core.events import AuditViolation
+    from turnstream.bus import StoredEvent
+    from turnstream.core.events import AuditViolation, decode
 
     async def read(bus: Bus) -> list[StoredEvent]:
-        return await bus.store.read_kind("AuditViolation", since=LOG_START)
+        # by direct get (no consumer: a user but the setup operator may create none)
+        out: list[StoredEvent] = []
+        subject = bus.subjects.log_kind("AuditViolation")
+        for stream in bus.subjects.log_streams:
+            await bus.store.direct.read(
+                stream, subject, lambda seq, _s, data: out.append(StoredEvent(seq, decode(data)))
+            )
+        return out
 
     found = [
         (s.seq, s.event)
@@ -186,10 +194,20 @@ def rebuild(nats_url: NatsUrl = None, data_dir: DataDir = None) -> None:
 
 def sessions(as_json: AsJson = False, nats_url: NatsUrl = None, data_dir: DataDir = None) -> None:
     """The session summaries the audit service keeps in the sessions KV bucket."""
-    from turnstream.audit.projections import read_all
+    from turnstream.bus.kv import current_values
+    from turnstream.core.summary import SessionSummary
 
     async def read(bus: Bus) -> list[SessionSummary]:
-        return await read_all(await bus.js.key_value(bus.subjects.sessions_bucket))
+        # by direct get, not a KV watch: a watch creates a consumer, which the admin (and
+        # any user but the setup operator) may not
+        values = await current_values(bus.nc, bus.subjects.sessions_bucket)
+        out = []
+        for key, value in sorted(values.items()):
+            try:
+                out.append(SessionSummary.from_json(value))
+            except (ValueError, TypeError):
+                err.print(f"[yellow]skipped an unreadable summary under {key}[/]")
+        return sorted(out, key=lambda s: s.session_id)
 
     summaries = run_on_bus(settings_of(nats_url, data_dir), read)
     if as_json:
@@ -198,6 +216,7 @@ def sessions(as_json: AsJson = False, nats_url: NatsUrl = None, data_dir: DataDi
         return
     if not summaries:
         console.print("no sessions (is the audit service running? `turnstream audit rebuild`)")
+        _other_mode_note(settings_of(nats_url, data_dir))
         return
     console.print(sessions_table(summaries, console.width))
 
@@ -243,3 +262,21 @@ def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
 WIDE = 140
 """Terminal columns from which `sessions` shows every column."""
 _STYLE = {"completed": "green", "failed": "red", "denied": "yellow", "active": "cyan"}
+
+
+def _other_mode_note(settings: Settings) -> None:
+    """When the data dir holds the log of the other `up` mode (open vs --secure), which
+    this server cannot see: say so, its sessions are not lost."""
+    from turnstream.cli.up import other_mode_log
+    from turnstream.settings import SECURE_MARK
+
+    if not settings.url_file.exists() or settings.nats_url:
+        return  # not the server an `up` on this data dir runs
+    secure = (settings.data_dir / SECURE_MARK).exists()
+    other = other_mode_log(settings, secure)
+    if other is not None:
+        mode = "`turnstream up`" if secure else "`turnstream up --secure`"
+        err.print(
+            f"[yellow]note:[/] this data dir also holds the log of {mode} ({other}), "
+            "with its sessions: this server cannot see them"
+        )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 if TYPE_CHECKING:  # imported where used: `turnstream --help` starts without them
     from turnstream.bus import Bus
@@ -92,41 +93,111 @@ class Interrupted(typer.Exit):
         super().__init__(130)
 
 
-def run_on_bus(settings: Settings, work: Callable[[Bus], Awaitable[T]]) -> T:
+def run_on_bus(
+    settings: Settings, work: Callable[[Bus], Awaitable[T]], *, stop_when_refused: bool = True
+) -> T:
     """Connect, run `work`, close; a connection problem exits 2 with its message, Ctrl-C
-    exits 130 (`Interrupted`) without a traceback."""
+    exits 130 (`Interrupted`) without a traceback.
+
+    The first publish or subscription the server refuses this NATS user ends `work` at
+    once and exits 2 naming the user, the subject and the role that may (a refused
+    JetStream request would otherwise look like a service that does not answer);
+    `stop_when_refused=False` leaves a refusal to `work` (`send` as a user that may send
+    but not read the log)."""
     import nats.errors
 
     from turnstream.bus.permissions import PermissionDenied
+    from turnstream.cli.roles import explain
     from turnstream.runtime import connect_client
 
     async def main() -> T:
         bus = await connect_client(settings, "cli")
+        refused: asyncio.Future[PermissionDenied] = asyncio.get_running_loop().create_future()
+
+        def on_refusal(denied: PermissionDenied) -> None:
+            if not refused.done():
+                refused.set_result(denied)
+
+        if stop_when_refused:
+            bus.refusals.listeners.append(on_refusal)
+        doing = asyncio.ensure_future(work(bus))
         try:
-            return await work(bus)
+            waiting: set[asyncio.Future[Any]] = {doing, refused}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if not doing.done():
+                doing.cancel()
+                with contextlib.suppress(BaseException):
+                    await doing
+                raise refused.result()
+            try:
+                return doing.result()
+            except (nats.errors.TimeoutError, TimeoutError, nats.errors.NoRespondersError):
+                denied = bus.refusals.latest()  # refused, then timed out: say the refusal
+                if denied is not None:
+                    raise denied from None
+                raise
         finally:
+            if not doing.done():  # Ctrl-C: the work ends (and cleans up) before the close
+                doing.cancel()
+                with contextlib.suppress(BaseException):
+                    await doing
             await _close(bus)
 
-    # nats-py logs each failed reconnect with a traceback; a command says it once itself
-    logging.getLogger("nats").setLevel(logging.CRITICAL)
+    quiet_refusals()
 
     try:
         return asyncio.run(main())
     except KeyboardInterrupt:
         raise Interrupted() from None
     except PermissionDenied as exc:  # before the timeout it would otherwise look like
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(explain(exc))}")
         raise typer.Exit(2) from exc
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
         # a request to a service (approval, turn-runner) that is down or busy
         err.print(
-            f"[red]error:[/] no answer from the service ({type(exc).__name__}); "
+            f"[red]error:[/] no answer from the service ({escape(str(exc))}); "
             "is `turnstream up` running with every service?"
         )
         raise typer.Exit(2) from exc
-    except (ConnectionError, RuntimeError) as exc:
-        err.print(f"[red]error:[/] {exc}")
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
+
+
+async def unless_refused(bus: Bus, asking: Awaitable[T], *, otherwise: T) -> T:
+    """What `asking` (a JetStream request) answers, or `otherwise` as soon as the server
+    refuses this user a request meanwhile (a check a user may lack the right to make)."""
+    refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def on_refusal(_denied: object) -> None:
+        if not refused.done():
+            refused.set_result(None)
+
+    bus.refusals.listeners.append(on_refusal)
+    doing = asyncio.ensure_future(asking)
+    try:
+        waiting: set[asyncio.Future[Any]] = {doing, refused}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if doing.done():
+            return doing.result()
+        doing.cancel()
+        with contextlib.suppress(BaseException):
+            await doing
+        return otherwise
+    finally:
+        bus.refusals.listeners.remove(on_refusal)
+
+
+def quiet_refusals() -> None:
+    """nats-py logs each failed reconnect with a traceback, and the bus each refusal as the
+    server worded it: a command says either once itself (a refusal in its own words, with
+    the role that may)."""
+    logging.getLogger("nats").setLevel(logging.CRITICAL)
+    logging.getLogger("turnstream.bus.connection").addFilter(_not_a_refusal)
+
+
+def _not_a_refusal(record: logging.LogRecord) -> bool:
+    return "permissions violation" not in record.getMessage().lower()
 
 
 def command_name() -> str:

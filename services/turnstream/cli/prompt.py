@@ -6,8 +6,11 @@ the answer comes from:
 
 - a terminal (not `--quiet`): `? prompt [y/N]`, typed;
 - a pipe or a file (`echo y | turnstream send …`): one line of it per prompt; at its end
-  (or from /dev/null) the prompt waits for an answer given elsewhere;
-- a terminal with `--quiet`: nothing is asked; the prompt says how to answer elsewhere.
+  (or from /dev/null, or with no stdin at all) nobody here can answer: the prompt says
+  how to answer elsewhere and the command ends at once with `PROMPT_WAITING` (the turn
+  waits for the answer, up to the prompt's deadline);
+- a terminal with `--quiet`: nothing is asked; the prompt says how to answer elsewhere and
+  waits for it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,10 @@ if TYPE_CHECKING:
 
     from turnstream.bus import Bus
 
-Source = Literal["terminal", "piped", "elsewhere"]
+Source = Literal["terminal", "piped", "elsewhere", "nobody"]
+PROMPT_WAITING = 4
+"""The exit status of `send` and `workflow attach` that end at a prompt nobody here can
+answer (no terminal, nothing more on stdin)."""
 PIPE_QUIET_S = 0.5
 """How long a piped stdin may stay silent at a prompt before the prompt says what it waits
 for (a file or /dev/null answers at once; an open pipe may never)."""
@@ -47,7 +53,7 @@ for (a file or /dev/null answers at once; an open pipe may never)."""
 def answer_source(quiet: bool) -> Source:
     """Where answers come from: the terminal, the piped stdin, or only from elsewhere."""
     if sys.stdin is None or sys.stdin.closed:
-        return "elsewhere"
+        return "nobody"
     if sys.stdin.isatty():
         return "elsewhere" if quiet else "terminal"
     return "piped"
@@ -147,6 +153,14 @@ class Prompts:
     """Two calls of one round ask one after the other (one line of input each)."""
     waited_s: float = 0.0
     """Time spent waiting for a person's answer."""
+    unanswered: asyncio.Future[InteractionRequested] | None = None
+    """Set to the first prompt nobody here can answer (`stuck`)."""
+
+    def stuck(self) -> asyncio.Future[InteractionRequested]:
+        """Done once a prompt is open that nobody here can answer: the command ends."""
+        if self.unanswered is None:
+            self.unanswered = asyncio.get_running_loop().create_future()
+        return self.unanswered
 
     def see(self, event: Event, bus: Bus) -> None:
         """Act on a prompt or a verdict in the log."""
@@ -190,7 +204,7 @@ class Prompts:
             async with self.one_at_a_time:
                 if elsewhere.done():  # answered elsewhere while another prompt was asked
                     return
-                typed = await self._typed(data.prompt, data.interaction_id, elsewhere)
+                typed = await self._typed(prompt, elsewhere)
             if typed is None:
                 return
             decision = "approve" if typed.strip().lower() in ("y", "yes") else "deny"
@@ -203,10 +217,12 @@ class Prompts:
                 self.on_wait(False)
 
     async def _typed(
-        self, text: str, interaction: str, elsewhere: asyncio.Future[str]
+        self, prompt: InteractionRequested, elsewhere: asyncio.Future[str]
     ) -> str | None:
-        """The answer read here, or None when it came from elsewhere."""
-        if self.source != "elsewhere":
+        """The answer read here, or None when it came from elsewhere (or nobody here can
+        give it: `stuck`)."""
+        text, interaction = prompt.data.prompt, prompt.data.interaction_id
+        if self.source in ("terminal", "piped"):
             if self.source == "terminal":
                 console.print(f"? {escape(text)} \\[y/N] ", end="")
             reading = asyncio.ensure_future(self.lines.read())
@@ -231,7 +247,7 @@ class Prompts:
                     console.print()  # Ctrl-D: the answer is the default, no
                 if line or self.source == "terminal":
                     return line
-                self.source = "elsewhere"  # the piped input ended: answers come from elsewhere
+                self.source = "nobody"  # the piped input ended: nobody here can answer
             else:
                 reading.cancel()
                 if self.source == "terminal":
@@ -243,5 +259,15 @@ class Prompts:
         out.print(f"[yellow]? approval needed:[/] {escape(text)}")
         out.print(f"  answer with: {ts} approve {interaction}", soft_wrap=True)
         out.print(f"          or: {ts} deny {interaction}", soft_wrap=True)
+        if self.source == "nobody":
+            out.print(
+                f"  no terminal here and nothing (more) on stdin to answer it; the turn waits "
+                f"(denied at {prompt.data.deadline:%H:%M:%S} UTC if nobody answers)",
+                soft_wrap=True,
+            )
+            stuck = self.stuck()
+            if not stuck.done():
+                stuck.set_result(prompt)
+            return None
         out.print(f"[dim]answered: {await elsewhere}[/]")
         return None

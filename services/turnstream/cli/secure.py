@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.mapping import partitioned_accounts
 from turnstream.core.subjects import Subjects
+from turnstream.settings import DEV_SECRETS, SECURE_MARK, dev_password_variable
+
+__all__ = ["DEV_SECRETS", "SECURE_MARK", "Passwords", "SecureServer", "dev_secrets", "passwords"]
 
 USERS = {
     "gateway": "gateway",
@@ -20,18 +25,32 @@ USERS = {
     "http": "http",
 }
 """The NATS user each service runs as under `up --secure` (ops/accounts.conf)."""
-OTHER_USERS = ("client", "client-acme", "operator")
+OTHER_USERS = ("client", "client-acme", "operator", "admin", "approver")
 ACCOUNTS = Path(__file__).resolve().parents[3] / "ops" / "accounts.conf"
 
 
 def password_variable(user: str) -> str:
     """The environment variable ops/accounts.conf reads the user's password from."""
-    return "TS_" + user.upper().replace("-", "_") + "_PASSWORD"
+    return dev_password_variable(user)
 
 
-def dev_secrets(path: Path) -> dict[str, str]:
-    """Every user's password from `path` (`TS_<USER>_PASSWORD=...` lines), generated on
-    first use: a development secrets file, readable by its owner only."""
+@dataclass(frozen=True)
+class Passwords:
+    """Every user's password for `up --secure`, and where each came from."""
+
+    of: dict[str, str]
+    from_environment: list[str]
+    """Users whose `TS_<USER>_PASSWORD` was set (never written to the secrets file)."""
+    generated: list[str]
+    """Users whose password was made now, into the secrets file."""
+    file: Path
+
+
+def passwords(path: Path, environ: Mapping[str, str]) -> Passwords:
+    """Each user's password: `TS_<USER>_PASSWORD` from `environ` when set, else the one in
+    the development secrets file `path`, else one generated into it (readable by its owner
+    only). `ValueError` for an environment value nats-server could not read as a config
+    value (letters and digits only)."""
     wanted = [*USERS.values(), *OTHER_USERS]
     known: dict[str, str] = {}
     if path.exists():
@@ -39,13 +58,27 @@ def dev_secrets(path: Path) -> dict[str, str]:
             key, sep, value = line.partition("=")
             if sep:
                 known[key.strip()] = value.strip()
-    missing = [u for u in wanted if password_variable(u) not in known]
-    if missing:
-        for user in missing:  # letters and digits: nats-server parses env values as config
+    given = {u: environ[password_variable(u)] for u in wanted if environ.get(password_variable(u))}
+    for user, value in given.items():
+        if not value.isascii() or not value.isalnum():
+            raise ValueError(
+                f"{password_variable(user)} in the environment has characters other than "
+                "letters and digits; nats-server reads it as a config value: choose another"
+            )
+    generated = [u for u in wanted if u not in given and password_variable(u) not in known]
+    if generated:
+        for user in generated:  # letters and digits: nats-server parses env values as config
             known[password_variable(user)] = "pw" + secrets.token_hex(16)
         path.write_text("".join(f"{k}={v}\n" for k, v in sorted(known.items())))
         path.chmod(0o600)
-    return {u: known[password_variable(u)] for u in wanted}
+    of = {u: given.get(u) or known[password_variable(u)] for u in wanted}
+    return Passwords(of, sorted(given), generated, path)
+
+
+def dev_secrets(path: Path) -> dict[str, str]:
+    """Every user's password from `path` (`TS_<USER>_PASSWORD=...` lines), generated on
+    first use: a development secrets file, readable by its owner only."""
+    return passwords(path, {}).of
 
 
 class SecureServer(EmbeddedServer):

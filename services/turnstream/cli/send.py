@@ -9,6 +9,7 @@ Ctrl-C stops watching, never the turn: it says what goes on and how to act on it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -21,8 +22,9 @@ from rich.markup import escape
 from turnstream.bus import Bus
 from turnstream.bus.permissions import PermissionDenied
 from turnstream.cli.common import Interrupted, command_name, console, err, run_on_bus
-from turnstream.cli.prompt import Deadline, Prompts, Source, answer_source
+from turnstream.cli.prompt import PROMPT_WAITING, Deadline, Prompts, Source, answer_source
 from turnstream.cli.render import event_line
+from turnstream.cli.roles import explain
 from turnstream.client import TurnOutcome, publish_command, send_and_wait
 from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import (
@@ -31,6 +33,7 @@ from turnstream.core.events import (
     FollowUpQueued,
     HookDecided,
     InputRejected,
+    InteractionRequested,
     ProviderFallback,
     Stage,
     StagePreFired,
@@ -171,16 +174,30 @@ def run_send(
     screen = SendScreen(session, quiet, answer_source(quiet), timeout)
     started = time.perf_counter()
 
-    async def work(bus: Bus) -> TurnOutcome | Unfollowed:
+    async def work(bus: Bus) -> TurnOutcome | Unfollowed | InteractionRequested:
+        stuck = screen.prompts.stuck()
         try:
             async with asyncio.timeout(timeout) as screen.deadline.timeout:
-                return await send_and_wait(
-                    bus,
-                    command,
-                    on_event=lambda event: screen.on_event(event, bus),
-                    on_delta=screen.on_delta,
-                    timeout=None,
+                following = asyncio.ensure_future(
+                    send_and_wait(
+                        bus,
+                        command,
+                        on_event=lambda event: screen.on_event(event, bus),
+                        on_delta=screen.on_delta,
+                        timeout=None,
+                    )
                 )
+                try:
+                    either: set[asyncio.Future[Any]] = {following, stuck}
+                    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not following.done():
+                        following.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await following
+                if following.done() and not following.cancelled():
+                    return following.result()
+                return stuck.result()
         except PermissionDenied as denied:
             if denied.action != "subscription":
                 raise
@@ -191,7 +208,7 @@ def run_send(
             await screen.prompts.close()
 
     try:
-        outcome = run_on_bus(settings, work)
+        outcome = run_on_bus(settings, work, stop_when_refused=False)
     except TimeoutError:
         screen.end_tokens()
         err.print(
@@ -204,9 +221,11 @@ def run_send(
         console.print()
         err.print(screen.interrupted())
         raise
+    if isinstance(outcome, InteractionRequested):  # nobody here can answer: said so
+        raise typer.Exit(PROMPT_WAITING)
     if isinstance(outcome, Unfollowed):
         console.print(f"[green]✔ sent[/] [dim]inbound seq {outcome.seq}[/]")
-        err.print(f"[yellow]not followed:[/] {escape(str(outcome.why))}")
+        err.print(f"[yellow]not followed:[/] {escape(explain(outcome.why))}")
         return
     elapsed = (time.perf_counter() - started - screen.prompts.waited_s) * 1000
     screen.end_tokens()

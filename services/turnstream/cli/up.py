@@ -16,7 +16,14 @@ from rich.console import Console
 
 from turnstream.bus.embedded import EmbeddedServer, free_port, port_is_free
 from turnstream.cli.common import command_name
-from turnstream.cli.secure import USERS, SecureServer, dev_secrets
+from turnstream.cli.secure import (
+    DEV_SECRETS,
+    SECURE_MARK,
+    USERS,
+    Passwords,
+    SecureServer,
+)
+from turnstream.cli.secure import passwords as load_passwords
 from turnstream.providers import api_key
 from turnstream.runtime import apply_streams
 from turnstream.settings import Settings
@@ -70,6 +77,10 @@ class Supervisor:
                 env=self.env(name),
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                # not in the terminal's process group: Ctrl-C reaches `up` alone, which
+                # stops the services before their server (else all at once, and each
+                # service logs the server going away)
+                start_new_session=True,
             )
 
     def start_all(self) -> None:
@@ -154,8 +165,10 @@ def stable_port(settings: Settings) -> int:
 
 def run_up(settings: Settings, console: Console, *, secure: bool = False) -> None:
     """Run until Ctrl-C (or SIGTERM); then stop the services, then the server."""
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    # the server and the services run in sessions of their own (Ctrl-C reaches `up` alone):
+    # a closed terminal (SIGHUP) must stop them through `up` too, or they outlive it
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     api_key(settings)  # no key: fail now, with the fix, rather than in a restarting child
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     lock = lock_data_dir(settings)
@@ -168,20 +181,23 @@ def run_up(settings: Settings, console: Console, *, secure: bool = False) -> Non
 def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
     server: EmbeddedServer | None = None
     url = settings.nats_url
-    passwords: dict[str, str] | None = None
-    secrets_file = settings.data_dir / "dev-secrets.env"
+    users: Passwords | None = None
+    mark = settings.data_dir / SECURE_MARK
+    mark.unlink(missing_ok=True)  # said again below by a --secure one
     if secure:
         if url is not None:
             raise ValueError("--secure runs the embedded server: drop --nats-url")
-        passwords = dev_secrets(secrets_file)
+        users = load_passwords(settings.data_dir / DEV_SECRETS, os.environ)
         server = SecureServer(
             settings.data_dir / "nats",
             stable_port(settings),
-            passwords,
+            users.of,
             subjects=settings.subjects,
         )
+        server.detached = True
         server.start()
         url = server.url
+        mark.write_text("ops/accounts.conf: commands connect as admin unless told\n")
         settings.url_file.write_text(url + "\n")
         (settings.data_dir / PORT_FILE).write_text(f"{server.port}\n")
     elif url is None:
@@ -190,28 +206,30 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
             stable_port(settings),
             log_file=settings.data_dir / "nats-server.log",
             subjects=settings.subjects,
-        ).start()
+        )
+        server.detached = True
+        server.start()
         url = server.url
         settings.url_file.write_text(url + "\n")
         (settings.data_dir / PORT_FILE).write_text(f"{server.port}\n")
+    passwords = users.of if users else None
     supervisor = Supervisor(url, settings, console, passwords)
     try:
         setup(settings, url, passwords)
         supervisor.start_all()
+        wait_until_up(settings, url, passwords, supervisor, console)
         where = "embedded" if server else "external"
         console.print(f"[bold green]turnstream is up[/] on {url} ({where})")
-        if secure:
-            console.print(
-                f"  access:    ops/accounts.conf, one user per service; passwords in "
-                f"{secrets_file.resolve()} (commands: TURNSTREAM_NATS_USER=operator or client, "
-                "TURNSTREAM_NATS_PASSWORD from that file); the HTTP face runs as `http`"
-            )
+        if users is not None:
+            print_access(console, users)
         elif server is not None:
             console.print(
                 "  access:    [yellow]open[/]: no authentication, loopback only "
                 "(`turnstream up --secure` for per-service identities)"
             )
         console.print(f"  data:      {_abs(settings)}")
+        if server is not None and (other := other_mode_log(settings, secure)):
+            print_other_mode(console, settings, secure, other)
         console.print(f"  workspace: {settings.workspace.resolve()}")
         console.print(f"  services:  {', '.join(supervisor.services)}")
         console.print(f"  provider:  {settings.provider} (TURNSTREAM_PROVIDER)")
@@ -231,7 +249,87 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
         if server is not None:
             server.stop()
             settings.url_file.unlink(missing_ok=True)
+            mark.unlink(missing_ok=True)
         console.print("stopped")
+
+
+def print_access(console: Console, users: Passwords) -> None:
+    """Under --secure: who is who, where each password came from, and who a command is."""
+    file = users.file.resolve()
+    console.print(
+        "  access:    ops/accounts.conf: one NATS user per service (the HTTP face is `http`) "
+        'and per role (ops/README.md, "People")'
+    )
+    if users.from_environment:
+        names = ", ".join(users.from_environment)
+        console.print(
+            f"             passwords of {names}: from the environment (TS_<USER>_PASSWORD)"
+        )
+    if users.generated:
+        console.print(f"             generated now into {file}: {', '.join(users.generated)}")
+    kept = [u for u in users.of if u not in users.from_environment and u not in users.generated]
+    if kept:
+        console.print(f"             the others' from {file}")
+    console.print(
+        "  you:       commands here connect as [bold]admin[/] (reads, answers, interrupts); "
+        "TURNSTREAM_NATS_USER=approver, client or operator for another role"
+    )
+
+
+OPEN_ACCOUNT, SECURE_ACCOUNT = "$G", "TURNSTREAM"
+"""The JetStream account whose store holds the log: an open server's global account, or
+the account of ops/accounts.conf."""
+
+
+def other_mode_log(settings: Settings, secure: bool) -> Path | None:
+    """The log the other mode (`up` vs `up --secure`) left in this data dir's store, which
+    this one cannot see (each mode's streams are in its own account), if any."""
+    account = OPEN_ACCOUNT if secure else SECURE_ACCOUNT
+    log = (
+        settings.data_dir
+        / "nats"
+        / "jetstream"
+        / account
+        / "streams"
+        / settings.subjects.log_stream_at(0)
+    )
+    return log if log.exists() else None
+
+
+def print_other_mode(console: Console, settings: Settings, secure: bool, log: Path) -> None:
+    this, other = (
+        ("`up --secure`", "`turnstream up`") if secure else ("`up`", "`turnstream up --secure`")
+    )
+    console.print(
+        f"  [yellow]note:[/]      this data dir also holds the log of {other} ({log}); "
+        f"{this} cannot see it, so its sessions are not listed here: run {other} on "
+        "this data dir to reach them, or give each mode its own --data-dir"
+    )
+
+
+def wait_until_up(
+    settings: Settings,
+    url: str,
+    passwords: dict[str, str] | None,
+    supervisor: Supervisor,
+    console: Console,
+) -> None:
+    """Until every service serves and the HTTP face answers (asked as the operator under
+    --secure), restarting one that dies meanwhile."""
+    from turnstream.cli.ready import wait_until_serving
+
+    if passwords is not None:
+        url = url.replace("://", f"://operator:{passwords['operator']}@", 1)
+    asyncio.run(
+        wait_until_serving(
+            url,
+            settings.subjects,
+            lambda: list(supervisor.children),
+            f"http://{settings.http_addr}",
+            supervisor.check,
+            console,
+        )
+    )
 
 
 def setup(settings: Settings, url: str, passwords: dict[str, str] | None) -> None:

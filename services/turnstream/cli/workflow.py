@@ -104,7 +104,7 @@ async def _attach_and_follow(
     exit code when the run ends."""
     import asyncio
 
-    from turnstream.cli.prompt import Deadline, Prompts, answer_source
+    from turnstream.cli.prompt import PROMPT_WAITING, Deadline, Prompts, answer_source
     from turnstream.client import publish_command
     from turnstream.core.events import decode
 
@@ -124,7 +124,10 @@ async def _attach_and_follow(
         await publish_command(bus, session, command)
         console.print(f"attach {name} → {session}")
         async with asyncio.timeout(timeout) as deadline.timeout:
-            return await ended
+            stuck = prompts.stuck()
+            either: set[asyncio.Future[Any]] = {ended, stuck}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            return ended.result() if ended.done() else PROMPT_WAITING  # said why
     except TimeoutError:
         status = f"{command_name()} workflow status {session}"
         err.print(f"[yellow]still running after {timeout:.0f} s[/]; `{status}` follows it")

@@ -21,6 +21,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
 from a2a.server.routes.agent_card_routes import _etag_for, _if_none_match_hits
@@ -71,7 +72,7 @@ def mount(app: FastAPI) -> None:
         """A2A JSON-RPC 2.0 (v1.0 methods; v0.3 `message/send`… too)."""
         request.state.a2a_principal = who
         response: Response = await dispatch(request)
-        return response
+        return naming_the_version_header(response, request.headers.get(VERSION_HEADER))
 
     async def a2a_card(request: Request, ctx: Ctx) -> Response:
         """The agent card: how to reach this server over A2A, and its agents as skills."""
@@ -89,6 +90,29 @@ def mount(app: FastAPI) -> None:
     app.add_api_route(RPC_PATH + "/", a2a_rpc, methods=["POST"], include_in_schema=False)
     app.add_api_route(CARD_PATH, a2a_card, methods=["GET"], tags=["a2a"])
     app.router.routes.extend(rest_routes(handler, context, _Context()))
+
+
+VERSION_NOT_SUPPORTED = -32009
+
+
+def naming_the_version_header(response: Response, sent: str | None) -> Response:
+    """A `-32009` (version not supported) that says which header chooses the version: the
+    SDK's message names the versions only, and a client that sent no header at all is
+    told "version '0.3'" with no word of why."""
+    if not isinstance(response, JSONResponse) or b"-32009" not in response.body:
+        return response
+    body = orjson.loads(response.body)
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict) or error.get("code") != VERSION_NOT_SUPPORTED:
+        return response
+    got = f"{VERSION_HEADER}: {sent}" if sent else f"no {VERSION_HEADER} header (read as 0.3)"
+    error["message"] = (
+        f"{error.get('message', 'version not supported')} The request had {got}: send the "
+        f"header `{VERSION_HEADER}: 1.0` for the v1.0 methods (SendMessage, GetTask, …), or "
+        "none for the v0.3 ones (message/send, tasks/get, …)."
+    )
+    headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+    return JSONResponse(body, status_code=response.status_code, headers=headers)
 
 
 @contextlib.asynccontextmanager
