@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import time
@@ -19,6 +20,10 @@ try:
     from turnstream.cli.up import Supervisor
 except ImportError:  # a baseline from before the cli/ package (bench/compare.py --base)
     from turnstream.up import Supervisor  # type: ignore[no-redef]
+try:
+    from turnstream.runtime import apply_streams
+except ImportError:  # a baseline whose services made their streams themselves
+    apply_streams = None  # type: ignore[assignment]
 
 STARTUP_S = 1.5
 """Time the services get to connect and bind their consumers."""
@@ -36,8 +41,12 @@ def workspace(root: Path, security_mode: str) -> None:
 def running(
     server: EmbeddedServer, root: Path, script: Path, console: Console
 ) -> Iterator[Supervisor]:
-    """Every service started against `server` with the scripted provider; stopped after."""
-    supervisor = Supervisor(server.url, Settings(data_dir=root, script=script), console)
+    """The setup step, then every service started against `server` with the scripted
+    provider (as `turnstream up` does); stopped after."""
+    settings = Settings(data_dir=root, script=script)
+    if apply_streams is not None:
+        asyncio.run(apply_streams(settings.model_copy(update={"nats_url": server.url})))
+    supervisor = Supervisor(server.url, settings, console)
     supervisor.start_all()
     try:
         time.sleep(STARTUP_S)
