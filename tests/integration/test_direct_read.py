@@ -37,26 +37,6 @@ async def test_direct_read_pages_through_one_session_among_others(bus: Bus) -> N
     assert await bus.store.read_session("direct-none") == []
 
 
-async def test_a_read_up_to_a_sequence_stops_there(bus: Bus) -> None:
-    """What a session's latest read asks (its last event, looked up on the leader): the
-    server stops there instead of reading the rest of the log for more."""
-    mine, other = "direct-upto", "direct-upto-other"
-    await bus.store.append_facts([ev(mine), ev(other), ev(mine), ev(other), ev(mine)])
-    expected = [s.seq for s in await bus.store.read_session(mine)]
-    for batch in (1, 500):
-        seen: list[int] = []
-        last = await DirectReads(bus.nc).read(
-            bus.subjects.log_stream,
-            bus.subjects.log_session(mine),
-            lambda seq, _subject, _data, seen=seen: seen.append(seq),
-            batch=batch,
-            up_to_seq=expected[1],
-        )
-        assert seen == expected[:2] and last == expected[1], batch
-    latest = await bus.store.read_session(mine, latest=True)
-    assert [s.seq for s in latest] == expected
-
-
 async def test_1500_sessions_read_at_once_open_no_consumer(bus: Bus) -> None:
     sessions = [f"direct-many-{i}" for i in range(1500)]
     await bus.store.append_facts([ev(s) for s in sessions])
@@ -178,12 +158,9 @@ class BehindReplica:
         on_msg: Callable[[int, str, bytes], None],
         *,
         after_seq: int = 0,
-        up_to_seq: int | None = None,
     ) -> int:
         got: list[tuple[int, str, bytes]] = []
-        await self.reads.read(
-            stream, subject, lambda *m: got.append(m), after_seq=after_seq, up_to_seq=up_to_seq
-        )
+        await self.reads.read(stream, subject, lambda *m: got.append(m), after_seq=after_seq)
         kept = got[: len(got) - self.behind]
         for message in kept:
             on_msg(*message)

@@ -178,18 +178,16 @@ class DirectReads:
         *,
         after_seq: int,
         batch: int,
-        up_to_seq: int | None = None,
     ) -> int:
-        """One batch of `subject`'s messages (wildcards allowed) after `after_seq` (and, if
-        given, up to `up_to_seq`), each handed to `on_event(seq, subject, data)` in order;
-        how many more there were."""
+        """One batch of `subject`'s messages (wildcards allowed) after `after_seq`, each
+        handed to `on_event(seq, subject, data)` in order; how many more there were."""
         prefix = self.prefix or await self._subscribe()
         token = str(next(self._ids))
         replies = self.waiting[token] = asyncio.Queue()
         try:
             await self.nc.publish(
                 f"$JS.API.DIRECT.GET.{stream}",
-                direct_request(subject, after_seq, batch, up_to_seq),
+                direct_request(subject, after_seq, batch),
                 reply=f"{prefix}.{token}",
             )
             return await direct_batch(replies, on_event, f"{stream} {subject}")
@@ -204,30 +202,17 @@ class DirectReads:
         *,
         after_seq: int = 0,
         batch: int = DIRECT_BATCH,
-        up_to_seq: int | None = None,
     ) -> int:
         """Every message on `subject` after `after_seq`, batch after batch, to the end the
-        answering server knows of, or to `up_to_seq`; the last sequence handed over
-        (`after_seq` if none).
-
-        Give `up_to_seq` where the last is known: nats-server (2.15.1) fills a batch by
-        reading on to the end of the stream, so a session's read without it costs the
-        server the whole log after the session's events (10 ms at 160,000 events, and a
-        burst of new sessions whose first events lie early in a growing log drained ever
-        slower); with it, the server stops counting there, and what it sends past it is
-        passed over."""
+        answering server knows of; the last sequence handed over (`after_seq` if none)."""
         last = after_seq
 
         def handed(seq: int, subject_: str, data: bytes) -> None:
             nonlocal last
-            if up_to_seq is not None and seq > up_to_seq:
-                return  # the server bounds its count of what remains, not its answer
             on_event(seq, subject_, data)
             last = seq
 
-        while (up_to_seq is None or last < up_to_seq) and await self.batch(
-            stream, subject, handed, after_seq=last, batch=batch, up_to_seq=up_to_seq
-        ):
+        while await self.batch(stream, subject, handed, after_seq=last, batch=batch):
             pass
         return last
 
@@ -251,13 +236,9 @@ class DirectReads:
             replies.put_nowait(msg)
 
 
-def direct_request(subject: str, after_seq: int, batch: int, up_to_seq: int | None = None) -> bytes:
-    """The body of a batched direct get of `subject`'s messages after `after_seq` (and up
-    to `up_to_seq`)."""
-    request: dict[str, object] = {"seq": after_seq + 1, "next_by_subj": subject, "batch": batch}
-    if up_to_seq is not None:
-        request["up_to_seq"] = up_to_seq
-    return orjson.dumps(request)
+def direct_request(subject: str, after_seq: int, batch: int) -> bytes:
+    """The body of a batched direct get of `subject`'s messages after `after_seq`."""
+    return orjson.dumps({"seq": after_seq + 1, "next_by_subj": subject, "batch": batch})
 
 
 async def direct_batch(

@@ -198,11 +198,9 @@ class JetStreamEventStore:
     ) -> list[StoredEvent]:
         stream = self.subjects.log_stream_of(session_id)
         subject = self.subjects.log_session(session_id)
-        up_to = None
         if latest:  # a replica behind the leader may answer the read (R3): ask the leader
-            up_to = await self.last_seq(session_id)
-            at_least = max(at_least, up_to)
-        return await self._read(stream, subject, after_seq, known or {}, at_least, up_to)
+            at_least = max(at_least, await self.last_seq(session_id))
+        return await self._read(stream, subject, after_seq, known or {}, at_least)
 
     async def last_of_kind(self, session_id: str, event_type: str) -> Event | None:
         """The session's last event of one kind, asked of the stream's leader (one request);
@@ -252,11 +250,9 @@ class JetStreamEventStore:
         after_seq: int,
         known: Mapping[int, Event],
         at_least: int,
-        up_to: int | None = None,
     ) -> list[StoredEvent]:
         """From `after_seq + 1` up to the last event that exists now, and at least up to
-        the last `known` one and `at_least`; a session's read stops at `up_to` (its last
-        event, asked of the leader) where that is known (`DirectReads.read`).
+        the last `known` one and `at_least`.
 
         A session is read with batched direct gets (no consumer: nats-server caps a
         stream's consumers, and a runner reloading 1,500 sessions at once went past it);
@@ -286,13 +282,7 @@ class JetStreamEventStore:
         async with self._reads:
             for retry_s in (*DIRECT_RETRIES_S, None):
                 try:
-                    last = await self.direct.read(
-                        stream,
-                        subject,
-                        keep,
-                        after_seq=after_seq,
-                        up_to_seq=None if up_to is None else max(up_to, floor),
-                    )
+                    last = await self.direct.read(stream, subject, keep, after_seq=after_seq)
                     if last >= floor:
                         return out
                     # a direct get may be answered by a replica that has not applied the
