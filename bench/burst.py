@@ -28,6 +28,7 @@ import stack
 from memory import SCRIPT, rss_mib
 from rich.console import Console
 from rich.table import Table
+from turns import cpu_seconds
 
 from turnstream.bus import Bus, connect
 from turnstream.bus.streams import StreamLimits
@@ -94,10 +95,35 @@ async def steady(bus: Bus, ends: Ends, n: int, k: int) -> float:
     return started
 
 
-async def run(url: str, mode: str, n: int, k: int) -> dict[str, Any]:
+async def sample_cpu(pids: dict[str, int], into: list[tuple[float, dict[str, float]]]) -> None:
+    """Each process's CPU seconds so far, once a second."""
+    while True:
+        into.append((time.perf_counter(), cpu_seconds(pids)))
+        await asyncio.sleep(1.0)
+
+
+def cpu_by_tenth(
+    samples: list[tuple[float, dict[str, float]]], started: float, took: float
+) -> dict[str, list[float]]:
+    """Each process's share of a core in each tenth of the run (from the samples)."""
+    shares: dict[str, list[float]] = {name: [] for name in samples[0][1]}
+    for tenth in range(10):
+        begin, end = started + took * tenth / 10, started + took * (tenth + 1) / 10
+        before = [s for s in samples if s[0] <= begin] or samples[:1]
+        upto = [s for s in samples if s[0] <= end] or samples[:1]
+        first, last = before[-1], upto[-1]
+        span = max(last[0] - first[0], 1e-6)
+        for name in shares:
+            shares[name].append(round((last[1][name] - first[1][name]) / span, 2))
+    return shares
+
+
+async def run(url: str, mode: str, n: int, k: int, pids: dict[str, int]) -> dict[str, Any]:
     bus = await connect(url, Subjects("ts"), ensure=StreamLimits())
     ends = Ends()
     await bus.nc.subscribe(bus.subjects.log_kind_live("TurnEnded"), cb=ends.on_msg)
+    samples: list[tuple[float, dict[str, float]]] = []
+    sampling = asyncio.ensure_future(sample_cpu(pids, samples))
     try:
         started = await (
             burst(bus, ends, n) if mode == "burst" else steady(bus, ends, n, min(k, n))
@@ -113,8 +139,10 @@ async def run(url: str, mode: str, n: int, k: int) -> dict[str, Any]:
             "turns_per_s_by_tenth": [round(c / (took / 10), 1) for c in tenths],
             "turn_ended_per_session": sum(ends.by_session.values()) / len(ends.by_session),
             "redelivered": info.num_redelivered,
+            "cpu_by_tenth": cpu_by_tenth(samples, started, took),
         }
     finally:
+        sampling.cancel()
         await bus.close()
 
 
@@ -122,7 +150,7 @@ def deployment(mode: str, n: int, k: int) -> dict[str, Any]:
     with stack.scripted(SCRIPT, console) as running:
         pids = running.pids
         idle = {name: rss_mib(pid) for name, pid in pids.items()}
-        result = asyncio.run(run(running.server.url, mode, n, k))
+        result = asyncio.run(run(running.server.url, mode, n, k, pids))
         result["rss_end"] = {name: rss_mib(pid) for name, pid in pids.items()}
         time.sleep(SETTLE_S)
         result["rss_settled"] = {name: rss_mib(pid) for name, pid in pids.items()}
@@ -159,6 +187,10 @@ def report(results: dict[str, dict[str, Any]]) -> None:
             ),
         )
     console.print(table)
+    for mode, result in results.items():
+        console.print(f"{mode}: share of a core by tenth of the run")
+        for name, shares in result["cpu_by_tenth"].items():
+            console.print(f"  {name:14} " + " ".join(f"{x:4.2f}" for x in shares))
     if {"burst", "steady"} <= set(results):
         ratio = results["burst"]["seconds"] / results["steady"]["seconds"]
         console.print(f"burst / steady seconds: {ratio:.2f} (goal ≤ 1.5)")
