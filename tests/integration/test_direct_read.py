@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import orjson
 import pytest
 
 from tests.integration.test_event_store import ev
@@ -35,6 +36,39 @@ async def test_direct_read_pages_through_one_session_among_others(bus: Bus) -> N
     assert [s.seq for s in after] == expected[7:]
     assert await bus.store.read_session(mine, after_seq=expected[-1]) == []
     assert await bus.store.read_session("direct-none") == []
+
+
+async def test_a_counted_read_asks_for_exactly_the_sessions_events(bus: Bus) -> None:
+    """A latest read counts the session's events first and asks for no more than remain
+    (asked for more, the server reads the rest of the log to fill the batch:
+    bench/session_reads.py), batch after batch, and still reads them all."""
+    mine, other = "direct-counted", "direct-counted-other"
+    for _ in range(3):
+        await bus.store.append_facts([ev(mine), ev(other), ev(mine)])
+    expected = [s.seq for s in await bus.store.read_session(mine)]
+    assert len(expected) == 6
+    asked: list[bytes] = []
+    reads = DirectReads(bus.nc)
+    batch = reads.batch
+
+    async def counted(*args: object, **kwargs: object) -> int:
+        asked.append(orjson.dumps(kwargs["batch"]))
+        return await batch(*args, **kwargs)  # type: ignore[arg-type]
+
+    reads.batch = counted  # type: ignore[method-assign]
+    seen: list[int] = []
+    last = await reads.read(
+        bus.subjects.log_stream,
+        bus.subjects.log_session(mine),
+        lambda seq, _s, _d: seen.append(seq),
+        batch=4,
+        count=6,
+    )
+    assert seen == expected and last == expected[-1]
+    assert asked == [b"4", b"2"]  # never more than remain
+    assert [s.seq for s in await bus.store.read_session(mine, latest=True)] == expected
+    after = await bus.store.read_session(mine, after_seq=expected[2], latest=True, events_before=3)
+    assert [s.seq for s in after] == expected[3:]
 
 
 async def test_1500_sessions_read_at_once_open_no_consumer(bus: Bus) -> None:
@@ -158,9 +192,12 @@ class BehindReplica:
         on_msg: Callable[[int, str, bytes], None],
         *,
         after_seq: int = 0,
+        count: int | None = None,
     ) -> int:
         got: list[tuple[int, str, bytes]] = []
-        await self.reads.read(stream, subject, lambda *m: got.append(m), after_seq=after_seq)
+        await self.reads.read(
+            stream, subject, lambda *m: got.append(m), after_seq=after_seq, count=count
+        )
         kept = got[: len(got) - self.behind]
         for message in kept:
             on_msg(*message)

@@ -66,6 +66,13 @@ async def log_last_seq(
     return int(msg.seq)
 
 
+async def log_count(js: Any, subjects: Subjects, subject: str, *, stream: str) -> int:
+    """How many messages the log stream `stream` has on `subject` (a session's: one count
+    per event kind, summed), asked of the stream's leader."""
+    info = await js.stream_info(stream, subjects_filter=subject)
+    return sum((info.state.subjects or {}).values())
+
+
 async def scan_log(
     js: Any,
     subjects: Subjects,
@@ -202,18 +209,30 @@ class DirectReads:
         *,
         after_seq: int = 0,
         batch: int = DIRECT_BATCH,
+        count: int | None = None,
     ) -> int:
         """Every message on `subject` after `after_seq`, batch after batch, to the end the
-        answering server knows of; the last sequence handed over (`after_seq` if none)."""
-        last = after_seq
+        answering server knows of; the last sequence handed over (`after_seq` if none).
+
+        A batch asking for more messages than remain costs the server the rest of the
+        stream (nats-server 2.15.1 looks on to its end to fill it: 7.5 ms for a 4-event
+        session early in a 160,000-event log, 0.3 ms asked for exactly 4;
+        bench/session_reads.py). Where the count is known (`count`: how many there are
+        after `after_seq`), each batch asks for no more than remain, and the read ends
+        with the last of them (one appended since is the caller's to look for)."""
+        last, left = after_seq, count
 
         def handed(seq: int, subject_: str, data: bytes) -> None:
-            nonlocal last
+            nonlocal last, left
             on_event(seq, subject_, data)
             last = seq
+            if left is not None:
+                left -= 1
 
-        while await self.batch(stream, subject, handed, after_seq=last, batch=batch):
-            pass
+        while left is None or left > 0:
+            size = batch if left is None else min(batch, left)
+            if not await self.batch(stream, subject, handed, after_seq=last, batch=size):
+                break
         return last
 
     async def _subscribe(self) -> str:

@@ -21,6 +21,7 @@ from turnstream.bus.ordered import ordered_subscribe
 from turnstream.bus.scan import (
     DirectGetError,
     DirectReads,
+    log_count,
     log_last_seq,
     scan_log,
     stream_seq,
@@ -86,13 +87,15 @@ class EventStore(Protocol):
         known: Mapping[int, Event] | None = None,
         at_least: int = 0,
         latest: bool = False,
+        events_before: int | None = None,
     ) -> list[StoredEvent]:
         """The session's events after `after_seq`, in order. `known`: events the caller has
         decoded already, by sequence (a delivered fact), taken as they are. The read goes
         at least up to the last of them, up to `at_least` (a sequence the caller knows the
         session has: a reader must never see less than it saw) and, if `latest`, up to the
-        session's last event on the stream's leader now (one request more), or fails
-        (`TimeoutError`)."""
+        session's last event on the stream's leader now (one request more, and one to
+        count its events where `events_before`, how many it has up to `after_seq`, is
+        known or `after_seq` is 0), or fails (`TimeoutError`)."""
         ...
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
@@ -195,12 +198,22 @@ class JetStreamEventStore:
         known: Mapping[int, Event] | None = None,
         at_least: int = 0,
         latest: bool = False,
+        events_before: int | None = None,
     ) -> list[StoredEvent]:
         stream = self.subjects.log_stream_of(session_id)
         subject = self.subjects.log_session(session_id)
+        expected = None
         if latest:  # a replica behind the leader may answer the read (R3): ask the leader
-            at_least = max(at_least, await self.last_seq(session_id))
-        return await self._read(stream, subject, after_seq, known or {}, at_least)
+            last, total = await asyncio.gather(
+                self.last_seq(session_id),
+                log_count(self.js, self.subjects, subject, stream=stream)
+                if events_before is not None or after_seq == 0
+                else asyncio.sleep(0, None),
+            )
+            at_least = max(at_least, last)
+            if total is not None:
+                expected = total - (events_before or 0)
+        return await self._read(stream, subject, after_seq, known or {}, at_least, expected)
 
     async def last_of_kind(self, session_id: str, event_type: str) -> Event | None:
         """The session's last event of one kind, asked of the stream's leader (one request);
@@ -250,9 +263,11 @@ class JetStreamEventStore:
         after_seq: int,
         known: Mapping[int, Event],
         at_least: int,
+        expected: int | None = None,
     ) -> list[StoredEvent]:
         """From `after_seq + 1` up to the last event that exists now, and at least up to
-        the last `known` one and `at_least`.
+        the last `known` one and `at_least`; `expected`: how many events that is, where
+        the caller counted them (the server is asked for exactly that many).
 
         A session is read with batched direct gets (no consumer: nats-server caps a
         stream's consumers, and a runner reloading 1,500 sessions at once went past it);
@@ -282,7 +297,9 @@ class JetStreamEventStore:
         async with self._reads:
             for retry_s in (*DIRECT_RETRIES_S, None):
                 try:
-                    last = await self.direct.read(stream, subject, keep, after_seq=after_seq)
+                    last = await self.direct.read(
+                        stream, subject, keep, after_seq=after_seq, count=expected
+                    )
                     if last >= floor:
                         return out
                     # a direct get may be answered by a replica that has not applied the
@@ -389,6 +406,7 @@ class InMemoryEventStore:
         known: Mapping[int, Event] | None = None,
         at_least: int = 0,
         latest: bool = False,
+        events_before: int | None = None,
     ) -> list[StoredEvent]:
         return [s for s in self.log[after_seq:] if s.event.session_id == session_id]
 

@@ -352,7 +352,7 @@ class SessionActor:
         passing the fence: a turn ended twice)."""
         kv = await self.ctx.snapshots()
         seen = max(self.last_seq, self.input_mark)
-        self.state, self.last_seq, read = await snapshots.rebuild(
+        self.state, self.last_seq, read, events = await snapshots.rebuild(
             kv, self.ctx.store, self.session_id, known, at_least=seen, latest=True
         )
         self.input_mark = self.last_seq
@@ -360,7 +360,7 @@ class SessionActor:
         self.loaded = True
         self.ctx.reloaded(read)
         if read > snapshots.EVERY:
-            await snapshots.save(kv, self.state, self.last_seq)
+            await snapshots.save(kv, self.state, self.last_seq, events)
 
     def context(self) -> Context:
         return Context(now=self.ctx.now(), new_id=self.ctx.new_id, source=self.ctx.source)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -25,8 +26,18 @@ MAX_BYTES = 900_000
 """Larger snapshots are not kept (a KV value must fit in one message)."""
 
 
-async def load(kv: Any, session_id: str) -> tuple[SessionState, int] | None:
-    """The session's snapshot and the sequence it is as of, if there is a usable one."""
+@dataclass(frozen=True)
+class Snapshot:
+    state: SessionState
+    seq: int
+    """The log sequence it is the fold up to."""
+    events: int | None
+    """How many of the session's events that is (None: a snapshot from before it was
+    kept), so a reload asks the log for exactly the rest."""
+
+
+async def load(kv: Any, session_id: str) -> Snapshot | None:
+    """The session's snapshot, if there is a usable one."""
     try:
         entry = await kv.get(session_key(session_id))
     except Exception:  # not found (or the bucket is unreachable): replay from the start
@@ -37,14 +48,17 @@ async def load(kv: Any, session_id: str) -> tuple[SessionState, int] | None:
         body = orjson.loads(entry.value)
         if "security_mode" not in body["state"]:
             return None  # written before the runner judged calls: it lacks their proposals
-        return state_from_json(orjson.dumps(body["state"])), int(body["seq"])
+        state = state_from_json(orjson.dumps(body["state"]))
+        events = body.get("events")
+        return Snapshot(state, int(body["seq"]), None if events is None else int(events))
     except Exception:  # an older format: ignore it, the log is the truth
         log.warning("ignoring an unreadable snapshot of %s", session_id)
         return None
 
 
-async def save(kv: Any, state: SessionState, seq: int) -> None:
-    body = b'{"seq":%d,"state":%s}' % (seq, state_to_json(state))
+async def save(kv: Any, state: SessionState, seq: int, events: int | None) -> None:
+    head = b'{"seq":%d,' % seq + (b'"events":%d,' % events if events is not None else b"")
+    body = head + b'"state":%s}' % state_to_json(state)
     if len(body) > MAX_BYTES:
         return
     try:
@@ -60,15 +74,22 @@ async def rebuild(
     known: Mapping[int, Event] | None = None,
     at_least: int = 0,
     latest: bool = False,
-) -> tuple[SessionState, int, int]:
+) -> tuple[SessionState, int, int, int | None]:
     """The session from its latest snapshot and the log after it: the state, the sequence
-    it is as of, and how many events had to be read (`known`, `at_least`, `latest`: how
-    far to read, as `EventStore.read_session` takes them)."""
-    found = await load(kv, session_id)
-    state, after = found if found else (SessionState.of(session_id), 0)
+    it is as of, how many events had to be read (`known`, `at_least`, `latest`: how far to
+    read, as `EventStore.read_session` takes them), and how many events the session has
+    up to there (None: not known, an older snapshot's)."""
+    found = await load(kv, session_id) or Snapshot(SessionState.of(session_id), 0, 0)
+    state = found.state
     stored = await store.read_session(
-        session_id, after_seq=after, known=known, at_least=at_least, latest=latest
+        session_id,
+        after_seq=found.seq,
+        known=known,
+        at_least=at_least,
+        latest=latest,
+        events_before=found.events,
     )
     for item in stored:
         state = evolve(state, item.event)
-    return state, (stored[-1].seq if stored else after), len(stored)
+    events = None if found.events is None else found.events + len(stored)
+    return state, (stored[-1].seq if stored else found.seq), len(stored), events
