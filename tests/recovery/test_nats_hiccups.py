@@ -1,0 +1,117 @@
+"""NATS slow or away on a service's start and a runner's resume (issue 36): every service,
+its HTTP face included, runs behind a proxy (`nats_proxy.py`) that refuses connections,
+drops JetStream API replies and cuts every connection, and none of them exits; every turn
+still ends exactly once, each tool run once.
+
+Before, a JetStream request that timed out there ended the service: `consumer_info` in
+binding a durable (`bus.durables.bound_config`) or in the runner's resume
+(`turn_runner.ownership.wake_unacked`) raised `nats.errors.TimeoutError` out of its task
+group, and the process exited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.recovery.harness import SERVICES, Deployment, events, until_serving
+from tests.recovery.nats_proxy import NatsProxy
+from tests.recovery.test_many_open_sessions import until
+from turnstream.bus import connect
+from turnstream.bus.embedded import EmbeddedServer, free_port
+from turnstream.bus.streams import StreamLimits
+from turnstream.client import message_command, publish_command
+from turnstream.core.events import ToolInvocationSucceeded, TurnEnded
+from turnstream.core.subjects import Subjects
+
+pytestmark = pytest.mark.e2e
+TURNS = 12
+STALL_S = 12.0
+"""How long replies are dropped: more than two of a request's 5 s timeouts."""
+ALL_SERVICES = (*SERVICES, "audit", "http")
+SCRIPT = """
+replies:
+  - tool_calls: [{name: count_run, arguments: {file: runs.txt, seconds: 3}}]
+  - text: "done after {last_tool_result}"
+    chunks: whole
+"""
+
+
+def exited(d: Deployment) -> dict[str, int | None]:
+    return {name: proc.poll() for name, proc in d.procs.items() if proc.poll() is not None}
+
+
+@pytest.mark.timeout(300)
+async def test_no_service_exits_when_nats_hiccups_at_start_and_at_resume(
+    tmp_path: Path,
+) -> None:
+    subjects = Subjects("ts")
+    server = EmbeddedServer(tmp_path / "nats", log_file=tmp_path / "nats-server.log").start()
+    proxy = NatsProxy("127.0.0.1", server.port).start()
+    bus = await connect(server.url, subjects, ensure=StreamLimits())  # the setup step, direct
+    http_addr = f"127.0.0.1:{free_port()}"
+    d = Deployment(tmp_path, server, SCRIPT, TURNSTREAM_NATS_URL=proxy.url)
+    try:
+        # start: NATS away until every service has tried it twice, then no reply to a
+        # look at a stream for 6 s (the check that the setup step ran), then none to a
+        # consumer's info or creation (binding a durable, starting a KV watch or a scan of
+        # the log) for STALL_S
+        proxy.refusing = True
+        for name in ALL_SERVICES:
+            d.start(name, TURNSTREAM_HTTP_ADDR=http_addr)
+
+        def all_tried() -> bool:
+            return proxy.refused >= 2 * len(ALL_SERVICES) and all(map(d.said, ALL_SERVICES))
+
+        async with asyncio.timeout(60):  # importing takes them a while on a busy machine
+            while not all_tried():  # noqa: ASYNC110 (other processes' doing)
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(1)
+        proxy.drop_replies("$JS.API.STREAM.INFO.")
+        proxy.refusing = False
+        await asyncio.sleep(6)
+        proxy.drop_replies("$JS.API.CONSUMER.")
+        await asyncio.sleep(STALL_S)
+        proxy.drop_replies()
+        assert proxy.dropped, "no reply was dropped: the services asked nothing meanwhile"
+        assert not exited(d), f"a service exited at start: {exited(d)}"
+        await until_serving(bus, d)
+        await d.ready("audit", "audit partition 0 consuming")
+        await d.ready("http", "turnstream http on")
+
+        sessions = [f"hiccup-{i}" for i in range(TURNS)]
+        await asyncio.gather(*(publish_command(bus, s, message_command(s, "go")) for s in sessions))
+        await until(bus, "ToolInvocationStarted", TURNS, timeout=60)
+
+        # resume: the runner killed with its tools running and started again while no
+        # consumer info is answered (its durable bound, its facts not acked looked for),
+        # and every connection cut meanwhile
+        d.kill9("turn_runner")
+        dropped = proxy.dropped
+        proxy.drop_replies("$JS.API.CONSUMER.INFO.")
+        d.start("turn_runner")
+        await asyncio.sleep(STALL_S / 2)
+        proxy.cut()
+        await asyncio.sleep(STALL_S / 2)
+        proxy.drop_replies()
+        assert proxy.dropped > dropped, "the restarted runner asked nothing meanwhile"
+        assert not exited(d), f"a service exited at the runner's resume: {exited(d)}"
+
+        await until(bus, "TurnEnded", TURNS, timeout=150)
+        await asyncio.sleep(2)  # anything late (a second end) would be in the log now
+        for session in sessions:
+            log = await events(bus, session)
+            ended = [e for e in log if isinstance(e, TurnEnded)]
+            assert len(ended) == 1 and ended[0].data.status == "completed", (session, ended)
+            assert len([e for e in log if isinstance(e, ToolInvocationSucceeded)]) == 1
+        assert len(d.runs("runs.txt")) == TURNS  # each tool ran once
+        assert not exited(d), f"a service exited: {exited(d)}"
+        runner_log = (tmp_path / "turn_runner.log").read_text()
+        assert "asking again" in runner_log  # it waited for NATS, and said so
+    finally:
+        d.stop_all()
+        proxy.stop()
+        await bus.close()
+        server.stop()
