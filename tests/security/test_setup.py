@@ -119,36 +119,38 @@ def test_a_service_refuses_to_start_before_the_setup_step(tmp_path: Path) -> Non
         assert sorted(asyncio.run(_streams_of(server))) == sorted(set(names))
 
 
-def test_a_service_refuses_to_start_without_its_durable(tmp_path: Path) -> None:
+@pytest.mark.parametrize("user", ["tool-executor", "audit"])
+def test_a_service_refuses_to_start_without_its_durable(tmp_path: Path, user: str) -> None:
     """The setup step makes the durables; a service binds to its own and never makes one:
-    without it (here deleted by the operator) it stops at once, naming the step."""
+    without it (here deleted by the operator) it stops at once, naming the step. The
+    audit too, whose partition's worker binds it (not a partition handed over for ever)."""
     with secure_server_in(tmp_path) as server:
 
-        async def setup_without_the_executors_durable() -> None:
+        async def setup_without_the_durable() -> None:
             await apply_as_operator(server)
             operator = await connect(server.url("operator"), SUBJECTS)
-            await operator.js.delete_consumer("TS_LOG", "tool-executor")
+            await operator.js.delete_consumer("TS_LOG", user)
             await operator.close()
 
-        asyncio.run(setup_without_the_executors_durable())
+        asyncio.run(setup_without_the_durable())
         env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
         env.update(
             TURNSTREAM_NATS_URL=f"nats://127.0.0.1:{server.port}",
-            TURNSTREAM_NATS_USER="tool-executor",
-            TURNSTREAM_NATS_PASSWORD=server.passwords["tool-executor"],
+            TURNSTREAM_NATS_USER=user,
+            TURNSTREAM_NATS_PASSWORD=server.passwords[user],
             TURNSTREAM_DATA_DIR=str(tmp_path / "data"),
             TURNSTREAM_WORKSPACE=str(tmp_path / "workspace"),
             TURNSTREAM_CONFIG=str(tmp_path / "absent.yaml"),
         )
         started = subprocess.run(
-            [sys.executable, "-m", "turnstream.tool_executor"],
+            [sys.executable, "-m", f"turnstream.{user.replace('-', '_')}"],
             env=env,
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert started.returncode == 2, started.stderr
-        assert "consumer tool-executor on TS_LOG missing" in started.stderr
+        assert f"consumer {user} on TS_LOG missing" in started.stderr
         assert "turnstream streams apply" in started.stderr
         assert "Traceback" not in started.stderr
 
