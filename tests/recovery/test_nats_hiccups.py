@@ -12,6 +12,7 @@ group, and the process exited.
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,39 @@ async def test_no_service_exits_when_nats_hiccups_at_start_and_at_resume(
         assert not exited(d), f"a service exited: {exited(d)}"
         runner_log = (tmp_path / "turn_runner.log").read_text()
         assert "asking again" in runner_log  # it waited for NATS, and said so
+    finally:
+        d.stop_all()
+        proxy.stop()
+        await bus.close()
+        server.stop()
+
+
+@pytest.mark.timeout(180)
+async def test_a_service_told_to_stop_while_nats_does_not_answer_stops(tmp_path: Path) -> None:
+    """A wait for NATS ends at a SIGTERM: each service, asked to stop while no consumer's
+    info or creation is answered (its durable not bound yet), stops within seconds, cleanly."""
+    subjects = Subjects("ts")
+    server = EmbeddedServer(tmp_path / "nats", log_file=tmp_path / "nats-server.log").start()
+    proxy = NatsProxy("127.0.0.1", server.port).start()
+    bus = await connect(server.url, subjects, ensure=StreamLimits())
+    http_addr = f"127.0.0.1:{free_port()}"
+    d = Deployment(tmp_path, server, SCRIPT, TURNSTREAM_NATS_URL=proxy.url)
+    try:
+        proxy.drop_replies("$JS.API.CONSUMER.")
+        for name in ALL_SERVICES:
+            d.start(name, TURNSTREAM_HTTP_ADDR=http_addr)
+        for name in ALL_SERVICES:
+            marker = "watch failed" if name == "http" else "not answered"
+            await d.ready(name, marker, timeout=90)
+        assert not exited(d), f"a service exited: {exited(d)}"
+        for name in ALL_SERVICES:
+            d.signal(name, signal.SIGTERM)
+        async with asyncio.timeout(20):
+            while len(exited(d)) < len(ALL_SERVICES):  # noqa: ASYNC110 (processes)
+                await asyncio.sleep(0.1)
+        assert exited(d) == dict.fromkeys(ALL_SERVICES, 0)
+        for name in ALL_SERVICES:
+            assert "Traceback" not in (tmp_path / f"{name}.log").read_text(), name
     finally:
         d.stop_all()
         proxy.stop()

@@ -244,10 +244,8 @@ async def serve(
     server = _Server(config, app)
     task = asyncio.create_task(server.serve([sock]))
     try:
-        while not server.started and not task.done() and not stop.is_set():  # noqa: ASYNC110
-            await asyncio.sleep(0.02)  # uvicorn says it started by a flag only
-        if not server.started and not task.done():  # stopped while NATS was still away
-            return
+        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn: a flag only)
+            await asyncio.sleep(0.02)
         if server.started:
             log.info("turnstream http on http://%s:%s (docs: /docs)", host, port)
             if on_ready is not None:
