@@ -19,9 +19,9 @@ import pytest
 
 from tests.recovery.harness import SERVICES, Deployment, events, until_serving
 from tests.recovery.nats_proxy import NatsProxy
-from tests.recovery.test_many_open_sessions import until
-from turnstream.bus import connect
+from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer, free_port
+from turnstream.bus.scan import subject_counts
 from turnstream.bus.streams import StreamLimits
 from turnstream.client import message_command, publish_command
 from turnstream.core.events import ToolInvocationSucceeded, TurnEnded
@@ -44,12 +44,30 @@ def exited(d: Deployment) -> dict[str, int | None]:
     return {name: proc.poll() for name, proc in d.procs.items() if proc.poll() is not None}
 
 
+async def until(bus: Bus, kind: str, n: int, timeout: float) -> None:
+    """Until `n` sessions have an event of `kind`, in whichever partition of the log."""
+    subjects = bus.subjects
+    async with asyncio.timeout(timeout):
+        while True:
+            found = 0
+            for stream in subjects.log_streams:
+                found += len(await subject_counts(bus.nc, stream, subjects.log_kind(kind)))
+            if found >= n:
+                return
+            await asyncio.sleep(0.5)
+
+
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("log_partitions", [1, 2])
 async def test_no_service_exits_when_nats_hiccups_at_start_and_at_resume(
-    tmp_path: Path,
+    tmp_path: Path, log_partitions: int
 ) -> None:
-    subjects = Subjects("ts")
-    server = EmbeddedServer(tmp_path / "nats", log_file=tmp_path / "nats-server.log").start()
+    """With the log in one stream (a lease per session) and in two partitions (a runner
+    holds whole partitions, `PartitionSessions`)."""
+    subjects = Subjects("ts", log_partitions)
+    server = EmbeddedServer(
+        tmp_path / "nats", log_file=tmp_path / "nats-server.log", subjects=subjects
+    ).start()
     proxy = NatsProxy("127.0.0.1", server.port).start()
     bus = await connect(server.url, subjects, ensure=StreamLimits())  # the setup step, direct
     http_addr = f"127.0.0.1:{free_port()}"
