@@ -1,7 +1,8 @@
 """NATS slow or away on a service's start and a runner's resume (issue 36): every service,
 its HTTP face included, runs behind a proxy (`nats_proxy.py`) that refuses connections,
-drops JetStream API replies and cuts every connection, and none of them exits; every turn
-still ends exactly once, each tool run once.
+drops JetStream API replies, delays everything past a request's timeout while turns are in
+flight and cuts every connection, and none of them exits; every turn still ends exactly
+once, each tool run once.
 
 Before, a JetStream request that timed out there ended the service: `consumer_info` in
 binding a durable (`bus.durables.bound_config`) or in the runner's resume
@@ -102,6 +103,12 @@ async def test_no_service_exits_when_nats_hiccups_at_start_and_at_resume(
 
         sessions = [f"hiccup-{i}" for i in range(TURNS)]
         await asyncio.gather(*(publish_command(bus, s, message_command(s, "go")) for s in sessions))
+        # turns in flight: everything the server sends comes 6 s late (past a request's
+        # 5 s timeout) for 10 s
+        proxy.delay_s = 6.0
+        await asyncio.sleep(10)
+        proxy.delay_s = 0.0
+        assert not exited(d), f"a service exited while NATS was slow: {exited(d)}"
         await until(bus, "ToolInvocationStarted", TURNS, timeout=60)
 
         # resume: the runner killed with its tools running and started again while no
