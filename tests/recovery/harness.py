@@ -73,6 +73,11 @@ class Deployment:
                     return
                 await asyncio.sleep(0.1)
 
+    def said(self, name: str) -> bool:
+        """Whether the process started as `name` has logged anything yet."""
+        log = self.root / f"{name}.log"
+        return log.exists() and log.stat().st_size > 0
+
     def signal(self, name: str, sig: signal.Signals) -> None:
         self.procs[name].send_signal(sig)
 

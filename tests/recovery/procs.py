@@ -58,6 +58,11 @@ def registry() -> ToolRegistry:
 
 def main() -> None:
     service = sys.argv[1]
+    if service == "http":  # the HTTP face: its own entry point (uvicorn, its own signals)
+        from turnstream.http.app import main as http_main
+
+        http_main()
+        return
     serves = {
         "gateway": partial(gateway.serve, tools=registry()),
         "approval": approval.serve,

@@ -119,21 +119,23 @@ def test_a_service_refuses_to_start_before_the_setup_step(tmp_path: Path) -> Non
         assert sorted(asyncio.run(_streams_of(server))) == sorted(set(names))
 
 
-def test_a_service_refuses_to_start_without_its_durable(tmp_path: Path) -> None:
+@pytest.mark.parametrize("user", ["tool-executor", "audit"])
+def test_a_service_refuses_to_start_without_its_durable(tmp_path: Path, user: str) -> None:
     """The setup step makes the durables; a service binds to its own and never makes one:
-    without it (here deleted by the operator) it stops at once, naming the step."""
+    without it (here deleted by the operator) it stops at once, naming the step. The
+    audit too, whose partition's worker binds it (not a partition handed over for ever)."""
     with secure_server_in(tmp_path) as server:
 
-        async def setup_without_the_executors_durable() -> None:
+        async def setup_without_the_durable() -> None:
             await apply_as_operator(server)
             operator = await connect(server.url("operator"), SUBJECTS)
-            await operator.js.delete_consumer("TS_LOG", "tool-executor")
+            await operator.js.delete_consumer("TS_LOG", user)
             await operator.close()
 
-        asyncio.run(setup_without_the_executors_durable())
-        started = start_as(server, "tool_executor", tmp_path)
+        asyncio.run(setup_without_the_durable())
+        started = start_as(server, user.replace("-", "_"), tmp_path)
         assert started.returncode == 2, started.stderr
-        assert "consumer tool-executor on TS_LOG missing" in started.stderr
+        assert f"consumer {user} on TS_LOG missing" in started.stderr
         assert "turnstream streams apply" in started.stderr
         assert "Traceback" not in started.stderr
 

@@ -32,6 +32,7 @@ import orjson
 from turnstream.bus import Bus
 from turnstream.bus.durables import APPROVAL
 from turnstream.bus.leases import LeaseTable, Ownership
+from turnstream.bus.retry import retried, stoppable
 from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalDecision, ApprovalState
 from turnstream.core.events import Event, ToolCallModeInvoked, TurnEnded
@@ -268,7 +269,8 @@ class ApprovalService:
         `stop`."""
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self.leases.watch_expiries(self.wake, stop, self._seen_holder))
-            await self._resume_open_prompts()
+            resumed = retried("the sessions with a prompt open", self._resume_open_prompts)
+            await stoppable(resumed, stop)  # NATS slow: asked again, never an exit
 
     async def _resume_open_prompts(self) -> None:
         """After a restart: load every session that may have a prompt still open, so its

@@ -27,6 +27,7 @@ from turnstream.audit.checks import CheckConfig
 from turnstream.audit.journal import chain_path
 from turnstream.audit.worker import PartitionAudit
 from turnstream.bus import Bus
+from turnstream.bus.streams import StreamsMissing
 from turnstream.runtime import now, run_service, service_bus, source_name
 from turnstream.runtime.leasing import LeasePolicy
 from turnstream.runtime.partitions import PartitionOwner
@@ -85,8 +86,10 @@ class AuditService:
         self.workers[k] = worker
         try:
             await worker.serve(stop)
-        except ValueError:
-            raise  # its audit file is broken: the service stops, naming it (as at a start)
+        except (ValueError, StreamsMissing):
+            # its audit file is broken, or its durable missing: the service stops, naming
+            # it (as at a start)
+            raise
         except Exception:
             # e.g. the server away while taking over: the partition is handed over and
             # taken again (here or elsewhere) on a later round

@@ -42,6 +42,7 @@ from turnstream.audit.projections import put_all, read_summary
 from turnstream.audit.report import NotOwner, report_once
 from turnstream.bus import Bus
 from turnstream.bus.durables import AUDIT, bound_config
+from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
 from turnstream.core.subjects import is_session_id, session_key
 from turnstream.core.summary import SessionSummary
@@ -96,7 +97,11 @@ class PartitionAudit:
     async def serve(self, stop: asyncio.Event) -> None:
         """Take the partition over, then audit what comes until `stop` or the lease is lost."""
         subjects = self.bus.subjects
-        self.kv = await self.bus.js.key_value(subjects.sessions_bucket)
+        bucket = subjects.sessions_bucket
+        # NATS slow: asked again until it answers or the partition is not ours any more
+        self.kv = await stoppable(retried(f"bucket {bucket}", self._sessions_kv), stop)
+        if self.kv is None:
+            return
         try:
             if not await self._open_journal(stop):
                 return
@@ -119,7 +124,9 @@ class PartitionAudit:
             self._forget()
             # the setup step made the durable (a new one starts at the log's first event:
             # what the scan read comes again once, and is passed over)
-            await bound_config(self.bus.js, subjects, AUDIT, self.stream, self.partition)
+            bound = bound_config(self.bus.js, subjects, AUDIT, self.stream, self.partition)
+            if await stoppable(bound, stop) is None:
+                return
             intake = await Intake(self.bus.nc, self.stream, DURABLE).start()
             log.info("audit partition %d consuming %s", self.partition, self.stream)
             try:
@@ -129,6 +136,9 @@ class PartitionAudit:
                 await intake.stop()
         finally:
             self.journal.close()
+
+    async def _sessions_kv(self) -> Any:
+        return await self.bus.js.key_value(self.bus.subjects.sessions_bucket)
 
     async def _open_journal(self, stop: asyncio.Event) -> bool:
         """Open the partition's audit file (waiting while another process of this data

@@ -20,16 +20,17 @@ import nats
 from nats.aio.client import Client
 
 from turnstream.bus.durables import ensure_durables
-from turnstream.bus.kv import cannot_place
 from turnstream.bus.permissions import Refusals
+from turnstream.bus.retry import retried
 from turnstream.bus.store import JetStreamEventStore
 from turnstream.bus.streams import StreamLimits, check_streams, ensure_streams
 from turnstream.core.subjects import Subjects
 
 log = logging.getLogger(__name__)
 ENSURE_WITHIN_S = 30.0
-"""How long a starting service keeps asking for its streams: a cluster that is coming up
-(no JetStream meta leader yet) does not answer at first."""
+"""How long the setup step keeps asking for the streams: a cluster that is coming up (no
+JetStream meta leader yet) does not answer at first. A service asks until it is answered
+(`check_within`)."""
 
 
 _HEADER_NAMES: dict[bytes, str] = {}
@@ -176,10 +177,12 @@ async def connect(
     check: bool = False,
     connect_timeout: float = 5.0,
     inbox_prefix: str | None = None,
+    check_within: float | None = ENSURE_WITHIN_S,
 ) -> Bus:
     """Connect; with `ensure`, run the setup step (create or update the streams and
-    buckets) first; with `check`, `StreamsMissing` unless they exist (a service). Replies
-    come on `inbox_prefix` (default: the URL's user's own, `inbox_of`).
+    buckets) first; with `check`, `StreamsMissing` unless they exist (a service), asked
+    again while NATS does not answer for up to `check_within` seconds (None: until it
+    answers). Replies come on `inbox_prefix` (default: the URL's user's own, `inbox_of`).
 
     A server that refuses the credentials ends the attempt at once with an error naming
     the user (nats-py would otherwise retry forever)."""
@@ -239,7 +242,7 @@ async def connect(
         if ensure is not None:
             await _ensure_within(js, subjects, ensure, ENSURE_WITHIN_S, refusals)
         if check:
-            await _check_within(js, subjects, ENSURE_WITHIN_S, refusals)
+            await _check_within(js, subjects, check_within, refusals)
     except nats.errors.TimeoutError as exc:
         await nc.close()
         denied = refusals.latest()  # not a slow cluster: this user may not ask that
@@ -263,29 +266,29 @@ async def _ensure_within(
         await ensure_streams(js, subjects, limits)
         await ensure_durables(js, subjects, limits.a2a_push_timeout_s)
 
-    await _within(setup, within, refusals)
+    await retried("the setup of the streams", _refused_said(setup, refusals), within=within)
 
 
-async def _check_within(js: Any, subjects: Subjects, within: float, refusals: Refusals) -> None:
-    await _within(lambda: check_streams(js, subjects), within, refusals)
-
-
-async def _within(
-    step: Callable[[], Awaitable[None]], within: float, refusals: Refusals | None
+async def _check_within(
+    js: Any, subjects: Subjects, within: float | None, refusals: Refusals
 ) -> None:
-    """`step`, asked again while JetStream times out or cannot place replicas yet (a
-    cluster coming up), for up to `within`; not when the server refused this user."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
+    check = _refused_said(lambda: check_streams(js, subjects), refusals)
+    await retried("the look at the streams", check, within=within)
+
+
+def _refused_said(
+    step: Callable[[], Awaitable[None]], refusals: Refusals | None
+) -> Callable[[], Awaitable[None]]:
+    """`step`, with a timeout that is the server refusing this user a request (it answers
+    nothing) raised as that refusal, which no retry fixes."""
+
+    async def said() -> None:
         try:
             await step()
-            return
-        except Exception as exc:  # StreamsMissing and the like: not a slow cluster
-            if not isinstance(exc, nats.errors.TimeoutError) and not cannot_place(exc):
-                raise
-            if refusals is not None and refusals.latest() is not None:
-                raise
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            log.warning("JetStream cannot set up the streams yet (%s); asking again", exc)
-            await asyncio.sleep(0.5)
+        except nats.errors.TimeoutError as exc:
+            denied = refusals.latest() if refusals is not None else None
+            if denied is not None:
+                raise denied from exc
+            raise
+
+    return said

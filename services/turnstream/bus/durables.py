@@ -24,6 +24,7 @@ from typing import Any
 from nats.js import api
 from nats.js.errors import NotFoundError
 
+from turnstream.bus.retry import retried
 from turnstream.bus.streams import SETUP_STEP, StreamsMissing
 from turnstream.core.subjects import Subjects
 
@@ -195,9 +196,13 @@ async def bound_config(
 ) -> api.ConsumerConfig:
     """The definition of `durable` on `stream` as the server has it, for a service to bind
     to: `DurableMissing`, naming the setup step, if it does not exist. One defined otherwise
-    than this version expects is used as it is, with a warning naming the fix."""
+    than this version expects is used as it is, with a warning naming the fix. NATS not
+    answering is asked again until it does (`bus.retry`)."""
     try:
-        info = await js.consumer_info(stream, durable.name)
+        info = await retried(
+            f"consumer {durable.name} on {stream}",
+            lambda: js.consumer_info(stream, durable.name),
+        )
     except NotFoundError as exc:
         raise DurableMissing(f"consumer {durable.name} on {stream} missing: {SETUP_STEP}") from exc
     made: api.ConsumerConfig = info.config

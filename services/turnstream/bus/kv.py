@@ -14,6 +14,7 @@ import orjson
 from nats.js.errors import BadRequestError
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
+from turnstream.bus.retry import cannot_place, retried, stoppable
 from turnstream.bus.scan import subject_counts
 from turnstream.bus.store import APPEND_TIMEOUT_S, WRONG_LAST_SEQUENCE
 
@@ -55,14 +56,6 @@ class KvWrites:
 
 
 PLACEMENT_WITHIN_S = 30.0
-NO_PLACEMENT = 10005
-"""JetStream's `no suitable peers for placement`: a cluster with a peer not (yet) online."""
-
-
-def cannot_place(exc: BaseException) -> bool:
-    """A cluster cannot place a stream's or bucket's replicas yet (a node joining or
-    restarting): worth asking again."""
-    return isinstance(exc, BadRequestError) and exc.err_code == NO_PLACEMENT
 
 
 async def open_or_create(js: Any, config: Any) -> Any:
@@ -97,15 +90,15 @@ async def watch(
 ) -> None:
     """Hand each entry of the bucket `open_kv()` opens whose key matches `keys` (its
     current values, then every change) to `on_entry` until `stop` is set. Opening it and
-    following it are retried until they work: a service must outlive a bucket that does
-    not answer for a while (a cluster electing a new leader, a reconnect)."""
-    watcher = None
-    while watcher is None and not stop.is_set():
-        try:
-            watcher = await (await open_kv()).watch(keys)
-        except Exception as exc:
-            log.warning("%s watch could not start (%s); retrying", what, exc)
-            await _sleep(stop, RETRY_S)
+    following it are retried until they work (`bus.retry`, backing off): a service must
+    outlive a bucket that does not answer for a while (a cluster electing a new leader, a
+    reconnect)."""
+
+    async def start() -> Any:
+        return await (await open_kv()).watch(keys)
+
+    anything = lambda _exc: True  # noqa: E731 (a bucket not there yet: the setup step comes)
+    watcher = await stoppable(retried(f"the {what} watch", start, retry_on=anything), stop)
     if watcher is None:
         return
     try:

@@ -14,6 +14,7 @@ from turnstream.bus import Bus
 from turnstream.bus.consume import BATCH, bind_push, kept_in_progress
 from turnstream.bus.durables import GATEWAY
 from turnstream.bus.kv import KvWrites
+from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import scan_log
 from turnstream.bus.streams import existing_bucket
 from turnstream.core.events import (
@@ -173,7 +174,10 @@ async def _consume(
             await msg.ack()
 
     bucket = subjects.idempotency_bucket
-    claims = await existing_bucket(bus.js, bucket)
+    opened = retried(f"bucket {bucket}", lambda: existing_bucket(bus.js, bucket))
+    claims = await stoppable(opened, stop)  # NATS slow: asked again until it answers
+    if claims is None:
+        return  # stopped before NATS answered
     claimer = KvWrites(bus.store.appender, bucket)
     arrived: list[Any] = []
     woken = asyncio.Event()
@@ -184,7 +188,11 @@ async def _consume(
 
     stopping = asyncio.ensure_future(stop.wait())
     stopping.add_done_callback(lambda _: woken.set())
-    sub = await bind_push(bus.js, subjects, GATEWAY, subjects.inbound_stream, None, on_msg)
+    binding = bind_push(bus.js, subjects, GATEWAY, subjects.inbound_stream, None, on_msg)
+    sub = await stoppable(binding, stop)  # NATS slow: asked again until it answers
+    if sub is None:
+        stopping.cancel()
+        return
     log.info("gateway consuming %s", subjects.inbound_all)
     try:
         while not stop.is_set():

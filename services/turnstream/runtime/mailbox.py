@@ -28,6 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from turnstream.bus import Bus
 from turnstream.bus.consume import beat, log_push
 from turnstream.bus.durables import SESSION_ACK_WAIT_S, Durable
+from turnstream.bus.retry import stoppable
 from turnstream.bus.scan import stream_seq
 from turnstream.core.events import Event, decode
 from turnstream.runtime.memory import QuietTrim
@@ -300,6 +301,8 @@ async def serve_sessions(
         tasks.create_task(mailboxes.run(stop))
         await asyncio.sleep(0)  # the mailboxes take items from here on
         tasks.create_task(resume())
-        sub = await log_push(bus.js, subjects, durable, on_msg)
+        # bound once NATS answers (`bus.retry`), or not at all if `stop` comes first
+        sub = await stoppable(log_push(bus.js, subjects, durable, on_msg), stop)
         await stop.wait()
-        await sub.unsubscribe()
+        if sub is not None:
+            await sub.unsubscribe()

@@ -18,6 +18,7 @@ from nats.js.errors import KeyNotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.kv import watch
+from turnstream.bus.retry import retried
 from turnstream.bus.streams import existing_bucket, tools_bucket
 from turnstream.core.turn import ToolInfo
 from turnstream.tools.manifest import infos, manifest
@@ -71,8 +72,9 @@ async def watch_tools(
 
 
 async def keep_published(bus: Bus, mcp: Any, base: ToolRegistry, holder: Any) -> None:
-    """Publish `holder.registry`'s manifest now, and again (with `holder.registry` rebuilt
-    from `base` and `mcp`'s tools) whenever an MCP server's tools change."""
+    """Publish `holder.registry`'s manifest now (asked again while NATS does not answer),
+    and again (with `holder.registry` rebuilt from `base` and `mcp`'s tools) whenever an
+    MCP server's tools change."""
 
     async def changed() -> None:
         holder.registry = mcp.registry(base)
@@ -82,4 +84,4 @@ async def keep_published(bus: Bus, mcp: Any, base: ToolRegistry, holder: Any) ->
             log.error("publishing the tool manifest failed: %s", exc)
 
     mcp.listeners.append(changed)
-    await publish(bus, holder.registry)
+    await retried("the tool manifest's publication", lambda: publish(bus, holder.registry))

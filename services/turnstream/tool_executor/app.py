@@ -34,6 +34,7 @@ from turnstream.bus import Bus
 from turnstream.bus.consume import InProgress, log_push
 from turnstream.bus.durables import TOOL_EXECUTOR
 from turnstream.bus.kv import KvWrites
+from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import scan_log
 from turnstream.core.approval import ApprovalConfig
 from turnstream.core.events import (
@@ -121,7 +122,10 @@ class Executor:
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
         self.workspace.mkdir(parents=True, exist_ok=True)
-        self.kv = await self.bus.js.key_value(subjects.invocations_bucket)
+        bucket = subjects.invocations_bucket
+        self.kv = await stoppable(retried(f"bucket {bucket}", self._claims_kv), stop)
+        if self.kv is None:
+            return  # stopped before NATS answered
         self.blobs = await self._object_store()
         aborts = await self.bus.nc.subscribe(
             subjects.log_kind_live("TurnEnded"), cb=self._on_turn_end
@@ -139,9 +143,11 @@ class Executor:
                     else:
                         await msg.ack()
 
-                sub = await log_push(self.bus.js, subjects, TOOL_EXECUTOR, on_msg)
+                bound = log_push(self.bus.js, subjects, TOOL_EXECUTOR, on_msg)
+                sub = await stoppable(bound, stop)  # NATS slow: asked again until it answers
                 await stop.wait()
-                await sub.unsubscribe()
+                if sub is not None:
+                    await sub.unsubscribe()
                 for task, _ in list(self.running.values()):
                     task.cancel()
                 await self._wind_down()
@@ -401,6 +407,9 @@ class Executor:
             )
         await starting.with_result(event)
 
+    async def _claims_kv(self) -> Any:
+        return await self.bus.js.key_value(self.bus.subjects.invocations_bucket)
+
     async def _object_store(self) -> Any:
         """The blobs bucket, or None when it is missing or not permitted (a result over the
         budget then fails with a reason; everything else goes on)."""
@@ -508,7 +517,8 @@ async def serve(
             claims_kept=timedelta(days=settings.invocation_max_age_days) or None,
             approval=settings.approval_config(),
         )
-        await keep_published(bus, mcp, base, executor)  # the manifest the runners watch
+        # the manifest the runners watch; NATS slow: asked again until it answers
+        await stoppable(keep_published(bus, mcp, base, executor), stop)
         await executor.serve(stop)
 
 

@@ -30,7 +30,9 @@ from turnstream.bus import Bus
 from turnstream.bus.consume import Subscriptions, log_push
 from turnstream.bus.durables import Durable
 from turnstream.bus.leases import LeaseTable, Ownership
+from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import open_sessions, scan_log
+from turnstream.bus.streams import StreamsMissing
 from turnstream.core.events import decode
 from turnstream.runtime.leasing import LeasePolicy, keep_leases
 from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
@@ -140,11 +142,18 @@ async def wake_unacked(
         wake(session_id)
 
 
-async def wake_waiting(served: Served, stream: str | None = None) -> None:
+async def wake_waiting(served: Served, stop: asyncio.Event, stream: str | None = None) -> None:
     """Wake every session waiting on the runner that takes it (in `stream` only, if
-    given): open work (`wake_open`) and facts delivered and not acked (`wake_unacked`)."""
-    await wake_open(served.bus, served.wake, stream)
-    await wake_unacked(served.bus, served.wake, served.consumer, stream)
+    given): open work (`wake_open`) and facts delivered and not acked (`wake_unacked`).
+    Each is asked again while NATS does not answer (`bus.retry`), until `stop`: a runner
+    never ends because its resume found NATS slow (waking a session twice costs a reload)."""
+    bus, wake, where = served.bus, served.wake, stream or "the log"
+    opened = retried(f"the open sessions of {where}", lambda: wake_open(bus, wake, stream))
+    await stoppable(opened, stop)
+    if stop.is_set():
+        return
+    unacked = lambda: wake_unacked(bus, wake, served.consumer, stream)  # noqa: E731
+    await stoppable(retried(f"the facts not acked on {where}", unacked), stop)
 
 
 class SessionLeases:
@@ -170,7 +179,7 @@ class SessionLeases:
             # one still leased elsewhere is woken again when its lease expires
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.leases.watch_expiries(served.wake, stop))
-                await wake_waiting(served)
+                await wake_waiting(served, stop)
 
         policy, open_work = self.policy, served.open_work
         async with asyncio.TaskGroup() as tasks:
@@ -258,16 +267,15 @@ class PartitionSessions:
         bus = served.bus
         subs = Subscriptions()
         try:
-            subs = await log_push(
-                bus.js,
-                bus.subjects,
-                served.consumer,
-                on_msg,
-                partitions=[k],
-            )
+            bound = log_push(bus.js, bus.subjects, served.consumer, on_msg, partitions=[k])
+            subs = await stoppable(bound, stop) or subs  # NATS slow: until the lease goes
+            if stop.is_set():
+                return
             log.info("turn-runner %s acts for partition %d", self.owner, k)
-            await wake_waiting(served, self.subjects.log_stream_at(k))
+            await wake_waiting(served, stop, self.subjects.log_stream_at(k))
             await stop.wait()
+        except StreamsMissing:
+            raise  # the durable is missing: the setup step is to run (exit 2, naming it)
         except Exception:
             # e.g. the server away while taking it: the worker ends, the partition is handed
             # over and taken again (here or elsewhere) on a later round

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from turnstream.bus.durables import Durable, bound_config
+from turnstream.bus.retry import stoppable
 from turnstream.core.subjects import Subjects
 
 log = logging.getLogger("turnstream.http.push")
@@ -41,8 +42,8 @@ async def bind_when_ready(
     """`bind`, once the setup step has made the durable and NATS answers; None if `stop`
     came first."""
     while not stop.is_set():
-        try:
-            return await bind(js, subjects, durable, stream)
+        try:  # NATS slow: `bound_config` asks again, until `stop`
+            return await stoppable(bind(js, subjects, durable, stream), stop)
         except Exception as exc:
             log.info("push delivery waits for its consumer (%s)", exc)
             await stopped_within(stop, 1.0)
