@@ -132,6 +132,47 @@ async def _sleep(stop: asyncio.Event, seconds: float) -> None:
             await stop.wait()
 
 
+async def recent_values(
+    nc: Any, bucket: str, want: Callable[[str, bytes], bool], limit: int
+) -> tuple[list[tuple[str, bytes]], int]:
+    """The `limit` keys of `bucket` changed last whose value `want(key, value)` takes, the
+    latest first, and how many keys the bucket has; without a consumer. A bucket keeps
+    one message per key, in the order they were last written, so the stream's tail is
+    the keys changed last: it is read back from the end (each message by
+    `next_by_subj` from a sequence, a window at a time, doubling), not key by key, so
+    listing the newest of 100,000 costs about what listing the newest of 100 does."""
+    stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
+    info = orjson.loads((await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"")).data)
+    state = info.get("state") or {}
+    first, last = int(state.get("first_seq") or 0), int(state.get("last_seq") or 0)
+    found: list[tuple[str, bytes]] = []
+    seen: set[str] = set()
+    window, upper = max(2 * limit, 32), last
+    while upper >= first and len(found) < limit and upper > 0:
+        lower = max(first, upper - window + 1)
+        batch: list[tuple[str, bytes]] = []
+        seq = lower
+        while seq <= upper:
+            reply = await nc.request(
+                f"$JS.API.STREAM.MSG.GET.{stream}",
+                orjson.dumps({"seq": seq, "next_by_subj": prefix + ">"}),
+                timeout=5,
+            )
+            message = orjson.loads(reply.data).get("message")
+            if not message or int(message["seq"]) > upper:
+                break
+            seq = int(message["seq"]) + 1
+            data = base64.b64decode(message.get("data") or "")
+            if data:  # a delete marker: the key has no value now
+                batch.append((str(message["subject"]).removeprefix(prefix), data))
+        for key, value in reversed(batch):  # the latest first
+            if key not in seen and want(key, value):
+                seen.add(key)
+                found.append((key, value))
+        upper, window = lower - 1, window * 2
+    return found[:limit], int(state.get("num_subjects") or state.get("messages") or 0)
+
+
 async def current_values(nc: Any, bucket: str, *, concurrency: int = 32) -> dict[str, bytes]:
     """Every key of `bucket` with a value now, without a consumer (a KV watch creates one,
     which no user but the setup operator may: ops/accounts.conf): the server lists the
@@ -144,7 +185,9 @@ async def current_values(nc: Any, bucket: str, *, concurrency: int = 32) -> dict
     async def last(subject: str) -> bytes:
         async with asyncio.timeout(RETRY_S * 20), asking:
             reply = await nc.request(
-                f"$JS.API.STREAM.MSG.GET.{stream}", orjson.dumps({"last_by_subj": subject})
+                f"$JS.API.STREAM.MSG.GET.{stream}",
+                orjson.dumps({"last_by_subj": subject}),
+                timeout=RETRY_S * 20,
             )
         message = orjson.loads(reply.data).get("message") or {}
         return base64.b64decode(message.get("data") or "")  # a delete marker: none

@@ -192,33 +192,91 @@ def rebuild(nats_url: NatsUrl = None, data_dir: DataDir = None) -> None:
     console.print(f"; found but not yet appended: {done.unreported}" if done.unreported else "")
 
 
-def sessions(as_json: AsJson = False, nats_url: NatsUrl = None, data_dir: DataDir = None) -> None:
-    """The session summaries the audit service keeps in the sessions KV bucket."""
-    from turnstream.bus.kv import current_values
+def sessions(
+    as_json: AsJson = False,
+    limit: Annotated[int, typer.Option(help="Show the sessions changed last, this many.")] = 20,
+    status: Annotated[
+        str | None, typer.Option(help="Only sessions in this status (active, idle, …).")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="Only sessions changed since: a duration (30m, 2h, 7d) or a date."),
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every session, by id (slow for many).")
+    ] = False,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """The session summaries the audit service keeps in the sessions KV bucket: the ones
+    changed last (`--limit`), with how many there are in all."""
+    from turnstream.bus.kv import current_values, recent_values
     from turnstream.core.summary import SessionSummary
 
-    async def read(bus: Bus) -> list[SessionSummary]:
-        # by direct get, not a KV watch: a watch creates a consumer, which the admin (and
-        # any user but the setup operator) may not
-        values = await current_values(bus.nc, bus.subjects.sessions_bucket)
-        out = []
-        for key, value in sorted(values.items()):
-            try:
-                out.append(SessionSummary.from_json(value))
-            except (ValueError, TypeError):
-                err.print(f"[yellow]skipped an unreadable summary under {key}[/]")
-        return sorted(out, key=lambda s: s.session_id)
+    after = _since(since)
 
-    summaries = run_on_bus(settings_of(nats_url, data_dir), read)
+    def summary_of(key: str, value: bytes) -> SessionSummary | None:
+        try:
+            return SessionSummary.from_json(value)
+        except (ValueError, TypeError):
+            err.print(f"[yellow]skipped an unreadable summary under {key}[/]")
+            return None
+
+    def wanted(summary: SessionSummary | None) -> bool:
+        return (
+            summary is not None
+            and (status is None or summary.status == status)
+            and (after is None or (summary.updated_at is not None and summary.updated_at >= after))
+        )
+
+    async def read(bus: Bus) -> tuple[list[SessionSummary], int]:
+        # by message gets, not a KV watch: a watch creates a consumer, which the admin (and
+        # any user but the setup operator) may not
+        bucket = bus.subjects.sessions_bucket
+        if every:
+            values = await current_values(bus.nc, bucket)
+            found = [summary_of(key, value) for key, value in values.items()]
+            kept = [s for s in found if wanted(s) and s is not None]
+            return sorted(kept, key=lambda s: s.session_id), len(values)
+        recent, total = await recent_values(
+            bus.nc, bucket, lambda key, value: wanted(summary_of(key, value)), limit
+        )
+        return [s for _, v in recent if (s := summary_of("", v)) is not None], total
+
+    summaries, total = run_on_bus(settings_of(nats_url, data_dir), read)
     if as_json:
         for summary in summaries:
             sys.stdout.write(summary.to_json().decode() + "\n")
         return
     if not summaries:
+        if total:
+            console.print(f"no session of the {total} matches (--status, --since)")
+            return
         console.print("no sessions (is the audit service running? `turnstream audit rebuild`)")
         _other_mode_note(settings_of(nats_url, data_dir))
         return
     console.print(sessions_table(summaries, console.width))
+    if not every and total > len(summaries):
+        console.print(
+            f"[dim]{len(summaries)} changed last of {total} session(s); "
+            "--limit N for more, --all for every one, --status / --since to filter[/]"
+        )
+
+
+def _since(text: str | None) -> datetime | None:
+    """`--since`: a duration back from now (30m, 2h, 7d) or an ISO date; None if absent."""
+    from datetime import timedelta
+
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text[-1:] in units and text[:-1].isdigit():
+        return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: a duration (30m, 2h, 7d) or a date") from exc
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
@@ -241,7 +299,8 @@ def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
     table.add_column("updated", no_wrap=True)
     table.add_column("last reply", ratio=1, min_width=16, no_wrap=True, overflow="ellipsis")
     for s in summaries:
-        status = f"[{_STYLE.get(s.status, '')}]{s.status}[/]"
+        style = _STYLE.get(s.status)
+        status = f"[{style}]{s.status}[/]" if style else s.status
         if s.violations and not wide:
             status += f" [red]({s.violations} violations)[/]"
         reply = escape(" ".join((s.last_reply or "").split())[: 200 if wide else 120])
