@@ -21,9 +21,11 @@ import itertools
 import re
 import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
+
+from turnstream.bus.full import ALARM, full_code
 
 Item = tuple[str, bytes, dict[str, str]]
 """subject, payload, headers"""
@@ -88,6 +90,18 @@ class AppendError(Exception):
         self.index = index
 
 
+class LogFull(AppendError):
+    """JetStream refused a message for want of storage (`turnstream.bus.full`): nothing of
+    it is stored, and it will be refused again until an operator frees space."""
+
+
+def refused(err_code: int, description: str, index: int = 0) -> AppendError:
+    """The error of a refused message: `LogFull` when storage is the cause."""
+    if full_code(err_code, description):
+        return LogFull(err_code, description, index)
+    return AppendError(err_code, description, index)
+
+
 TICK_S = 0.5
 """How often the batches in flight are checked against their deadlines: one timer for
 all of them, not one per batch (`asyncio.timeout` around each cost more than the rest of
@@ -146,7 +160,7 @@ class PipelinedAppender:
         batch = self.batches[key] = _Batch(len(items), self._deadline(timeout))
         try:
             await self._send(items, [f"{inbox}.{key}.{index}" for index in range(len(items))])
-            return await batch.future
+            return _reported(await _watched(batch.future, items[0][0]), items[0][0])
         finally:
             del self.batches[key]
 
@@ -166,7 +180,7 @@ class PipelinedAppender:
         ]
         try:
             await self._send(items, replies)
-            return await batch.future
+            return _reported(await _watched(batch.future, items[0][0]), items[0][0])
         finally:
             del self.fast[key]
 
@@ -227,7 +241,7 @@ class PipelinedAppender:
         error = reply.get("error")
         if error is not None:
             err_code, description = int(error.get("err_code", 0)), str(error.get("description"))
-            batch.future.set_exception(AppendError(err_code, description, int(tokens[4])))
+            batch.future.set_exception(refused(err_code, description, int(tokens[4])))
         elif reply.get("count") != batch.size or not reply.get("seq"):
             detail = (
                 f"the commit stored {reply.get('count')} of {batch.size} at seq {reply.get('seq')}"
@@ -248,10 +262,28 @@ class PipelinedAppender:
         error = ack.get("error")
         if error is not None:
             batch.future.set_exception(
-                AppendError(int(error.get("err_code", 0)), str(error.get("description")))
+                refused(int(error.get("err_code", 0)), str(error.get("description")))
             )
             return
         batch.seqs[int(index)] = int(ack["seq"])
         batch.remaining -= 1
         if batch.remaining == 0:
             batch.future.set_result(batch.seqs)
+
+
+T = TypeVar("T")
+
+
+async def _watched(future: asyncio.Future[T], subject: str) -> T:
+    """`await future`; a refusal for storage reported to the process's alarm."""
+    try:
+        return await future
+    except LogFull as exc:
+        ALARM.refusal(exc, subject)
+        raise
+
+
+def _reported(result: T, subject: str) -> T:
+    """An append to `subject` went through: the alarm of its kind, if on, is over."""
+    ALARM.stored(subject)
+    return result
