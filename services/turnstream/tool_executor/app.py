@@ -31,8 +31,10 @@ import orjson
 from nats.js.errors import KeyNotFoundError, ObjectNotFoundError
 
 from turnstream.bus import Bus
+from turnstream.bus.appender import LogFull
 from turnstream.bus.consume import InProgress, log_push
 from turnstream.bus.durables import TOOL_EXECUTOR
+from turnstream.bus.full import backoff_s
 from turnstream.bus.kv import KvWrites
 from turnstream.bus.scan import scan_log
 from turnstream.core.approval import ApprovalConfig
@@ -465,13 +467,18 @@ class Executor:
 
 async def _until_done(what: str, attempt: Callable[[], Awaitable[Any]]) -> None:
     """`attempt()` again, backing off up to `RETRY_MAX_S`, until it succeeds."""
-    delay = 0.5
+    delay, refusals = 0.5, 0
     while True:
         try:
             await attempt()
             return
         except asyncio.CancelledError:
             raise
+        except LogFull:
+            # the store is full (the alarm logged it once): the result waits in memory,
+            # backing off further, until space is freed
+            refusals += 1
+            await asyncio.sleep(backoff_s(refusals))
         except Exception as exc:
             log.warning("%s failed (%r); retrying in %.1f s", what, exc, delay)
             await asyncio.sleep(delay)
