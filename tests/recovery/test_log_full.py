@@ -8,14 +8,19 @@ too."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from nats.js import api
+from nats.js.errors import ServiceUnavailableError
 
 from tests.recovery.harness import ROOT, check_invariants, deployment, events, wait_for
+from turnstream.bus.embedded import EmbeddedServer
+from turnstream.bus.streams import dead_letter_stream
 from turnstream.client import message_command, publish_command
 from turnstream.core.events import TurnEnded
 
@@ -90,6 +95,93 @@ async def test_the_log_full_loses_nothing_and_recovers(tmp_path: Path) -> None:
             await check_invariants(bus, session)
         status = cli(d.env, "status")
         assert status.returncode == 0, status.stdout + status.stderr
+        for name, proc in d.procs.items():
+            assert proc.poll() is None, f"{name} exited"
+
+
+BIG_SCRIPT = f"""
+replies:
+  - text: "{"x" * 40_000}"
+    delay_ms: 2000
+    chunks: whole
+"""
+ROOM = 8_000
+"""Bytes left in the log: less than the model's answer, more than a turn's end."""
+
+
+async def test_a_turn_whose_answer_does_not_fit_ends_storage_full_at_once(
+    tmp_path: Path,
+) -> None:
+    async with deployment(tmp_path, BIG_SCRIPT, services=(*_services(),)) as (d, bus):
+        await publish_command(bus, "big", message_command("big", "hi"))
+        await wait_for(bus, "big", "ProviderRequestStarted")
+        info = await bus.js.stream_info(bus.subjects.log_stream)
+        config = info.config
+        config.max_bytes, config.discard = info.state.bytes + ROOM, api.DiscardPolicy.NEW
+        await bus.js.update_stream(config)
+        [ended] = await wait_for(bus, "big", "TurnEnded", timeout=30)
+        assert isinstance(ended, TurnEnded)
+        assert (ended.data.status, ended.data.failure_class) == ("failed", "storage_full")
+        assert "maximum bytes exceeded" in (ended.data.reason or "")
+        log = await check_invariants(bus, "big")
+        assert "ProviderRequestCompleted" not in {e.type for e in log}
+        assert log[-1].type == "SessionTurnEnd"
+        said = (tmp_path / "turn_runner.log").read_text()
+        assert said.count(FULL) == 1 and "Traceback" not in said
+        for name, proc in d.procs.items():
+            assert proc.poll() is None, f"{name} exited"
+
+
+STORE_LIMIT = 4 * 1024 * 1024
+
+
+async def test_the_servers_store_full_is_ridden_out_and_a_purge_frees_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's `max_file_store` reached (every stream and bucket refused, the leases
+    too), here by dead letters: the same guarantees; `nats stream purge TS_DEAD` frees it."""
+    plain = EmbeddedServer.server_config
+
+    def limited(server: EmbeddedServer) -> str:
+        return plain(server).replace(
+            "sync_interval:", f"max_file_store: {STORE_LIMIT}, sync_interval:"
+        )
+
+    monkeypatch.setattr(EmbeddedServer, "server_config", limited)
+    async with deployment(tmp_path, SCRIPT, services=(*_services(),)) as (d, bus):
+        await publish_command(bus, "inflight", message_command("inflight", "hi"))
+        await wait_for(bus, "inflight", "ProviderRequestStarted")
+        d.signal("gateway", signal.SIGSTOP)  # a command stored, not yet taken
+        await publish_command(bus, "queued", message_command("queued", "hi"))
+        dead = dead_letter_stream(bus.subjects.prefix)
+        with contextlib.suppress(ServiceUnavailableError):  # the store full
+            for _ in range(STORE_LIMIT // 100_000 + 1):
+                await bus.js.publish(f"{bus.subjects.prefix}.dead.junk", b"x" * 100_000)
+        d.signal("gateway", signal.SIGCONT)
+        await asyncio.sleep(6)
+
+        for name, proc in d.procs.items():
+            assert proc.poll() is None, f"{name} exited"
+        for name in ("gateway", "turn_runner"):
+            said = (tmp_path / f"{name}.log").read_text()
+            assert FULL in said, f"{name} did not say '{FULL}'"
+            assert "Traceback" not in said, f"{name} logged a traceback"
+        assert not [e for e in await events(bus, "inflight") if e.type == "TurnEnded"]
+        assert not await events(bus, "queued")
+        status = cli(d.env, "status")
+        assert status.returncode == 1 and FULL in status.stdout, status.stdout + status.stderr
+
+        await bus.js.purge_stream(dead)  # the documented purge
+        [ended] = await wait_for(bus, "inflight", "TurnEnded", timeout=90)
+        assert isinstance(ended, TurnEnded)
+        assert (ended.data.status, ended.data.failure_class) == ("failed", "storage_full")
+        [queued] = await wait_for(bus, "queued", "TurnEnded", timeout=90)
+        assert isinstance(queued, TurnEnded) and queued.data.status == "completed"
+        await publish_command(bus, "after", message_command("after", "hi"))
+        [after] = await wait_for(bus, "after", "TurnEnded", timeout=60)
+        assert isinstance(after, TurnEnded) and after.data.status == "completed"
+        for session in ("inflight", "queued", "after"):
+            await check_invariants(bus, session)
         for name, proc in d.procs.items():
             assert proc.poll() is None, f"{name} exited"
 
