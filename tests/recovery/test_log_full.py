@@ -19,6 +19,7 @@ from nats.js import api
 from nats.js.errors import ServiceUnavailableError
 
 from tests.recovery.harness import ROOT, check_invariants, deployment, events, wait_for
+from tests.telemetry.receiver import Received, otlp_receiver
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import dead_letter_stream
 from turnstream.client import message_command, publish_command
@@ -148,7 +149,14 @@ async def test_the_servers_store_full_is_ridden_out_and_a_purge_frees_it(
         )
 
     monkeypatch.setattr(EmbeddedServer, "server_config", limited)
-    async with deployment(tmp_path, SCRIPT, services=(*_services(),)) as (d, bus):
+    with otlp_receiver() as (endpoint, received):
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_METRIC_EXPORT_INTERVAL": "500"}
+        await _store_full(tmp_path, received, otel)
+
+
+async def _store_full(tmp_path: Path, received: Received, otel: dict[str, str]) -> None:
+    services = (*_services(), "audit")
+    async with deployment(tmp_path, SCRIPT, services=services, **otel) as (d, bus):
         await publish_command(bus, "inflight", message_command("inflight", "hi"))
         await wait_for(bus, "inflight", "ProviderRequestStarted")
         d.signal("gateway", signal.SIGSTOP)  # a command stored, not yet taken
@@ -170,6 +178,11 @@ async def test_the_servers_store_full_is_ridden_out_and_a_purge_frees_it(
         assert not await events(bus, "queued")
         status = cli(d.env, "status")
         assert status.returncode == 1 and FULL in status.stdout, status.stdout + status.stderr
+        _, points = received.snapshot()
+        full = {p.service for p in points if p.metric == "turnstream.log.full" and p.total == 1}
+        assert {"turnstream-gateway", "turnstream-turn-runner"} <= full, full
+        refused = [p for p in points if p.metric == "turnstream.log.appends_refused"]
+        assert refused and all(p.total >= 1 for p in refused)
 
         await bus.js.purge_stream(dead)  # the documented purge
         [ended] = await wait_for(bus, "inflight", "TurnEnded", timeout=90)
