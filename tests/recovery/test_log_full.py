@@ -178,6 +178,8 @@ async def _store_full(tmp_path: Path, received: Received, otel: dict[str, str]) 
         assert not await events(bus, "queued")
         status = cli(d.env, "status")
         assert status.returncode == 1 and FULL in status.stdout, status.stdout + status.stderr
+        sent = cli(d.env, "send", "refused", "hi", "-q")  # a new command: refused, said so
+        assert sent.returncode == 2 and FULL in sent.stderr, sent.stdout + sent.stderr
         _, points = received.snapshot()
         full = {p.service for p in points if p.metric == "turnstream.log.full" and p.total == 1}
         assert {"turnstream-gateway", "turnstream-turn-runner"} <= full, full
