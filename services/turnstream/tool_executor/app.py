@@ -170,6 +170,8 @@ class Executor:
             await self._run_one(msg, request)
         except asyncio.CancelledError:
             raise
+        except LogFull:  # its claim refused for storage (the alarm said so once): not run
+            await _nak(msg, backoff_s(int(msg.metadata.num_delivered)))
         except Exception:
             log.exception("invocation %s: left for redelivery", request.data.invocation_id)
 
@@ -483,6 +485,14 @@ async def _until_done(what: str, attempt: Callable[[], Awaitable[Any]]) -> None:
             log.warning("%s failed (%r); retrying in %.1f s", what, exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
+
+
+async def _nak(msg: Any, delay: float) -> None:
+    """Have `msg` come again after `delay` (lost to an outage: after the ack wait)."""
+    try:
+        await msg.nak(delay=delay)
+    except Exception as exc:
+        log.warning("nak failed: %s", exc)
 
 
 async def _ack(msg: Any) -> None:
