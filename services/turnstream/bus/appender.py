@@ -21,7 +21,7 @@ import itertools
 import re
 import secrets
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
@@ -160,9 +160,15 @@ class PipelinedAppender:
         batch = self.batches[key] = _Batch(len(items), self._deadline(timeout))
         try:
             await self._send(items, [f"{inbox}.{key}.{index}" for index in range(len(items))])
-            return _reported(await _watched(batch.future, items[0][0]), items[0][0])
+            seqs = await batch.future
+        except LogFull as exc:
+            ALARM.refusal(exc, items[0][0])
+            raise
         finally:
             del self.batches[key]
+        if ALARM.runs:  # refusals were seen: this append may end them
+            ALARM.stored(items[0][0])
+        return seqs
 
     async def publish_batch(self, items: Sequence[Item], timeout: float) -> int:
         """Publish `items` (two or more) as one fast-ingest batch; return the last one's
@@ -180,9 +186,15 @@ class PipelinedAppender:
         ]
         try:
             await self._send(items, replies)
-            return _reported(await _watched(batch.future, items[0][0]), items[0][0])
+            seq = await batch.future
+        except LogFull as exc:
+            ALARM.refusal(exc, items[0][0])
+            raise
         finally:
             del self.fast[key]
+        if ALARM.runs:
+            ALARM.stored(items[0][0])
+        return seq
 
     async def _send(self, items: Sequence[Item], replies: Sequence[str]) -> None:
         """Publish `items` with their `replies`, in order: written into the connection's
@@ -269,21 +281,3 @@ class PipelinedAppender:
         batch.remaining -= 1
         if batch.remaining == 0:
             batch.future.set_result(batch.seqs)
-
-
-T = TypeVar("T")
-
-
-async def _watched(future: asyncio.Future[T], subject: str) -> T:
-    """`await future`; a refusal for storage reported to the process's alarm."""
-    try:
-        return await future
-    except LogFull as exc:
-        ALARM.refusal(exc, subject)
-        raise
-
-
-def _reported(result: T, subject: str) -> T:
-    """An append to `subject` went through: the alarm of its kind, if on, is over."""
-    ALARM.stored(subject)
-    return result
