@@ -9,6 +9,7 @@ import httpx
 from nats.js import api
 
 from turnstream.bus import Bus
+from turnstream.bus.full import ALARM
 
 
 async def test_a_command_refused_for_storage_is_a_503_then_accepted_once_there_is_room(
@@ -29,8 +30,10 @@ async def test_a_command_refused_for_storage_is_a_503_then_accepted_once_there_i
         assert problem["failureClass"] == "storage_full" and problem["idempotencyKey"] == "full-1"
         assert "maximum bytes exceeded" in problem["detail"]
         assert r.headers["retry-after"] == "30"
+        assert "ts.in" in ALARM.runs  # the face's alarm (its log line, its metric)
     finally:
         config.max_bytes, config.discard = before
         await bus.js.update_stream(config)
     r = await client.post("/v1/sessions/full-1/messages", json=body)
     assert r.status_code == 202, r.text
+    assert "ts.in" not in ALARM.runs  # taken again: the alarm is over

@@ -197,6 +197,8 @@ async def _store_full(tmp_path: Path, received: Received, otel: dict[str, str]) 
         assert isinstance(after, TurnEnded) and after.data.status == "completed"
         for session in ("inflight", "queued", "after"):
             await check_invariants(bus, session)
+        status = cli(d.env, "status")  # every process's alarm is over
+        assert status.returncode == 0, status.stdout + status.stderr
         for name, proc in d.procs.items():
             assert proc.poll() is None, f"{name} exited"
 

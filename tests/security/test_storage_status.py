@@ -10,7 +10,7 @@ import pytest
 
 from tests.security.conftest import SecureServer
 from tests.security.test_identities import as_user, services_as_themselves
-from turnstream.bus.full import storage_usage
+from turnstream.bus.full import ALARM, storage_usage
 
 pytestmark = pytest.mark.integration
 SERVICES = {"gateway", "turn-runner", "tool-executor", "approval", "audit"}
@@ -21,6 +21,7 @@ async def test_every_service_answers_status_with_its_storage_alarm(
     secure_server: SecureServer, tmp_path: Path, caplog: pytest.LogCaptureFixture, user: str
 ) -> None:
     (tmp_path / "workspace").mkdir()
+    ALARM.runs.clear()  # in-process services share the process's alarm with earlier tests
     async with services_as_themselves(secure_server, tmp_path):
         bus = await as_user(secure_server, user)
         try:

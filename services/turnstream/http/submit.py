@@ -12,7 +12,7 @@ from nats.js.errors import APIError
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
-from turnstream.bus.full import noted
+from turnstream.bus.full import ALARM, noted
 from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import FailureClass, InputRejected, InteractionRequested, decode
 from turnstream.http.context import HttpContext
@@ -110,6 +110,8 @@ async def publish(
             headers={"Retry-After": "30"},
             idempotencyKey=key,
         ) from exc
+    if ALARM.runs:  # refusals were seen: this publish may end them
+        ALARM.stored(bus.subjects.inbound(session_id))
     follow = Follow(int(ack.seq))
     reader = Reader(follow, feed)
     if ack.duplicate:  # a retry: its outcome may be in the log already
