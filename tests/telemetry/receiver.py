@@ -99,7 +99,21 @@ class Received:
             resource = {a.key: plain(a.value) for a in resource_metrics.resource.attributes}
             for scope in resource_metrics.scope_metrics:
                 for metric in scope.metrics:
-                    if metric.WhichOneof("data") != "histogram":
+                    kind = metric.WhichOneof("data")
+                    if kind in ("sum", "gauge"):  # a counter's total, a gauge's value: count 1
+                        for n in getattr(metric, kind).data_points:
+                            value = n.as_double if n.HasField("as_double") else n.as_int
+                            found.append(
+                                Point(
+                                    service=str(resource.get("service.name")),
+                                    metric=metric.name,
+                                    attributes={a.key: plain(a.value) for a in n.attributes},
+                                    count=1,
+                                    total=float(value),
+                                )
+                            )
+                        continue
+                    if kind != "histogram":
                         continue
                     for p in metric.histogram.data_points:
                         found.append(

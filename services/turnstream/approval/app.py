@@ -30,7 +30,9 @@ from typing import Any, assert_never
 import orjson
 
 from turnstream.bus import Bus
+from turnstream.bus.appender import LogFull
 from turnstream.bus.durables import APPROVAL
+from turnstream.bus.full import backoff_s
 from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.bus.retry import retried, stoppable
 from turnstream.core import approval
@@ -64,6 +66,8 @@ class ApprovalActor:
         self.state = ApprovalState(session_id)
         self.loaded = False
         self.timer: asyncio.TimerHandle | None = None
+        self.refusals = 0
+        """Tries refused in a row for storage (the log full): the backoff's count."""
 
     def busy(self) -> bool:
         return approval.next_deadline(self.state) is not None
@@ -83,6 +87,21 @@ class ApprovalActor:
                 self.loaded = False  # what was loaded misses this end: a later load reads it
             await item.msg.ack()
             return
+        try:
+            await self._handle(item)
+            self.refusals = 0
+        except LogFull:
+            # the store is full: the item comes again later, backing off (the alarm said
+            # so once at ERROR; this is not a failure of this item)
+            self.loaded = False
+            self.refusals += 1
+            delay = backoff_s(self.refusals)
+            if isinstance(item, Delivered):
+                await item.msg.nak(delay=delay)
+            else:
+                self.service.mailboxes.deliver_later(self.session_id, item, delay)
+
+    async def _handle(self, item: Item) -> None:
         owned = await self.service.leases.ensure(self.session_id)
         log.debug("%s: %s, %s", self.session_id, item, owned.value)
         match owned:

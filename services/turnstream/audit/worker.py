@@ -42,6 +42,7 @@ from turnstream.audit.projections import put_all, read_summary
 from turnstream.audit.report import NotOwner, report_once
 from turnstream.bus import Bus
 from turnstream.bus.durables import AUDIT, bound_config
+from turnstream.bus.full import ALARM, backoff_s, noted
 from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
 from turnstream.core.subjects import is_session_id, session_key
@@ -63,6 +64,8 @@ KEEP_SUMMARIES = 1000
 FORGET_OVER = 1.25
 """Forgetting starts once this many times `KEEP_SUMMARIES` are in memory (each round goes
 over the summaries, so not after every batch)."""
+AUDIT_WRITES = "$KV.audit"
+"""What the alarm counts the audit's refused writes (summaries, violations) under."""
 
 
 class PartitionAudit:
@@ -256,6 +259,7 @@ class PartitionAudit:
         self.journal.flush()
         violations = self.auditor.take_violations(self.clock(), self.source)
         summaries = self.auditor.take_dirty(turned_only=turned_only)
+        refusals = 0
         while True:
             try:
                 if violations:
@@ -266,14 +270,19 @@ class PartitionAudit:
                 if not self.owns():
                     raise NotOwner(self.stream)
                 await put_all(self.kv, summaries)
+                ALARM.stored(AUDIT_WRITES)
                 return True
             except NotOwner:
                 log.warning("audit: %s is not ours any more; stopping", self.stream)
                 return False
             except Exception as exc:  # a disconnect: nats-py reconnects, we retry
-                log.warning("audit write failed (%s); retrying", exc)
                 if stop.is_set():
                     return False
+                if noted(exc, AUDIT_WRITES):  # the store is full (logged once): back off
+                    refusals += 1
+                    await asyncio.sleep(backoff_s(refusals))
+                    continue
+                log.warning("audit write failed (%s); retrying", exc)
                 await asyncio.sleep(RETRY_S)
 
 

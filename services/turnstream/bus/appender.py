@@ -25,6 +25,8 @@ from typing import Any
 
 import orjson
 
+from turnstream.bus.full import ALARM, full_code
+
 Item = tuple[str, bytes, dict[str, str]]
 """subject, payload, headers"""
 
@@ -88,6 +90,18 @@ class AppendError(Exception):
         self.index = index
 
 
+class LogFull(AppendError):
+    """JetStream refused a message for want of storage (`turnstream.bus.full`): nothing of
+    it is stored, and it will be refused again until an operator frees space."""
+
+
+def refused(err_code: int, description: str, index: int = 0) -> AppendError:
+    """The error of a refused message: `LogFull` when storage is the cause."""
+    if full_code(err_code, description):
+        return LogFull(err_code, description, index)
+    return AppendError(err_code, description, index)
+
+
 TICK_S = 0.5
 """How often the batches in flight are checked against their deadlines: one timer for
 all of them, not one per batch (`asyncio.timeout` around each cost more than the rest of
@@ -146,9 +160,15 @@ class PipelinedAppender:
         batch = self.batches[key] = _Batch(len(items), self._deadline(timeout))
         try:
             await self._send(items, [f"{inbox}.{key}.{index}" for index in range(len(items))])
-            return await batch.future
+            seqs = await batch.future
+        except LogFull as exc:
+            ALARM.refusal(exc, items[0][0])
+            raise
         finally:
             del self.batches[key]
+        if ALARM.runs:  # refusals were seen: this append may end them
+            ALARM.stored(items[0][0])
+        return seqs
 
     async def publish_batch(self, items: Sequence[Item], timeout: float) -> int:
         """Publish `items` (two or more) as one fast-ingest batch; return the last one's
@@ -166,9 +186,15 @@ class PipelinedAppender:
         ]
         try:
             await self._send(items, replies)
-            return await batch.future
+            seq = await batch.future
+        except LogFull as exc:
+            ALARM.refusal(exc, items[0][0])
+            raise
         finally:
             del self.fast[key]
+        if ALARM.runs:
+            ALARM.stored(items[0][0])
+        return seq
 
     async def _send(self, items: Sequence[Item], replies: Sequence[str]) -> None:
         """Publish `items` with their `replies`, in order: written into the connection's
@@ -227,7 +253,7 @@ class PipelinedAppender:
         error = reply.get("error")
         if error is not None:
             err_code, description = int(error.get("err_code", 0)), str(error.get("description"))
-            batch.future.set_exception(AppendError(err_code, description, int(tokens[4])))
+            batch.future.set_exception(refused(err_code, description, int(tokens[4])))
         elif reply.get("count") != batch.size or not reply.get("seq"):
             detail = (
                 f"the commit stored {reply.get('count')} of {batch.size} at seq {reply.get('seq')}"
@@ -248,7 +274,7 @@ class PipelinedAppender:
         error = ack.get("error")
         if error is not None:
             batch.future.set_exception(
-                AppendError(int(error.get("err_code", 0)), str(error.get("description")))
+                refused(int(error.get("err_code", 0)), str(error.get("description")))
             )
             return
         batch.seqs[int(index)] = int(ack["seq"])

@@ -34,6 +34,8 @@ from typing import Any
 
 from nats.js.errors import APIError, NotFoundError
 
+from turnstream.bus.appender import LogFull
+from turnstream.bus.full import ALARM, noted
 from turnstream.bus.kv import watch
 from turnstream.bus.store import WRONG_LAST_SEQUENCE
 from turnstream.bus.streams import LEASE_MARKER_TTL_S
@@ -203,7 +205,11 @@ class LeaseTable:
         except APIError as exc:
             if exc.err_code in WRONG_LAST_SEQUENCE:
                 return None
+            if noted(exc, self.subject(session_id)):
+                raise LogFull(exc.err_code or 0, str(exc.description)) from exc
             raise
+        if ALARM.runs:  # refusals were seen: this write may end them
+            ALARM.stored(self.subject(session_id))
         return int(ack.seq)
 
     async def watch_expiries(

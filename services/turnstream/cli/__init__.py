@@ -458,7 +458,10 @@ def interrupt(
 
 @app.command()
 def status(
-    session: Annotated[str, typer.Argument(help="Session to ask the turn-runner about.")],
+    session: Annotated[
+        str | None,
+        typer.Argument(help="Session to ask the turn-runner about (none: the log's storage)."),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="The turn-runner's state as JSON (as the API has it).")
     ] = False,
@@ -467,8 +470,16 @@ def status(
 ) -> None:
     """The turn-runner's live view of a session: its active turn, queue and history.
 
-    Exits 1 for a session with no events (like `replay`)."""
+    Exits 1 for a session with no events (like `replay`). With no session: how full each
+    stream is against its limit, and whether appends are refused (exits 1 if so)."""
     import orjson
+
+    if session is None:
+        from turnstream.cli.storage import show_storage
+
+        if show_storage(settings_of(nats_url, data_dir), as_json):
+            raise typer.Exit(1)
+        return
 
     from turnstream.cli.session_view import print_status
     from turnstream.client import live_state

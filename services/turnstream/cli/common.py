@@ -105,6 +105,7 @@ def run_on_bus(
     `stop_when_refused=False` leaves a refusal to `work` (`send` as a user that may send
     but not read the log)."""
     import nats.errors
+    import nats.js.errors
 
     from turnstream.bus.permissions import PermissionDenied
     from turnstream.cli.roles import explain
@@ -161,6 +162,16 @@ def run_on_bus(
         raise typer.Exit(2) from exc
     except (ConnectionError, RuntimeError, ValueError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    except nats.js.errors.APIError as exc:
+        from turnstream.bus.full import is_log_full
+
+        if not is_log_full(exc):
+            raise
+        err.print(
+            f"[red]error:[/] the log is full: JetStream refused it ({exc.description}); "
+            "nothing was stored. See `turnstream status` and docs/operations.md, 'The log full'"
+        )
         raise typer.Exit(2) from exc
 
 

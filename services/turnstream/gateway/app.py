@@ -5,14 +5,17 @@ appended, then acked."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import replace
 from typing import Any
 
 from turnstream import agents
 from turnstream.bus import Bus
+from turnstream.bus.appender import LogFull
 from turnstream.bus.consume import BATCH, bind_push, kept_in_progress
 from turnstream.bus.durables import GATEWAY
+from turnstream.bus.full import backoff_s
 from turnstream.bus.kv import KvWrites
 from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import scan_log
@@ -162,13 +165,24 @@ async def _consume(
         return events + await settle(chunk)
 
     async def on_batch(msgs: list[Any]) -> None:
-        try:
-            with kept_in_progress(msgs, ACK_WAIT_S):
-                events = await decide_all(msgs)
-                await bus.store.append_facts(events)
-        except Exception:
-            log.exception("intake or append failed; the commands will be redelivered")
-            return
+        refusals = 0
+        while True:
+            try:
+                with kept_in_progress(msgs, ACK_WAIT_S):
+                    events = await decide_all(msgs)
+                    await bus.store.append_facts(events)
+                break
+            except LogFull:
+                # the store is full: these commands stay stored and unacked, and so does
+                # what came behind them (their order kept), until space is freed; tried
+                # again with backoff (the alarm logged it once at ERROR)
+                refusals += 1
+                with kept_in_progress(msgs, ACK_WAIT_S), kept_in_progress(arrived, ACK_WAIT_S):
+                    if await _stopped(stop, backoff_s(refusals)):
+                        return  # unacked: another gateway, or this one restarted, takes them
+            except Exception:
+                log.exception("intake or append failed; the commands will be redelivered")
+                return
         telemetry.accepted(events)
         for msg in msgs:
             await msg.ack()
@@ -208,6 +222,14 @@ async def _consume(
     finally:
         stopping.cancel()
         await sub.unsubscribe()
+
+
+async def _stopped(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait `seconds` or until `stop` is set; whether it is."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    return stop.is_set()
 
 
 ANSWER_RECHECKS_S = (0.25, 0.5, 1.0)

@@ -8,9 +8,11 @@ import time
 from typing import Any
 
 import orjson
+from nats.js.errors import APIError
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
+from turnstream.bus.full import ALARM, noted
 from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import FailureClass, InputRejected, InteractionRequested, decode
 from turnstream.http.context import HttpContext
@@ -91,9 +93,25 @@ async def publish(
     payload = checked(command, ctx.settings.max_input_bytes)
     key: str = command["idempotencyKey"]
     bus = ctx.bus
-    ack = await bus.js.publish(
-        bus.subjects.inbound(session_id), payload, headers={"Nats-Msg-Id": key}
-    )
+    try:
+        ack = await bus.js.publish(
+            bus.subjects.inbound(session_id), payload, headers={"Nats-Msg-Id": key}
+        )
+    except APIError as exc:
+        if not noted(exc, bus.subjects.inbound(session_id)):
+            raise
+        raise Problem(
+            503,
+            "storage-full",
+            "The log is full",
+            f"JetStream refused the command for want of storage ({exc.description}); nothing "
+            "was stored: send it again once the operator has freed space",
+            failure_class=FailureClass.STORAGE_FULL,
+            headers={"Retry-After": "30"},
+            idempotencyKey=key,
+        ) from exc
+    if ALARM.runs:  # refusals were seen: this publish may end them
+        ALARM.stored(bus.subjects.inbound(session_id))
     follow = Follow(int(ack.seq))
     reader = Reader(follow, feed)
     if ack.duplicate:  # a retry: its outcome may be in the log already

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
 
 from turnstream.bus import Bus, connect
+from turnstream.bus.full import ALARM, STATUS_VERB
 from turnstream.bus.streams import StreamLimits
 from turnstream.runtime.clock import source_name
 from turnstream.settings import Settings
@@ -65,7 +70,14 @@ async def service_bus(settings: Settings, service: str, bus: Bus | None) -> Asyn
         yield bus
         return
     own = await connect_service(settings, service)
+    name = source_name(service)
+
+    async def storage(msg: Any) -> None:  # `turnstream status`: this process's view
+        await msg.respond(orjson.dumps({"service": service, "source": name, **ALARM.snapshot()}))
+
     try:
+        with contextlib.suppress(Exception):  # a user that may not: status goes without it
+            await own.nc.subscribe(own.subjects.api(service, STATUS_VERB), cb=storage)
         yield own
     finally:
         await own.close()

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from turnstream.bus.appender import LogFull
 from turnstream.bus.leases import LeaseTable
 from turnstream.settings import Settings
 
@@ -74,7 +75,9 @@ async def keep_leases(
                 keep.append(session_id)
         renewed = await asyncio.gather(*(leases.renew(s) for s in keep), return_exceptions=True)
         for session_id, ok in zip(keep, renewed, strict=True):
-            if isinstance(ok, BaseException):
+            if isinstance(ok, LogFull):  # the store full: the alarm said so once
+                log.debug("lease of %s not renewed: %s", session_id, ok)
+            elif isinstance(ok, BaseException):
                 log.warning("lease of %s not renewed: %s", session_id, ok)
             elif not ok:
                 log.warning("lost the lease of %s; letting it go", session_id)

@@ -21,6 +21,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -40,6 +41,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from turnstream.bus.full import ALARM
 from turnstream.core.approval import ApprovalState
 from turnstream.core.events import (
     EventBase,
@@ -79,6 +81,10 @@ _propagator = TraceContextTextMapPropagator()
 log = logging.getLogger("turnstream.telemetry")
 
 
+def _log_full(_options: CallbackOptions) -> list[Observation]:
+    return [Observation(1 if ALARM.full else 0)]
+
+
 class _Ids(RandomIdGenerator):
     """Random ids, except for a span whose ids are derived (`_fixed_ids`)."""
 
@@ -113,10 +119,26 @@ class Telemetry:
         self.meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
         meter = self.meter_provider.get_meter(SCOPE)
         self.genai = GenAIClient(self.tracer, meter, capture, self.turn_context, self.parent_of)
+        self.refused_appends = meter.create_counter(
+            "turnstream.log.appends_refused",
+            unit="{append}",
+            description="Appends JetStream refused for want of storage (the log full)",
+        )
+        meter.create_observable_gauge(
+            "turnstream.log.full",
+            callbacks=[_log_full],
+            unit="1",
+            description="1 while this process's appends are refused for want of storage",
+        )
         self.turns: dict[str, list[Any]] = {}
         """Open turns: [input tokens, output tokens, input text or None]."""
         self.stage_runs: dict[str, str] = {}
         """Stage turns (executions) this runner entered → their workflow run."""
+
+    def storage_refusal(self, refused: bool, kind: str) -> None:
+        """The bus's alarm: an append of `kind` refused for storage (or taken again)."""
+        if refused:
+            self.refused_appends.add(1, {"turnstream.subject_kind": kind})
 
     def shutdown(self) -> None:
         self.tracer_provider.shutdown()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from turnstream.bus import Bus
+from turnstream.bus.appender import LogFull
 from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.core.ownership import rebalance
 from turnstream.runtime.leasing import LeasePolicy, keep_leases
@@ -124,6 +125,8 @@ class PartitionOwner:
                 task = tasks.create_task(serve(k, owns, worker_stop))
                 self.workers[k] = _Worker(task, worker_stop)
                 log.info("holds partition %d (of %d)", k, self.count)
+        except LogFull as exc:  # the store full: the alarm said so once; the next round retries
+            log.debug("partition round refused (%s); retrying", exc)
         except Exception as exc:  # a disconnect: nats-py reconnects; the next round retries
             log.warning("partition round failed (%s); retrying", exc)
 

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from turnstream.bus.full import ALARM
 from turnstream.bus.tracing import set_header_hook
 from turnstream.core.approval import ApprovalState
 from turnstream.core.events import EventBase, ToolInvocationRequested
@@ -76,6 +77,7 @@ def setup(service: str, environ: Mapping[str, str] = os.environ) -> bool:
     capture = environ.get(CAPTURE_ENV, "").strip().lower() == "true"
     _active = Telemetry(service, capture, environ)
     set_header_hook(_active.headers)
+    ALARM.hook = _active.storage_refusal
     log.info("telemetry: OTLP export to %s (content %s)", environ[ENDPOINT_ENV], capture)
     return True
 
@@ -86,6 +88,7 @@ def shutdown() -> None:
     if _active is None:
         return
     set_header_hook(None)
+    ALARM.hook = None
     active, _active = _active, None
     active.shutdown()
 

@@ -31,8 +31,10 @@ import orjson
 from nats.js.errors import KeyNotFoundError, ObjectNotFoundError
 
 from turnstream.bus import Bus
+from turnstream.bus.appender import LogFull
 from turnstream.bus.consume import InProgress, log_push
 from turnstream.bus.durables import TOOL_EXECUTOR
+from turnstream.bus.full import backoff_s
 from turnstream.bus.kv import KvWrites
 from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import scan_log
@@ -174,6 +176,8 @@ class Executor:
             await self._run_one(msg, request)
         except asyncio.CancelledError:
             raise
+        except LogFull:  # its claim refused for storage (the alarm said so once): not run
+            await _nak(msg, backoff_s(int(msg.metadata.num_delivered)))
         except Exception:
             log.exception("invocation %s: left for redelivery", request.data.invocation_id)
 
@@ -474,17 +478,30 @@ class Executor:
 
 async def _until_done(what: str, attempt: Callable[[], Awaitable[Any]]) -> None:
     """`attempt()` again, backing off up to `RETRY_MAX_S`, until it succeeds."""
-    delay = 0.5
+    delay, refusals = 0.5, 0
     while True:
         try:
             await attempt()
             return
         except asyncio.CancelledError:
             raise
+        except LogFull:
+            # the store is full (the alarm logged it once): the result waits in memory,
+            # backing off further, until space is freed
+            refusals += 1
+            await asyncio.sleep(backoff_s(refusals))
         except Exception as exc:
             log.warning("%s failed (%r); retrying in %.1f s", what, exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
+
+
+async def _nak(msg: Any, delay: float) -> None:
+    """Have `msg` come again after `delay` (lost to an outage: after the ack wait)."""
+    try:
+        await msg.nak(delay=delay)
+    except Exception as exc:
+        log.warning("nak failed: %s", exc)
 
 
 async def _ack(msg: Any) -> None:

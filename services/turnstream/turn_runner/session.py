@@ -31,6 +31,8 @@ from typing import assert_never
 import orjson
 
 from turnstream.bus import AppendConflict
+from turnstream.bus.appender import LogFull
+from turnstream.bus.full import backoff_s
 from turnstream.bus.leases import Ownership
 from turnstream.bus.permissions import PermissionDenied
 from turnstream.core.events import Event
@@ -48,6 +50,7 @@ from turnstream.core.session.decider import (
     RunWorkflowHook,
     SessionDecision,
     StageHooksSaid,
+    StorageRefused,
     TimeTurns,
     ToolCallReady,
     ToolHooksSaid,
@@ -97,6 +100,10 @@ class SessionActor:
         self.wakeup: datetime | None = None
         self.wake_timer: asyncio.TimerHandle | None = None
         """The timer for `wakeup`: cancelled once the state asks another wake-up or none."""
+        self.refused: str | None = None
+        """Why the log refused this session's events for want of storage, until the turns
+        live then have ended (`StorageRefused`); `refusals` counts the tries, for backoff."""
+        self.refusals = 0
 
     def busy(self) -> bool:
         """Work in flight or open: the mailbox must not retire this actor (its timers and
@@ -130,7 +137,11 @@ class SessionActor:
             await self._handle(item)
 
     async def _handle(self, item: Item) -> None:
-        ownership = await self.ctx.leases.ensure(self.session_id)
+        try:
+            ownership = await self.ctx.leases.ensure(self.session_id)
+        except LogFull as exc:  # the lease bucket is full too (the server's store is)
+            await self.storage_wait(item, exc)
+            return
         log.debug("%s: %s, %s", self.session_id, _named(item), ownership.value)
         match ownership:
             case Ownership.ELSEWHERE:
@@ -146,6 +157,24 @@ class SessionActor:
             await self.step(item)
         except LeaseLost:
             await self.let_go(item)
+        except LogFull as exc:
+            await self.storage_wait(item, exc)
+
+    async def storage_wait(self, item: Item, exc: LogFull) -> None:
+        """The log (or the lease bucket) refused even the end of the turns in flight: try
+        `item` again later, backing off (the process's alarm said so once, at ERROR; not per
+        message); the turns live now end `storage_full` once their ends fit. The state is
+        read from the log again then."""
+        if self.refused is None and self.loaded and self.busy():
+            self.refused = exc.description
+        self.loaded = False
+        self.refusals += 1
+        delay = backoff_s(self.refusals)
+        log.info("%s: appends refused for storage; trying again in %.0f s", self.session_id, delay)
+        if isinstance(item, Delivered):
+            await item.msg.nak(delay=delay)
+        else:
+            self.ctx.deliver_later(self.session_id, item, delay)
 
     async def let_go(self, item: Item) -> None:
         """Another runner holds the session: stop acting for it, never fight over it. A
@@ -214,7 +243,11 @@ class SessionActor:
                     case Ownership.NEW:
                         await self.reload()
                         item = _refold(item)
+            if self.refused is not None:  # the turns in flight end first, and nothing else
+                item = StorageRefused(self.refused)
             decision = decide(self.state, item, self.config, self.context()).after(self.held)
+            if not decision and self.refused is not None:
+                self.refused, self.refusals = None, 0  # no turn was left in flight
             if not decision or self.holds(decision):
                 self.state, self.held = decision.state, decision.events
                 return decision
@@ -228,7 +261,16 @@ class SessionActor:
                 await self.reload()
                 item = _refold(item)
                 continue
+            except LogFull as exc:
+                if self.refused is not None:
+                    raise  # even the turns' ends: `storage_wait`
+                # nothing of the refused message on is stored (a prefix may be): the turns
+                # live in what the log holds end `storage_full`, if their ends fit
+                self.refused = exc.description
+                await self.reload()
+                continue
             log.debug("%s: appended %d event(s) up to %d", self.session_id, len(decision), last)
+            self.refused, self.refusals = None, 0
             self.state, self.last_seq, self.held = decision.state, last, ()
             # the condition held: everything up to `last` is folded (ours, or read before),
             # so a delivery of our own events (a verdict we judged) is not decided again

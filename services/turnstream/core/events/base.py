@@ -48,6 +48,10 @@ class FailureClass(StrEnum):
     LIMIT_EXCEEDED = "limit_exceeded"
     INTERRUPTED = "interrupted"
     RECOVERED = "recovered"
+    STORAGE_FULL = "storage_full"
+    """The log refused the turn's events for want of storage (JetStream's limit reached);
+    the turn ended once its end could be appended. Added in schema version 1 compatibly:
+    a reader that does not know it sees an unknown failure class of a failed turn."""
 
 
 TurnStatus = Literal["completed", "failed", "denied"]

@@ -12,6 +12,8 @@
                                  results, a compaction, the turn's stop, the reply)
     WorkflowHookSaid(ex, …)      a workflow gate's or asserter's answer
     Published(keys)              messages to other sessions are published: record them
+    StorageRefused(reason)       the log refused an append for want of storage: every live
+                                 turn ends failed (`storage_full`), then what follows
     ContextGathered(turn, …)     the context providers' answers for the turn's requests
 
 and what the new state asks the shell to do (`effects_of`), every time:
@@ -85,6 +87,7 @@ from turnstream.core.turn.answers import (
     record_hook_verdicts,
     record_provider_result,
     record_stage_hooks,
+    record_storage_refused,
     record_tool_call_ready,
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext, awaiting_context
@@ -144,6 +147,14 @@ class Published:
     refused: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class StorageRefused:
+    """The log refused the session's events for want of storage (the shell has reloaded
+    the session: the state is what the log holds): end the turns in flight."""
+
+    reason: str
+
+
 Input = (
     Fact
     | Tick
@@ -154,6 +165,7 @@ Input = (
     | WorkflowHookSaid
     | Published
     | ContextGathered
+    | StorageRefused
 )
 
 # -- effects --------------------------------------------------------------------------
@@ -271,8 +283,29 @@ def _step(
             return lane_step(
                 state, turn_id, config, ctx, lambda s, c: record_context(s, results, c, ctx)
             )
+        case StorageRefused(reason=reason):
+            return _storage_refused(state, reason, config, ctx)
         case _:
             assert_never(input)
+
+
+def _storage_refused(
+    state: SessionState, reason: str, config: TurnConfig, ctx: Context
+) -> Decision[SessionState]:
+    """Each turn live in `state` ended failed (`storage_full`), one after the other, and
+    what follows each end (a workflow's stage failing, the next queued input starting)."""
+    decided: Decision[SessionState] = Decision((), state)
+    for view, _ in turn_views(state, config):
+        assert view.active is not None
+        ended = lane_step(
+            decided.state,
+            view.active.turn_id,
+            config,
+            ctx,
+            lambda s, _c: record_storage_refused(s, reason, ctx),
+        )
+        decided = ended.after(decided)
+    return decided
 
 
 def _workflow_hook_said(

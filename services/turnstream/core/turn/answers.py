@@ -16,6 +16,7 @@ from turnstream.core.events import (
     AssistantMessage,
     ContentBlock,
     Event,
+    FailureClass,
     ProviderRequestCompleted,
     ProviderRequestCompletedData,
     ProviderRequestFailed,
@@ -150,6 +151,31 @@ def record_context(
     b = Builder(state.session_id, turn, ctx)
     events = context_events(b, results, turn.iteration)
     events.append(b.post(Stage.COMPOSE_REQUEST, "ok"))
+    return Decision(tuple(events), fold(state, events))
+
+
+STORAGE_FULL_NEXT_ACTION = (
+    "the log's storage is full (JetStream refused this turn's events): free space "
+    "(`turnstream status` shows each stream against its limit; `turnstream archive` old "
+    "sessions, then purge them, or raise the limit: docs/operations.md, 'The log full'), "
+    "then send the message again; tool calls of this turn may have completed"
+)
+
+
+def record_storage_refused(
+    state: ChatState, reason: str, ctx: Context
+) -> Decision[ChatState] | None:
+    """The log refused the turn's events for want of storage: end it failed
+    (`storage_full`), closing its open stage. None when it has ended already."""
+    turn = state.active
+    if turn is None or turn.ended is not None:
+        return None
+    b = Builder(state.session_id, turn, ctx)
+    events = b.fail(
+        FailureClass.STORAGE_FULL,
+        f"the log refused this turn's events: {reason}",
+        STORAGE_FULL_NEXT_ACTION,
+    )
     return Decision(tuple(events), fold(state, events))
 
 
