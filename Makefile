@@ -65,6 +65,9 @@ bench: $(DEV)
 	$(BIN)/python bench/subturns.py
 	$(BIN)/python bench/context_providers.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/burst.py
+	$(BIN)/python bench/session_reads.py
+	$(BIN)/python bench/sessions_list.py
 	$(BIN)/python bench/cli_start.py
 
 schemas: $(BIN)/turnstream
