@@ -4,14 +4,13 @@ sends only as `client` (which may not read the log), and names a refused publish
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.security.conftest import SecureServer
+from tests.security.test_cli_roles import cli
 from tests.security.test_identities import services_as_themselves
 
 pytestmark = pytest.mark.integration
@@ -27,34 +26,7 @@ def tmp(tmp_path: Path) -> Path:
 
 async def send(server: SecureServer, user: str, tmp: Path, *args: str) -> tuple[int, str]:
     """`turnstream send ARGS` as `user`: its exit code and what it printed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
-    env.update(
-        TURNSTREAM_NATS_URL=f"nats://127.0.0.1:{server.port}",
-        TURNSTREAM_NATS_USER=user,
-        TURNSTREAM_NATS_PASSWORD=server.passwords[user],
-        TURNSTREAM_DATA_DIR=str(tmp / "cli-data"),
-        TURNSTREAM_CONFIG=str(tmp / "absent.yaml"),
-        COLUMNS="300",
-    )
-    process = await asyncio.create_subprocess_exec(
-        TURNSTREAM,
-        "send",
-        *args,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(process.communicate(), 60)
-    except TimeoutError:
-        process.kill()
-        out, _ = await process.communicate()
-        raise AssertionError(
-            f"`turnstream send {' '.join(args)}` as {user} hung: {out!r}"
-        ) from None
-    assert process.returncode is not None
-    return process.returncode, out.decode()
+    return await cli(server, user, tmp, "send", *args)
 
 
 async def test_turnstream_send_as_clients(secure_server: SecureServer, tmp: Path) -> None:
