@@ -204,15 +204,15 @@ class JetStreamEventStore:
         subject = self.subjects.log_session(session_id)
         expected = None
         if latest:  # a replica behind the leader may answer the read (R3): ask the leader
-            last, total = await asyncio.gather(
-                self.last_seq(session_id),
-                log_count(self.js, self.subjects, subject, stream=stream)
-                if events_before is not None or after_seq == 0
-                else asyncio.sleep(0, None),
-            )
-            at_least = max(at_least, last)
-            if total is not None:
+            if events_before is not None or after_seq == 0:  # the count is worth asking
+                last, total = await asyncio.gather(
+                    self.last_seq(session_id),
+                    log_count(self.js, self.subjects, subject, stream=stream),
+                )
                 expected = total - (events_before or 0)
+            else:
+                last = await self.last_seq(session_id)
+            at_least = max(at_least, last)
         return await self._read(stream, subject, after_seq, known or {}, at_least, expected)
 
     async def last_of_kind(self, session_id: str, event_type: str) -> Event | None:
