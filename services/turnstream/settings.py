@@ -91,6 +91,9 @@ class ContextProviderSetting(BaseModel):
     timeout_ms: int = Field(default=1000, ge=1, le=60_000)
     max_tokens: int = Field(default=1000, ge=1)
     """Token budget (characters / 4): a longer answer is cut to it."""
+    volatile: bool | None = None
+    """Its answer changes from turn to turn, so it goes after the prompt-cache prefix (at the
+    end of the request) instead of in the system prompt; unset: true for `datetime` only."""
 
 
 class ContextSettings(BaseModel):
@@ -128,6 +131,10 @@ class Settings(BaseSettings):
     """Provider endpoint: e.g. a local OpenAI-compatible server (`http://localhost:11434/v1`)."""
     max_tokens: int = Field(default=4096, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    prompt_cache: Literal["5m", "1h", "off"] = "5m"
+    """The model's prompt cache: Anthropic keeps the tools, system prompt and history a call
+    resends for `5m` or `1h` (cache breakpoints); OpenAI's own API is given the session as
+    `prompt_cache_key`. `off`: neither (docs/costs.md)."""
     followup_policy: Literal["collect", "steer"] = "collect"
     """A message that arrives while its session has a turn running: `collect` queues it as
     the next turn (FollowUpQueued), `steer` injects it before the next model call."""

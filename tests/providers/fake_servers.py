@@ -26,6 +26,8 @@ from http import HTTPStatus
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Self
 
+from tests.providers.prompt_cache import AnthropicCache, Billed, OpenAICache
+
 JSON = dict[str, Any]
 
 
@@ -127,8 +129,11 @@ def _answer_text(reply: Text | ToolCalls) -> list[str] | None:
     return _split(reply.text, 3) if reply.text else None
 
 
-def anthropic_events(reply: Text | ToolCalls, *, model: str, message_id: str) -> list[JSON]:
-    """The Messages API stream events for `reply`, each with its `type` (the SSE event name)."""
+def anthropic_events(
+    reply: Text | ToolCalls, *, model: str, message_id: str, billed: Billed | None = None
+) -> list[JSON]:
+    """The Messages API stream events for `reply`, each with its `type` (the SSE event name);
+    the input usage is `billed`'s when given (a prompt-cache model), else the reply's."""
     calls = reply.calls if isinstance(reply, ToolCalls) else []
     blocks: list[tuple[JSON, list[JSON]]] = []
     if (text := _answer_text(reply)) is not None:
@@ -139,10 +144,11 @@ def anthropic_events(reply: Text | ToolCalls, *, model: str, message_id: str) ->
         # The real stream opens every tool_use block with an empty partial_json.
         pieces = ["", *_fragments(arguments)]
         blocks.append((start, [{"type": "input_json_delta", "partial_json": p} for p in pieces]))
+    billed = billed or Billed(reply.input_tokens)
     usage = {
-        "input_tokens": reply.input_tokens,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "input_tokens": billed.input_tokens,
+        "cache_creation_input_tokens": billed.cache_write_tokens,
+        "cache_read_input_tokens": billed.cache_read_tokens,
         "output_tokens": 1,
     }
     message = {"id": message_id, "type": "message", "role": "assistant", "model": model}
@@ -170,9 +176,15 @@ _OPENAI_FINISH = {"end_turn": "stop", "max_tokens": "length"}
 
 
 def openai_chunks(
-    reply: Text | ToolCalls, *, model: str, completion_id: str, include_usage: bool
+    reply: Text | ToolCalls,
+    *,
+    model: str,
+    completion_id: str,
+    include_usage: bool,
+    prompt: tuple[int, int] | None = None,
 ) -> list[JSON]:
-    """The `chat.completion.chunk` objects for `reply`, the usage chunk last when asked for."""
+    """The `chat.completion.chunk` objects for `reply`, the usage chunk last when asked for;
+    `prompt` is `(prompt_tokens, cached_tokens)` from a prompt-cache model, else the reply's."""
     calls = reply.calls if isinstance(reply, ToolCalls) else []
     deltas: list[JSON] = []
     if (text := _answer_text(reply)) is not None:
@@ -200,11 +212,12 @@ def openai_chunks(
 
     chunks = [chunk(delta) for delta in deltas] + [chunk({}, stop)]
     if include_usage:
+        prompt_tokens, cached = prompt or (reply.input_tokens, 0)
         usage = {
-            "prompt_tokens": reply.input_tokens,
+            "prompt_tokens": prompt_tokens,
             "completion_tokens": reply.output_tokens,
-            "total_tokens": reply.input_tokens + reply.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "total_tokens": prompt_tokens + reply.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
             "completion_tokens_details": {
                 "reasoning_tokens": 0,
                 "audio_tokens": 0,
@@ -255,7 +268,10 @@ class FakeServer:
     request_id_header: ClassVar[str]
     server_error_type: ClassVar[str]
 
-    def __init__(self, script: Sequence[Reply]) -> None:
+    def __init__(self, script: Sequence[Reply], *, cache: bool = False) -> None:
+        """`cache`: bill each request's input against the API's prompt cache
+        (`prompt_cache.py`) instead of the scripted reply's token counts."""
+        self.cache = cache
         self.requests: list[Recorded] = []
         self.failures: list[str] = []
         self.streamed: list[tuple[float, float]] = []
@@ -402,11 +418,17 @@ class FakeAnthropic(FakeServer):
     endpoint = "/v1/messages"
     request_id_header = "request-id"
     server_error_type = "api_error"
+    prompt_cache: AnthropicCache
+
+    def __init__(self, script: Sequence[Reply], *, cache: bool = False) -> None:
+        super().__init__(script, cache=cache)
+        self.prompt_cache = AnthropicCache()
 
     def _frames(self, reply: Text | ToolCalls, body: Any) -> list[bytes]:
         model = str(body.get("model", "")) if isinstance(body, dict) else ""
         message_id = f"msg_fake{next(self._ids):06d}"
-        events = anthropic_events(reply, model=model, message_id=message_id)
+        billed = self.prompt_cache.bill(body) if self.cache else None
+        events = anthropic_events(reply, model=model, message_id=message_id, billed=billed)
         return [f"event: {e['type']}\ndata: {_compact(e)}\n\n".encode() for e in events]
 
     def _error_frame(self, error: StreamError) -> bytes:
@@ -424,6 +446,11 @@ class FakeOpenAI(FakeServer):
     endpoint = "/v1/chat/completions"
     request_id_header = "x-request-id"
     server_error_type = "server_error"
+    prompt_cache: OpenAICache
+
+    def __init__(self, script: Sequence[Reply], *, cache: bool = False) -> None:
+        super().__init__(script, cache=cache)
+        self.prompt_cache = OpenAICache()
 
     def _frames(self, reply: Text | ToolCalls, body: Any) -> list[bytes]:
         body = body if isinstance(body, dict) else {}
@@ -433,6 +460,7 @@ class FakeOpenAI(FakeServer):
             model=str(body.get("model", "")),
             completion_id=f"chatcmpl-fake{next(self._ids):06d}",
             include_usage=bool(options.get("include_usage")),
+            prompt=self.prompt_cache.bill(body) if self.cache else None,
         )
         return [f"data: {_compact(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
 

@@ -113,7 +113,7 @@ async def test_history_and_tools_go_out_in_each_apis_shape(kind: str) -> None:
     _, _, server = await run(kind, [Text("ok")], request(HISTORY))
     body = server.requests[0].body
     if kind == "anthropic":
-        assert body["system"] == "be brief"
+        assert body["system"][0]["text"] == "be brief"
         assert body["tools"][0]["input_schema"]["type"] == "object"
         result = body["messages"][2]["content"][0]
         assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_1"

@@ -40,7 +40,7 @@ def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> No
         Contributed("agents_md", "Use tabs."),
         Skipped("slow", "no answer within 50 ms", timed_out=True),
         Contributed("empty", ""),
-        Contributed("datetime", "Now: 2026-01-01T00:00:00Z", truncated=True),
+        Contributed("datetime", "Now: 2026-01-01T00:00:00Z", truncated=True, volatile=True),
     )
     decision = decide(
         state, ContextGathered(gather.request.turn_id, results), CONFIG, ctx(Ids("b"))
@@ -54,13 +54,16 @@ def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> No
     assert provided[1].data.truncated
     assert not any(isinstance(e, GatherContext) for e in decision.effects)
     request = compose_request(decision.state.chat, CONFIG)
-    assert request.system == (
-        'Be brief.\n\n<context provider="agents_md">\nUse tabs.\n</context>\n\n'
-        '<context provider="datetime">\nNow: 2026-01-01T00:00:00Z\n</context>'
+    assert request.system == 'Be brief.\n\n<context provider="agents_md">\nUse tabs.\n</context>'
+    # the time changes every turn: it goes to the request's end, after the cacheable prefix
+    assert provided[1].data.volatile and not provided[0].data.volatile
+    assert (
+        request.volatile == '<context provider="datetime">\nNow: 2026-01-01T00:00:00Z\n</context>'
     )
     # a replay folds the log: the same request, no provider asked
     replayed = fold(SessionState.of("s1"), [accepted(1, "what is in AGENTS.md?"), *log, *decision])
-    assert compose_request(replayed.chat, CONFIG).system == request.system
+    again_composed = compose_request(replayed.chat, CONFIG)
+    assert (again_composed.system, again_composed.volatile) == (request.system, request.volatile)
     # the turn's next request carries it too, and asks no provider again
     done = decide(
         decision.state,
@@ -71,6 +74,7 @@ def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> No
     assert not any(isinstance(e, GatherContext) for e in done.effects)
     (again,) = [r for e in done.effects for r in getattr(e, "calls", ())]
     assert again.iteration == 2 and again.system == request.system
+    assert again.volatile == request.volatile
     # a late or repeated answer records nothing
     assert (
         list(decide(done.state, ContextGathered(gather.request.turn_id, results), CONFIG, ctx()))

@@ -27,8 +27,8 @@ async def test_builtins_answer_from_the_workspace_the_clock_and_the_summary(
     registry = ContextRegistry.load(settings(tmp_path, **names), clock=clock)
     found = await registry.gather(REQUEST)
     assert found[0] == Contributed("agents_md", "")  # no AGENTS.md: nothing recorded
-    assert found[1] == Contributed(
-        "datetime", "Current date and time: 2026-01-02T03:04:05Z (Friday)."
+    assert found[1] == Contributed(  # new each turn: after the prompt-cache prefix
+        "datetime", "Current date and time: 2026-01-02T03:04:05Z (Friday).", volatile=True
     )
     assert found[2] == Contributed(
         "summary", "Earlier in this conversation (compacted):\n- user: long ago"
@@ -37,6 +37,17 @@ async def test_builtins_answer_from_the_workspace_the_clock_and_the_summary(
     assert (await registry.gather(REQUEST))[
         0
     ].content == "The workspace's AGENTS.md:\nTabs, not spaces."  # type: ignore[union-attr]
+
+
+async def test_the_settings_say_which_provider_is_volatile(tmp_path: Path) -> None:
+    names = {
+        "datetime": ContextProviderSetting(volatile=False),
+        "summary": ContextProviderSetting(volatile=True),
+    }
+    registry = ContextRegistry.load(settings(tmp_path, **names))
+    found = {r.provider: r for r in await registry.gather(REQUEST)}
+    assert not found["datetime"].volatile  # type: ignore[union-attr]
+    assert found["summary"].volatile  # type: ignore[union-attr]
 
 
 async def test_budget_timeout_failure_and_bad_answers(tmp_path: Path) -> None:

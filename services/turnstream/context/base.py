@@ -22,6 +22,9 @@ class ContextSpec:
     """Budget: a longer answer is cut to it (characters / 4) and marked `truncated`."""
     subject: str | None = None
     """Remote providers: the NATS request/reply subject that answers."""
+    volatile: bool = False
+    """Its answer changes from turn to turn (the time): it goes after the prompt-cache
+    prefix, at the end of the request, so it does not make the model re-read the rest."""
 
 
 class RemoteSpec(BaseModel):
@@ -32,6 +35,7 @@ class RemoteSpec(BaseModel):
     priority: int = 100
     timeout_ms: int = Field(default=1000, ge=1, le=60_000)
     max_tokens: int = Field(default=1000, ge=1)
+    volatile: bool = False
 
 
 ContextFn = Callable[[ContextRequest], Awaitable[str | None]]

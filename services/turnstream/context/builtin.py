@@ -10,6 +10,8 @@ from turnstream.context.base import ContextFn
 from turnstream.core.turn.context import ContextRequest
 
 BUILTIN_NAMES = ("agents_md", "datetime", "summary")
+VOLATILE_BUILTINS = frozenset({"datetime"})
+"""Built-ins whose answer changes every turn: after the prompt-cache prefix by default."""
 
 
 def agents_md(workspace: Path) -> ContextFn:

@@ -21,7 +21,7 @@ import orjson
 from pydantic import ValidationError
 
 from turnstream.context.base import ContextFn, ContextSpec, RemoteSpec
-from turnstream.context.builtin import BUILTIN_NAMES, builtin
+from turnstream.context.builtin import BUILTIN_NAMES, VOLATILE_BUILTINS, builtin
 from turnstream.core.turn.context import ContextRequest, ContextResult, Contributed, Skipped
 from turnstream.entry_points import load_pairs
 
@@ -52,7 +52,12 @@ class ContextRegistry:
         kept = [p for p in self.providers if p[0].name != name or p[1] is not None]
         if value is not None:
             spec = ContextSpec(
-                name, remote.priority, remote.timeout_ms, remote.max_tokens, remote.subject
+                name,
+                remote.priority,
+                remote.timeout_ms,
+                remote.max_tokens,
+                remote.subject,
+                remote.volatile,
             )
             kept.append((spec, None))
         self.providers = sorted(kept, key=lambda p: (p[0].priority, p[0].name))
@@ -84,11 +89,16 @@ class ContextRegistry:
                 timeout_ms=setting.timeout_ms,
                 max_tokens=setting.max_tokens,
                 subject=setting.subject,
+                volatile=(
+                    setting.volatile if setting.volatile is not None else name in VOLATILE_BUILTINS
+                ),
             )
             if setting.subject is not None:
                 found[name] = (spec, None)
             elif name in found:
-                found[name] = (replace(spec, subject=None), found[name][1])
+                installed, fn = found[name]
+                volatile = installed.volatile if setting.volatile is None else setting.volatile
+                found[name] = (replace(spec, subject=None, volatile=volatile), fn)
             elif name in BUILTIN_NAMES:
                 found[name] = (spec, builtin(name, Path(settings.workspace), clock))
             else:
@@ -133,8 +143,8 @@ class ContextRegistry:
                 (len(text) + 3) // 4,
                 spec.max_tokens,
             )
-            return Contributed(spec.name, text[:budget], truncated=True)
-        return Contributed(spec.name, text)
+            return Contributed(spec.name, text[:budget], truncated=True, volatile=spec.volatile)
+        return Contributed(spec.name, text, volatile=spec.volatile)
 
     async def _remote(self, spec: ContextSpec, request: ContextRequest) -> str | None:
         if self.nc is None or spec.subject is None:

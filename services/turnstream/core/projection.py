@@ -84,6 +84,8 @@ class TurnView:
     provider_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
     stages: list[StageSpan] = field(default_factory=list)
     children: dict[str, ChildView] = field(default_factory=dict)
     """Sub-turns it spawned, by invocation id."""
@@ -164,6 +166,8 @@ def build_view(session_id: str, events: Iterable[Event]) -> SessionView:
             case ProviderRequestCompleted(data=data):
                 turn.input_tokens += data.usage.input_tokens
                 turn.output_tokens += data.usage.output_tokens
+                turn.cache_write_tokens += data.usage.cache_write_tokens
+                turn.cache_read_tokens += data.usage.cache_read_tokens
             case TurnEnded(data=data):
                 view.terminal_events += 1
                 turn.ended_at, turn.status = event.time, data.status

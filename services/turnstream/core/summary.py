@@ -63,7 +63,10 @@ class SessionSummary:
     last_failure_class: str | None = None
     last_reply: str | None = None
     input_tokens: int = 0
+    """Input tokens read at the full price; with the two cache counts, all the input read."""
     output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
     tool_calls: int = 0
     violations: int = 0
     events: int = 0
@@ -118,6 +121,8 @@ def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSu
         case ProviderRequestCompleted(data=data):
             summary.input_tokens += data.usage.input_tokens
             summary.output_tokens += data.usage.output_tokens
+            summary.cache_write_tokens += data.usage.cache_write_tokens
+            summary.cache_read_tokens += data.usage.cache_read_tokens
         case ToolInvocationRequested():
             summary.tool_calls += 1
         case RenderEmitted(data=data):

@@ -63,10 +63,15 @@ def _build_one(settings: Settings) -> Provider:
         from turnstream.providers.anthropic_api import AnthropicProvider
 
         key = api_key(settings)
-        return AnthropicProvider(settings.model_name, api_key=key, **common)
+        return AnthropicProvider(
+            settings.model_name, api_key=key, cache=settings.prompt_cache, **common
+        )
     if settings.provider == "openai":
         from turnstream.providers.openai_api import OpenAIProvider
 
         key = api_key(settings)
-        return OpenAIProvider(settings.model_name, api_key=key, **common)
+        # only OpenAI's own API is sure to take `prompt_cache_key`; it caches without it too
+        own_api = settings.base_url is None or "api.openai.com" in settings.base_url
+        cache_key = settings.prompt_cache != "off" and own_api
+        return OpenAIProvider(settings.model_name, api_key=key, cache_key=cache_key, **common)
     return ScriptedProvider(load_script(settings.script), model=settings.model_name, retry=retry)

@@ -23,7 +23,7 @@ from turnstream.providers.errors import (
     stream_failure,
 )
 from turnstream.providers.sdk import SdkProvider
-from turnstream.providers.wire import anthropic_messages, anthropic_tools
+from turnstream.providers.wire import PromptCache, anthropic_request
 
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (anthropic.APIConnectionError, *TRANSPORT_ERRORS)
 """A call that could not reach the API, or whose stream broke off."""
@@ -46,9 +46,11 @@ class AnthropicProvider(SdkProvider):
         base_url: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 600.0,
+        cache: PromptCache = "5m",
         **options: Any,
     ) -> None:
         super().__init__(model, **options)
+        self.cache = cache
         self.client = anthropic.AsyncAnthropic(
             api_key=api_key or os.environ.get("ANTHROPIC_API_KEY"),
             base_url=base_url,
@@ -59,15 +61,9 @@ class AnthropicProvider(SdkProvider):
     async def _attempt(
         self, request: ProviderRequest, on_delta: DeltaSink, on_tool_call: ToolCallSink
     ) -> ProviderOutcome:
-        params: dict[str, Any] = {
-            "model": request.model or self.model,  # an LLM interceptor may ask for another
-            "max_tokens": self.max_tokens,
-            "messages": anthropic_messages(request.messages),
-        }
-        if request.system:
-            params["system"] = request.system
-        if request.tools:
-            params["tools"] = anthropic_tools(request.tools)
+        # an LLM interceptor may ask for another model
+        model = request.model or self.model
+        params = anthropic_request(request, model, self.max_tokens, self.cache)
         if self.temperature is not None:
             params["temperature"] = self.temperature
         first_byte_at: datetime | None = None
@@ -97,7 +93,10 @@ class AnthropicProvider(SdkProvider):
             text=text,
             stop_reason=_STOPS.get(final.stop_reason or "end_turn", "end_turn"),
             usage=Usage(
-                input_tokens=final.usage.input_tokens, output_tokens=final.usage.output_tokens
+                input_tokens=final.usage.input_tokens,
+                output_tokens=final.usage.output_tokens,
+                cache_write_tokens=final.usage.cache_creation_input_tokens or 0,
+                cache_read_tokens=final.usage.cache_read_input_tokens or 0,
             ),
             first_byte_at=first_byte_at or now,
             finished_at=now,

@@ -56,9 +56,13 @@ class OpenAIProvider(SdkProvider):
         base_url: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 600.0,
+        cache_key: bool = False,
         **options: Any,
     ) -> None:
         super().__init__(model, **options)
+        self.cache_key = cache_key
+        """Send the session as `prompt_cache_key` (OpenAI's own API; a compatible server may
+        refuse a field it does not know)."""
         self.client = openai.AsyncOpenAI(
             # a local OpenAI-compatible server (vLLM, Ollama, llama.cpp) needs no key
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
@@ -72,13 +76,15 @@ class OpenAIProvider(SdkProvider):
     ) -> ProviderOutcome:
         params: dict[str, Any] = {
             "model": request.model or self.model,  # an LLM interceptor may ask for another
-            "messages": openai_messages(request.system, request.messages),
+            "messages": openai_messages(request.system, request.messages, request.volatile),
             "max_tokens": self.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
         if request.tools:
             params["tools"] = openai_tools(request.tools)
+        if self.cache_key:  # calls of one session go to the machine that cached its prefix
+            params["prompt_cache_key"] = request.session_id
         if self.temperature is not None:
             params["temperature"] = self.temperature
         text: list[str] = []
@@ -90,10 +96,7 @@ class OpenAIProvider(SdkProvider):
             async for chunk in stream:
                 first_byte_at = first_byte_at or datetime.now(UTC)
                 if chunk.usage is not None:
-                    usage = Usage(
-                        input_tokens=chunk.usage.prompt_tokens,
-                        output_tokens=chunk.usage.completion_tokens,
-                    )
+                    usage = _usage(chunk.usage)
                 for choice in chunk.choices:
                     delta = choice.delta
                     if delta.content:
@@ -171,3 +174,14 @@ def _message(exc: openai.APIStatusError) -> str:
 def _code(exc: openai.APIError) -> str | None:
     code = getattr(exc, "code", None)
     return str(code) if code else None
+
+
+def _usage(usage: Any) -> Usage:
+    """OpenAI counts cached tokens inside `prompt_tokens`; ours are apart (`Usage`)."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = (getattr(details, "cached_tokens", None) or 0) if details is not None else 0
+    return Usage(
+        input_tokens=usage.prompt_tokens - cached,
+        output_tokens=usage.completion_tokens,
+        cache_read_tokens=cached,
+    )

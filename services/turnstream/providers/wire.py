@@ -1,12 +1,51 @@
-"""Conversation history → each API's message shapes (pure)."""
+"""Conversation history → each API's message shapes (pure), with the prompt cache's
+breakpoints where a request's stable prefix ends."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
-from turnstream.core.turn import Message, ToolInfo
+from turnstream.core.turn import Message, ProviderRequest, ToolInfo
+
+PromptCache = Literal["5m", "1h", "off"]
+"""How long the provider keeps a prompt-cache entry (Anthropic's two TTLs), or no caching."""
+
+
+def anthropic_request(
+    request: ProviderRequest, model: str, max_tokens: int, cache: PromptCache = "5m"
+) -> dict[str, Any]:
+    """Messages API parameters. With a cache TTL, three breakpoints (of the API's four) mark
+    what the next call resends unchanged: the last tool (tools are rendered first), the
+    system prompt, and the last block of the history. Context that changes every turn
+    (`request.volatile`) comes after the last one, so it never spoils the cached prefix."""
+    mark: dict[str, Any] | None = None
+    if cache != "off":
+        mark = {"type": "ephemeral"} | ({"ttl": "1h"} if cache == "1h" else {})
+    messages = anthropic_messages(request.messages)
+    params: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
+    system: list[dict[str, Any]] = []
+    if request.system:
+        system.append({"type": "text", "text": request.system})
+    if request.tools:
+        params["tools"] = anthropic_tools(request.tools)
+        if mark:
+            params["tools"][-1] = params["tools"][-1] | {"cache_control": mark}
+    if mark and system:
+        system[-1] = system[-1] | {"cache_control": mark}
+    if mark and messages and messages[-1]["content"][-1].get("text") != "":
+        last = messages[-1]["content"]  # (the API refuses a mark on an empty text block)
+        last[-1] = last[-1] | {"cache_control": mark}
+    if request.volatile:
+        note = {"type": "text", "text": request.volatile}
+        if messages and messages[-1]["role"] == "user":
+            messages[-1]["content"].append(note)
+        else:  # an assistant prefill ends the history: the system prompt's end, uncached
+            system.append(note)
+    if system:
+        params["system"] = system
+    return params
 
 
 def anthropic_messages(history: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -47,8 +86,12 @@ def anthropic_tools(tools: tuple[ToolInfo, ...]) -> list[dict[str, Any]]:
     ]
 
 
-def openai_messages(system: str | None, history: tuple[Message, ...]) -> list[dict[str, Any]]:
-    """Chat Completions: tool results are `tool` messages paired by `tool_call_id`."""
+def openai_messages(
+    system: str | None, history: tuple[Message, ...], volatile: str | None = None
+) -> list[dict[str, Any]]:
+    """Chat Completions: tool results are `tool` messages paired by `tool_call_id`. OpenAI
+    caches the longest prefix it saw before by itself, so `volatile` context goes last: into
+    the last user message, or a user message of its own after tool results."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for message in history:
         if message.role == "assistant":
@@ -72,6 +115,11 @@ def openai_messages(system: str | None, history: tuple[Message, ...]) -> list[di
             )
         else:
             out.append({"role": "user", "content": message.text})
+    if volatile:
+        if out and out[-1]["role"] == "user":
+            out[-1] = out[-1] | {"content": f"{out[-1]['content']}\n\n{volatile}"}
+        else:
+            out.append({"role": "user", "content": volatile})
     return out
 
 

@@ -224,8 +224,10 @@ class Telemetry:
                     self.open_turn(turn_id)[2] = event.data.text if self.capture else None
                 case ProviderRequestCompleted(turn_id=str(turn_id)):
                     counts = self.open_turn(turn_id)
-                    counts[0] += event.data.usage.input_tokens
-                    counts[1] += event.data.usage.output_tokens
+                    usage = event.data.usage
+                    counts[0] += usage.input_tokens + usage.cache_write_tokens
+                    counts[0] += usage.cache_read_tokens  # all the input, as for each call
+                    counts[1] += usage.output_tokens
                 case TurnEnded(turn_id=str(turn_id)):
                     self.end_turn(event, turn_id, self.turns.pop(turn_id, None))
                 case StageEntered():

@@ -122,18 +122,21 @@ class GenAIClient:
             raise
         match outcome:
             case ProviderSuccess(usage=usage):
+                # the conventions' input count includes what was read from or written to
+                # the cache; the two are given apart as well
+                read_in = usage.input_tokens + usage.cache_write_tokens + usage.cache_read_tokens
                 span.set_attributes(
                     {
-                        "gen_ai.usage.input_tokens": usage.input_tokens,
+                        "gen_ai.usage.input_tokens": read_in,
+                        "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
+                        "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
                         "gen_ai.usage.output_tokens": usage.output_tokens,
                         "gen_ai.response.finish_reasons": [outcome.stop_reason],
                     }
                 )
                 if self.capture:
                     span.set_attribute("gen_ai.output.messages", json_of([reply_parts(outcome)]))
-                self.token_usage.record(
-                    usage.input_tokens, {**common, "gen_ai.token.type": "input"}
-                )
+                self.token_usage.record(read_in, {**common, "gen_ai.token.type": "input"})
                 self.token_usage.record(
                     usage.output_tokens, {**common, "gen_ai.token.type": "output"}
                 )

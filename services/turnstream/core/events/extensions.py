@@ -43,6 +43,9 @@ class ContextProvidedData(WireModel):
     composes the same request from it without calling the provider again."""
     truncated: bool = False
     """The provider returned more than its token budget: `content` is cut to it."""
+    volatile: bool = False
+    """It changes from turn to turn (the time): requests carry it after the prompt-cache
+    prefix, at their end, instead of in the system prompt."""
     iteration: int
 
 

@@ -40,8 +40,17 @@ class AssistantMessage(WireModel):
 
 
 class Usage(WireModel):
+    """Tokens of one model call as the provider reported them. The three input counts are
+    apart and priced apart: all the input the model read is their sum."""
+
     input_tokens: int = 0
+    """Input read at the full price (not written to or read from the prompt cache)."""
     output_tokens: int = 0
+    cache_write_tokens: int = 0
+    """Input written to the prompt cache by this call (Anthropic: `cache_creation_input_tokens`)."""
+    cache_read_tokens: int = 0
+    """Input read from the prompt cache (Anthropic: `cache_read_input_tokens`; OpenAI:
+    `prompt_tokens_details.cached_tokens`, which OpenAI counts inside `prompt_tokens`)."""
 
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]

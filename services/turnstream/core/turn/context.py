@@ -24,7 +24,7 @@ from turnstream.core.events import (
     Stage,
 )
 from turnstream.core.turn.builder import Builder
-from turnstream.core.turn.state import ChatState, Message, TurnConfig
+from turnstream.core.turn.state import ChatState, ContextBlock, Message, TurnConfig
 
 SUMMARY_CHARS = 4000
 """The running summary keeps this much (the most recent part) of what compaction dropped."""
@@ -49,6 +49,7 @@ class Contributed:
     provider: str
     content: str
     truncated: bool = False
+    volatile: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def context_events(b: Builder, results: tuple[ContextResult, ...], iteration: in
     events: list[Event] = []
     for result in results:
         match result:
-            case Contributed(provider=name, content=content, truncated=cut):
+            case Contributed(provider=name, content=content, truncated=cut, volatile=volatile):
                 if not content:
                     continue  # nothing to add (e.g. no AGENTS.md in the workspace)
                 digest = "sha256:" + hashlib.sha256(content.encode()).hexdigest()
@@ -98,6 +99,7 @@ def context_events(b: Builder, results: tuple[ContextResult, ...], iteration: in
                     digest=digest,
                     content=content,
                     truncated=cut,
+                    volatile=volatile,
                     iteration=iteration,
                 )
                 events.append(b.make(ContextProvided, data))
@@ -109,12 +111,24 @@ def context_events(b: Builder, results: tuple[ContextResult, ...], iteration: in
     return events
 
 
-def with_context(system: str | None, context: tuple[tuple[str, str], ...]) -> str | None:
-    """The system prompt with the turn's context appended, one tagged block per provider."""
-    if not context:
+def with_context(system: str | None, context: tuple[ContextBlock, ...]) -> str | None:
+    """The system prompt with the turn's stable context appended, one tagged block per
+    provider (the volatile ones go to `volatile_context`)."""
+    blocks = [_tagged(b) for b in context if not b.volatile]
+    if not blocks:
         return system
-    blocks = [f'<context provider="{name}">\n{content}\n</context>' for name, content in context]
     return "\n\n".join([*([system] if system else []), *blocks])
+
+
+def volatile_context(context: tuple[ContextBlock, ...]) -> str | None:
+    """The turn's volatile context, which a request carries at its end: after everything a
+    prompt cache can keep, so a new time each turn does not make the model re-read the rest."""
+    blocks = [_tagged(b) for b in context if b.volatile]
+    return "\n\n".join(blocks) if blocks else None
+
+
+def _tagged(block: ContextBlock) -> str:
+    return f'<context provider="{block.provider}">\n{block.content}\n</context>'
 
 
 def running_summary(previous: str, dropped: tuple[Message, ...], instead: str | None = None) -> str:

@@ -91,6 +91,7 @@ from turnstream.core.turn.state import (
     ActiveTurn,
     CallStatus,
     ChatState,
+    ContextBlock,
     Message,
     ToolCall,
 )
@@ -309,7 +310,8 @@ def _context(
             if not is_active(state, event):
                 return state
             assert state.active is not None
-            added = (*state.active.context, (data.provider, data.content))
+            block = ContextBlock(data.provider, data.content, data.volatile)
+            added = (*state.active.context, block)
             return turn_changed(state, event, context=added)
         case ContextSkipped():
             return turn_changed(state, event)

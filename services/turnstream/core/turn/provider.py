@@ -30,6 +30,9 @@ class ProviderRequest:
     """The turn switched to the fallback model earlier (`ProviderFallback`): stay there."""
     model: str | None = None
     """The model an LLM interceptor asked for instead of the provider's own (None: its own)."""
+    volatile: str | None = None
+    """Context that changes from turn to turn (the time): a provider puts it at the end of
+    the request, after what its prompt cache can keep (`system`, `tools`, the history)."""
 
 
 @dataclass(frozen=True)

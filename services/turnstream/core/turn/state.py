@@ -120,6 +120,16 @@ class PendingInput:
     """Sub-turns its turn may start in all (None: a root turn, TURNSTREAM_MAX_SUBTURNS_PER_ROOT)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ContextBlock:
+    """One context provider's contribution to a turn, as its requests carry it."""
+
+    provider: str
+    content: str
+    volatile: bool = False
+    """After the prompt-cache prefix (at the end of the request), not in the system prompt."""
+
+
 @dataclass(frozen=True)
 class ActiveTurn:
     turn_id: str
@@ -176,8 +186,8 @@ class ActiveTurn:
     on_fallback: bool = False
     """The primary model failed for good once (`ProviderFallback`): the rest of the turn's
     calls go to the fallback model."""
-    context: tuple[tuple[str, str], ...] = ()
-    """`(provider, content)` the context providers contributed to this turn (`ContextProvided`)."""
+    context: tuple[ContextBlock, ...] = ()
+    """What the context providers contributed to this turn (`ContextProvided`)."""
     context_gathered: bool = False
     """The turn's first COMPOSE_REQUEST is over: its context is in (or there was none)."""
     request_change: RequestChange | None = None

@@ -21,7 +21,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import completion_tool
-from turnstream.core.turn.context import with_context
+from turnstream.core.turn.context import volatile_context, with_context
 from turnstream.core.turn.manifest import tools_digest
 from turnstream.core.turn.provider import ProviderRequest
 from turnstream.core.turn.state import (
@@ -67,6 +67,7 @@ def compose_request(state: ChatState, config: TurnConfig) -> ProviderRequest:
         agent=config.agent,
         on_fallback=turn.on_fallback,
         model=model,
+        volatile=volatile_context(turn.context),
     )
 
 
