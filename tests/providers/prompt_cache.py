@@ -9,8 +9,8 @@ from call to call, shows up as input billed at the full price.
   the prefix ending there, or at one of the 20 blocks before it; the longest found is read.
   The rest up to the last breakpoint is written (each breakpoint's prefix becomes an entry),
   if that prefix is at least the model's minimum; anything after it is plain input.
-- OpenAI (automatic): a prompt of 1,024 tokens or more is matched against the prefixes of
-  earlier prompts; the longest match, in steps of 128 tokens, is read from the cache and
+- OpenAI (automatic): a prompt of 1,024 tokens or more is matched against earlier prompts;
+  the longest prefix it shares with one, in steps of 128 tokens, is read from the cache and
   counted inside `prompt_tokens` as `cached_tokens`.
 
 Tokens are estimated as characters / 4 of each block's compact JSON.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,22 +117,18 @@ def _anthropic_blocks(body: dict[str, Any]) -> list[tuple[str, str | None]]:
 class OpenAICache:
     minimum: int = 1024
     step: int = 128
-    seen: dict[bytes, int] = field(default_factory=dict)
-    """Prefix hash → its tokens, for every message boundary of every earlier prompt."""
+    seen: list[str] = field(default_factory=list)
+    """Earlier prompts, rendered (tools, then the messages in order)."""
 
     def bill(self, body: dict[str, Any]) -> tuple[int, int]:
-        """`(prompt_tokens, cached_tokens)` as OpenAI reports them (cached inside prompt)."""
-        parts = [json.dumps(body.get("tools") or [], separators=(",", ":"), sort_keys=True)]
-        parts += [json.dumps(m, separators=(",", ":"), sort_keys=True) for m in body["messages"]]
-        chain, total, cached = b"", 0, 0
-        prefixes: list[tuple[bytes, int]] = []
-        for part in parts:
-            chain, total = _chain(chain, part), total + _tokens(part)
-            prefixes.append((chain, total))
-            if chain in self.seen:
-                cached = total
-        for chain, tokens in prefixes:
-            self.seen[chain] = tokens
+        """`(prompt_tokens, cached_tokens)` as OpenAI reports them (cached inside prompt):
+        the longest prefix any earlier prompt shared, in whole steps of 128 tokens."""
+        parts = [body.get("tools") or [], *body["messages"]]
+        prompt = "".join(json.dumps(p, separators=(",", ":"), sort_keys=True) for p in parts)
+        # a character prefix is what is wanted here, not a path
+        shared = max((len(os.path.commonprefix([prompt, s])) for s in self.seen), default=0)  # noqa: RUF071
+        self.seen.append(prompt)
+        total, cached = _tokens(prompt), shared // 4
         if total < self.minimum or cached < self.minimum:
             return total, 0
         return total, cached - cached % self.step
