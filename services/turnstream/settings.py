@@ -131,6 +131,9 @@ class Settings(BaseSettings):
     """Provider endpoint: e.g. a local OpenAI-compatible server (`http://localhost:11434/v1`)."""
     max_tokens: int = Field(default=4096, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    prices: Path | None = None
+    """A YAML price table `{provider: {model: {input, output, cache_write, cache_read}}}`
+    in dollars per million tokens, over the shipped defaults (docs/costs.md)."""
     prompt_cache: Literal["5m", "1h", "off"] = "5m"
     """The model's prompt cache: Anthropic keeps the tools, system prompt and history a call
     resends for `5m` or `1h` (cache breakpoints); OpenAI's own API is given the session as

@@ -20,6 +20,7 @@ from turnstream.cli.common import (
     NatsUrl,
     console,
     err,
+    prices_or_exit,
     require_known_agent,
     require_session_id,
     run_on_bus,
@@ -294,7 +295,8 @@ def replay(
         replayed = await replay_session(bus, session, at_seq=at, at_time=cutoff)
         return replayed, (await live_state(bus, session) if verify else None)
 
-    (state, events, _, head), live = run_on_bus(settings_of(nats_url, data_dir), work)
+    settings = settings_of(nats_url, data_dir)
+    (state, events, _, head), live = run_on_bus(settings, work)
     if head == 0:  # nothing in the log nor in the archive
         err.print(f"[red]no such session:[/] {session} (`turnstream sessions` lists them)")
         raise typer.Exit(1)
@@ -316,7 +318,7 @@ def replay(
     if not events:
         err.print(f"[yellow]session {session} has no events at that point[/] (it has later ones)")
         raise typer.Exit(1)
-    print_session(console, build_view(session, events), events)
+    print_session(console, build_view(session, events), events, prices_or_exit(settings))
     if state.workflow is not None:
         print_run(console, state.workflow)
 

@@ -19,6 +19,7 @@ from turnstream.cli.common import (
     NatsUrl,
     console,
     err,
+    prices_or_exit,
     run_on_bus,
     settings_of,
 )
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from turnstream.bus import Bus, StoredEvent
+    from turnstream.core.costs import PriceTable
     from turnstream.core.summary import SessionSummary
     from turnstream.settings import Settings
 
@@ -243,7 +245,8 @@ def sessions(
         )
         return [s for _, v in recent if (s := summary_of("", v)) is not None], total
 
-    summaries, total = run_on_bus(settings_of(nats_url, data_dir), read)
+    settings = settings_of(nats_url, data_dir)
+    summaries, total = run_on_bus(settings, read)
     if as_json:
         for summary in summaries:
             sys.stdout.write(summary.to_json().decode() + "\n")
@@ -253,9 +256,9 @@ def sessions(
             console.print(f"no session of the {total} matches (--status, --since)")
             return
         console.print("no sessions (is the audit service running? `turnstream audit rebuild`)")
-        _other_mode_note(settings_of(nats_url, data_dir))
+        _other_mode_note(settings)
         return
-    console.print(sessions_table(summaries, console.width))
+    console.print(sessions_table(summaries, console.width, prices_or_exit(settings)))
     if not every and total > len(summaries):
         console.print(
             f"[dim]{len(summaries)} changed last of {total} session(s); "
@@ -279,10 +282,14 @@ def _since(text: str | None) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
+def sessions_table(
+    summaries: list[SessionSummary], width: int, prices: PriceTable | None = None
+) -> Table:
     """One row per session; on a narrow terminal (< 140 columns) only the columns a person
     scans, so none is squeezed to one word per line; the last reply takes what is left, on
     the row's one line (cut with …)."""
+    from turnstream.core.costs import spend
+
     wide = width >= WIDE
     from rich.table import Table
 
@@ -292,7 +299,8 @@ def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
     table.add_column("turns\nok/failed/denied", no_wrap=True, justify="right")
     table.add_column("tools", no_wrap=True, justify="right")
     if wide:
-        table.add_column("tokens in/out", no_wrap=True, justify="right")
+        table.add_column("tokens in/out\ncached", no_wrap=True, justify="right")
+        table.add_column("cost", no_wrap=True, justify="right")
         table.add_column("open turn", no_wrap=True)
         table.add_column("violations", no_wrap=True, justify="right")
         table.add_column("seq", no_wrap=True, justify="right")
@@ -308,8 +316,12 @@ def sessions_table(summaries: list[SessionSummary], width: int) -> Table:
         row = [s.session_id, status, f"{s.turns}  {s.completed}/{s.failed}/{s.denied}"]
         row.append(str(s.tool_calls))
         if wide:
+            used = spend(s.models, prices or {})
+            ratio = used.tokens.cache_hit_ratio
+            cached = f"\n{ratio:.0%}" if ratio else ""
             row += [
-                f"{s.input_tokens}/{s.output_tokens}",
+                f"{used.tokens.all_input:,}/{used.tokens.output:,}{cached}",
+                "-" if used.dollars is None else f"${used.dollars:.4f}",
                 (s.open_turn or "-")[-8:],
                 f"[red]{s.violations}[/]" if s.violations else "0",
                 str(s.last_seq),

@@ -17,6 +17,7 @@ from rich.markup import escape
 
 if TYPE_CHECKING:  # imported where used: `turnstream --help` starts without them
     from turnstream.bus import Bus
+    from turnstream.core.costs import PriceTable
     from turnstream.settings import Settings
 
 T = TypeVar("T")
@@ -224,3 +225,15 @@ def command_name() -> str:
         except ValueError:
             return str(started)
     return "turnstream"
+
+
+def prices_or_exit(settings: Settings) -> PriceTable:
+    """The price table (`TURNSTREAM_PRICES` over the defaults), or exit 2 naming the entry
+    of the operator's file that is wrong."""
+    from turnstream.providers.prices import PriceFileError, load_prices
+
+    try:
+        return load_prices(settings.prices)
+    except PriceFileError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc

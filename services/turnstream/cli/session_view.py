@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnstream.cli.render import STATUS_STYLE, clip
+from turnstream.core.costs import PriceTable, Tokens, spend
 from turnstream.core.events import (
     Event,
     InputAccepted,
@@ -143,7 +144,26 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def print_session(console: Console, view: SessionView, events: list[Event] | None = None) -> None:
+def spend_text(per_model: dict[str, list[int]] | None, prices: PriceTable) -> str:
+    """`12,300 in (87% cached) / 450 out tokens, $0.0123`: the tokens a turn or session
+    used and, where the price table knows its models, what they cost."""
+    s = spend(per_model, prices)
+    ratio = s.tokens.cache_hit_ratio
+    cached = f" ({ratio:.0%} cached)" if ratio else ""
+    text = f"{s.tokens.all_input:,} in{cached} / {s.tokens.output:,} out tokens"
+    if s.dollars is not None:
+        text += f", ${s.dollars:.4f}"
+    if s.unpriced:
+        text += f" (no price for {', '.join(s.unpriced)})"
+    return text
+
+
+def print_session(
+    console: Console,
+    view: SessionView,
+    events: list[Event] | None = None,
+    prices: PriceTable | None = None,
+) -> None:
     notes = tool_notes(events or [])
     hops_of = {  # an agent's message: how many agents it went through (a cycle stops)
         e.turn_id: e.data.hops
@@ -170,10 +190,19 @@ def print_session(console: Console, view: SessionView, events: list[Event] | Non
             console.print(f"  [red]reason:[/] {turn.reason}")
             console.print(f"  [yellow]next:[/] {turn.next_action}")
         if turn.provider_calls:
-            console.print(
-                f"  [dim]{turn.provider_calls} model call(s), "
-                f"{turn.input_tokens} in / {turn.output_tokens} out tokens[/]"
-            )
+            used = spend_text(turn.models, prices or {})
+            console.print(f"  [dim]{turn.provider_calls} model call(s), {used}[/]")
+    calls = sum(t.provider_calls for t in view.turns.values())
+    if calls and len(view.turns) > 1:
+        per_model: dict[str, list[int]] = {}
+        for turn in view.turns.values():
+            for key, counts in turn.models.items():
+                summed = Tokens.from_list(per_model.get(key, [0] * 4)) + Tokens.from_list(counts)
+                per_model[key] = summed.as_list()
+        console.print()
+        console.print(
+            f"[bold]session total:[/] {calls} model calls, {spend_text(per_model, prices or {})}"
+        )
 
 
 def child_line(child: ChildView) -> Text:

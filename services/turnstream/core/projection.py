@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from turnstream.core.costs import add_usage, model_key
 from turnstream.core.events import (
     Event,
     FailureClass,
@@ -86,6 +87,8 @@ class TurnView:
     output_tokens: int = 0
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
+    models: dict[str, list[int]] = field(default_factory=dict)
+    """Tokens per model (`SessionSummary.models`), for pricing."""
     stages: list[StageSpan] = field(default_factory=list)
     children: dict[str, ChildView] = field(default_factory=dict)
     """Sub-turns it spawned, by invocation id."""
@@ -168,6 +171,7 @@ def build_view(session_id: str, events: Iterable[Event]) -> SessionView:
                 turn.output_tokens += data.usage.output_tokens
                 turn.cache_write_tokens += data.usage.cache_write_tokens
                 turn.cache_read_tokens += data.usage.cache_read_tokens
+                add_usage(turn.models, model_key(data.provider, data.model), data.usage)
             case TurnEnded(data=data):
                 view.terminal_events += 1
                 turn.ended_at, turn.status = event.time, data.status

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import orjson
 from pydantic.alias_generators import to_camel
 
+from turnstream.core.costs import add_usage, model_key
 from turnstream.core.events import (
     AuditViolation,
     Event,
@@ -67,6 +68,9 @@ class SessionSummary:
     output_tokens: int = 0
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
+    models: dict[str, list[int]] | None = None
+    """Tokens per model, `{<provider>/<model>: [input, output, cache write, cache read]}`:
+    what a price table turns into money (`core/costs.py`)."""
     tool_calls: int = 0
     violations: int = 0
     events: int = 0
@@ -123,6 +127,8 @@ def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSu
             summary.output_tokens += data.usage.output_tokens
             summary.cache_write_tokens += data.usage.cache_write_tokens
             summary.cache_read_tokens += data.usage.cache_read_tokens
+            key = model_key(data.provider, data.model)
+            summary.models = add_usage(summary.models or {}, key, data.usage)
         case ToolInvocationRequested():
             summary.tool_calls += 1
         case RenderEmitted(data=data):

@@ -80,6 +80,9 @@ class ProviderRequestCompletedData(WireModel):
     usage: Usage
     stop_reason: StopReason
     iteration: int
+    provider: str | None = None
+    """Whose model answered (and billed `usage`): the request's, or its fallback's."""
+    model: str | None = None
 
 
 class ProviderRequestCompleted(EventBase):

@@ -52,6 +52,7 @@ from turnstream.core.turn.state import (
     ToolCall,
     TurnConfig,
 )
+from turnstream.core.turn.steps import request_model
 from turnstream.core.turn.tool_call import (
     call_decided,
     propose_calls,
@@ -109,11 +110,14 @@ def record_provider_result(
             if outcome.text:
                 content.append(TextBlock(text=outcome.text))
             content += [c.block() for c in outcome.tool_calls]
+            provider, model = request_model(turn, config)
             data = ProviderRequestCompletedData(
                 message=AssistantMessage(content=content),
                 usage=outcome.usage,
                 stop_reason=outcome.stop_reason,
                 iteration=turn.iteration,
+                provider=provider,
+                model=model,
             )
             events.append(b.make(ProviderRequestCompleted, data, outcome.finished_at))
             if HookPoint.STREAM_RESPONSE not in config.stage_hooks:
