@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from turnstream.core.approval import AllowRule, ApprovalConfig
+from turnstream.core.costs import Budget, Price
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import TurnConfig
 
@@ -134,6 +135,10 @@ class Settings(BaseSettings):
     prices: Path | None = None
     """A YAML price table `{provider: {model: {input, output, cache_write, cache_read}}}`
     in dollars per million tokens, over the shipped defaults (docs/costs.md)."""
+    budget: Budget = Field(default_factory=Budget)
+    """What a turn and its session may spend on the model, checked before each call:
+    `TURNSTREAM_BUDGET='{"turn_tokens": 200000, "session_usd": 5}'` (also `turn_usd`,
+    `session_tokens`); over it, the turn ends `budget_exceeded` (docs/costs.md)."""
     prompt_cache: Literal["5m", "1h", "off"] = "5m"
     """The model's prompt cache: Anthropic keeps the tools, system prompt and history a call
     resends for `5m` or `1h` (cache breakpoints); OpenAI's own API is given the session as
@@ -371,6 +376,17 @@ class Settings(BaseSettings):
             subturn_deadline_s=self.subturn_deadline_s,
             fallback=(fallback.provider, fallback.model_name) if fallback else None,
             approval=self.approval_config(),
+            budget=self.budget,
+            prices=self.price_pairs() if self.budget.turn_usd or self.budget.session_usd else (),
+        )
+
+    def price_pairs(self) -> tuple[tuple[str, Price], ...]:
+        """The price table (the shipped defaults, `prices` over them) as pairs."""
+        from turnstream.prices import load_prices
+
+        table = load_prices(self.prices)
+        return tuple(
+            (f"{p}/{m}", price) for p, models in table.items() for m, price in models.items()
         )
 
     def approval_config(self) -> ApprovalConfig:

@@ -9,7 +9,7 @@ import pytest
 
 from turnstream.core.costs import Price, Tokens, add_usage, cost, model_key, price_of, spend
 from turnstream.core.events import Usage
-from turnstream.providers.prices import PriceFileError, load_prices
+from turnstream.prices import PriceFileError, load_prices
 
 SONNET = Price(input=3.0, output=15.0, cache_write=3.75, cache_read=0.30)
 

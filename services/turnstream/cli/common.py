@@ -230,7 +230,7 @@ def command_name() -> str:
 def prices_or_exit(settings: Settings) -> PriceTable:
     """The price table (`TURNSTREAM_PRICES` over the defaults), or exit 2 naming the entry
     of the operator's file that is wrong."""
-    from turnstream.providers.prices import PriceFileError, load_prices
+    from turnstream.prices import PriceFileError, load_prices
 
     try:
         return load_prices(settings.prices)

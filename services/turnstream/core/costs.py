@@ -128,3 +128,20 @@ def add_usage(per_model: dict[str, list[int]], key: str, usage: Usage) -> dict[s
     before = Tokens.from_list(per_model.get(key, [0, 0, 0, 0]))
     per_model[key] = (before + Tokens.of(usage)).as_list()
     return per_model
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a turn and its session may spend on the model (None: no limit); checked before
+    each call (`core/turn/budget.py`)."""
+
+    turn_tokens: int | None = None
+    session_tokens: int | None = None
+    turn_usd: float | None = None
+    session_usd: float | None = None
+
+    def __bool__(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.turn_tokens, self.session_tokens, self.turn_usd, self.session_usd)
+        )

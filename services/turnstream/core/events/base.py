@@ -52,6 +52,9 @@ class FailureClass(StrEnum):
     """The log refused the turn's events for want of storage (JetStream's limit reached);
     the turn ended once its end could be appended. Added in schema version 1 compatibly:
     a reader that does not know it sees an unknown failure class of a failed turn."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """The next model call could have taken the turn or its session over a token or dollar
+    budget: the turn ended without it (added compatibly, as `storage_full`)."""
 
 
 TurnStatus = Literal["completed", "failed", "denied"]

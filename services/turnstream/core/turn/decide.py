@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from turnstream.core.costs import model_key
 from turnstream.core.events import (
     Event,
     FailureClass,
@@ -46,6 +47,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.turn import runtime_calls
+from turnstream.core.turn.budget import over_budget
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.completion import check_response
 from turnstream.core.turn.context import (
@@ -65,7 +67,7 @@ from turnstream.core.turn.state import (
     PendingInput,
     TurnConfig,
 )
-from turnstream.core.turn.steps import compose_or_stop, continues
+from turnstream.core.turn.steps import compose_or_stop, compose_request, continues, request_model
 from turnstream.core.turn.tool_call import (
     approvals,
     executable,
@@ -179,7 +181,7 @@ def next_step(
                 return []  # the shell asks the context providers, then `on_context`
             return [b.post(stage, "ok")]
         case Stage.COMPOSE_REQUEST, False:
-            return [b.pre(Stage.SEND_REQUEST)]
+            return over_budget_end(b, state, config) or [b.pre(Stage.SEND_REQUEST)]
         case Stage.STREAM_RESPONSE, False:
             if config.stage is not None and turn.checked_round < turn.iteration:
                 checked = check_response(config.stage, turn.requested_calls, turn.iteration)
@@ -215,7 +217,7 @@ def next_step(
         case _:
             # SEND_REQUEST closed without a result or STREAM_RESPONSE left open: the
             # response was lost (a crash between batches). Ask the provider again.
-            return [b.pre(Stage.SEND_REQUEST)]
+            return over_budget_end(b, state, config) or [b.pre(Stage.SEND_REQUEST)]
 
 
 def _start_turn(state: ChatState, ctx: Context) -> list[Event]:
@@ -269,3 +271,18 @@ def _reply_dropped(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Eve
         to=turn.reply_to, reason="hop_limit", hops=turn.hops + 1, cause="replyTo"
     )
     return [b.make(MessageDropped, data)]
+
+
+def over_budget_end(b: Builder, state: ChatState, config: TurnConfig) -> list[Event]:
+    """The turn's end when its next model call could take it or its session over a budget;
+    [] when the call may go (or there is no budget)."""
+    turn = state.active
+    if not config.budget or turn is None:
+        return []
+    key = model_key(*request_model(turn, config))
+    request = compose_request(state, config)
+    over = over_budget(config.budget, turn.spent, state.spent, request, key, config.prices)
+    if over is None:
+        return []
+    reason, next_action = over
+    return b.fail(FailureClass.BUDGET_EXCEEDED, reason, next_action)

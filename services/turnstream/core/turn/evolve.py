@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, assert_never
 
+from turnstream.core.costs import Tokens, model_key
 from turnstream.core.events import (
     AuditViolation,
     ContextCompacted,
@@ -83,6 +84,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
+from turnstream.core.turn.budget import add_spent
 from turnstream.core.turn.changes import is_active, joined, pending_dropped, turn_changed
 from turnstream.core.turn.context import running_summary
 from turnstream.core.turn.evolve_inputs import evolve_input, evolve_message, evolve_subturn
@@ -361,7 +363,10 @@ def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
     message = data.message
     calls = tuple(ToolCall.of(b) for b in message.tool_calls)
     entry = Message("assistant", message.text, tool_calls=calls)
-    state = with_changes(state, history=(*state.history, entry))
+    used, key = Tokens.of(data.usage), model_key(data.provider, data.model)
+    state = with_changes(
+        state, history=(*state.history, entry), spent=add_spent(state.spent, key, used)
+    )
     # a new round (after tool calls, a stop hook's `iterate`) starts a new paragraph
     # of the reply; a continuation (max_tokens) joins seamlessly
     round_reply = (turn.reply, "" if turn.stop_reason == "max_tokens" else "\n\n")
@@ -374,6 +379,7 @@ def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
         round_reply=round_reply,
         completions=turn.completions + 1,
         requested_calls=calls,
+        spent=add_spent(turn.spent, key, used),
     )
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from turnstream.core.approval import ApprovalConfig
+from turnstream.core.costs import Budget, Price, Tokens
 from turnstream.core.events import (
     CompactionChange,
     FailureClass,
@@ -188,6 +189,8 @@ class ActiveTurn:
     calls go to the fallback model."""
     context: tuple[ContextBlock, ...] = ()
     """What the context providers contributed to this turn (`ContextProvided`)."""
+    spent: tuple[tuple[str, Tokens], ...] = ()
+    """The tokens this turn's model calls used, per `<provider>/<model>` (budgets)."""
     context_gathered: bool = False
     """The turn's first COMPOSE_REQUEST is over: its context is in (or there was none)."""
     request_change: RequestChange | None = None
@@ -218,6 +221,8 @@ class ChatState:
     last_status: TurnStatus | None = None
     summary: str = ""
     """A running summary of the messages compaction dropped (the `summary` context provider)."""
+    spent: tuple[tuple[str, Tokens], ...] = ()
+    """The tokens its model calls used, per `<provider>/<model>` (budgets)."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +284,11 @@ class TurnConfig:
     hold_inputs: bool = False
     """A workflow attached or running goes first: a new input waits (the session's decider
     sets it while a run is open)."""
+    budget: Budget = field(default_factory=Budget)
+    """What a turn and its session may spend on the model (`core/turn/budget.py`)."""
+    prices: tuple[tuple[str, Price], ...] = ()
+    """The deployment's price table as `(<provider>/<model>, Price)` pairs, for dollar
+    budgets (a dated model takes its family's price, as `core.costs.price_of` says)."""
 
     def tool(self, name: str) -> ToolInfo | None:
         return next((t for t in self.tools if t.name == name), None)
