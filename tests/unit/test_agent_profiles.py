@@ -107,3 +107,21 @@ def test_a_profile_may_name_its_fallback_model(tmp_path: Path) -> None:
     with pytest.raises(AgentInvalid) as caught:
         load(write(tmp_path, "a", head.replace("small", "''") + "fallbackProvider: groq\n---\n"))
     assert {p.field for p in caught.value.problems} == {"fallbackModel", "fallbackProvider"}
+
+
+def test_a_profiles_budget_replaces_the_deployments_limit_by_limit(tmp_path: Path) -> None:
+    from turnstream.core.costs import Budget
+    from turnstream.core.session.agent import with_agent
+    from turnstream.core.turn import TurnConfig
+    from turnstream.gateway.intake import configured_data
+
+    head = "---\nname: a\ndescription: d\nbudget: {turnTokens: 5000, sessionUsd: 2.5}\n---\n"
+    data = configured_data(load(write(tmp_path, "a", head + "body\n")), "k1")
+    deployment = TurnConfig(budget=Budget(turn_tokens=100, session_tokens=900))
+    assert with_agent(deployment, data).budget == Budget(
+        turn_tokens=5000, session_tokens=900, session_usd=2.5
+    )
+    with pytest.raises(AgentInvalid) as caught:
+        load(write(tmp_path, "a", head.replace("turnTokens: 5000", "turnTokenz: -1") + "b\n"))
+    (problem,) = caught.value.problems
+    assert problem.field == "budget" and "turnTokenz" in str(problem)

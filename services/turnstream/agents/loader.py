@@ -8,6 +8,7 @@
     tools: [read_file, list_dir]  # optional allowlist
     securityMode: ask           # optional: auto | ask | allowlist | deny
     maxIterations: 10           # optional, >= 1
+    budget: {turnTokens: 200000, sessionUsd: 5}   # optional: also sessionTokens, turnUsd
     ---
     You are a careful researcher. ...   (the system prompt)
 
@@ -19,7 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, get_args
 
+from pydantic import ValidationError
+
 from turnstream.agents.profile import AGENT_NAME, AgentProfile, Provider, SecurityMode
+from turnstream.core.events import AgentBudget
 from turnstream.workflows.files import Problem, read_frontmatter
 
 
@@ -87,6 +91,7 @@ def load(path: Path) -> AgentProfile:
         isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1
     ):
         bad("maxIterations", f"must be an integer >= 1, not {iterations!r}", "e.g. `10`")
+    budget = _budget(raw.get("budget"), bad)
     if problems:
         raise AgentInvalid(path, problems)
     return AgentProfile(
@@ -100,6 +105,7 @@ def load(path: Path) -> AgentProfile:
         max_iterations=iterations,
         fallback_model=fallback_model,
         fallback_provider=fallback_provider,
+        budget=budget,
     )
 
 
@@ -114,6 +120,21 @@ def load_all(agents_dir: Path) -> tuple[dict[str, AgentProfile], list[AgentInval
         except AgentInvalid as exc:
             invalid.append(exc)
     return profiles, invalid
+
+
+def _budget(raw: Any, bad: Any) -> AgentBudget | None:
+    if raw is None:
+        return None
+    fix = "e.g. `budget: {turnTokens: 200000, sessionUsd: 5}`"
+    if not isinstance(raw, dict):
+        bad("budget", f"must be a mapping, not {raw!r}", fix)
+        return None
+    try:
+        return AgentBudget.model_validate(raw)
+    except ValidationError as exc:
+        wrong = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        bad("budget", wrong, fix + " (turnTokens, sessionTokens, turnUsd, sessionUsd)")
+        return None
 
 
 def _choice(raw: dict[str, Any], key: str, allowed: tuple[str, ...], bad: Any) -> Any:

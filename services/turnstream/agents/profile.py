@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from turnstream.core.commands import AGENT_NAME_PATTERN
+from turnstream.core.events import AgentBudget
 
 AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
 """An agent's name: its file's name in TURNSTREAM_AGENTS, never a path."""
@@ -32,6 +33,8 @@ class AgentProfile:
     """The model its turns continue on when theirs keeps failing (else the deployment's)."""
     fallback_provider: Provider | None = None
     """The fallback model's provider; None: the agent's own."""
+    budget: AgentBudget | None = None
+    """What its turns and sessions may spend (`budget: {turnTokens, sessionUsd, …}`)."""
 
     def summary(self) -> dict[str, Any]:
         """The profile as listings show it (`turnstream agents --json`, `/v1/agents`)."""
@@ -43,4 +46,7 @@ class AgentProfile:
             "tools": list(self.tools) if self.tools is not None else None,
             "securityMode": self.security_mode,
             "maxIterations": self.max_iterations,
+            "budget": self.budget.model_dump(by_alias=True, exclude_none=True)
+            if self.budget
+            else None,
         }

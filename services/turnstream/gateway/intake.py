@@ -198,6 +198,7 @@ def configured_data(profile: AgentProfile, idempotency_key: str) -> SessionConfi
         idempotency_key=idempotency_key,
         fallback_model=profile.fallback_model,
         fallback_provider=profile.fallback_provider,
+        budget=profile.budget,
     )
 
 

@@ -14,6 +14,7 @@ import orjson
 from pydantic import Field, TypeAdapter
 
 from turnstream.core.events.agents import (
+    AgentBudget,
     Delivery,
     MessageCause,
     MessageDropped,
@@ -262,6 +263,7 @@ __all__ = [
     "EVENT_ADAPTER",
     "EVENT_TYPES",
     "SCHEMA_VERSION",
+    "AgentBudget",
     "AssistantMessage",
     "AuditViolation",
     "AuditViolationData",

@@ -36,6 +36,16 @@ class ReplyOutcome(WireModel):
     failure_class: FailureClass | None = None
 
 
+class AgentBudget(WireModel):
+    """An agent profile's budget (`budget:` in its frontmatter): each limit set replaces the
+    deployment's (`TURNSTREAM_BUDGET`) for its sessions."""
+
+    turn_tokens: int | None = Field(default=None, ge=1)
+    session_tokens: int | None = Field(default=None, ge=1)
+    turn_usd: float | None = Field(default=None, gt=0)
+    session_usd: float | None = Field(default=None, gt=0)
+
+
 class SessionConfiguredData(WireModel):
     """The agent a session talks to, fixed by its first `message` that names one; the
     profile as it was then, so a replay does not depend on today's profile files."""
@@ -54,6 +64,8 @@ class SessionConfiguredData(WireModel):
     fallback_model: str | None = None
     """The profile's fallback model (`fallbackModel`); None: the deployment's."""
     fallback_provider: Literal["scripted", "anthropic", "openai"] | None = None
+    budget: AgentBudget | None = None
+    """The profile's budget; None: the deployment's."""
 
 
 class SessionConfigured(EventBase):

@@ -41,4 +41,7 @@ def with_agent(
     if agent.fallback_model is not None:
         own = agent.provider or config.provider
         changes["fallback"] = (agent.fallback_provider or own, agent.fallback_model)
+    if agent.budget is not None:
+        mine = agent.budget.model_dump(exclude_none=True)
+        changes["budget"] = with_changes(config.budget, **mine)
     return with_changes(config, **changes)
