@@ -42,12 +42,18 @@ def settings(nats_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp("console")
     (tmp / "script.yaml").write_text(SCRIPT)
     (tmp / "workspace").mkdir()
+    # the demo model priced, so the session's spend shows in dollars
+    prices = tmp / "prices.yaml"
+    prices.write_text(
+        "scripted:\n  demo: {input: 3, output: 15, cache_write: 3.75, cache_read: 0.3}\n"
+    )
     return settings_for(
         nats_server,
         tmp,
         script=tmp / "script.yaml",
         security_mode="ask",
         workflows=REPO / "workflows",
+        prices=prices,
     )
 
 
@@ -91,6 +97,12 @@ async def test_tokens_stream_into_the_timeline(
     assert len(partial) >= 3, seen  # the reply grew token by token before it was complete
     await expect(page.locator(".lane").first.locator(".badge.s-completed")).to_be_visible()
     await expect(page.locator(".lane").first.locator(".seg")).not_to_have_count(0)
+    # what the turn and the session cost: tokens from the log, dollars from the price table
+    await expect(page.locator(".lane").first.locator(".tokens")).to_contain_text(
+        re.compile(r"in · \d+ out · \$0\.\d{4}")
+    )
+    await expect(page.locator("#spend")).to_contain_text(re.compile(r"in · \d+ out · \$0\.\d{4}"))
+    await page.screenshot(path=artifacts / "timeline-spend.png")
 
 
 async def test_every_stage_of_a_finished_turn_shows_how_long_it_took(

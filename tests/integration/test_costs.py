@@ -11,8 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.http.conftest import http_app
 from tests.integration.conftest import anthropic_settings, events_of, only, running_services
 from tests.providers.fake_servers import FakeAnthropic, Text
 from turnstream.bus import Bus
@@ -51,13 +53,20 @@ async def test_a_sessions_cached_tokens_and_cost_are_recorded_summed_and_shown(
     context = ContextSettings(providers={"datetime": ContextProviderSetting()})
     async with FakeAnthropic([Text("first"), Text("second")], cache=True) as fake:
         settings = anthropic_settings(
-            nats_server, tmp_path, fake.base_url, system_prompt=SYSTEM, context=context
+            nats_server,
+            tmp_path,
+            fake.base_url,
+            system_prompt=SYSTEM,
+            context=context,
+            prices=prices,
         )
-        async with running_services(settings, bus, with_audit=True):
+        async with running_services(settings, bus, with_audit=True), http_app(settings) as url:
             for text in ("one?", "two?"):
                 outcome = await send_and_wait(bus, message_command("costly", text), timeout=20)
                 assert outcome.status == "completed", outcome
             await asyncio.sleep(0.5)  # the audit's summary
+            async with httpx.AsyncClient(base_url=url) as client:
+                page = (await client.get("/v1/sessions/costly")).json()
     first, second = [e.data for e in only(await events_of(bus, "costly"), ProviderRequestCompleted)]
     assert (first.provider, first.model) == ("anthropic", "claude-fake-1")
     # the time changed between the turns and came after the cached prefix: it was read back
@@ -68,3 +77,9 @@ async def test_a_sessions_cached_tokens_and_cost_are_recorded_summed_and_shown(
     assert "cached" in replay and "$0.0" in replay
     listing = cli("sessions", server=nats_server, prices=prices)
     assert "costly" in listing and "$0.0" in listing
+    # the HTTP face: the session's spend and each turn's, priced with the same table
+    total, turns = page["spend"], [t["spend"] for t in page["turns"]]
+    assert total["cacheReadTokens"] == second.usage.cache_read_tokens > 0
+    assert total["usd"] == pytest.approx(sum(t["usd"] for t in turns)) and total["usd"] > 0
+    assert turns[1]["usd"] < turns[0]["usd"] / 5  # the second turn read its prefix cheaply
+    assert page["summary"]["models"]["anthropic/claude-fake-1"][3] == total["cacheReadTokens"]

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnstream.cli.render import STATUS_STYLE, clip
-from turnstream.core.costs import PriceTable, Tokens, spend
+from turnstream.core.costs import PriceTable, add_tokens, spend
 from turnstream.core.events import (
     Event,
     InputAccepted,
@@ -197,8 +197,7 @@ def print_session(
         per_model: dict[str, list[int]] = {}
         for turn in view.turns.values():
             for key, counts in turn.models.items():
-                summed = Tokens.from_list(per_model.get(key, [0] * 4)) + Tokens.from_list(counts)
-                per_model[key] = summed.as_list()
+                add_tokens(per_model, key, counts)
         console.print()
         console.print(
             f"[bold]session total:[/] {calls} model calls, {spend_text(per_model, prices or {})}"

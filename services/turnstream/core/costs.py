@@ -125,8 +125,15 @@ def spend(per_model: Mapping[str, list[int]] | None, table: PriceTable) -> Spend
 
 def add_usage(per_model: dict[str, list[int]], key: str, usage: Usage) -> dict[str, list[int]]:
     """`per_model` with one call's usage added under `key` (in place; returned)."""
+    return add_tokens(per_model, key, Tokens.of(usage).as_list())
+
+
+def add_tokens(
+    per_model: dict[str, list[int]], key: str, counts: list[int]
+) -> dict[str, list[int]]:
+    """`per_model` with `counts` (`Tokens.as_list`) added under `key` (in place; returned)."""
     before = Tokens.from_list(per_model.get(key, [0, 0, 0, 0]))
-    per_model[key] = (before + Tokens.of(usage)).as_list()
+    per_model[key] = (before + Tokens.from_list(counts)).as_list()
     return per_model
 
 

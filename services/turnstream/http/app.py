@@ -32,6 +32,7 @@ from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_i
 from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
+from turnstream.prices import load_prices
 from turnstream.runtime import connect_client, loop_factory, source_name, tune_gc
 from turnstream.runtime.redaction import redact_logs
 from turnstream.settings import Settings
@@ -55,7 +56,8 @@ def create_app(
         # services do), only the A2A task bucket when first needed
         the_bus = bus or await connect_client(settings, "http")
         hub = Hub(the_bus)  # subscribes when the first stream or POST needs it
-        app.state.ctx = HttpContext(settings, the_bus, hub, auth, opts)
+        prices = load_prices(settings.prices)
+        app.state.ctx = HttpContext(settings, the_bus, hub, auth, opts, prices)
         try:
             async with a2a.delivering(the_bus, settings, source_name("http")):
                 yield

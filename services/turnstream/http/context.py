@@ -3,13 +3,14 @@ FastAPI dependencies that hand it out: the caller's `Principal` and a checked se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from turnstream.bus import Bus
+from turnstream.core.costs import PriceTable
 from turnstream.core.subjects import is_session_id
 from turnstream.http.auth import Authenticator, Principal
 from turnstream.http.hub import Hub
@@ -44,6 +45,8 @@ class HttpContext:
     hub: Hub
     auth: Authenticator
     options: Options
+    prices: PriceTable = field(default_factory=dict)
+    """The price table (`TURNSTREAM_PRICES` over the defaults): sessions' spend in dollars."""
 
 
 async def context(request: Request) -> HttpContext:

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from turnstream.client import pending_prompts
 from turnstream.core import approval
+from turnstream.core.costs import PriceTable, add_tokens, spend
 from turnstream.core.events import Event
 from turnstream.core.events.agents import (
     SessionConfigured,
@@ -80,13 +81,19 @@ async def get_session(ctx: Ctx, who: Caller, session: SessionId) -> Response:
     for turn in view.turns.values():
         row = dataclasses.asdict(turn)
         row["durationMs"] = turn.duration_ms
+        row["spend"] = spend_row(turn.models, ctx.prices)
         turns.append(_camel(row))
+    per_model: dict[str, list[int]] = {}
+    for turn in view.turns.values():
+        for key, counts in turn.models.items():
+            add_tokens(per_model, key, counts)
     return json(
         {
             "sessionId": session,
             "summary": orjson.Fragment(summary) if summary else None,
             "lastSeq": stored[-1].seq if stored else 0,
             "events": len(stored),
+            "spend": spend_row(per_model, ctx.prices),
             "turns": turns,
             "pendingApprovals": pending,
             "agent": _agent(events),
@@ -269,3 +276,17 @@ def _camel(value: Any) -> Any:
     if isinstance(value, list):
         return [_camel(v) for v in value]
     return value
+
+
+def spend_row(per_model: dict[str, list[int]], prices: PriceTable) -> dict[str, Any]:
+    """Tokens (all input, of it read from the cache, output) and dollars (None: no model
+    with a price; `unpriced` names those left out)."""
+    s = spend(per_model, prices)
+    return {
+        "inputTokens": s.tokens.all_input,
+        "cacheReadTokens": s.tokens.cache_read,
+        "cacheWriteTokens": s.tokens.cache_write,
+        "outputTokens": s.tokens.output,
+        "usd": round(s.dollars, 6) if s.dollars is not None else None,
+        "unpriced": list(s.unpriced),
+    }

@@ -3,7 +3,7 @@
 
 import { allEvents, api, follow, post } from "./api.js";
 import { graphHtml } from "./graph.js";
-import { Timeline, laneHtml, notesHtml, tick } from "./timeline.js";
+import { Timeline, laneHtml, notesHtml, spendText, tick } from "./timeline.js";
 import { $, debounce, folded, html, raw, short } from "./util.js";
 
 const LIVE_HINT = '<p class="muted hint">Drag the slider (or use the arrow keys on it) to see the session rebuilt by the server at any event: its history, pending approvals and workflow stage.</p>';
@@ -16,6 +16,7 @@ export function sessionView(root, { session, params, toast }) {
     <h1 title="${session}">${session}</h1>
     <span class="badge" id="state">loading</span>
     <span class="chip" id="agent" hidden></span>
+    <span class="chip" id="spend" hidden title="the session's model tokens and their cost"></span>
     <span class="conn" id="conn" title="the event stream">…</span>
     <a href="#" id="waiting" class="badge needs" hidden></a>
     <span class="spacer"></span>
@@ -66,6 +67,31 @@ export function sessionView(root, { session, params, toast }) {
   }, 1000);
   const openDetails = new Set();
 
+  // what the session and each turn cost, priced by the HTTP face (its price table)
+  let spendAsked = 0;
+  const askSpend = debounce(async () => {
+    const asked = ++spendAsked;
+    try {
+      const s = await api(`/v1/sessions/${enc}`);
+      if (closed || asked !== spendAsked) return;
+      for (const row of s.turns || []) {
+        const turn = tl.turns.get(row.turnId);
+        if (turn && row.spend && turn.usd !== row.spend.usd) {
+          turn.usd = row.spend.usd;
+          tl.dirty.add(turn.id);
+        }
+      }
+      const total = s.spend;
+      const chip = $("#spend", root);
+      chip.hidden = !total || !(total.inputTokens || total.outputTokens);
+      if (total) chip.textContent = spendText(total.inputTokens, total.cacheReadTokens, total.outputTokens, total.usd);
+      schedule();
+    } catch {
+      /* the spend is a nicety: the lanes still show the tokens */
+    }
+  }, 400);
+  let turnsEnded = -1;
+
   const render = () => {
     scheduled = false;
     if (closed) return;
@@ -91,6 +117,11 @@ export function sessionView(root, { session, params, toast }) {
     if (tl.notes.length !== notesShown) {
       notesShown = tl.notes.length;
       $("#notes", root).innerHTML = String(notesHtml(tl.notes));
+    }
+    const ended = tl.order.filter((t) => t.endedAt).length;
+    if (ended !== turnsEnded) {
+      turnsEnded = ended;
+      askSpend();
     }
     const active = tl.active;
     const last = tl.order[tl.order.length - 1];

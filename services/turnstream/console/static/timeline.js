@@ -67,7 +67,7 @@ export class Timeline {
     if (!turn) {
       turn = {
         id, seq, status: "queued", items: [], stages: [], iterations: new Map(),
-        tokensIn: 0, tokensOut: 0, calls: 0, startedAt: time, endedAt: null,
+        tokensIn: 0, tokensCached: 0, tokensOut: 0, usd: null, calls: 0, startedAt: time, endedAt: null,
       };
       this.turns.set(id, turn);
       this.order.push(turn);
@@ -160,8 +160,11 @@ export class Timeline {
         it.text = d.message.content.filter((b) => b.type === "text").map((b) => b.text).join("");
         it.streaming = "";
         it.done = true;
-        t.tokensIn += d.usage.inputTokens || 0;
-        t.tokensOut += d.usage.outputTokens || 0;
+        // all the input the model read: at the full price, written to and read from the cache
+        const u = d.usage;
+        t.tokensIn += (u.inputTokens || 0) + (u.cacheWriteTokens || 0) + (u.cacheReadTokens || 0);
+        t.tokensCached += u.cacheReadTokens || 0;
+        t.tokensOut += u.outputTokens || 0;
         break;
       }
       case "ProviderRequestFailed":
@@ -403,7 +406,7 @@ export function laneHtml(t, { canApprove }) {
     ${t.stageName ? html`<span class="chip">stage ${t.stageName}</span>` : ""}
     <span class="turn-id" title="${t.id}">turn ${short(t.id, 10)}</span>
     <span class="muted elapsed">${duration != null ? ms(duration) : elapsed != null ? `${ms(elapsed)}…` : ""}</span>
-    <span class="muted">${t.tokensIn || t.tokensOut ? `${t.tokensIn} in · ${t.tokensOut} out` : ""}</span>
+    <span class="muted tokens">${t.tokensIn || t.tokensOut ? spendText(t.tokensIn, t.tokensCached, t.tokensOut, t.usd) : ""}</span>
     ${t.calls ? html`<span class="muted">${t.calls} tool call${t.calls > 1 ? "s" : ""}</span>` : ""}
     ${t.failureClass ? html`<span class="badge bad">${t.failureClass}</span>` : ""}
   </header>
@@ -511,3 +514,12 @@ export function notesHtml(notes) {
 }
 
 export { STAGES, STAGE_LABEL };
+
+/** `12,025 in (50% cached) · 10 out · $0.0246`: a turn's or a session's model spend (the
+ * dollars from the HTTP face's price table, when it knows the model). */
+export function spendText(tokensIn, cached, tokensOut, usd) {
+  const n = (v) => v.toLocaleString("en-US");
+  const share = tokensIn && cached ? ` (${Math.round((100 * cached) / tokensIn)}% cached)` : "";
+  const dollars = usd != null ? ` · $${usd.toFixed(4)}` : "";
+  return `${n(tokensIn)} in${share} · ${n(tokensOut)} out${dollars}`;
+}
