@@ -91,3 +91,28 @@ def test_a_dollar_budget_prices_each_models_tokens_cached_ones_cheaper() -> None
     unpriced = replace(config, prices=(("anthropic/other", price),))
     _, log = turns(unpriced, 3)
     assert [e.data.status for e in ends(log)] == ["completed"] * 3
+
+
+def test_a_session_budget_counts_its_workflow_stages_and_a_stage_carries_its_own() -> None:
+    from tests.unit.test_workflow_run import Sim, complete, stage, workflow
+    from turnstream.core.events import StageExited, WorkflowExit
+    from turnstream.core.workflow.definition import Step
+
+    def spending(reply, tokens: int):  # type: ignore[no-untyped-def]
+        return replace(reply, usage=Usage(input_tokens=tokens))
+
+    # the plan stage spends 41,000; the session may spend 40,000: build is not called
+    sim = Sim(workflow(Step(("plan",)), Step(("build",)), stages=[stage("plan"), stage("build")]))
+    sim.config = replace(sim.config, budget=Budget(session_tokens=40_000))
+    sim.answer("plan", spending(complete("submit_plan", summary="two steps"), 41_000))
+    assert sim.state.spent == sim.state.stage_spent and sim.state.chat.spent == ()
+    build_end = [e for e in sim.of(TurnEnded) if e.data.failure_class is not None]
+    assert [e.data.failure_class for e in build_end] == [FailureClass.BUDGET_EXCEEDED]
+    assert sim.of(WorkflowExit)[0].data.status == "failed"
+    # a stage's own limit: its first call would pass it, the stage fails without a call
+    own = stage("plan", budget={"turn_tokens": 5})
+    sim = Sim(workflow(Step(("plan",)), stages=[own]))
+    (ended,) = sim.of(TurnEnded)
+    assert ended.data.failure_class is FailureClass.BUDGET_EXCEEDED
+    assert sim.of(StageExited)[0].data.result.verdict != "ok"
+    assert not sim.of(ProviderRequestStarted)

@@ -588,6 +588,7 @@ def test_the_state_json_keeps_the_chat_s_fields_at_the_top_as_snapshots_had_them
         "agent",
         "security_mode",
         "unanswered",
+        "stage_spent",
     ]
     assert body["children"] and body["active"]["turn_id"] == shell.state.chat.active.turn_id
     assert state_from_json(orjson.dumps(body)) == shell.state

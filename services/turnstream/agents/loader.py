@@ -20,11 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, get_args
 
-from pydantic import ValidationError
-
 from turnstream.agents.profile import AGENT_NAME, AgentProfile, Provider, SecurityMode
-from turnstream.core.events import AgentBudget
-from turnstream.workflows.files import Problem, read_frontmatter
+from turnstream.workflows.files import Problem, read_budget, read_frontmatter
 
 
 class AgentInvalid(ValueError):
@@ -91,7 +88,7 @@ def load(path: Path) -> AgentProfile:
         isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1
     ):
         bad("maxIterations", f"must be an integer >= 1, not {iterations!r}", "e.g. `10`")
-    budget = _budget(raw.get("budget"), bad)
+    budget = read_budget(raw.get("budget"), bad)
     if problems:
         raise AgentInvalid(path, problems)
     return AgentProfile(
@@ -120,21 +117,6 @@ def load_all(agents_dir: Path) -> tuple[dict[str, AgentProfile], list[AgentInval
         except AgentInvalid as exc:
             invalid.append(exc)
     return profiles, invalid
-
-
-def _budget(raw: Any, bad: Any) -> AgentBudget | None:
-    if raw is None:
-        return None
-    fix = "e.g. `budget: {turnTokens: 200000, sessionUsd: 5}`"
-    if not isinstance(raw, dict):
-        bad("budget", f"must be a mapping, not {raw!r}", fix)
-        return None
-    try:
-        return AgentBudget.model_validate(raw)
-    except ValidationError as exc:
-        wrong = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        bad("budget", wrong, fix + " (turnTokens, sessionTokens, turnUsd, sessionUsd)")
-        return None
 
 
 def _choice(raw: dict[str, Any], key: str, allowed: tuple[str, ...], bad: Any) -> Any:

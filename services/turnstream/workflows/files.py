@@ -3,11 +3,15 @@ a YAML frontmatter block, read with every problem collected so an author fixes a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
+
+from turnstream.core.events import AgentBudget
 
 
 @dataclass(frozen=True)
@@ -52,3 +56,20 @@ def read_frontmatter(path: Path, problems: list[Problem]) -> tuple[dict[str, Any
     raw = read_yaml(path, head, problems)
     body = parts[1].split("\n", 1)[1] if "\n" in parts[1] else ""
     return (raw, body.strip() + "\n") if raw is not None else None
+
+
+def read_budget(raw: Any, bad: Callable[[str, str, str], None]) -> AgentBudget | None:
+    """A `budget:` mapping (an agent profile's, a stage's): `turnTokens`, `sessionTokens`,
+    `turnUsd`, `sessionUsd`; a problem named through `bad(key, message, fix)`."""
+    if raw is None:
+        return None
+    fix = "e.g. `budget: {turnTokens: 200000, sessionUsd: 5}`"
+    if not isinstance(raw, dict):
+        bad("budget", f"must be a mapping, not {raw!r}", fix)
+        return None
+    try:
+        return AgentBudget.model_validate(raw)
+    except ValidationError as exc:
+        wrong = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        bad("budget", wrong, fix + " (turnTokens, sessionTokens, turnUsd, sessionUsd)")
+        return None

@@ -23,7 +23,7 @@ from turnstream.core.workflow.definition import (
     WorkflowDef,
 )
 from turnstream.core.workflow.template import check as check_template
-from turnstream.workflows.files import Problem, read_frontmatter, read_yaml
+from turnstream.workflows.files import Problem, read_budget, read_frontmatter, read_yaml
 
 KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -250,6 +250,8 @@ def _stage(
     policy = raw.get("resolutionPolicy")
     if "resolutionPolicy" in raw and policy not in RESOLUTION_POLICIES:
         bad("resolutionPolicy", f"{policy!r} is not one of {RESOLUTION_POLICIES}", "pick one")
+    limits = read_budget(raw.get("budget"), bad)
+    budget = limits.model_dump(exclude_none=True) if limits is not None else None
     tags = raw.get("tags", [])
     if not isinstance(tags, list):
         bad("tags", "must be a list of strings", "e.g. tags: [review]")
@@ -271,6 +273,7 @@ def _stage(
         inputs_schema=raw.get("inputsSchema"),
         tags=tuple(str(t) for t in tags),
         file=path.name,
+        budget=budget,
     )
 
 

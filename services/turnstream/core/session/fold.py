@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from turnstream.core.approval import session_mode
+from turnstream.core.costs import Tokens, model_key
 from turnstream.core.events import (
     Envelope,
     Event,
@@ -15,6 +16,7 @@ from turnstream.core.events import (
     InterruptReceived,
     MessageDropped,
     MessageSent,
+    ProviderRequestCompleted,
     SessionConfigured,
     SessionTurnEnd,
     StageAssertOutcome,
@@ -37,6 +39,7 @@ from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
 from turnstream.core.session import subturns
 from turnstream.core.session.state import SessionState, Unanswered
+from turnstream.core.turn.budget import add_spent
 from turnstream.core.turn.changes import is_active
 from turnstream.core.turn.evolve import evolve as evolve_turn
 from turnstream.core.turn.state import ChatState
@@ -104,6 +107,9 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     failure = ex.failure
     if isinstance(event, TurnEnded) and ex.running and event.data.status != "completed":
         failure = event.data.reason or event.data.status
+    if isinstance(event, ProviderRequestCompleted) and lane is not ex.lane:
+        key, used = model_key(event.data.provider, event.data.model), Tokens.of(event.data.usage)
+        state = with_changes(state, stage_spent=add_spent(state.stage_spent, key, used))
     return with_changes(state, workflow=_replace(run, with_changes(ex, lane=lane, failure=failure)))
 
 

@@ -92,20 +92,35 @@ def chat_steps(state: SessionState, config: TurnConfig, ctx: Context) -> Decisio
 
 def _chat_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequence[Event]:
     return subturns.step(state, ctx) or next_step(
-        state.chat, config, ctx, subturns.spawned_by(state)
+        state.chat, _counting_stages(state, config), ctx, subturns.spawned_by(state)
     )
+
+
+def _counting_stages(state: SessionState, config: TurnConfig) -> TurnConfig:
+    """A session budget counts what its workflow stages spent too."""
+    if config.budget and state.stage_spent:
+        return with_changes(config, session_spent=state.spent)
+    return config
 
 
 def chat_config(state: SessionState, config: TurnConfig) -> TurnConfig:
     """The configuration of the session's own chat turn: while a run is open, a new input
     waits for it (`TurnConfig.hold_inputs`)."""
     run = state.workflow
+    config = _counting_stages(state, config)
     return with_changes(config, hold_inputs=True) if run is not None and run.open else config
 
 
-def lane_config(config: TurnConfig, run: WorkflowRun, ex: StageRun) -> TurnConfig:
-    """The turn configuration of one stage execution: its prompt, envelope and bound."""
+def lane_config(
+    config: TurnConfig, run: WorkflowRun, ex: StageRun, state: SessionState
+) -> TurnConfig:
+    """The turn configuration of one stage execution: its prompt, envelope and bound, and
+    its budget (the stage's own limits over the session's; the session's spend counted)."""
     stage = stage_of(run, ex)
+    if stage.budget is not None:
+        config = with_changes(config, budget=with_changes(config.budget, **stage.budget))
+    if config.budget:
+        config = with_changes(config, session_spent=state.spent)
     spec = StageSpec(
         run_id=run.run_id,
         stage_id=stage.id,
@@ -126,7 +141,7 @@ def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[ChatState,
     if run is not None:
         for ex in run.executions:
             if ex.status == "act" and ex.lane.active is not None:
-                views.append((ex.lane, lane_config(config, run, ex)))
+                views.append((ex.lane, lane_config(config, run, ex, state)))
     return views
 
 
@@ -164,7 +179,7 @@ def lane_step(
         return decide(chat.state, config, ctx).after(chat)
     if ex.status != "act":
         return Decision((), state)
-    lane_cfg = lane_config(config, run, ex)
+    lane_cfg = lane_config(config, run, ex, state)
     lane = then_decide(step(ex.lane, lane_cfg), ex.lane, lane_cfg, ctx)
     if not lane:
         return Decision((), state)
@@ -305,7 +320,7 @@ def _advance(
         reason = f"the stage turn failed: {ex.failure or 'it ended'}"
         return exit_events(run, ex, result_of(ex, "fail", reason), ctx, run.last_event_id)
     if turn.ended is not None:
-        return decide_turn(ex.lane, lane_config(config, run, ex), ctx).events
+        return decide_turn(ex.lane, lane_config(config, run, ex, state), ctx).events
     if ex.asserted is not None:  # Assert is recorded, its Exit was not (a crash between)
         result = result_of(ex, ex.asserted, ex.assert_reason)
         return exit_events(run, ex, result, ctx, turn.last_event_id)
@@ -319,7 +334,7 @@ def _advance(
         stage = stage_of(run, ex)
         reason = f"turnCap={stage.turn_cap} rounds passed without a valid {stage.completion_tool}"
         return assert_events(run, ex, "fail", reason, ctx)
-    return decide_turn(ex.lane, lane_config(config, run, ex), ctx).events
+    return decide_turn(ex.lane, lane_config(config, run, ex, state), ctx).events
 
 
 def _repair(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:

@@ -281,7 +281,8 @@ def over_budget_end(b: Builder, state: ChatState, config: TurnConfig) -> list[Ev
         return []
     key = model_key(*request_model(turn, config))
     request = compose_request(state, config)
-    over = over_budget(config.budget, turn.spent, state.spent, request, key, config.prices)
+    session = config.session_spent if config.session_spent is not None else state.spent
+    over = over_budget(config.budget, turn.spent, session, request, key, config.prices)
     if over is None:
         return []
     reason, next_action = over

@@ -286,6 +286,9 @@ class TurnConfig:
     sets it while a run is open)."""
     budget: Budget = field(default_factory=Budget)
     """What a turn and its session may spend on the model (`core/turn/budget.py`)."""
+    session_spent: tuple[tuple[str, Tokens], ...] | None = None
+    """What the whole session spent (its chat and its workflow stages) when the turn is one
+    conversation of several; None: its conversation's own (`ChatState.spent`)."""
     prices: tuple[tuple[str, Price], ...] = ()
     """The deployment's price table as `(<provider>/<model>, Price)` pairs, for dollar
     budgets (a dated model takes its family's price, as `core.costs.price_of` says)."""

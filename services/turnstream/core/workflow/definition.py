@@ -61,6 +61,8 @@ class StageDef:
     inputs_schema: dict[str, Any] | None = None
     tags: tuple[str, ...] = ()
     file: str = ""
+    budget: dict[str, float] | None = None
+    """The stage's own budget limits (`turn_tokens`, `session_usd`, …): over the session's."""
 
 
 @dataclass(frozen=True)
