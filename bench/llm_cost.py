@@ -111,8 +111,18 @@ async def session(kind: str, turns: int, *, cache: bool, compact_at: int | None)
                     if not cache:
                         system += "\n\n" + now
                     volatile = now if cache else None
+                    # as compose_request does: the summary is stable context after the prompt
+                    split = len(SYSTEM) if cache and summary else None
                     request = ProviderRequest(
-                        "s1", f"t{n}", 1, index, system, history, TOOLS, volatile=volatile
+                        "s1",
+                        f"t{n}",
+                        1,
+                        index,
+                        system,
+                        history,
+                        TOOLS,
+                        volatile=volatile,
+                        system_split=split,
                     )
                     outcome = await model.complete(request, _ignore)
                     assert isinstance(outcome, ProviderSuccess), outcome

@@ -166,3 +166,23 @@ def test_the_setting_reaches_the_provider(value: str, monkeypatch: pytest.Monkey
     monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
     built = build_provider(Settings(provider="anthropic", prompt_cache=value))  # type: ignore[arg-type]
     assert isinstance(built, AnthropicProvider) and built.cache == value
+
+
+async def test_a_compaction_leaves_the_tools_and_the_system_prompt_cached() -> None:
+    """The summary is stable context after the prompt's own text: its own breakpoint keeps
+    the prompt when a compaction rewrites the summary (and drops the history)."""
+
+    def compacted(summary: str) -> ProviderRequest:
+        system = f'{SYSTEM}\n\n<context provider="summary">\n{summary}\n</context>'
+        plain = request(1, system=system)
+        return ProviderRequest(
+            "s1", "t", 1, 0, system, plain.messages, TOOLS, system_split=len(SYSTEM)
+        )
+
+    params = anthropic_request(compacted("- user: a"), "m", 100)
+    assert [("cache_control" in b) for b in params["system"]] == [True, True]
+    assert params["system"][0]["text"] == SYSTEM
+    usages, _ = await anthropic_usages([compacted("- user: a"), compacted("- user: a, b")])
+    prompt = usages[0].cache_write_tokens  # tools and prompt, then the summary, written
+    assert usages[1].cache_read_tokens > 6000  # tools and prompt read back
+    assert usages[1].cache_read_tokens < prompt  # the new summary is not

@@ -16,17 +16,24 @@ PromptCache = Literal["5m", "1h", "off"]
 def anthropic_request(
     request: ProviderRequest, model: str, max_tokens: int, cache: PromptCache = "5m"
 ) -> dict[str, Any]:
-    """Messages API parameters. With a cache TTL, three breakpoints (of the API's four) mark
+    """Messages API parameters. With a cache TTL, breakpoints (at most the API's four) mark
     what the next call resends unchanged: the last tool (tools are rendered first), the
-    system prompt, and the last block of the history. Context that changes every turn
-    (`request.volatile`) comes after the last one, so it never spoils the cached prefix."""
+    system prompt's own text and then its stable context (so a compaction's new summary
+    leaves the prompt cached), and the last block of the history. Context that changes every
+    turn (`request.volatile`) comes after the last one, so it never spoils the prefix."""
     mark: dict[str, Any] | None = None
     if cache != "off":
         mark = {"type": "ephemeral"} | ({"ttl": "1h"} if cache == "1h" else {})
     messages = anthropic_messages(request.messages)
     params: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
     system: list[dict[str, Any]] = []
-    if request.system:
+    split = request.system_split
+    if request.system and split and 0 < split < len(request.system):
+        system.append({"type": "text", "text": request.system[:split]})
+        if mark:
+            system[0] |= {"cache_control": mark}
+        system.append({"type": "text", "text": request.system[split:]})
+    elif request.system:
         system.append({"type": "text", "text": request.system})
     if request.tools:
         params["tools"] = anthropic_tools(request.tools)

@@ -30,6 +30,10 @@ class ProviderRequest:
     """The turn switched to the fallback model earlier (`ProviderFallback`): stay there."""
     model: str | None = None
     """The model an LLM interceptor asked for instead of the provider's own (None: its own)."""
+    system_split: int | None = None
+    """Where in `system` the prompt's own text ends and the turn's stable context blocks
+    begin: a provider's prompt cache keeps the first part when only the context changes
+    (a compaction's new summary). None: one part."""
     volatile: str | None = None
     """Context that changes from turn to turn (the time): a provider puts it at the end of
     the request, after what its prompt cache can keep (`system`, `tools`, the history)."""

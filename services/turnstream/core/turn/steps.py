@@ -44,10 +44,16 @@ def compose_request(state: ChatState, config: TurnConfig) -> ProviderRequest:
         allowed = [t for t in config.tools if t.name in spec.allowed_tools]
         tools = (*allowed, completion_tool(spec))
     system = with_context(config.system_prompt, turn.context)
+    split = (
+        len(config.system_prompt)
+        if config.system_prompt and system != config.system_prompt
+        else None
+    )
     messages, model = state.history, None
     change = turn.request_change
     if change is not None:
-        system = change.system if change.system is not None else system
+        if change.system is not None:
+            system, split = change.system, None
         if change.messages is not None:
             messages = tuple(message_of(m) for m in change.messages)
         if change.tools is not None:
@@ -68,6 +74,7 @@ def compose_request(state: ChatState, config: TurnConfig) -> ProviderRequest:
         on_fallback=turn.on_fallback,
         model=model,
         volatile=volatile_context(turn.context),
+        system_split=split,
     )
 
 
