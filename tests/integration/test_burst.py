@@ -6,7 +6,9 @@ late under load, and the only runner lost leases to nobody (18,376 times in a 20
 burst), letting each session go and loading it again.
 
 The runner here is slowed as a loaded one is (its decisions committed one at a time, a few
-ms each), with a short lease TTL, so a lease held while waiting needs renewing."""
+ms each), with a short lease TTL, so a lease held while waiting needs renewing. What is
+asserted is how many leases are held at once, which the one-at-a-time commits bound on any
+machine; the renewals are printed."""
 
 from __future__ import annotations
 
@@ -45,14 +47,21 @@ async def test_a_burst_takes_each_lease_when_its_session_is_served(
             return await commit(self, item)
 
     renewals: list[str] = []
-    renew = LeaseTable.renew
+    renew, ensure = LeaseTable.renew, LeaseTable.ensure
+    held_at_most = [0]
 
     async def counted(self: LeaseTable, session_id: str) -> bool:
         renewals.append(session_id)
         return bool(await renew(self, session_id))
 
+    async def taken(self: LeaseTable, session_id: str) -> Any:
+        ownership = await ensure(self, session_id)
+        held_at_most[0] = max(held_at_most[0], len(self.held))
+        return ownership
+
     monkeypatch.setattr(SessionActor, "commit", slowed)
     monkeypatch.setattr(LeaseTable, "renew", counted)
+    monkeypatch.setattr(LeaseTable, "ensure", taken)
     settings = settings_for(
         nats_server,
         tmp_path,
@@ -82,7 +91,11 @@ async def test_a_burst_takes_each_lease_when_its_session_is_served(
     finally:
         await sub.unsubscribe()
     assert set(ended) == set(sessions) and set(ended.values()) == {1}  # each ended once
-    # a session's lease lives about as long as its turn, well under the age at which a lease
-    # is renewed (3 s here): hardly one needs renewing. With the load gate opened wide (every
-    # lease taken at once, as before) the same run makes about 300 renewals; with it, 0 here.
-    assert len(renewals) <= SESSIONS // 10, f"{len(renewals)} renewals"
+    # a lease is taken when its session is loaded (at most LOADS_IN_FLIGHT at once) and let go
+    # within a round of its turn's end: the runner never holds the whole burst's leases. The
+    # one-at-a-time commits cap the drain at ~60 sessions/s on any machine (a slower one only
+    # drains slower), so about 32 loading + 60 ended in the last second are held at most.
+    # With the load gate opened wide (as before) all 300 are held at once and, the drain
+    # lasting past a lease's renewal age, ~300 renewals are made (0 to a few with the gate).
+    print(f"\nleases held at most {held_at_most[0]}, {len(renewals)} renewals")
+    assert held_at_most[0] <= SESSIONS // 2, f"{held_at_most[0]} leases held at once"
