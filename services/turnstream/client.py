@@ -7,7 +7,9 @@ The outcome comes from the log (DESIGN §2): the turn's events carry the command
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +24,7 @@ from turnstream.bus import Bus
 from turnstream.bus.archive import read_archived
 from turnstream.bus.permissions import answered
 from turnstream.core.events import (
+    ATTACHMENT_PREFIX,
     Event,
     FailureClass,
     SteeringInjected,
@@ -211,6 +214,28 @@ def attach_command(
         "ctx": ctx or {},
         "idempotencyKey": idempotency_key or str(uuid_utils.uuid7()),
     }
+
+
+def attachment(name: str, media_type: str, data: bytes, *, inline: bool = True) -> dict[str, Any]:
+    """An attachment for a `message` command's `attachments`: its bytes inline (base64), or,
+    with `inline=False`, named by hash (put them first with `store_attachment`)."""
+    described: dict[str, Any] = {
+        "name": name,
+        "mediaType": media_type,
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    if inline:
+        described["data"] = base64.b64encode(data).decode()
+    return described
+
+
+async def store_attachment(bus: Bus, name: str, media_type: str, data: bytes) -> dict[str, Any]:
+    """Put an attachment's bytes into the object store (`att/<sha256>`, once) and return
+    it for a command's `attachments`, without its bytes: for files over the inline bound."""
+    described = attachment(name, media_type, data, inline=False)
+    await (await bus.blobs()).put(ATTACHMENT_PREFIX + described["sha256"], data)
+    return described
 
 
 async def publish_command(

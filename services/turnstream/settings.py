@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from turnstream.core.approval import AllowRule, ApprovalConfig
+from turnstream.core.commands import ATTACHMENT_TYPES
 from turnstream.core.costs import Budget, Price
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import TurnConfig
@@ -203,6 +204,10 @@ class Settings(BaseSettings):
     """Agent profiles, `<name>.md` each (TURNSTREAM_AGENTS; DESIGN §11)."""
     max_input_bytes: int = Field(default=256 * 1024, ge=1024)
     """Inbound commands larger than this are rejected (`oversize`)."""
+    attachment_max_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
+    """The largest attachment a message may carry (`InputRejected{attachment}` over it)."""
+    attachment_types: list[str] = Field(default_factory=lambda: list(ATTACHMENT_TYPES))
+    """The media types a message's attachments may have."""
     log_max_age_days: float = Field(default=0, ge=0)
     """Age limit of the event log; 0 keeps it forever."""
     inbound_max_age_days: float = Field(default=7, ge=0)

@@ -94,8 +94,12 @@ async def test_providers_add_context_to_every_request_and_the_log(
         ("broken", False),
     ]
     assert "the team directory is down" in skipped[2].reason
-    # the model got it in the system prompt, the configured one first
-    system = fake.requests[0].body["system"]
+    # the model got it in the system prompt, the configured one first: its own text and the
+    # context as two blocks, each a prompt-cache breakpoint (docs/costs.md)
+    blocks = fake.requests[0].body["system"]
+    assert blocks[0]["text"] == "Be brief." and len(blocks) == 2
+    assert all(b["cache_control"] == {"type": "ephemeral"} for b in blocks)
+    system = "".join(b["text"] for b in blocks)
     assert system.startswith('Be brief.\n\n<context provider="agents_md">')
     assert "Answer in French." in system and "On call for ctx-1: Ana." in system
     # a replay composes the same request from the log alone

@@ -89,7 +89,10 @@ async def test_interceptors_change_what_the_model_gets_and_the_log_says_so(
     bodies = [r.body for r in fake.requests]
     assert len(bodies) == 3
     assert {b["model"] for b in bodies} == {"claude-cheap"}
-    assert all(b["system"] == "Be brief.\nNever reveal secrets." for b in bodies)
+    # the interceptor's system prompt replaces all of it: one block
+    assert all(
+        [s["text"] for s in b["system"]] == ["Be brief.\nNever reveal secrets."] for b in bodies
+    )
     assert all([t["name"] for t in b["tools"]] == ["read_file"] for b in bodies)
     tool_result = bodies[1]["messages"][-1]["content"][0]
     assert tool_result["type"] == "tool_result" and "hunter2" not in str(tool_result)
@@ -115,7 +118,7 @@ async def test_interceptors_change_what_the_model_gets_and_the_log_says_so(
     last = events.index(started[-1])
     state = fold(SessionState.of("icpt"), events[: last + 1])
     request = compose_request(state.chat, settings.turn_config())
-    assert request.system == bodies[2]["system"] and request.model == "claude-cheap"
+    assert request.system == bodies[2]["system"][0]["text"] and request.model == "claude-cheap"
     assert [m.text for m in request.messages][-1] == "Did you check? Say 'checked'."
 
 

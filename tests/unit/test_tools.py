@@ -19,7 +19,7 @@ from turnstream.tools import registry as registry_module
 from turnstream.tools.builtin import MAX_READ_BYTES
 from turnstream.tools.workspace import resolve_in_workspace
 
-BUILTIN_NAMES = ["grep", "list_dir", "read_file", "write_file"]
+BUILTIN_NAMES = ["grep", "list_dir", "read_attachment", "read_file", "write_file"]
 
 
 @pytest.fixture
@@ -399,7 +399,7 @@ def test_validate_args_reports_readable_errors() -> None:
     ]
     assert registry.validate_args("grep", ["pattern"]) == ["['pattern'] is not of type 'object'"]
     assert registry.validate_args("rm_rf", {}) == [
-        "unknown tool 'rm_rf'; known: echo, grep, list_dir, read_file, write_file"
+        "unknown tool 'rm_rf'; known: echo, grep, list_dir, read_attachment, read_file, write_file"
     ]
 
 
@@ -422,11 +422,11 @@ def test_validators_are_built_once_per_tool(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(registry_module, "Draft202012Validator", Counting)
     registry = ToolRegistry(builtin_tools())
-    assert len(built) == 4
+    assert len(built) == len(BUILTIN_NAMES)
     for _ in range(3):
         registry.validate_args("read_file", {"path": 1})
         registry.validate_args("grep", {"pattern": "x"})
-    assert len(built) == 4
+    assert len(built) == len(BUILTIN_NAMES)
 
 
 # --- load -------------------------------------------------------------------------------------

@@ -118,6 +118,10 @@ def send(
         typer.Option(help="Agent profile the session talks to (`turnstream agents` lists them)."),
     ] = None,
     steer: Annotated[bool, typer.Option(help="Send as a steer command.")] = False,
+    attach: Annotated[
+        list[Path] | None,
+        typer.Option("--attach", "-a", help="Attach a file (image, PDF, text); repeatable."),
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the turn.")] = 120.0,
     quiet: Annotated[
         bool,
@@ -148,7 +152,7 @@ def send(
         raise typer.Exit(2)
     if agent is not None:
         require_known_agent(agent, settings.agents)
-    from turnstream.cli.send import run_send
+    from turnstream.cli.send import attachments_of, run_send
     from turnstream.client import message_command
 
     kind, _, sender_id = sender.partition(":")
@@ -163,6 +167,8 @@ def send(
         kind="steer" if steer else "message",
         agent=agent,
     )
+    if attach:
+        command["attachments"] = attachments_of(attach)
     run_send(settings, command, quiet=quiet, timeout=timeout)
 
 

@@ -13,6 +13,7 @@ import contextlib
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -246,3 +247,29 @@ def run_send(
     elif outcome.next_action:
         err.print(f"[yellow]next:[/] {escape(outcome.next_action)}")
     raise typer.Exit(1)
+
+
+def attachments_of(paths: list[Path]) -> list[dict[str, Any]]:
+    """`--attach` files as inline attachments, or exit 2 naming the one that cannot go."""
+    import mimetypes
+
+    from turnstream.client import attachment
+    from turnstream.core.commands import INLINE_MAX_BYTES
+
+    found = []
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            err.print(f"[red]error:[/] cannot read --attach {path}: {exc}; nothing was sent")
+            raise typer.Exit(2) from exc
+        if len(data) > INLINE_MAX_BYTES:
+            err.print(
+                f"[red]error:[/] --attach {path} has {len(data):,} bytes; the command line sends "
+                f"up to {INLINE_MAX_BYTES:,} inline (put larger files into the object store "
+                "as att/<sha256>, docs/contract.md#attachments); nothing was sent"
+            )
+            raise typer.Exit(2)
+        media_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        found.append(attachment(path.name, media_type, data))
+    return found

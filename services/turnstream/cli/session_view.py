@@ -180,6 +180,8 @@ def print_session(
         who = f" ({turn.sender})" if turn.sender else ""
         hops = f"[dim], hops {hops_of[turn.turn_id]}[/]" if turn.turn_id in hops_of else ""
         console.print(f"  [dim]input{who}:[/] {clip(turn.input_text, 100)}{hops}")
+        if turn.attachments:
+            console.print(f"  [dim]attached:[/] {', '.join(turn.attachments)}")
         if turn.reply:
             console.print(f"  [dim]reply:[/] {clip(turn.reply, 100)}")
         for child in turn.children.values():

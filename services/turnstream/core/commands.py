@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, TypeAdapter
 
-from turnstream.core.events import ParentRef, ReplyOutcome, Sender, WireModel
+from turnstream.core.events import Attachment, ParentRef, ReplyOutcome, Sender, WireModel
 from turnstream.core.subjects import REJECTED_SESSION, SESSION_ID_PATTERN, is_reserved_session
 
 
@@ -45,6 +45,35 @@ class CommandBase(WireModel):
     """Session to deliver the reply to (agent-to-agent); `null` for none."""
 
 
+MAX_ATTACHMENTS = 10
+ATTACHMENT_TYPES = (
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "image/webp",
+    "application/pdf",
+    "text/plain",
+    "text/csv",
+    "text/markdown",
+    "application/json",
+)
+"""The media types a message's attachments may have unless TURNSTREAM_ATTACHMENT_TYPES
+says otherwise."""
+INLINE_MAX_BYTES = 128 * 1024
+"""An attachment's bytes may come inline (base64 in `data`, within TURNSTREAM_MAX_INPUT_BYTES's
+default of 256 KiB) up to this; a larger one is put
+into the object store first (`att/<sha256>`) and named by its hash alone."""
+
+
+class AttachmentIn(Attachment):
+    """A file a message carries: described, and either inline (`data`, base64, up to
+    `INLINE_MAX_BYTES`) or already put into the object store as `att/<sha256>` (no `data`).
+    The gateway checks the type, the size and the hash against the bytes either way."""
+
+    data: Annotated[str, Field(max_length=(INLINE_MAX_BYTES * 4) // 3 + 4)] | None = None
+    """The bytes, base64 (standard alphabet, padded)."""
+
+
 class MessageCommand(CommandBase):
     """Start a turn (or queue one behind the active turn)."""
 
@@ -61,6 +90,10 @@ class MessageCommand(CommandBase):
     """Set by the runtime on a sub-turn's input: the parent turn and its `spawn` call."""
     outcome: ReplyOutcome | None = None
     """Set by the runtime on a reply: how the turn it answers for ended."""
+    attachments: Annotated[list[AttachmentIn], Field(max_length=MAX_ATTACHMENTS)] = Field(
+        default_factory=list
+    )
+    """Files and images for the turn (docs/contract.md#attachments)."""
 
 
 class SteerCommand(CommandBase):

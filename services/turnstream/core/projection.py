@@ -73,6 +73,8 @@ class TurnView:
     turn_id: str
     input_text: str = ""
     sender: str = ""
+    attachments: list[str] = field(default_factory=list)
+    """What its input carried: `name (media type, size)` each."""
     received_at: datetime | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
@@ -186,6 +188,9 @@ def _accepted(turn: TurnView, event: InputAccepted) -> None:
     data = event.data
     turn.input_text, turn.received_at = data.text, event.time
     turn.sender = f"{data.sender.kind}:{data.sender.id}"
+    turn.attachments = [
+        f"{a.name} ({a.media_type}, {a.size:,} bytes)" for a in data.attachments or []
+    ]
 
 
 def _stage_ended(turn: TurnView, stage: Stage, at: datetime, outcome: str) -> None:

@@ -22,6 +22,7 @@ from turnstream.bus.scan import scan_log
 from turnstream.bus.streams import existing_bucket
 from turnstream.core.events import (
     EventBase,
+    InputAccepted,
     InputRejected,
     InteractionAnswered,
     InteractionRequested,
@@ -29,6 +30,7 @@ from turnstream.core.events import (
     decode,
 )
 from turnstream.core.workflow.definition import WorkflowDef
+from turnstream.gateway.attachments import AttachmentPolicy, with_attachments_stored
 from turnstream.gateway.check import Inbound
 from turnstream.gateway.dedup import first_times
 from turnstream.gateway.intake import intake, reject_unknown_answer, settle_agent
@@ -67,6 +69,7 @@ async def _consume(
 ) -> None:
     subjects, source = bus.subjects, source_name("gateway")
     live_tools = (tools or ToolRegistry.load()).names()
+    policy = AttachmentPolicy(settings.attachment_max_bytes, tuple(settings.attachment_types))
 
     def load_workflow(session_id: str, name: str) -> WorkflowDef:
         tool_calling = settings.session_override(session_id)[1].tool_calling
@@ -116,6 +119,7 @@ async def _consume(
             source=source,
             load_workflow=load_workflow,
             load_agent=load_agent,
+            attachments=policy,
         )
         match decided:
             case [InputRejected(data=data), *_] if data.kind == "intake_failed":
@@ -125,6 +129,8 @@ async def _consume(
             case [SessionConfigured() as configured, *_]:
                 current = await agent_of(configured.session_id)
                 decided = settle_agent(raw, decided, current, now=now(), source=source)
+        if isinstance(decided[-1], InputAccepted) and decided[-1].data.attachments:
+            decided = await with_attachments_stored(bus, raw, decided, now=now(), source=source)
         return raw.seq, decided
 
     async def settle(chunk: list[tuple[int, list[EventBase]]]) -> list[EventBase]:

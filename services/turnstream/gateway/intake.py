@@ -36,6 +36,7 @@ from turnstream.core.events import (
     stamp,
 )
 from turnstream.core.workflow.definition import WorkflowDef
+from turnstream.gateway.attachments import DEFAULT_POLICY, AttachmentPolicy, recorded, refused
 from turnstream.gateway.check import CommandIds, Inbound, Rejection, check, fields_of, rejected
 
 E = TypeVar("E", bound=EventBase)
@@ -57,10 +58,11 @@ def intake(
     source: str,
     load_workflow: WorkflowLoader | None = None,
     load_agent: AgentLoader | None = None,
+    attachments: AttachmentPolicy = DEFAULT_POLICY,
 ) -> list[EventBase]:
     """Validate one inbound command; return the events that record the outcome."""
     try:
-        return _intake(raw, max_bytes, now, source, load_workflow, load_agent)
+        return _intake(raw, max_bytes, now, source, load_workflow, load_agent, attachments)
     except Exception as exc:  # a bug must not stall the inbound stream on one command
         why = Rejection(
             "intake_failed",
@@ -79,6 +81,7 @@ def _intake(
     source: str,
     load_workflow: WorkflowLoader | None,
     load_agent: AgentLoader | None,
+    attachments: AttachmentPolicy,
 ) -> list[EventBase]:
     parsed = check(raw, max_bytes=max_bytes)
     ids = CommandIds(raw)
@@ -111,6 +114,9 @@ def _intake(
                     return rejected(raw, unknown, ids, now, source)
                 setup = configured_data(profile, parsed.idempotency_key)
                 configured.append(fact(SessionConfigured, setup, purpose="configured"))
+            why = refused(parsed, attachments)
+            if why is not None:
+                return rejected(raw, why, ids, now, source)
             data = InputAcceptedData(
                 kind=parsed.type,
                 text=parsed.text,
@@ -123,6 +129,7 @@ def _intake(
                 hops=parsed.hops,
                 parent=parsed.parent,
                 outcome=parsed.outcome,
+                attachments=recorded(parsed),
             )
             return [*configured, fact(InputAccepted, data, turn_id=ids("turn"))]
         case SteerCommand():

@@ -76,7 +76,9 @@ class OpenAIProvider(SdkProvider):
     ) -> ProviderOutcome:
         params: dict[str, Any] = {
             "model": request.model or self.model,  # an LLM interceptor may ask for another
-            "messages": openai_messages(request.system, request.messages, request.volatile),
+            "messages": openai_messages(
+                request.system, request.messages, request.volatile, request.files
+            ),
             "max_tokens": self.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},

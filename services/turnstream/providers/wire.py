@@ -3,10 +3,13 @@ breakpoints where a request's stable prefix ends."""
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import orjson
 
+from turnstream.core.events import Attachment
 from turnstream.core.turn import Message, ProviderRequest, ToolInfo
 
 PromptCache = Literal["5m", "1h", "off"]
@@ -24,7 +27,7 @@ def anthropic_request(
     mark: dict[str, Any] | None = None
     if cache != "off":
         mark = {"type": "ephemeral"} | ({"ttl": "1h"} if cache == "1h" else {})
-    messages = anthropic_messages(request.messages)
+    messages = anthropic_messages(request.messages, request.files)
     params: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
     system: list[dict[str, Any]] = []
     split = request.system_split
@@ -55,8 +58,12 @@ def anthropic_request(
     return params
 
 
-def anthropic_messages(history: tuple[Message, ...]) -> list[dict[str, Any]]:
-    """Messages API: tool results are `tool_result` blocks in a user turn; turns alternate."""
+def anthropic_messages(
+    history: tuple[Message, ...], files: Mapping[str, bytes] | None = None
+) -> list[dict[str, Any]]:
+    """Messages API: tool results are `tool_result` blocks in a user turn; turns alternate.
+    A user message's attachments follow its text: images as `image` blocks, PDFs as
+    `document` blocks, anything else (or bytes not at hand) as a note naming the file."""
     out: list[dict[str, Any]] = []
     for message in history:
         if message.role == "assistant":
@@ -80,6 +87,9 @@ def anthropic_messages(history: tuple[Message, ...]) -> list[dict[str, Any]]:
             ]
         else:
             role, content = "user", [{"type": "text", "text": message.text}]
+            content += [
+                _anthropic_part(a, (files or {}).get(a.sha256)) for a in message.attachments
+            ]
         if out and out[-1]["role"] == role:
             out[-1]["content"] = out[-1]["content"] + content
         else:
@@ -94,7 +104,10 @@ def anthropic_tools(tools: tuple[ToolInfo, ...]) -> list[dict[str, Any]]:
 
 
 def openai_messages(
-    system: str | None, history: tuple[Message, ...], volatile: str | None = None
+    system: str | None,
+    history: tuple[Message, ...],
+    volatile: str | None = None,
+    files: Mapping[str, bytes] | None = None,
 ) -> list[dict[str, Any]]:
     """Chat Completions: tool results are `tool` messages paired by `tool_call_id`. OpenAI
     caches the longest prefix it saw before by itself, so `volatile` context goes last: into
@@ -120,10 +133,18 @@ def openai_messages(
             out.append(
                 {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
             )
+        elif message.attachments:
+            parts: list[dict[str, Any]] = [{"type": "text", "text": message.text}]
+            parts += [_openai_part(a, (files or {}).get(a.sha256)) for a in message.attachments]
+            out.append({"role": "user", "content": parts})
         else:
             out.append({"role": "user", "content": message.text})
     if volatile:
-        if out and out[-1]["role"] == "user":
+        if out and out[-1]["role"] == "user" and isinstance(out[-1]["content"], list):
+            out[-1] = out[-1] | {
+                "content": [*out[-1]["content"], {"type": "text", "text": volatile}]
+            }
+        elif out and out[-1]["role"] == "user":
             out[-1] = out[-1] | {"content": f"{out[-1]['content']}\n\n{volatile}"}
         else:
             out.append({"role": "user", "content": volatile})
@@ -138,3 +159,36 @@ def openai_tools(tools: tuple[ToolInfo, ...]) -> list[dict[str, Any]]:
         }
         for t in tools
     ]
+
+
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""What both APIs take as an image."""
+
+
+def attachment_note(attachment: Attachment) -> str:
+    """What the model is told of an attachment it cannot read itself."""
+    return (
+        f"[attachment {attachment.name!r}: {attachment.media_type}, {attachment.size:,} bytes; "
+        "not shown to you, read it with the read_attachment tool]"
+    )
+
+
+def _anthropic_part(attachment: Attachment, data: bytes | None) -> dict[str, Any]:
+    if data is not None and attachment.media_type in IMAGE_TYPES | {"application/pdf"}:
+        kind = "image" if attachment.media_type in IMAGE_TYPES else "document"
+        source = {
+            "type": "base64",
+            "media_type": attachment.media_type,
+            "data": base64.b64encode(data).decode(),
+        }
+        return {"type": kind, "source": source}
+    return {"type": "text", "text": attachment_note(attachment)}
+
+
+def _openai_part(attachment: Attachment, data: bytes | None) -> dict[str, Any]:
+    if data is not None and attachment.media_type in IMAGE_TYPES | {"application/pdf"}:
+        url = f"data:{attachment.media_type};base64,{base64.b64encode(data).decode()}"
+        if attachment.media_type in IMAGE_TYPES:
+            return {"type": "image_url", "image_url": {"url": url}}
+        return {"type": "file", "file": {"filename": attachment.name, "file_data": url}}
+    return {"type": "text", "text": attachment_note(attachment)}

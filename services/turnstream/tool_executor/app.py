@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from turnstream.runtime import now, run_service, service_bus, source_name, telem
 from turnstream.runtime.manifest import keep_published
 from turnstream.runtime.redaction import Redactor
 from turnstream.settings import Settings
+from turnstream.tool_executor.attachments import session_attachment
 from turnstream.tool_executor.grounds import SessionGrounds
 from turnstream.tool_executor.outcome import Facts, needs_blob
 from turnstream.tool_executor.writes import Started
@@ -341,7 +343,13 @@ class Executor:
         else:
             starting.now(self.requests)
         timeout = data.timeout_ms / 1000
-        ctx = ToolContext(self.workspace, facts.request.session_id, data.invocation_id)
+        session = facts.request.session_id
+        ctx = ToolContext(
+            self.workspace,
+            session,
+            data.invocation_id,
+            partial(session_attachment, self.bus, session),
+        )
         start = time.perf_counter()
 
         def took() -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,6 +57,9 @@ class ToolContext:
     """The directory every file tool is confined to (resolved, absolute)."""
     session_id: str
     invocation_id: str
+    attachment: Callable[[str], Awaitable[tuple[str, bytes] | None]] | None = None
+    """`(media type, bytes)` of this session's attachment by name, None when it has none
+    of that name (`read_attachment`)."""
 
 
 class ToolError(Exception):

@@ -1,4 +1,5 @@
-"""The built-in file tools (read_file, list_dir, grep, write_file), confined to the workspace.
+"""The built-in file tools (read_file, list_dir, grep, write_file), confined to the workspace,
+and read_attachment (`attachments.py`).
 
 File I/O runs in a worker thread so the executor's asyncio timeout can abandon a slow call.
 """
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from turnstream.tools.attachments import ReadAttachment
 from turnstream.tools.base import Tool, ToolContext, ToolError, ToolSpec
 from turnstream.tools.workspace import resolve_in_workspace
 
@@ -319,4 +321,4 @@ def _write_file(workspace: Path, user_path: str, content: str, append: bool) -> 
 
 def builtin_tools() -> list[Tool]:
     """Fresh instances of the built-in tools."""
-    return [ReadFile(), ListDir(), Grep(), WriteFile()]
+    return [ReadFile(), ListDir(), Grep(), WriteFile(), ReadAttachment()]

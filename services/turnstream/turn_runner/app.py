@@ -45,6 +45,7 @@ from turnstream.runtime.manifest import watch_tools
 from turnstream.settings import Settings
 from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import snapshots
+from turnstream.turn_runner.attachments import AttachmentCache
 from turnstream.turn_runner.context import LOADS_IN_FLIGHT, ActorContext, Item
 from turnstream.turn_runner.ownership import Served, session_ownership
 from turnstream.turn_runner.session import SessionActor
@@ -102,6 +103,7 @@ class Runner:
             lambda key: SessionActor(self.actor_context(), key)
         )
         self.loads = asyncio.Semaphore(LOADS_IN_FLIGHT)
+        self.attachments = AttachmentCache(self.bus)
         self._snapshots: Any = None
         self.reloaded_events = 0
         """Events read back by reloads (how much snapshots save)."""
@@ -226,6 +228,7 @@ class Runner:
             reloaded=self._count_reloaded,
             context=self.context,
             loads=self.loads,
+            attachment=self.attachments.get,
         )
 
     def use_context(self, key: str, value: bytes | None) -> None:

@@ -65,4 +65,6 @@ class ActorContext:
     context: ContextRegistry | None = None
     """The context providers asked at each turn's first COMPOSE_REQUEST."""
     loads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LOADS_IN_FLIGHT))
+    attachment: Callable[[str], Awaitable[bytes | None]] | None = None
+    """An attachment's bytes by SHA-256 from the object store (None: not there)."""
     """The runner's load slots (`LOADS_IN_FLIGHT`), one semaphore shared by its actors."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from datetime import datetime
 from typing import assert_never
 
@@ -433,7 +434,9 @@ class SessionActor:
 
         async def call() -> None:
             try:
-                outcome = await provider.complete(request, on_delta, on_tool_call)
+                files = await _files(ctx, request)
+                asked = replace(request, files=files) if files else request
+                outcome = await provider.complete(asked, on_delta, on_tool_call)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a provider bug must still end the turn
@@ -457,3 +460,13 @@ def _refold(item: Input) -> Input:
 def _named(item: Item) -> object:
     """An item as the debug log names it: a delivered fact formats itself when written."""
     return item if isinstance(item, Delivered) else type(item).__name__
+
+
+async def _files(ctx: ActorContext, request: ProviderRequest) -> dict[str, bytes]:
+    """The bytes of the request's attachments the object store has, by SHA-256 (one not
+    found becomes a note naming the file: the turn goes on)."""
+    wanted = {a.sha256 for m in request.messages for a in m.attachments}
+    if not wanted or ctx.attachment is None:
+        return {}
+    found = await asyncio.gather(*(ctx.attachment(sha) for sha in wanted))
+    return {sha: data for sha, data in zip(wanted, found, strict=True) if data is not None}

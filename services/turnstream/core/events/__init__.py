@@ -55,6 +55,8 @@ from turnstream.core.events.extensions import (
     ProviderFallbackData,
 )
 from turnstream.core.events.input import (
+    ATTACHMENT_PREFIX,
+    Attachment,
     FollowUpQueued,
     FollowUpQueuedData,
     InputAccepted,
@@ -260,11 +262,13 @@ def decode(data: bytes) -> Event:
 
 
 __all__ = [
+    "ATTACHMENT_PREFIX",
     "EVENT_ADAPTER",
     "EVENT_TYPES",
     "SCHEMA_VERSION",
     "AgentBudget",
     "AssistantMessage",
+    "Attachment",
     "AuditViolation",
     "AuditViolationData",
     "Authority",

@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from turnstream.core.events.agents import ParentRef, ReplyOutcome
 from turnstream.core.events.base import EventBase, Sender, WireModel
+
+ATTACHMENT_PREFIX = "att/"
+"""Attachments live in the object store (`ts_blobs`) as `att/<sha256 hex>`: content
+addressed, so a turn's attachment is found by what it is, and no other object (a tool's
+large result, an archive) can be passed off as one."""
+
+
+class Attachment(WireModel):
+    """A file a message carried, as the log records it: what it is and where its bytes
+    are (never the bytes)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^/\\\x00]+$")]
+    """The file's name as the sender gave it (no path)."""
+    media_type: Annotated[str, Field(pattern=r"^[a-z0-9.+-]+/[a-z0-9.+-]+$", max_length=128)]
+    size: Annotated[int, Field(ge=0)]
+    """Bytes."""
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    """Lowercase hex of the bytes' SHA-256."""
+
+    @property
+    def object(self) -> str:
+        """Its name in the object store."""
+        return ATTACHMENT_PREFIX + self.sha256
 
 
 class InputAcceptedData(WireModel):
@@ -29,6 +52,8 @@ class InputAcceptedData(WireModel):
     """Set on a sub-turn's input: the turn and `spawn` call it comes from."""
     outcome: ReplyOutcome | None = None
     """Set on a reply: how the turn it comes from ended."""
+    attachments: list[Attachment] | None = None
+    """Files the message carried, stored in the object store before this was appended."""
 
 
 class InputAccepted(EventBase):
@@ -49,6 +74,7 @@ RejectionKind = Literal[
     "agent_conflict",
     "intake_failed",
     "not_permitted",
+    "attachment",
 ]
 """`intake_failed`: the gateway itself failed on the command (a bug); the command is
 rejected rather than redelivered for ever, and stays at its inbound seq for a report."""

@@ -253,6 +253,7 @@ def _left(state: ChatState, stage: Stage) -> tuple[ChatState, dict[str, object]]
 def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
     data = event.data
     started = next((p for p in state.pending if p.input_id == data.input_id), None)
+    attached = started.attachments if started else ()
     turn = ActiveTurn(
         turn_id=event.turn_id or data.input_id,
         input_id=data.input_id,
@@ -272,7 +273,7 @@ def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
     return with_changes(
         pending_dropped(state, data.input_id),
         active=turn,
-        history=(*state.history, Message("user", data.text)),
+        history=(*state.history, Message("user", data.text, attachments=attached)),
     )
 
 

@@ -78,6 +78,7 @@ def pending_input(event: InputAccepted) -> PendingInput:
         hops=data.hops,
         depth=data.parent.depth if data.parent is not None else 0,
         budget=data.parent.budget if data.parent is not None else None,
+        attachments=tuple(data.attachments or ()),
     )
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from turnstream.core.events import StopReason, Usage
@@ -34,6 +35,9 @@ class ProviderRequest:
     """Where in `system` the prompt's own text ends and the turn's stable context blocks
     begin: a provider's prompt cache keeps the first part when only the context changes
     (a compaction's new summary). None: one part."""
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    """The bytes of the history's attachments by SHA-256, put in by the shell from the
+    object store just before the call (the core composes requests without them)."""
     volatile: str | None = None
     """Context that changes from turn to turn (the time): a provider puts it at the end of
     the request, after what its prompt cache can keep (`system`, `tools`, the history)."""

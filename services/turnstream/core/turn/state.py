@@ -10,6 +10,7 @@ from typing import Any, Literal
 from turnstream.core.approval import ApprovalConfig
 from turnstream.core.costs import Budget, Price, Tokens
 from turnstream.core.events import (
+    Attachment,
     CompactionChange,
     FailureClass,
     HookAction,
@@ -53,6 +54,8 @@ class Message:
     tool_call_id: str | None = None
     """tool: which call this is the result of."""
     is_error: bool = False
+    attachments: tuple[Attachment, ...] = ()
+    """user: the files the message carried (their bytes are in the object store)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ class PendingInput:
     """0 for a root turn; a sub-turn's input is one deeper than its parent's turn."""
     budget: int | None = None
     """Sub-turns its turn may start in all (None: a root turn, TURNSTREAM_MAX_SUBTURNS_PER_ROOT)."""
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
