@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from nats.js.api import DiscardPolicy
 
 log = logging.getLogger("turnstream.bus")
 
@@ -107,6 +108,11 @@ class Alarm:
             )
         if self.hook is not None:
             self.hook(True, kind)
+
+    def refusing(self, subject: str) -> str | None:
+        """What refused the last append of `subject`'s kind, while its run lasts (None:
+        appends of that kind are taken, as far as this process knows)."""
+        return self.last_error if subject_kind(subject) in self.runs else None
 
     def stored(self, subject: str) -> None:
         """An append to `subject` went through: a run of refusals of its kind is over."""
@@ -194,3 +200,35 @@ def at_limit(used: int, limit: int) -> bool:
     """Whether `used` bytes leave less than an event's room under `limit` (-1 or 0: none):
     64 KiB, or a twentieth of a smaller limit."""
     return limit > 0 and used >= limit - min(64 * 1024, limit // 20)
+
+
+class AtLimit(Exception):
+    """A stream (or the account) found at its storage limit before any append was tried."""
+
+
+async def noted_at_limit(js: Any, streams: list[str], subject: str) -> bool:
+    """Whether one of `streams` (discard new) or the account is at its storage limit; if so,
+    reported to `ALARM` as a refusal of an append to `subject` would be. A process that
+    starts on a full log knows it before its first append is refused: the turn-runner's
+    resumed turns end `storage_full` rather than call the model again for an answer the log
+    could not take (docs/operations.md, "The log full"). The server's `max_file_store`
+    is not visible here: that one is found at the first append."""
+    for name in streams:
+        info = await js.stream_info(name)
+        config, state = info.config, info.state
+        if config.discard != DiscardPolicy.NEW:
+            continue  # at its limit, it drops its oldest messages rather than refuse
+        max_msgs = config.max_msgs or -1
+        if at_limit(state.bytes, config.max_bytes or -1) or 0 < max_msgs <= state.messages:
+            held = f"{state.bytes} bytes, {state.messages} messages"
+            limit = f"max_bytes {config.max_bytes}, max_msgs {max_msgs}"
+            ALARM.refusal(
+                AtLimit(f"maximum bytes exceeded: {name} holds {held} ({limit})"), subject
+            )
+            return True
+    account = await js.account_info()
+    if at_limit(account.storage, account.limits.max_storage or -1):
+        used = f"{account.storage} of its {account.limits.max_storage} bytes"
+        ALARM.refusal(AtLimit(f"insufficient storage: the account uses {used}"), subject)
+        return True
+    return False
