@@ -155,12 +155,14 @@ SERVICES = ("gateway", "turn-runner", "tool-executor", "approval", "audit", "htt
 ASK_S = 0.5
 
 
-async def storage_usage(nc: Any, js: Any, subjects: Any) -> dict[str, Any]:
-    """How full each stream of the deployment is against its limit, the account's storage
-    against its own, and every running process's alarm (`turnstream status`)."""
+async def stream_usage(js: Any, subjects: Any, names: list[str] | None = None) -> dict[str, Any]:
+    """How full each stream of the deployment (or each of `names`, for a user that may not
+    list streams) is against its limit, and the account's storage against its own;
+    `atLimit` names those at it (`full_parts`)."""
     prefix = subjects.prefix
     streams: list[dict[str, Any]] = []
-    for info in await js.streams_info():
+    infos = await js.streams_info() if names is None else [await js.stream_info(n) for n in names]
+    for info in infos:
         name = info.config.name
         if not (name.startswith(prefix.upper() + "_") or f"_{prefix}_" in f"_{name}"):
             continue
@@ -174,6 +176,27 @@ async def storage_usage(nc: Any, js: Any, subjects: Any) -> dict[str, Any]:
             }
         )
     account = await js.account_info()
+    usage = {
+        "streams": sorted(streams, key=lambda s: str(s["stream"])),
+        "account": {"bytes": account.storage, "maxBytes": account.limits.max_storage},
+    }
+    return {**usage, "atLimit": full_parts(usage)}
+
+
+def full_parts(usage: dict[str, Any]) -> list[str]:
+    """The streams of `usage` at their limit, and `account` when it is at its own: each
+    refuses appends (or is about to). `turnstream status` and the HTTP face say the log is
+    full when one is, or when a process's appends are refused."""
+    found = [s["stream"] for s in usage["streams"] if at_limit(s["bytes"], s["maxBytes"])]
+    account = usage["account"]
+    if at_limit(account["bytes"], account["maxBytes"] or -1):
+        found.append("account")
+    return found
+
+
+async def storage_usage(nc: Any, js: Any, subjects: Any) -> dict[str, Any]:
+    """`stream_usage`, and every running process's alarm (`turnstream status`)."""
+    usage = await stream_usage(js, subjects)
     inbox = nc.new_inbox()
     answers: list[dict[str, Any]] = []
 
@@ -189,11 +212,7 @@ async def storage_usage(nc: Any, js: Any, subjects: Any) -> dict[str, Any]:
         await asyncio.sleep(ASK_S)
     finally:
         await sub.unsubscribe()
-    return {
-        "streams": sorted(streams, key=lambda s: str(s["stream"])),
-        "account": {"bytes": account.storage, "maxBytes": account.limits.max_storage},
-        "processes": sorted(answers, key=lambda a: str(a.get("source"))),
-    }
+    return {**usage, "processes": sorted(answers, key=lambda a: str(a.get("source")))}
 
 
 def at_limit(used: int, limit: int) -> bool:

@@ -14,6 +14,7 @@ from turnstream.core.subjects import is_session_id
 from turnstream.http.auth import Authenticator, Principal
 from turnstream.http.hub import Hub
 from turnstream.http.problems import invalid_input
+from turnstream.http.storage import Storage
 from turnstream.settings import Settings
 
 
@@ -44,6 +45,7 @@ class HttpContext:
     hub: Hub
     auth: Authenticator
     options: Options
+    storage: Storage
 
 
 async def context(request: Request) -> HttpContext:
