@@ -11,6 +11,7 @@ there (nor list streams), and a stream at its limit is what they would report.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -21,6 +22,8 @@ from turnstream.http.problems import Problem
 
 FRESH_S = 1.0
 """How long one read of the streams' usage is reused."""
+READ_S = 1.0
+"""The most a command waits for that read (NATS slow: it is sent unchecked)."""
 RETRY_AFTER_S = 30
 """What a refused submitter is told to wait (the services retry at most every 30 s)."""
 
@@ -32,15 +35,17 @@ class Storage:
         self.bus = bus
         self.usage: dict[str, Any] | None = None
         self.read_at = 0.0
+        self.reading = asyncio.Lock()
 
     async def read(self) -> dict[str, Any]:
         """Each stream against its limit, the account's, which are at it (`atLimit`), the
         face's own alarm (`face`) and the verdict (`full`)."""
-        if self.usage is None or time.monotonic() - self.read_at > FRESH_S:
-            subjects = self.bus.subjects
-            names = [subjects.inbound_stream, *subjects.log_streams]
-            self.usage = await stream_usage(self.bus.js, subjects, names)
-            self.read_at = time.monotonic()
+        async with self.reading:  # requests at once share one read
+            if self.usage is None or time.monotonic() - self.read_at > FRESH_S:
+                subjects = self.bus.subjects
+                names = [subjects.inbound_stream, *subjects.log_streams]
+                self.usage = await stream_usage(self.bus.js, subjects, names)
+                self.read_at = time.monotonic()
         face = ALARM.snapshot()
         return {**self.usage, "face": face, "full": bool(self.usage["atLimit"] or face["full"])}
 
@@ -49,8 +54,9 @@ class Storage:
         be stored and wait unanswered until space is freed. (The inbound stream or the
         account full refuses the publish itself, which `submit.publish` says.)"""
         try:
-            usage = await self.read()
-        except Exception:  # not known now (NATS slow): the publish itself will tell
+            async with asyncio.timeout(READ_S):
+                usage = await self.read()
+        except Exception:  # not known now (NATS slow): the publish goes on as before
             return
         full = [name for name in usage["atLimit"] if name in self.bus.subjects.log_streams]
         if not full:
