@@ -87,3 +87,35 @@ async def test_the_log_full_is_said_by_readyz_and_a_new_message_is_a_503(
             await asyncio.sleep(0.5)
     r = await client.post("/v1/sessions/log-full-1/messages", json=body)
     assert r.status_code == 202, r.text
+
+
+async def test_a_command_stored_before_the_log_filled_is_a_503_naming_its_seq(
+    client: httpx.AsyncClient, bus: Bus
+) -> None:
+    """The face read the streams a moment before the log filled: the command is stored and
+    the gateway cannot record a verdict. The answer is a 503 `storage-full` naming its
+    inbound seq (it runs once space is freed), not a 504 that blames the gateway; and it
+    does run then."""
+    stream = bus.subjects.log_stream
+    info = await bus.js.stream_info(stream)
+    config = info.config
+    before = config.max_bytes, config.discard
+    r = await client.get("/readyz")  # the face's read: not full
+    assert r.json()["storage"]["full"] is False, r.text
+    config.max_bytes, config.discard = max(info.state.bytes, 1), api.DiscardPolicy.NEW
+    await bus.js.update_stream(config)
+    try:
+        body = {"text": "hello", "idempotencyKey": "held-1"}
+        r = await client.post("/v1/sessions/held-1/messages", json=body)
+        assert r.status_code == 503, r.text
+        problem = r.json()
+        assert problem["failureClass"] == "storage_full" and problem["idempotencyKey"] == "held-1"
+        assert "the command is stored (inbound seq" in problem["detail"], problem
+        assert stream in problem["detail"] and problem["inboundSeq"] > 0, problem
+    finally:
+        config.max_bytes, config.discard = before
+        await bus.js.update_stream(config)
+    await asyncio.sleep(FRESH_S + 0.1)  # the face's read of the full log is a second old
+    r = await client.post("/v1/sessions/held-1/messages?wait=true", json=body)  # a retry
+    assert r.status_code == 200, r.text
+    assert r.json()["data"]["status"] == "completed", r.text
