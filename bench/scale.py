@@ -3,6 +3,7 @@
     python bench/scale.py [--part 1|2|both] [--seconds 4] [--json bench/results/scale.json]
     python bench/scale.py --part 2 --quick      # a smoke run of part 2 (< 2 min)
     python bench/scale.py --part 2 --log-partitions 1,4   # part 2 at N = 1 and N = 4
+    python bench/scale.py --part 2 --kills 20   # the handover's distribution over 20 kills
 
 Part 1 is `TS_LOG`'s ceiling on this machine, at R1 and R3; part 2 (`scale_instances.py`,
 described there) runs real service processes on the 3-node cluster as 1, 2 and 3 instances
@@ -430,6 +431,13 @@ if __name__ == "__main__":
         type=float,
         help="part 2: offer this many turns/s in all (default: as fast as the clients go, "
         "one turn in flight per session); below saturation the n compare at equal work",
+    )
+    parser.add_argument(
+        "--kills",
+        type=int,
+        default=1,
+        help="part 2: runner kills without a restart (each followed by a new runner), for "
+        "the handover's distribution; then one kill with a restart under the same id",
     )
     parser.add_argument(
         "--no-failures",

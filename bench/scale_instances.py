@@ -60,6 +60,7 @@ from tests.cluster.conftest import Cluster, start_cluster
 from tests.cluster.fleet import SERVICES, USER, Fleet
 from tests.cluster.load import Load, audit_caught_up, verify, wait_quiet
 from turnstream.bus import Bus, connect
+from turnstream.bus.ordered import ordered_subscribe
 from turnstream.bus.scan import log_last_seq
 from turnstream.bus.streams import StreamLimits
 from turnstream.core.subjects import Subjects, session_key
@@ -364,6 +365,7 @@ async def handover(
         await fleet.ready(victim)
     times = sorted(first.values())
     return {
+        "times": times,
         "leases": found,
         "killed": victim,
         "restarted": restart,
@@ -375,7 +377,10 @@ async def handover(
 
 
 async def stored_times(reader: Bus, stream: str, first_seq: int) -> list[tuple[int, float]]:
-    """Each event's sequence and server timestamp in `stream` from `first_seq` to the end."""
+    """Each event's sequence and server timestamp in `stream` from `first_seq` to the end,
+    through an ordered consumer named in its create (no user but the setup operator may
+    use the bare `CONSUMER.CREATE.<stream>`, ops/accounts.conf; the operator may not answer
+    flow control)."""
     subjects = reader.subjects
     last = await log_last_seq(reader.js, subjects, stream=stream)
     found: list[tuple[int, float]] = []
@@ -387,11 +392,11 @@ async def stored_times(reader: Bus, stream: str, first_seq: int) -> list[tuple[i
         if meta.sequence.stream >= last:
             done.set()
 
-    sub = await reader.js.subscribe(
+    sub = await ordered_subscribe(
+        reader.js,
         subjects.log_all,
         stream=stream,
         cb=on_msg,
-        ordered_consumer=True,
         config=api.ConsumerConfig(
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first_seq
         ),
@@ -442,6 +447,27 @@ async def leader_kill(
     }
 
 
+def spread(handovers: list[dict[str, Any]], ttl: float) -> dict[str, Any]:
+    """The handover times of every kill without a restart, over all the sessions each kill
+    moved (p50, p95, max), the worst kill's max, and how many sessions waited past the
+    lease TTL."""
+    times = sorted(
+        t for h in handovers if not h.get("restarted") and "times" in h for t in h["times"]
+    )
+    kills = [h for h in handovers if not h.get("restarted") and "times" in h]
+    maxima = sorted(h["max_s"] for h in kills)
+    return {
+        "kills": len(kills),
+        "sessions": len(times),
+        "p50_s": pct(times, 0.5),
+        "p95_s": pct(times, 0.95),
+        "max_s": times[-1] if times else float("nan"),
+        "kill_max_p50_s": pct(maxima, 0.5),
+        "over_ttl": sum(1 for t in times if t > ttl),
+        "lease_ttl_s": ttl,
+    }
+
+
 async def instances(
     root: Path, args: Any, console: Console, log_partitions: int = 1
 ) -> dict[str, Any]:
@@ -489,12 +515,18 @@ async def instances(
                 if args.no_failures:
                     return result
                 await fleet.term(fleet.alive("turn_runner")[-1])  # two runners
-                result["handover"] = [await handover(fleet, operator, load, restart=False)]
-                await fleet.ready(fleet.start("turn_runner"))  # two again
+                result["handover"] = []
+                for _ in range(max(args.kills, 1)):
+                    result["handover"].append(await handover(fleet, operator, load, restart=False))
+                    await fleet.ready(fleet.start("turn_runner"))  # two again
                 result["handover"].append(await handover(fleet, operator, load, restart=True))
-                result["leader_kill"] = await leader_kill(
-                    cluster, operator, reader, load, args.fleet_seconds
-                )
+                result["handover_spread"] = spread(result["handover"], args.lease_ttl)
+                try:  # a failure here keeps the handover figures
+                    result["leader_kill"] = await leader_kill(
+                        cluster, operator, reader, load, args.fleet_seconds
+                    )
+                except Exception as exc:
+                    result["leader_kill"] = {"error": f"{type(exc).__name__}: {exc}"}
             finally:
                 stop.set()
             await running
@@ -589,7 +621,16 @@ def report(results: dict[str, dict[str, Any]], console: Console) -> None:
                 f"{h['sessions_resumed']} of {h['sessions_held']} sessions' next runner event "
                 f"after max {h['max_s']:.2f} s, p50 {h['p50_s']:.2f} s"
             )
-        if k := result.get("leader_kill"):
+        if (d := result.get("handover_spread")) and d["kills"] > 1:
+            console.print(
+                f"N = {p}: handover over {d['kills']} kills ({d['sessions']} sessions moved): "
+                f"p50 {d['p50_s']:.2f} s, p95 {d['p95_s']:.2f} s, max {d['max_s']:.2f} s "
+                f"(worst kill's max; median kill's max {d['kill_max_p50_s']:.2f} s); "
+                f"{d['over_ttl']} past the {d['lease_ttl_s']:g} s lease TTL"
+            )
+        if (k := result.get("leader_kill")) and "error" in k:
+            console.print(f"N = {p}: leader kill [red]not measured[/]: {k['error']}")
+        elif k:
             console.print(
                 f"N = {p}: leader kill: {k['stream']}'s ({k['stream_sessions']} sessions) "
                 f"leader {k['killed']} SIGKILLed (new leader {k['new_leader']}): longest gap "

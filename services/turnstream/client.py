@@ -239,14 +239,25 @@ async def store_attachment(bus: Bus, name: str, media_type: str, data: bytes) ->
 
 
 async def publish_command(
-    bus: Bus, session_id: str, command: dict[str, Any] | bytes, idempotency_key: str | None = None
+    bus: Bus,
+    session_id: str,
+    command: dict[str, Any] | bytes,
+    idempotency_key: str | None = None,
+    *,
+    door: str | None = None,
 ) -> int:
-    """Publish to the inbound stream; returns its sequence. Retries are deduplicated."""
-    return int((await _publish(bus, session_id, command, idempotency_key)).seq)
+    """Publish to the inbound stream; returns its sequence. Retries are deduplicated.
+    `door`: through one of the session's doors (`ANSWER_DOOR`: an answer, as an approver
+    may), else on `<prefix>.in.<session>`."""
+    return int((await _publish(bus, session_id, command, idempotency_key, door)).seq)
 
 
 async def _publish(
-    bus: Bus, session_id: str, command: dict[str, Any] | bytes, idempotency_key: str | None = None
+    bus: Bus,
+    session_id: str,
+    command: dict[str, Any] | bytes,
+    idempotency_key: str | None = None,
+    door: str | None = None,
 ) -> Any:
     if isinstance(command, dict):
         idempotency_key = idempotency_key or command.get("idempotencyKey")
@@ -254,7 +265,7 @@ async def _publish(
     else:
         payload = command
     headers = {"Nats-Msg-Id": idempotency_key} if idempotency_key else None
-    subject = bus.subjects.inbound(session_id)
+    subject = bus.subjects.inbound_through(session_id, door)
     return await bus.refusals.publish(bus.js, subject, payload, headers=headers)
 
 

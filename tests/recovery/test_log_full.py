@@ -205,3 +205,70 @@ async def _store_full(tmp_path: Path, received: Received, otel: dict[str, str]) 
 
 def _services() -> tuple[str, ...]:
     return ("gateway", "turn_runner", "approval", "tool_executor")
+
+
+SLOW_SCRIPT = """
+replies:
+  - text: "an answer that takes longer than freeing space does"
+    delay_ms: 5000
+    chunks: whole
+"""
+REFUSED = "appends refused for storage"
+
+
+def _said(log: Path, after: int) -> str:
+    return log.read_text()[after:]
+
+
+async def saying(log: Path, words: str, *, times: int = 1, after: int = 0) -> None:
+    """Until `log` (past its first `after` characters) says `words` `times` times."""
+    async with asyncio.timeout(30):
+        while True:
+            if _said(log, after).count(words) >= times:
+                return
+            await asyncio.sleep(0.1)
+
+
+async def test_a_runner_restarted_on_a_full_log_does_not_go_on_with_a_refused_turn(
+    tmp_path: Path,
+) -> None:
+    """The model's answer refused and even the turn's end: the refusal lives in the runner
+    alone. Killed and started again on the full log, the new runner ends that turn
+    `storage_full` (as the old one would have), without calling the model again; space
+    freed while a new call would still be running does not let it complete."""
+    async with deployment(tmp_path, SLOW_SCRIPT, services=(*_services(),)) as (d, bus):
+        for session in OLD:
+            await publish_command(bus, session, message_command(session, "hi"))
+        for session in OLD:
+            await wait_for(bus, session, "TurnEnded", timeout=30)
+        await publish_command(bus, "inflight", message_command("inflight", "hi"))
+        await wait_for(bus, "inflight", "ProviderRequestStarted")
+        info = await bus.js.stream_info(bus.subjects.log_stream)
+        config = info.config
+        config.max_bytes, config.discard = info.state.bytes, api.DiscardPolicy.NEW
+        await bus.js.update_stream(config)
+        said = tmp_path / "turn_runner.log"
+        await saying(said, REFUSED, times=2)  # the answer refused, and the turn's end too
+
+        d.kill9("turn_runner")
+        before = said.read_text()
+        d.start("turn_runner")
+        await saying(said, "resuming 1 session(s)", after=len(before))
+        # space freed well before a model called again at the restart would answer
+        archived = cli(d.env, "archive", "--older-than-days", "0")
+        assert archived.returncode == 0, archived.stdout + archived.stderr
+        [ended] = await wait_for(bus, "inflight", "TurnEnded", timeout=60)
+        assert isinstance(ended, TurnEnded)
+        assert (ended.data.status, ended.data.failure_class) == ("failed", "storage_full")
+        await asyncio.sleep(3)  # past the answer of a call made at the restart
+        log = await check_invariants(bus, "inflight")  # one end, nothing after it
+        assert "ProviderRequestCompleted" not in {e.type for e in log}
+        assert [e.type for e in log].count("TurnEnded") == 1
+        restarted = said.read_text()[len(before) :]
+        assert restarted.count(FULL) == 1 and "Traceback" not in restarted, restarted
+        assert "TS_LOG holds" in restarted, restarted  # known at start, not by a refusal
+        await publish_command(bus, "after", message_command("after", "hi"))
+        [after] = await wait_for(bus, "after", "TurnEnded", timeout=60)
+        assert isinstance(after, TurnEnded) and after.data.status == "completed"
+        for name, proc in d.procs.items():
+            assert proc.poll() is None, f"{name} exited"

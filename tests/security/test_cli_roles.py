@@ -210,7 +210,7 @@ async def test_the_approver_reads_nothing_and_others_may_not_answer(
 
     # the operator sets the deployment up; it answers no prompt: the admin or approver do
     code, out = await cli(server, "operator", tmp, "approve", asked)
-    assert code == 2 and names_the_refusal(out, "operator", "ts.in.acme", "approver"), out
+    assert code == 2 and names_the_refusal(out, "operator", "ts.in.acme.answer", "approver"), out
     for user in ("client", "client-acme"):
         code, out = await cli(server, user, tmp, "approve", asked)
         assert code == 2, out
@@ -277,10 +277,11 @@ def scoped_approver(tmp_path: Path) -> Iterator[SecureServer]:
     """The shipped file with the approver scoped to the tenant acme's session, as
     ops/README.md ("People") shows it."""
     shipped = secure.ACCOUNTS.read_text()
-    granted = '["ts.in.>", "ts.api.approval.pending", "ts.api.approval.pending.*"]'
+    granted = '["ts.in.*.answer", "ts.api.approval.pending", "ts.api.approval.pending.*"]'
     assert granted in shipped
     changed = tmp_path / "accounts.conf"
-    changed.write_text(shipped.replace(granted, '["ts.in.acme", "ts.api.approval.pending.acme"]'))
+    scoped = '["ts.in.acme.answer", "ts.api.approval.pending.acme"]'
+    changed.write_text(shipped.replace(granted, scoped))
     (tmp_path / "nats").mkdir()
     with secure_server_in(tmp_path / "nats", changed) as server:
         yield server

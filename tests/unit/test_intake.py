@@ -37,7 +37,7 @@ def run(
     max_bytes: int = 4096,
     seq: int = 1,
     msg_id: str | None = None,
-    agent_door: bool = False,
+    door: str | None = None,
 ):
     data = body if isinstance(body, bytes) else orjson.dumps(body)
     raw = Inbound(
@@ -47,7 +47,7 @@ def run(
         stored_at=T0,
         stream="TS_INBOUND",
         msg_id=msg_id,
-        agent_door=agent_door,
+        door=door,
     )
     return intake(raw, max_bytes=max_bytes, now=T0, source="gateway/test")
 
@@ -123,30 +123,60 @@ ANSWER = {**NO_TEXT, "type": "answer", "interactionId": "i1", "decision": "appro
 def test_the_agent_subject_takes_no_answer_steer_or_attach(body) -> None:
     """`<prefix>.in.<session>.agent` is the turn-runner's door: a compromised runner must
     not answer a prompt for a person (nor steer or attach) through the gateway."""
-    rejected = rejection(run(body, agent_door=True))
+    rejected = rejection(run(body, door="agent"))
     assert rejected.data.kind == "not_permitted"
     assert body["type"] in rejected.data.reason and "in.<session>.agent" in rejected.data.reason
     assert rejected.correlation_id == "k1"
 
 
 def test_the_agent_subject_takes_a_message_and_an_interrupt() -> None:
-    (message,) = run({**GOOD, "sender": {"kind": "agent", "id": "s2"}}, agent_door=True)
+    (message,) = run({**GOOD, "sender": {"kind": "agent", "id": "s2"}}, door="agent")
     assert isinstance(message, InputAccepted)
     interrupt = {**NO_TEXT, "type": "interrupt", "mode": "hard"}
-    (event,) = run(interrupt, agent_door=True)
+    (event,) = run(interrupt, door="agent")
     assert isinstance(event, InterruptReceived)
     (answered,) = run(ANSWER)  # the same answer from outside is taken
     assert answered.type == "InteractionAnswered"
 
 
-def test_both_inbound_forms_name_the_session() -> None:
+def test_every_inbound_form_names_the_session() -> None:
     subjects = Subjects("acme")
     assert subjects.inbound_agent("s:1") == "acme.in.s:1.agent"
-    for subject in (subjects.inbound("s:1"), subjects.inbound_agent("s:1")):
+    assert subjects.inbound_answer("s:1") == "acme.in.s:1.answer"
+    forms = (subjects.inbound("s:1"), subjects.inbound_agent("s:1"), subjects.inbound_answer("s:1"))
+    for subject in forms:
         assert subjects.session_from_inbound(subject) == "s:1"
-    assert subjects.is_agent_inbound(subjects.inbound_agent("agent"))
-    assert not subjects.is_agent_inbound(subjects.inbound("agent"))  # a session named agent
-    assert subjects.session_from_inbound(subjects.inbound("agent")) == "agent"
+    assert [subjects.door_of(s) for s in forms] == [None, "agent", "answer"]
+    for name in ("agent", "answer"):  # sessions named like a door
+        assert subjects.door_of(subjects.inbound(name)) is None
+        assert subjects.session_from_inbound(subjects.inbound(name)) == name
+        assert subjects.door_of(subjects.inbound_answer(name)) == "answer"
+        assert subjects.session_from_inbound(subjects.inbound_agent(name)) == name
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        GOOD,
+        {**GOOD, "type": "steer"},
+        {**NO_TEXT, "type": "interrupt", "mode": "hard"},
+        {**NO_TEXT, "type": "attach", "workflow": "review"},
+    ],
+)
+def test_the_answer_subject_takes_nothing_but_an_answer(body) -> None:
+    """`<prefix>.in.<session>.answer` is the approver's door: an approver may decide a
+    prompt, not start, steer, stop or attach a turn."""
+    rejected = rejection(run(body, door="answer"))
+    assert rejected.data.kind == "not_permitted"
+    assert body["type"] in rejected.data.reason and "in.<session>.answer" in rejected.data.reason
+    assert "takes only answer" in rejected.data.reason
+    assert rejected.correlation_id == "k1"
+
+
+def test_the_answer_subject_takes_an_answer() -> None:
+    (answered,) = run(ANSWER, door="answer")
+    assert answered.type == "InteractionAnswered"
+    assert answered.data.interaction_id == ANSWER["interactionId"]
 
 
 def test_oversize_is_rejected_before_parsing() -> None:

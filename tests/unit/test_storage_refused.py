@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tests.unit.factories import Ids, accepted, ctx
 from turnstream.bus.appender import AppendError, LogFull, refused
-from turnstream.bus.full import Alarm, backoff_s, full_code, is_log_full
+from turnstream.bus.full import Alarm, backoff_s, full_code, full_parts, is_log_full
 from turnstream.core.events import TurnEnded
 from turnstream.core.inputs import Fact, Tick
 from turnstream.core.session import SessionState, fold
@@ -66,3 +66,29 @@ def test_the_alarm_speaks_once_per_run_of_refusals_and_per_kind() -> None:
     alarm.stored("ts.log.s1.TurnEnded")
     assert not alarm.full
     assert told == [(True, "ts.log"), (True, "ts.log"), (False, "ts.log")]
+
+    assert alarm.refusing("ts.log.s1.*") is None
+
+
+def test_the_alarm_says_what_refused_a_kind_while_its_run_lasts() -> None:
+    alarm = Alarm()
+    alarm.refusal(LogFull(10077, "maximum bytes exceeded"), "ts.log.s1.TurnEnded")
+    assert alarm.refusing("ts.log.s2.*") == "JetStream error 10077: maximum bytes exceeded"
+    assert alarm.refusing("$KV.ts_leases.session.s2") is None  # another kind: taken
+
+
+def test_the_parts_at_their_limit_are_named() -> None:
+    def stream(name: str, used: int, limit: int) -> dict[str, object]:
+        return {"stream": name, "bytes": used, "messages": 1, "maxBytes": limit, "maxMsgs": -1}
+
+    usage = {
+        "streams": [
+            stream("TS_INBOUND", 10, -1),  # no limit
+            stream("TS_LOG", 1_000_000, 1_000_000),  # at it
+            stream("TS_DEAD", 100, 1_000_000),  # far from it
+        ],
+        "account": {"bytes": 5_000, "maxBytes": -1},
+    }
+    assert full_parts(usage) == ["TS_LOG"]
+    usage["account"] = {"bytes": 9_990, "maxBytes": 10_000}
+    assert full_parts(usage) == ["TS_LOG", "account"]

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from nats.js.api import DiscardPolicy
 
 log = logging.getLogger("turnstream.bus")
 
@@ -108,6 +109,11 @@ class Alarm:
         if self.hook is not None:
             self.hook(True, kind)
 
+    def refusing(self, subject: str) -> str | None:
+        """What refused the last append of `subject`'s kind, while its run lasts (None:
+        appends of that kind are taken, as far as this process knows)."""
+        return self.last_error if subject_kind(subject) in self.runs else None
+
     def stored(self, subject: str) -> None:
         """An append to `subject` went through: a run of refusals of its kind is over."""
         if not self.runs:
@@ -149,12 +155,14 @@ SERVICES = ("gateway", "turn-runner", "tool-executor", "approval", "audit", "htt
 ASK_S = 0.5
 
 
-async def storage_usage(nc: Any, js: Any, subjects: Any) -> dict[str, Any]:
-    """How full each stream of the deployment is against its limit, the account's storage
-    against its own, and every running process's alarm (`turnstream status`)."""
+async def stream_usage(js: Any, subjects: Any, names: list[str] | None = None) -> dict[str, Any]:
+    """How full each stream of the deployment (or each of `names`, for a user that may not
+    list streams) is against its limit, and the account's storage against its own;
+    `atLimit` names those at it (`full_parts`)."""
     prefix = subjects.prefix
     streams: list[dict[str, Any]] = []
-    for info in await js.streams_info():
+    infos = await js.streams_info() if names is None else [await js.stream_info(n) for n in names]
+    for info in infos:
         name = info.config.name
         if not (name.startswith(prefix.upper() + "_") or f"_{prefix}_" in f"_{name}"):
             continue
@@ -168,6 +176,27 @@ async def storage_usage(nc: Any, js: Any, subjects: Any) -> dict[str, Any]:
             }
         )
     account = await js.account_info()
+    usage = {
+        "streams": sorted(streams, key=lambda s: str(s["stream"])),
+        "account": {"bytes": account.storage, "maxBytes": account.limits.max_storage},
+    }
+    return {**usage, "atLimit": full_parts(usage)}
+
+
+def full_parts(usage: dict[str, Any]) -> list[str]:
+    """The streams of `usage` at their limit, and `account` when it is at its own: each
+    refuses appends (or is about to). `turnstream status` and the HTTP face say the log is
+    full when one is, or when a process's appends are refused."""
+    found = [s["stream"] for s in usage["streams"] if at_limit(s["bytes"], s["maxBytes"])]
+    account = usage["account"]
+    if at_limit(account["bytes"], account["maxBytes"] or -1):
+        found.append("account")
+    return found
+
+
+async def storage_usage(nc: Any, js: Any, subjects: Any) -> dict[str, Any]:
+    """`stream_usage`, and every running process's alarm (`turnstream status`)."""
+    usage = await stream_usage(js, subjects)
     inbox = nc.new_inbox()
     answers: list[dict[str, Any]] = []
 
@@ -183,14 +212,42 @@ async def storage_usage(nc: Any, js: Any, subjects: Any) -> dict[str, Any]:
         await asyncio.sleep(ASK_S)
     finally:
         await sub.unsubscribe()
-    return {
-        "streams": sorted(streams, key=lambda s: str(s["stream"])),
-        "account": {"bytes": account.storage, "maxBytes": account.limits.max_storage},
-        "processes": sorted(answers, key=lambda a: str(a.get("source"))),
-    }
+    return {**usage, "processes": sorted(answers, key=lambda a: str(a.get("source")))}
 
 
 def at_limit(used: int, limit: int) -> bool:
     """Whether `used` bytes leave less than an event's room under `limit` (-1 or 0: none):
     64 KiB, or a twentieth of a smaller limit."""
     return limit > 0 and used >= limit - min(64 * 1024, limit // 20)
+
+
+class AtLimit(Exception):
+    """A stream (or the account) found at its storage limit before any append was tried."""
+
+
+async def noted_at_limit(js: Any, streams: list[str], subject: str) -> bool:
+    """Whether one of `streams` (discard new) or the account is at its storage limit; if so,
+    reported to `ALARM` as a refusal of an append to `subject` would be. A process that
+    starts on a full log knows it before its first append is refused: the turn-runner's
+    resumed turns end `storage_full` rather than call the model again for an answer the log
+    could not take (docs/operations.md, "The log full"). The server's `max_file_store`
+    is not visible here: that one is found at the first append."""
+    for name in streams:
+        info = await js.stream_info(name)
+        config, state = info.config, info.state
+        if config.discard != DiscardPolicy.NEW:
+            continue  # at its limit, it drops its oldest messages rather than refuse
+        max_msgs = config.max_msgs or -1
+        if at_limit(state.bytes, config.max_bytes or -1) or 0 < max_msgs <= state.messages:
+            held = f"{state.bytes} bytes, {state.messages} messages"
+            limit = f"max_bytes {config.max_bytes}, max_msgs {max_msgs}"
+            ALARM.refusal(
+                AtLimit(f"maximum bytes exceeded: {name} holds {held} ({limit})"), subject
+            )
+            return True
+    account = await js.account_info()
+    if at_limit(account.storage, account.limits.max_storage or -1):
+        used = f"{account.storage} of its {account.limits.max_storage} bytes"
+        ALARM.refusal(AtLimit(f"insufficient storage: the account uses {used}"), subject)
+        return True
+    return False

@@ -50,6 +50,7 @@ def _answer(
     settings: Settings,
 ) -> None:
     from turnstream.client import answer_command, pending_prompts, publish_command
+    from turnstream.core.subjects import ANSWER_DOOR
 
     async def work(bus: Bus) -> str | None:
         pending = await pending_prompts(bus, session, by_subject=True)
@@ -58,7 +59,8 @@ def _answer(
             return None
         session_id = found["sessionId"]
         command = answer_command(session_id, interaction_id, decision, reason=reason)
-        await publish_command(bus, session_id, command)
+        # the answers' own door: an approver may publish there and on no other inbound subject
+        await publish_command(bus, session_id, command, door=ANSWER_DOOR)
         return str(found["tool"])
 
     tool = run_on_bus(settings, work)

@@ -19,16 +19,15 @@ def show_storage(settings: Settings, as_json: bool) -> bool:
     full (a process's appends are refused, or a stream or the account is at its limit)."""
     import orjson
 
-    from turnstream.bus.full import at_limit, storage_usage
+    from turnstream.bus.full import storage_usage
 
     async def work(bus: Bus) -> dict[str, Any]:
         return await storage_usage(bus.nc, bus.js, bus.subjects)
 
     usage = run_on_bus(settings, work)
     refusing = [p for p in usage["processes"] if p.get("full")]
-    streams_full = [s for s in usage["streams"] if at_limit(s["bytes"], s["maxBytes"])]
     account = usage["account"]
-    full = bool(refusing or streams_full or at_limit(account["bytes"], account["maxBytes"]))
+    full = bool(refusing or usage["atLimit"])
     if as_json:
         sys.stdout.write(orjson.dumps({**usage, "full": full}).decode() + "\n")
         return full
@@ -42,7 +41,7 @@ def show_storage(settings: Settings, as_json: bool) -> bool:
     for s in usage["streams"]:
         limit = s["maxBytes"]
         share = f" ({100 * s['bytes'] / limit:.0f}% of {_size(limit)})" if limit > 0 else ""
-        mark = "  [red]at its limit[/]" if s in streams_full else ""
+        mark = "  [red]at its limit[/]" if s["stream"] in usage["atLimit"] else ""
         console.print(f"  {s['stream']:<24} {_size(s['bytes']):>10}{share}{mark}")
     limit = account["maxBytes"]
     of = f" of {_size(limit)}" if limit and limit > 0 else " (no account limit)"

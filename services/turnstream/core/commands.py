@@ -11,7 +11,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, StringConstraints, TypeAdapter
 
 from turnstream.core.events import Attachment, ParentRef, ReplyOutcome, Sender, WireModel
-from turnstream.core.subjects import REJECTED_SESSION, SESSION_ID_PATTERN, is_reserved_session
+from turnstream.core.subjects import (
+    AGENT_DOOR,
+    ANSWER_DOOR,
+    REJECTED_SESSION,
+    SESSION_ID_PATTERN,
+    is_reserved_session,
+)
 
 
 def _not_reserved(value: str) -> str:
@@ -137,3 +143,8 @@ COMMAND_TYPES = ("message", "steer", "interrupt", "answer", "attach")
 AGENT_COMMAND_TYPES = ("message", "interrupt")
 """What the runtime's own inbound subject (`Subjects.inbound_agent`) takes: what the
 turn-runner sends. A person's answer, a steer or an attach comes from outside."""
+ANSWER_COMMAND_TYPES = ("answer",)
+"""What the people's answer door (`Subjects.inbound_answer`) takes: an approver decides a
+prompt; starting, steering or interrupting a turn is a sender's or the admin's."""
+DOOR_COMMANDS = {AGENT_DOOR: AGENT_COMMAND_TYPES, ANSWER_DOOR: ANSWER_COMMAND_TYPES}
+"""Each door (`core.subjects.DOORS`) and the commands the gateway takes on it."""

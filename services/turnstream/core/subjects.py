@@ -12,6 +12,10 @@ _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
 AGENT_DOOR = "agent"
 """The last token of `<prefix>.in.<session>.agent`, the runtime's own inbound subject."""
+ANSWER_DOOR = "answer"
+"""The last token of `<prefix>.in.<session>.answer`, the people's door for answers alone."""
+DOORS = (AGENT_DOOR, ANSWER_DOOR)
+"""The inbound subject forms that take some commands only (`core.commands.DOOR_COMMANDS`)."""
 
 REJECTED_SESSION = "_rejected"
 """Where input whose session id is unusable is recorded (the subject cannot carry it).
@@ -134,21 +138,38 @@ class Subjects:
         sub-turn). The gateway takes only `message` and `interrupt` commands there, and the
         turn-runner's NATS user may publish to no other inbound subject (ops/accounts.conf),
         so a runner cannot answer a prompt for a person. Outside gateways use `inbound`."""
-        return f"{self.prefix}.in.{session_id}.{AGENT_DOOR}"
+        return self.inbound_through(session_id, AGENT_DOOR)
+
+    def inbound_answer(self, session_id: str) -> str:
+        """The people's door for answers, `<prefix>.in.<session>.answer`: the gateway takes
+        only `answer` commands there, and the `approver` NATS user may publish to no other
+        inbound subject (ops/accounts.conf), so an approver answers prompts but cannot start,
+        steer or interrupt a turn. An answer on `inbound` is taken too (for users allowed
+        there)."""
+        return self.inbound_through(session_id, ANSWER_DOOR)
+
+    def inbound_through(self, session_id: str, door: str | None) -> str:
+        """A session's inbound subject through `door` (one of `DOORS`; None: `inbound`)."""
+        base = self.inbound(session_id)
+        return base if door is None else f"{base}.{door}"
 
     @property
     def inbound_all(self) -> str:
-        """Both forms of every session's inbound subject (the stream's, the gateway's)."""
+        """Every form of every session's inbound subject (the stream's, the gateway's)."""
         return f"{self.prefix}.in.>"
 
     def session_from_inbound(self, subject: str) -> str:
-        """The session token of an inbound subject of either form (may be invalid; the
+        """The session token of an inbound subject of any form (may be invalid; the
         gateway checks)."""
-        return subject[len(self.prefix) + 4 :].removesuffix(f".{AGENT_DOOR}")
+        rest = subject[len(self.prefix) + 4 :]
+        door = self.door_of(subject)
+        return rest if door is None else rest.removesuffix(f".{door}")
 
-    def is_agent_inbound(self, subject: str) -> bool:
-        """Whether an inbound subject is the runtime's own form (`inbound_agent`)."""
-        return subject[len(self.prefix) + 4 :].endswith(f".{AGENT_DOOR}")
+    def door_of(self, subject: str) -> str | None:
+        """Which door an inbound subject is (`AGENT_DOOR`, `ANSWER_DOOR`), None for the
+        plain `<prefix>.in.<session>`."""
+        rest = subject[len(self.prefix) + 4 :]
+        return next((d for d in DOORS if rest.endswith(f".{d}")), None)
 
     # log
     def log(self, session_id: str, event_type: str) -> str:

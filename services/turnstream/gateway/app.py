@@ -110,7 +110,7 @@ async def _consume(
             stored_at=meta.timestamp,
             stream=subjects.inbound_stream,
             msg_id=(msg.headers or {}).get("Nats-Msg-Id"),
-            agent_door=subjects.is_agent_inbound(msg.subject),
+            door=subjects.door_of(msg.subject),
         )
         decided = intake(
             raw,

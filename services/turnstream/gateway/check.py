@@ -15,9 +15,9 @@ import orjson
 from pydantic import ValidationError
 
 from turnstream.core.commands import (
-    AGENT_COMMAND_TYPES,
     COMMAND_ADAPTER,
     COMMAND_TYPES,
+    DOOR_COMMANDS,
     InboundCommand,
 )
 from turnstream.core.events import (
@@ -35,6 +35,10 @@ from turnstream.core.ids import derived_id
 from turnstream.core.subjects import REJECTED_SESSION, is_reserved_session, is_session_id
 
 EXCERPT_BYTES = 512
+_DOOR_IS = {
+    "agent": "the runtime's own subject for its agents' messages",
+    "answer": "the subject for answers to approval prompts",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +53,11 @@ class Inbound:
     stream: str
     msg_id: str | None = None
     """Its `Nats-Msg-Id` header: the sender's key even when the body cannot be parsed."""
-    agent_door: bool = False
-    """It came on the runtime's own subject, `<prefix>.in.<session>.agent`: only the
-    commands the turn-runner sends are taken there (`AGENT_COMMAND_TYPES`)."""
+    door: str | None = None
+    """The door it came through (`Subjects.door_of`): on the runtime's own
+    `<prefix>.in.<session>.agent` only the commands the turn-runner sends are taken, on the
+    people's `<prefix>.in.<session>.answer` only answers (`DOOR_COMMANDS`); None: the plain
+    `<prefix>.in.<session>`, which takes every command."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,13 +126,13 @@ def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
             [],
             fields,
         )
-    if raw.agent_door and kind not in AGENT_COMMAND_TYPES:
+    if raw.door is not None and kind not in (taken := DOOR_COMMANDS[raw.door]):
         return Rejection(
             "not_permitted",
-            f"a {kind!r} command is refused on <prefix>.in.<session>.agent, the runtime's own "
-            f"subject for its agents' messages: it takes only {' and '.join(AGENT_COMMAND_TYPES)}"
-            f"; an outside gateway publishes {kind!r} to <prefix>.in.<sessionId>",
-            [f"type: {kind!r} is not taken on the agent subject"],
+            f"a {kind!r} command is refused on <prefix>.in.<session>.{raw.door}, "
+            f"{_DOOR_IS[raw.door]}: it takes only {' and '.join(taken)}; "
+            f"publish {kind!r} to <prefix>.in.<sessionId> as a user allowed there",
+            [f"type: {kind!r} is not taken on the {raw.door} subject"],
             fields,
         )
     try:

@@ -32,6 +32,7 @@ from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_i
 from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
+from turnstream.http.storage import Storage
 from turnstream.prices import load_prices
 from turnstream.runtime import connect_client, loop_factory, source_name, tune_gc
 from turnstream.runtime.redaction import redact_logs
@@ -57,7 +58,8 @@ def create_app(
         the_bus = bus or await connect_client(settings, "http")
         hub = Hub(the_bus)  # subscribes when the first stream or POST needs it
         prices = load_prices(settings.prices)
-        app.state.ctx = HttpContext(settings, the_bus, hub, auth, opts, prices)
+        storage = Storage(the_bus)
+        app.state.ctx = HttpContext(settings, the_bus, hub, auth, opts, storage, prices)
         try:
             async with a2a.delivering(the_bus, settings, source_name("http")):
                 yield
@@ -127,7 +129,8 @@ async def healthz() -> dict[str, str]:
 
 
 async def readyz(ctx: Ctx) -> Response:
-    """Readiness: NATS connected and the streams present."""
+    """Readiness: NATS connected and the streams present; and the storage (`full`: the
+    log or the inbound stream at its limit, or the face's publishes refused for it)."""
     bus = ctx.bus
     problems = []
     if not bus.nc.is_connected:
@@ -142,9 +145,14 @@ async def readyz(ctx: Ctx) -> Response:
                 problems.append(f"stream {stream}: {type(exc).__name__}")
     if problems:
         raise Problem(503, "not_ready", "Not ready", "; ".join(problems))
+    try:  # ready to serve reads even when full: the storage is said, not a readiness fault
+        storage = await ctx.storage.read()
+    except Exception as exc:
+        storage = {"full": None, "error": f"{type(exc).__name__}: {exc}"}
     return JSONResponse(
         {
             "status": "ready",
+            "storage": storage,
             "feeds": ctx.hub.open_feeds,
             "following": ctx.hub.following,
             "natsSubscriptions": len(bus.nc._subs),  # the hub's consumers, live, direct gets

@@ -15,6 +15,7 @@ from turnstream.core.subjects import is_session_id
 from turnstream.http.auth import Authenticator, Principal
 from turnstream.http.hub import Hub
 from turnstream.http.problems import invalid_input
+from turnstream.http.storage import Storage
 from turnstream.settings import Settings
 
 
@@ -45,6 +46,7 @@ class HttpContext:
     hub: Hub
     auth: Authenticator
     options: Options
+    storage: Storage
     prices: PriceTable = field(default_factory=dict)
     """The price table (`TURNSTREAM_PRICES` over the defaults): sessions' spend in dollars."""
 

@@ -20,6 +20,7 @@ from turnstream.http.direct import LogRecord
 from turnstream.http.hub import Feed
 from turnstream.http.outcome import FOLLOWED_TYPES, Follow, Seen
 from turnstream.http.problems import Problem, invalid_input
+from turnstream.http.storage import full_problem
 
 
 def checked(command: dict[str, Any], max_bytes: int) -> bytes:
@@ -93,6 +94,7 @@ async def publish(
     payload = checked(command, ctx.settings.max_input_bytes)
     key: str = command["idempotencyKey"]
     bus = ctx.bus
+    await ctx.storage.refuse_when_full(key)
     try:
         ack = await bus.js.publish(
             bus.subjects.inbound(session_id), payload, headers={"Nats-Msg-Id": key}
@@ -100,15 +102,10 @@ async def publish(
     except APIError as exc:
         if not noted(exc, bus.subjects.inbound(session_id)):
             raise
-        raise Problem(
-            503,
-            "storage-full",
-            "The log is full",
+        raise full_problem(
             f"JetStream refused the command for want of storage ({exc.description}); nothing "
             "was stored: send it again once the operator has freed space",
-            failure_class=FailureClass.STORAGE_FULL,
-            headers={"Retry-After": "30"},
-            idempotencyKey=key,
+            key,
         ) from exc
     if ALARM.runs:  # refusals were seen: this publish may end them
         ALARM.stored(bus.subjects.inbound(session_id))
@@ -119,6 +116,7 @@ async def publish(
             reader.take(*record)
     deadline = time.monotonic() + ctx.options.accept_timeout_s
     if not await reader.until(lambda: follow.decided, deadline):
+        await _stored_while_full(ctx, key, int(ack.seq))
         raise Problem(
             504,
             "timeout",
@@ -130,6 +128,25 @@ async def publish(
             inboundSeq=int(ack.seq),
         )
     return follow, reader, bool(ack.duplicate)
+
+
+async def _stored_while_full(ctx: HttpContext, key: str, seq: int) -> None:
+    """No verdict in time because the log filled up after the command was stored: a 503
+    `storage-full` saying so (the gateway holds the command until space is freed), rather
+    than a 504 that blames the gateway."""
+    try:
+        usage = await ctx.storage.read()
+    except Exception:  # not known: the 504 stands
+        return
+    if not usage["full"]:
+        return
+    raise full_problem(
+        f"the command is stored (inbound seq {seq}), but the log is full "
+        f"({', '.join(usage['atLimit']) or 'appends refused'} at its limit): it runs once "
+        "the operator has freed space (docs/operations.md, 'The log full')",
+        key,
+        inboundSeq=seq,
+    )
 
 
 async def submit(

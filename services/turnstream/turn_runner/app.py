@@ -14,6 +14,7 @@ import orjson
 from turnstream.agents import load_all
 from turnstream.bus import Bus
 from turnstream.bus.durables import TURN_RUNNER
+from turnstream.bus.full import ALARM
 from turnstream.bus.leases import LeaseTable
 from turnstream.context import ContextRegistry
 from turnstream.core.events import (
@@ -226,6 +227,7 @@ class Runner:
             observe=self.observe,
             publish_live=self._publish_live,
             reloaded=self._count_reloaded,
+            storage_refused=lambda session: ALARM.refusing(self.bus.subjects.log(session, "*")),
             context=self.context,
             loads=self.loads,
             attachment=self.attachments.get,

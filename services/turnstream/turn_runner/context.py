@@ -62,6 +62,9 @@ class ActorContext:
     """Publish a token delta of (session, turn)."""
     reloaded: Callable[[int], None]
     """Count events read back by a reload."""
+    storage_refused: Callable[[str], str | None] = lambda session_id: None
+    """Why this process's appends to (session)'s log are refused for storage now (its
+    alarm, `bus/full.py`), None while they are taken."""
     context: ContextRegistry | None = None
     """The context providers asked at each turn's first COMPOSE_REQUEST."""
     loads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LOADS_IN_FLIGHT))

@@ -29,6 +29,7 @@ from nats.js.errors import NotFoundError
 from turnstream.bus import Bus
 from turnstream.bus.consume import Subscriptions, log_push
 from turnstream.bus.durables import Durable
+from turnstream.bus.full import noted_at_limit
 from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import open_sessions, scan_log
@@ -48,6 +49,8 @@ UNACKED_SCAN_MAX = 100_000
 KNOWN_SESSIONS = 100_000
 """Sessions whose take-over generation is remembered (one forgotten is reloaded once)."""
 DRAIN_S = 1.0
+FULL_CHECK_S = 5.0
+"""How long the check whether the log is full at start may take (`_full_at_start`)."""
 """At a stop, how long the actors may take to hand back (nak) the facts they still hold."""
 
 
@@ -142,12 +145,26 @@ async def wake_unacked(
         wake(session_id)
 
 
+async def _full_at_start(bus: Bus, stream: str | None) -> None:
+    """Arm the process's storage alarm when the log is at its limit before anything is
+    woken: a turn resumed now then ends `storage_full` at once, as it would have at its
+    next append, instead of calling the model again for an answer the log cannot take
+    (`SessionActor.step`). Not known (NATS slow): the first append refused says it."""
+    streams = [stream] if stream else bus.subjects.log_streams
+    try:
+        async with asyncio.timeout(FULL_CHECK_S):
+            await noted_at_limit(bus.js, streams, bus.subjects.log_all)
+    except Exception as exc:
+        log.debug("the log's storage not checked at start: %r", exc)
+
+
 async def wake_waiting(served: Served, stop: asyncio.Event, stream: str | None = None) -> None:
     """Wake every session waiting on the runner that takes it (in `stream` only, if
     given): open work (`wake_open`) and facts delivered and not acked (`wake_unacked`).
     Each is asked again while NATS does not answer (`bus.retry`), until `stop`: a runner
     never ends because its resume found NATS slow (waking a session twice costs a reload)."""
     bus, wake, where = served.bus, served.wake, stream or "the log"
+    await _full_at_start(bus, stream)
     opened = retried(f"the open sessions of {where}", lambda: wake_open(bus, wake, stream))
     await stoppable(opened, stop)
     if stop.is_set():

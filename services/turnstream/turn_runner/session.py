@@ -177,6 +177,16 @@ class SessionActor:
         else:
             self.ctx.deliver_later(self.session_id, item, delay)
 
+    def refusal_standing(self) -> str | None:
+        """Why the turns just reloaded are refused, if this process's appends to the log are
+        refused now (or the log was at its limit when it started, `ownership.wake_waiting`):
+        they end `storage_full` at their first step, as they would at their next append,
+        and none calls the model again for an answer the log could not take. So a runner
+        restarted on a full log does not go on with turns its predecessor was refused."""
+        if not self.busy():
+            return None
+        return self.ctx.storage_refused(self.session_id)
+
     async def let_go(self, item: Item) -> None:
         """Another runner holds the session: stop acting for it, never fight over it. A
         fact goes back to the consumer, to be redelivered until the holder takes it."""
@@ -197,6 +207,7 @@ class SessionActor:
         reloaded = not self.loaded
         if reloaded:  # a delivered fact is in what is read: decoded once, not twice
             await self.reload({item.seq: item.event} if isinstance(item, Delivered) else None)
+            self.refused = self.refused or self.refusal_standing()
         if isinstance(item, Delivered):
             # a reload has just folded the whole log, this fact included (a redelivery too)
             fact = None if reloaded else await self.fact(item)
