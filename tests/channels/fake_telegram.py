@@ -18,6 +18,9 @@ from typing import Any
 
 from aiohttp import web
 
+UPDATE_IDS = itertools.count(1000)
+MESSAGE_IDS = itertools.count(1)
+"""One bot's update ids (and, here, message ids) never repeat, across the tests' fakes too."""
 BOT = {"id": 999, "is_bot": True, "first_name": "Turnstream", "username": "ts_test_bot"}
 
 
@@ -57,8 +60,8 @@ class FakeTelegram:
         self.calls: list[Call] = []
         self.updates: list[dict[str, Any]] = []
         self.confirmed = 0
-        self.update_ids = itertools.count(1000)
-        self.message_ids = itertools.count(1)
+        self.update_ids = UPDATE_IDS
+        self.message_ids = MESSAGE_IDS
         self.messages: dict[tuple[int, int], Posted] = {}
         self.rate_limits: dict[str, list[int]] = {}
         self.poll_failures = 0

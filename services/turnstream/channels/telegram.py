@@ -133,7 +133,7 @@ class Telegram:
             word, _, rest = text.partition(" ")
             text = (word.split("@", 1)[0] + (" " + rest if rest else "")).strip()
         return Incoming(
-            key=f"tg-{update.update_id}-{msg.message_id}",
+            key=f"tg-{msg.chat.id}-{update.update_id}-{msg.message_id}",
             chat=self._chat(msg),
             user=str(user.id),
             user_name=user.full_name,
@@ -172,7 +172,7 @@ class Telegram:
         if kind not in PRESS or not interaction_id:
             return None
         return Press(
-            key=f"tg-{update.update_id}-cb",
+            key=f"tg-{update.update_id}-{query.id}",
             chat=self._chat(query.message),
             user=str(query.from_user.id),
             user_name=query.from_user.full_name,
