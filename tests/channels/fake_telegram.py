@@ -49,9 +49,15 @@ class Hold:
 
     method: str
     when: str
+    text: str | None = None
+    """Only a call whose `text` is this one."""
     reached: asyncio.Event = field(default_factory=asyncio.Event)
     release: asyncio.Event = field(default_factory=asyncio.Event)
     times: int = 1
+
+    def matches(self, method: str, params: dict[str, Any]) -> bool:
+        wanted = self.text is None or params.get("text") == self.text
+        return self.times > 0 and method == self.method and wanted
 
 
 class FakeTelegram:
@@ -98,8 +104,8 @@ class FakeTelegram:
         """The next `times` calls of `method` answer 429 with `retry_after`."""
         self.rate_limits.setdefault(method, []).extend([retry_after] * times)
 
-    def hold(self, method: str, when: str) -> Hold:
-        hold = Hold(method, when)
+    def hold(self, method: str, when: str, text: str | None = None) -> Hold:
+        hold = Hold(method, when, text)
         self.holds.append(hold)
         return hold
 
@@ -193,7 +199,7 @@ class FakeTelegram:
         if handler is None:
             call.answered = "error"
             return _error(404, "Not Found: method not found")
-        hold = next((h for h in self.holds if h.method == method and h.times > 0), None)
+        hold = next((h for h in self.holds if h.matches(method, params)), None)
         if hold is not None:
             hold.times -= 1
         if hold is not None and hold.when == "before":
