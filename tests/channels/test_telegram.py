@@ -221,3 +221,26 @@ async def test_the_token_is_in_no_log_line_and_no_event(
     )
     assert stored and TOKEN.encode() not in stored
     assert fake.unauthorized == 0
+
+
+async def test_a_chat_that_blocked_the_bot_is_logged_and_the_others_still_answered(
+    nats_server: EmbeddedServer, bus: Bus, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    settings = settings_for(nats_server, tmp_path, script=script(tmp_path))
+    fake.fail("sendMessage", 403, "Forbidden: bot was blocked by the user")
+    fake.fail("sendMessage", 502, "Bad Gateway")  # the next one: a transient failure
+    async with running_services(settings):
+        with channel_process(
+            nats_server, fake, tmp_path, TURNSTREAM_TELEGRAM__DM_POLICY="open"
+        ) as channel:
+            await wait_polling(fake)
+            await fake.say("hi", chat_id=48)
+            await eventually(lambda: len(fake.of("sendMessage")) == 1)
+            await fake.say("hi", chat_id=49)
+            await eventually(lambda: [m for m in fake.sent(49) if m.text == REPLY])
+            channel.stop()
+    output = channel.output()
+    assert "sendMessage failed: Forbidden" in output, output
+    assert "sendMessage failed: NetworkError Bad Gateway; again in" in output, output
+    assert fake.sent(48) == [] and len(fake.sent(49)) == 1
+    assert TOKEN not in output
