@@ -305,7 +305,7 @@ async def test_a_chat_waiting_out_a_429_holds_up_no_other(
     nats_server: EmbeddedServer, bus: Bus, fake: FakeTelegram, tmp_path: Path
 ) -> None:
     settings = settings_for(nats_server, tmp_path, script=script(tmp_path))
-    fake.rate_limit("sendMessage", retry_after=4)  # the first final reply: chat 52's
+    fake.rate_limit("sendMessage", retry_after=6)  # the first final reply: chat 52's
     async with running_services(settings):
         with channel_process(nats_server, fake, tmp_path, TURNSTREAM_TELEGRAM__DM_POLICY="open"):
             await wait_polling(fake)
