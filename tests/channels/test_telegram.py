@@ -262,10 +262,12 @@ async def test_a_long_reply_is_split_at_4096_and_new_starts_a_fresh_session(
             await asyncio.sleep(0.5)
             assert len(fake.sent(51)) == 3 and all(len(p.text) <= 4096 for p in parts)
             assert " ".join(p.text for p in parts).split() == LONG.split()
-            await fake.say("/new", chat_id=51)
+            new = await fake.say("/new", chat_id=51)
             await eventually(lambda: [m for m in fake.sent(51) if "new conversation" in m.text])
+            await fake.redeliver(new)  # the same `/new` again: counted once
+            await eventually(lambda: fake.confirmed > new)
             await fake.say("and now?", chat_id=51)
-            await eventually(lambda: len(fake.sent(51)) >= 7)
+            await eventually(lambda: len(fake.sent(51)) >= 8)
     fresh = await events_of(bus, "telegram-51-g1")
     assert [e.data.text for e in fresh if isinstance(e, InputAccepted)] == ["and now?"]
 
