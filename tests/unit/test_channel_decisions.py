@@ -92,6 +92,7 @@ def test_session_scopes() -> None:
     assert inbound.base_session("telegram", "chat", chat, "U1") == "telegram--100-5"
     assert inbound.base_session("telegram", "user", chat, "U1") == "telegram-u-U1"
     assert inbound.owns("telegram", "telegram--100-5") and not inbound.owns("telegram", "slack-1")
+    assert not inbound.owns("telegram", "telegram-42:sub-0a1b2c3d4e5f"), "a sub-turn's child"
 
 
 def test_only_the_sender_or_an_approver_may_press() -> None:
