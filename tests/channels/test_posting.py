@@ -23,7 +23,7 @@ from turnstream.channels.platform import (
     RateLimited,
 )
 from turnstream.channels.posting import Poster
-from turnstream.channels.records import Records
+from turnstream.channels.records import POSTED_TTL_S, Records
 
 __all__ = ["bus", "log_partitions", "nats_server"]
 pytestmark = pytest.mark.integration
@@ -151,3 +151,16 @@ async def test_429s_and_network_failures_are_waited_out_a_refusal_is_not(bus: Bu
     with pytest.raises(PlatformError):
         await poster.final(turn(), CHAT, ["never"])
     assert len(platform.messages) == 1
+
+
+async def test_a_turns_record_expires_and_a_create_is_once(bus: Bus) -> None:
+    """Posting records carry a per-key TTL (the bucket does not grow for ever); the turn's
+    record is made once, a second `create` leaves it as it was."""
+    found, t = await records(bus), turn()
+    assert await found.create_turn(t, {"sender": "7", "parts": []})
+    assert not await found.create_turn(t, {"sender": "8", "parts": []})
+    assert (await found.turn(t) or {}).get("sender") == "7"
+    stored = await bus.js.get_last_msg(
+        "KV_ts_channel_telegram", f"$KV.ts_channel_telegram.turn.{t}"
+    )
+    assert stored.headers["Nats-TTL"] == f"{POSTED_TTL_S}s"

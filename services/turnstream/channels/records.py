@@ -9,7 +9,9 @@
     paired.<user>        a sender approved through pairing
 
 Rebuildable it is not (what was posted is the platform's fact, not the log's): it is the
-posting record that makes a restarted channel edit instead of post again.
+posting record that makes a restarted channel edit instead of post again. A turn's and a
+prompt's records expire after `POSTED_TTL_S` (a per-key TTL), long after their events can
+come again; pairing and `/new` generations are kept.
 """
 
 from __future__ import annotations
@@ -21,13 +23,17 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from turnstream.bus import Bus
+from turnstream.bus.store import WRONG_LAST_SEQUENCE
 from turnstream.bus.streams import channel_bucket, existing_bucket
 from turnstream.channels.pairing import Book, Request
 
 PAIRING = "pairing"
+POSTED_TTL_S = 7 * 24 * 3600
+"""How long a turn's or a prompt's posting record is kept: the bucket does not grow with
+every turn for ever, and a log event is redelivered within seconds, not days."""
 _KEY_UNSAFE = re.compile(r"[^-/_=.a-zA-Z0-9]")
 
 
@@ -39,13 +45,28 @@ def key_token(value: str) -> str:
 class Records:
     """The records of the channel of one platform."""
 
-    def __init__(self, kv: Any) -> None:
-        self.kv = kv
+    def __init__(self, kv: Any, js: Any, bucket: str) -> None:
+        self.kv, self.js, self.bucket = kv, js, bucket
 
     @classmethod
     async def open(cls, bus: Bus, platform: str) -> Records:
         """The platform's bucket, which the setup step made."""
-        return cls(await existing_bucket(bus.js, channel_bucket(bus.subjects.prefix, platform)))
+        bucket = channel_bucket(bus.subjects.prefix, platform)
+        return cls(await existing_bucket(bus.js, bucket), bus.js, bucket)
+
+    async def _expiring(self, key: str, value: dict[str, Any], *, create: bool = False) -> bool:
+        """`value` at `key` for `POSTED_TTL_S` (`create`: unless the key has one; False if
+        it had)."""
+        headers = {"Nats-TTL": f"{POSTED_TTL_S}s"}
+        if create:
+            headers["Nats-Expected-Last-Subject-Sequence"] = "0"
+        try:
+            await self.js.publish(f"$KV.{self.bucket}.{key}", orjson.dumps(value), headers=headers)
+        except APIError as exc:
+            if create and exc.err_code in WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        return True
 
     async def get(self, key: str) -> dict[str, Any] | None:
         try:
@@ -70,16 +91,16 @@ class Records:
         return await self.get(f"turn.{key_token(turn_id)}")
 
     async def create_turn(self, turn_id: str, value: dict[str, Any]) -> bool:
-        return await self.create(f"turn.{key_token(turn_id)}", value)
+        return await self._expiring(f"turn.{key_token(turn_id)}", value, create=True)
 
     async def put_turn(self, turn_id: str, value: dict[str, Any]) -> None:
-        await self.put(f"turn.{key_token(turn_id)}", value)
+        await self._expiring(f"turn.{key_token(turn_id)}", value)
 
     async def prompt(self, interaction_id: str) -> dict[str, Any] | None:
         return await self.get(f"prompt.{key_token(interaction_id)}")
 
     async def put_prompt(self, interaction_id: str, value: dict[str, Any]) -> None:
-        await self.put(f"prompt.{key_token(interaction_id)}", value)
+        await self._expiring(f"prompt.{key_token(interaction_id)}", value)
 
     # conversations
     async def generation(self, base: str) -> tuple[int, str | None]:
