@@ -155,7 +155,7 @@ class ChannelService:
             case _:
                 assert_never(decision)
 
-    async def _reply(self, chat: Any, text: str) -> None:
+    async def _reply(self, chat: Chat, text: str) -> None:
         try:
             await self.poster.call("post", lambda: self.platform.post(chat, text))
         except PlatformError as exc:
