@@ -232,3 +232,19 @@ def test_split_text_loses_nothing_but_spaces_at_its_cuts(text: str, limit: int) 
         return "".join(s.replace("```", "").split())
 
     assert bare("".join(parts)) == bare(text)
+
+
+def test_up_names_a_channel_it_cannot_run_and_what_installs_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rich.console import Console
+
+    from turnstream.cli import up
+    from turnstream.settings import Settings
+
+    monkeypatch.setenv("TURNSTREAM_TELEGRAM_BOT_TOKEN", "123:abc")
+    missing = ("TURNSTREAM_TELEGRAM_BOT_TOKEN", "no_such_sdk_here", "turnstream[telegram]")
+    monkeypatch.setitem(up.CHANNELS, "channels.telegram", missing)
+    console = Console(record=True, width=200)
+    assert up.channel_services(Settings(), console) == []
+    assert "pip install 'turnstream[telegram]'" in console.export_text()

@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import IO
 
 from rich.console import Console
+from rich.markup import escape
 
 from turnstream.bus.embedded import EmbeddedServer, free_port, port_is_free
 from turnstream.cli.common import command_name
@@ -32,15 +34,29 @@ from turnstream.settings import Settings
 SERVICES = ("gateway", "turn_runner", "approval", "tool_executor", "audit", "http")
 """Service packages started by `up`, each as `python -m turnstream.<name>`."""
 CHANNELS = {
-    "channels.telegram": "TURNSTREAM_TELEGRAM_BOT_TOKEN",
-    "channels.slack": "TURNSTREAM_SLACK_BOT_TOKEN",
+    "channels.telegram": ("TURNSTREAM_TELEGRAM_BOT_TOKEN", "telegram", "turnstream[telegram]"),
+    "channels.slack": ("TURNSTREAM_SLACK_BOT_TOKEN", "slack_bolt", "turnstream[slack]"),
 }
-"""Chat channels `up` also starts, each when its token is set (docs/channels.md)."""
+"""Chat channels `up` also starts, each when its token is set (docs/channels.md): its
+token, the SDK it runs on, the extra that installs it."""
 
 
-def channel_services(settings: Settings) -> list[str]:
-    """The chat channels whose token is set (environment or secrets file)."""
-    return [name for name, token in CHANNELS.items() if settings.secret(token)]
+def channel_services(settings: Settings, console: Console | None = None) -> list[str]:
+    """The chat channels whose token is set (environment or secrets file) and which can
+    run here; one whose module or SDK is missing is named, with what installs it."""
+    found = []
+    for name, (token, sdk, extra) in CHANNELS.items():
+        if not settings.secret(token):
+            continue
+        if find_spec(f"turnstream.{name}") is None or find_spec(sdk) is None:
+            if console is not None:
+                console.print(
+                    f"[yellow]{token} is set but {name} cannot run here[/]: "
+                    f"pip install '{escape(extra)}'"
+                )
+            continue
+        found.append(name)
+    return found
 
 
 MAX_RESTARTS = 5
@@ -68,7 +84,7 @@ class Supervisor:
         """Under --secure: each user's password (each service runs as its own user)."""
         self.services = [
             s
-            for s in (*SERVICES, *channel_services(settings))
+            for s in (*SERVICES, *channel_services(settings, console))
             if passwords is None or s in USERS or s in CHANNEL_USERS
         ]
         self.restarts: dict[str, int] = dict.fromkeys(self.services, 0)
