@@ -9,14 +9,17 @@ import signal
 import subprocess
 import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import IO
 
 from rich.console import Console
+from rich.markup import escape
 
 from turnstream.bus.embedded import EmbeddedServer, free_port, port_is_free
 from turnstream.cli.common import command_name
 from turnstream.cli.secure import (
+    CHANNEL_USERS,
     DEV_SECRETS,
     SECURE_MARK,
     USERS,
@@ -30,6 +33,32 @@ from turnstream.settings import Settings
 
 SERVICES = ("gateway", "turn_runner", "approval", "tool_executor", "audit", "http")
 """Service packages started by `up`, each as `python -m turnstream.<name>`."""
+CHANNELS = {
+    "channels.telegram": ("TURNSTREAM_TELEGRAM_BOT_TOKEN", "telegram", "turnstream[telegram]"),
+    "channels.slack": ("TURNSTREAM_SLACK_BOT_TOKEN", "slack_bolt", "turnstream[slack]"),
+}
+"""Chat channels `up` also starts, each when its token is set (docs/channels.md): its
+token, the SDK it runs on, the extra that installs it."""
+
+
+def channel_services(settings: Settings, console: Console | None = None) -> list[str]:
+    """The chat channels whose token is set (environment or secrets file) and which can
+    run here; one whose module or SDK is missing is named, with what installs it."""
+    found = []
+    for name, (token, sdk, extra) in CHANNELS.items():
+        if not settings.secret(token):
+            continue
+        if find_spec(f"turnstream.{name}") is None or find_spec(sdk) is None:
+            if console is not None:
+                console.print(
+                    f"[yellow]{token} is set but {name} cannot run here[/]: "
+                    f"pip install '{escape(extra)}'"
+                )
+            continue
+        found.append(name)
+    return found
+
+
 MAX_RESTARTS = 5
 LOCK_FILE = "up.lock"
 """In the data dir: held (flock) by the one `up` that runs on it."""
@@ -51,10 +80,14 @@ class Supervisor:
         self.settings = settings
         self.console = console
         self.children: dict[str, subprocess.Popen[bytes]] = {}
-        self.restarts: dict[str, int] = dict.fromkeys(SERVICES, 0)
         self.passwords = passwords
         """Under --secure: each user's password (each service runs as its own user)."""
-        self.services = [s for s in SERVICES if passwords is None or s in USERS]
+        self.services = [
+            s
+            for s in (*SERVICES, *channel_services(settings, console))
+            if passwords is None or s in USERS or s in CHANNEL_USERS
+        ]
+        self.restarts: dict[str, int] = dict.fromkeys(self.services, 0)
 
     def env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -65,8 +98,9 @@ class Supervisor:
         if self.settings.script:
             env["TURNSTREAM_SCRIPT"] = str(self.settings.script)
         if self.passwords is not None:  # --secure: the service's own identity
-            env["TURNSTREAM_NATS_USER"] = USERS[name]
-            env["TURNSTREAM_NATS_PASSWORD"] = self.passwords[USERS[name]]
+            user = {**USERS, **CHANNEL_USERS}[name]
+            env["TURNSTREAM_NATS_USER"] = user
+            env["TURNSTREAM_NATS_PASSWORD"] = self.passwords[user]
         return env
 
     def start(self, name: str) -> None:
