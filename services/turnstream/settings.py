@@ -99,11 +99,56 @@ class ContextSettings(BaseModel):
     requests carry what they say (`ContextProvided` in the log)."""
 
 
+DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
+SessionScope = Literal["thread", "chat", "user"]
+CHANNEL_TOKENS = (
+    "TURNSTREAM_TELEGRAM_BOT_TOKEN",
+    "TURNSTREAM_SLACK_BOT_TOKEN",
+    "TURNSTREAM_SLACK_APP_TOKEN",
+)
+"""The chat platforms' tokens (docs/channels.md): secrets, read with `Settings.secret` (the
+environment, else the secrets file), redacted from every log line and tool result."""
+
+
+class ChannelSettings(BaseModel):
+    """Who may talk to the agent on one chat platform, and how its chats map to sessions
+    (`turnstream.channels`; env `TURNSTREAM_TELEGRAM__DM_POLICY=open`, or YAML
+    `telegram: {dm_policy: open}`)."""
+
+    model_config = {"extra": "forbid"}
+    dm_policy: DmPolicy = "pairing"
+    """Direct messages from a sender not in `allow_from`: `pairing` answers with a one-time
+    code the owner approves (`turnstream channels pairing approve CODE`), `allowlist`
+    refuses, `open` takes them, `disabled` refuses every direct message."""
+    allow_from: list[str] = Field(default_factory=list)
+    """Platform user ids that may always talk to the agent (in direct messages and in
+    allowed groups)."""
+    groups: list[str] = Field(default_factory=list)
+    """Group chats (Telegram chat ids, Slack channel ids) the agent answers in; `*`: any."""
+    require_mention: bool = True
+    """In a group, only a message that mentions the bot (or replies to it) is taken."""
+    session_scope: SessionScope | None = None
+    """One session per `thread`, per `chat` (or forum topic), or per `user`; unset: the
+    platform's default (Telegram `chat`, Slack `thread`)."""
+    approvers: list[str] = Field(default_factory=list)
+    """User ids that may answer any approval prompt, beside the turn's own sender."""
+    bot_chats: list[str] = Field(default_factory=list)
+    """Chats where messages from other bots are taken (bot-loop protection ignores them
+    elsewhere; the channel's own are always ignored)."""
+    pairing_ttl_s: float = Field(default=3600, gt=0)
+    """How long a pairing code can be approved."""
+    stream_interval_s: float = Field(default=1.0, ge=0.05)
+    """The least time between two updates of a reply being streamed (platform rate limits)."""
+
+
 class Settings(BaseSettings):
     """Deployment settings. Env var = `TURNSTREAM_` + the field name in upper case."""
 
     model_config = SettingsConfigDict(
-        env_prefix="TURNSTREAM_", extra="ignore", use_attribute_docstrings=True
+        env_prefix="TURNSTREAM_",
+        extra="ignore",
+        use_attribute_docstrings=True,
+        env_nested_delimiter="__",
     )
 
     nats_url: str | None = None
@@ -239,6 +284,15 @@ class Settings(BaseSettings):
     `approval.`, `audit.`), so one name may serve every service of a host."""
     runner_id: str | None = None
     """The turn-runner's stable name, as `instance_id` (which it overrides for the runner)."""
+    telegram: ChannelSettings = Field(default_factory=ChannelSettings)
+    """The Telegram channel's policies (its token: the secret TURNSTREAM_TELEGRAM_BOT_TOKEN)."""
+    telegram_api_url: str = "https://api.telegram.org"
+    """The Bot API server the Telegram channel talks to (a local Bot API server, a test fake)."""
+    slack: ChannelSettings = Field(default_factory=ChannelSettings)
+    """The Slack channel's policies (its tokens: the secrets TURNSTREAM_SLACK_BOT_TOKEN and
+    TURNSTREAM_SLACK_APP_TOKEN)."""
+    slack_api_url: str = "https://slack.com/api/"
+    """The Slack Web API the Slack channel talks to (a test fake)."""
 
     @model_validator(mode="after")
     def _renew_well_within_ttl(self) -> Settings:
@@ -304,6 +358,7 @@ class Settings(BaseSettings):
         left, they would blank out ordinary text)."""
         values = list(self.redact)
         values += [os.environ[name] for name in self.redact_env if os.environ.get(name)]
+        values += [os.environ[name] for name in CHANNEL_TOKENS if os.environ.get(name)]
         if self.secrets_file is not None and self.secrets_file.exists():
             for line in self.secrets_file.read_text().splitlines():
                 key, sep, value = line.strip().partition("=")
@@ -315,6 +370,13 @@ class Settings(BaseSettings):
         """Values no log line may show: `secret_values`, and this process's NATS password."""
         password = self.secret("TURNSTREAM_NATS_PASSWORD") if self.nats_user else None
         return [*self.secret_values(), *([password] if password else [])]
+
+    def channel(self, platform: str) -> ChannelSettings:
+        """The policies of the channel of `platform` (`telegram`, `slack`)."""
+        found = getattr(self, platform, None)
+        if not isinstance(found, ChannelSettings):
+            raise ValueError(f"no channel settings for platform {platform!r}")
+        return found
 
     @property
     def subjects(self) -> Subjects:

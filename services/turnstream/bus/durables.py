@@ -12,6 +12,7 @@ can reset what another has processed (tests/security/test_durables.py tries).
     tool-executor   TS_LOG (each part)   push  tool requests
     audit           TS_LOG (each part)   pull  everything, acked once per batch
     a2a-push        TS_LOG (each part)   pull  what changes an A2A task's state
+    channel-<p>     TS_LOG (each part)   push  what a chat channel shows (one per platform)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from turnstream.bus.retry import retried
-from turnstream.bus.streams import SETUP_STEP, StreamsMissing
+from turnstream.bus.streams import CHANNEL_PLATFORMS, SETUP_STEP, StreamsMissing
 from turnstream.core.subjects import Subjects
 
 log = logging.getLogger("turnstream.bus")
@@ -140,8 +141,35 @@ def a2a_push(push_timeout_s: float) -> Durable:
     )
 
 
+CHANNEL_KINDS = (
+    "SessionTurnStart",
+    "ToolInvocationRequested",
+    "InteractionRequested",
+    "InteractionAnswered",
+    "TurnEnded",
+)
+"""What a chat channel shows: a turn working, its tool activity, approval prompts and
+their answers, the final reply (`channels.outbound`)."""
+
+
+def channel(platform: str) -> Durable:
+    """The log durable of the chat channel of `platform`. Made new, it starts at the log's
+    next event: a channel added to a running deployment does not post old replies."""
+    return Durable(
+        f"channel-{platform}", CHANNEL_KINDS, ack_wait_s=30.0, max_ack_pending=1024, from_next=True
+    )
+
+
 def every_durable(push_timeout_s: float) -> tuple[Durable, ...]:
-    return (GATEWAY, TURN_RUNNER, APPROVAL, TOOL_EXECUTOR, AUDIT, a2a_push(push_timeout_s))
+    return (
+        GATEWAY,
+        TURN_RUNNER,
+        APPROVAL,
+        TOOL_EXECUTOR,
+        AUDIT,
+        a2a_push(push_timeout_s),
+        *(channel(platform) for platform in CHANNEL_PLATFORMS),
+    )
 
 
 def placements(subjects: Subjects, push_timeout_s: float) -> Iterator[tuple[str, Durable, Any]]:

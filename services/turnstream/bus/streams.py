@@ -158,6 +158,7 @@ def bucket_configs(subjects: Subjects, limits: StreamLimits) -> list[api.KeyValu
         kv(tools_bucket(subjects.prefix)),
         kv(a2a_tasks_bucket(subjects.prefix), A2A_TASK_MAX_AGE_S),
         kv(a2a_push_bucket(subjects.prefix), A2A_TASK_MAX_AGE_S),
+        *(kv(channel_bucket(subjects.prefix, p)) for p in CHANNEL_PLATFORMS),
     ]
 
 
@@ -185,6 +186,17 @@ def a2a_tasks_bucket(prefix: str) -> str:
 def a2a_push_bucket(prefix: str) -> str:
     """The HTTP face's A2A push-notification configs (`turnstream.http.a2a.push`)."""
     return f"{prefix}_a2a_push"
+
+
+CHANNEL_PLATFORMS = ("telegram", "slack")
+"""The chat platforms with a channel (`turnstream.channels.<platform>`): each has its KV
+bucket (`channel_bucket`), its log durable (`bus.durables.channel`) and its NATS user."""
+
+
+def channel_bucket(prefix: str, platform: str) -> str:
+    """A chat channel's records (`turnstream.channels.records`): what it posted per turn,
+    pairing codes and paired senders, `/new` session generations."""
+    return f"{prefix}_channel_{platform}"
 
 
 def checked_streams(subjects: Subjects) -> list[str]:

@@ -14,6 +14,7 @@ from turnstream.cli.agents import register as register_agents
 from turnstream.cli.approvals import register as register_approvals
 from turnstream.cli.archive import register as register_archive
 from turnstream.cli.audit import register as register_audit
+from turnstream.cli.channels import register as register_channels
 from turnstream.cli.common import (
     PLAIN_HELP,
     DataDir,
@@ -501,6 +502,7 @@ app.add_typer(workflow_app, name="workflow")
 register_approvals(app)
 register_audit(app)
 register_agents(app)
+register_channels(app)
 register_archive(app)
 
 

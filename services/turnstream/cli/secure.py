@@ -14,7 +14,15 @@ from turnstream.bus.mapping import partitioned_accounts
 from turnstream.core.subjects import Subjects
 from turnstream.settings import DEV_SECRETS, SECURE_MARK, dev_password_variable
 
-__all__ = ["DEV_SECRETS", "SECURE_MARK", "Passwords", "SecureServer", "dev_secrets", "passwords"]
+__all__ = [
+    "CHANNEL_USERS",
+    "DEV_SECRETS",
+    "SECURE_MARK",
+    "Passwords",
+    "SecureServer",
+    "dev_secrets",
+    "passwords",
+]
 
 USERS = {
     "gateway": "gateway",
@@ -25,6 +33,11 @@ USERS = {
     "http": "http",
 }
 """The NATS user each service runs as under `up --secure` (ops/accounts.conf)."""
+CHANNEL_USERS = {
+    "channels.telegram": "channel-telegram",
+    "channels.slack": "channel-slack",
+}
+"""The NATS user each chat channel runs as (started by `up` when its token is set)."""
 OTHER_USERS = ("client", "client-acme", "operator", "admin", "approver")
 ACCOUNTS = Path(__file__).resolve().parents[3] / "ops" / "accounts.conf"
 
@@ -51,7 +64,7 @@ def passwords(path: Path, environ: Mapping[str, str]) -> Passwords:
     the development secrets file `path`, else one generated into it (readable by its owner
     only). `ValueError` for an environment value nats-server could not read as a config
     value (letters and digits only)."""
-    wanted = [*USERS.values(), *OTHER_USERS]
+    wanted = [*USERS.values(), *CHANNEL_USERS.values(), *OTHER_USERS]
     known: dict[str, str] = {}
     if path.exists():
         for line in path.read_text().splitlines():

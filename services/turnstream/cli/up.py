@@ -17,6 +17,7 @@ from rich.console import Console
 from turnstream.bus.embedded import EmbeddedServer, free_port, port_is_free
 from turnstream.cli.common import command_name
 from turnstream.cli.secure import (
+    CHANNEL_USERS,
     DEV_SECRETS,
     SECURE_MARK,
     USERS,
@@ -30,6 +31,18 @@ from turnstream.settings import Settings
 
 SERVICES = ("gateway", "turn_runner", "approval", "tool_executor", "audit", "http")
 """Service packages started by `up`, each as `python -m turnstream.<name>`."""
+CHANNELS = {
+    "channels.telegram": "TURNSTREAM_TELEGRAM_BOT_TOKEN",
+    "channels.slack": "TURNSTREAM_SLACK_BOT_TOKEN",
+}
+"""Chat channels `up` also starts, each when its token is set (docs/channels.md)."""
+
+
+def channel_services(settings: Settings) -> list[str]:
+    """The chat channels whose token is set (environment or secrets file)."""
+    return [name for name, token in CHANNELS.items() if settings.secret(token)]
+
+
 MAX_RESTARTS = 5
 LOCK_FILE = "up.lock"
 """In the data dir: held (flock) by the one `up` that runs on it."""
@@ -51,10 +64,14 @@ class Supervisor:
         self.settings = settings
         self.console = console
         self.children: dict[str, subprocess.Popen[bytes]] = {}
-        self.restarts: dict[str, int] = dict.fromkeys(SERVICES, 0)
         self.passwords = passwords
         """Under --secure: each user's password (each service runs as its own user)."""
-        self.services = [s for s in SERVICES if passwords is None or s in USERS]
+        self.services = [
+            s
+            for s in (*SERVICES, *channel_services(settings))
+            if passwords is None or s in USERS or s in CHANNEL_USERS
+        ]
+        self.restarts: dict[str, int] = dict.fromkeys(self.services, 0)
 
     def env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -65,8 +82,9 @@ class Supervisor:
         if self.settings.script:
             env["TURNSTREAM_SCRIPT"] = str(self.settings.script)
         if self.passwords is not None:  # --secure: the service's own identity
-            env["TURNSTREAM_NATS_USER"] = USERS[name]
-            env["TURNSTREAM_NATS_PASSWORD"] = self.passwords[USERS[name]]
+            user = {**USERS, **CHANNEL_USERS}[name]
+            env["TURNSTREAM_NATS_USER"] = user
+            env["TURNSTREAM_NATS_PASSWORD"] = self.passwords[user]
         return env
 
     def start(self, name: str) -> None:

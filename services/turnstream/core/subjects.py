@@ -225,6 +225,15 @@ class Subjects:
     def live_session(self, session_id: str) -> str:
         return f"{self.prefix}.live.{session_id}.*"
 
+    @property
+    def live_all(self) -> str:
+        """Every session's token deltas (a chat channel picks its own sessions')."""
+        return f"{self.prefix}.live.>"
+
+    def session_from_live(self, subject: str) -> str:
+        """The session of a `live(session, turn)` subject."""
+        return subject.split(".")[-2]
+
     def deliver(self, consumer: str, partition: int | None = None) -> str:
         """Where a push consumer delivers (outside every stream's subjects); on a
         partitioned log, the consumer `consumer` of partition `k`'s stream has its own

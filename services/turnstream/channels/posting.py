@@ -1,0 +1,149 @@
+"""Exactly-once posting: every message a channel posts is recorded before it is posted (the
+intent) and after (the platform's reference), in the channel's records (`channels.records`).
+
+    record of part i      a restarted channel, asked to show it again
+    none                  posts it (nothing was posted)
+    intent, no reference  posts it (the one window: killed after the platform accepted the
+                          post and before the reference was recorded, it is posted twice;
+                          docs/channels.md gives its measured width)
+    reference             edits that message (never posts again)
+
+A platform's 429 (`RateLimited`) is waited out and the same call made again: the message
+arrives once, late. One turn's messages are shown one at a time (a lock per turn), so a
+stream update and the final reply never race to post the first message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from turnstream.channels.platform import Button, Chat, Platform, PlatformError, RateLimited
+from turnstream.channels.records import Records
+
+log = logging.getLogger("turnstream.channels")
+T = TypeVar("T")
+RATE_LIMIT_WAITS = 20
+"""429s one call waits out before it gives up (the log event then comes again)."""
+
+
+class Poster:
+    """Posts and edits a platform's messages, exactly once as far as the platform allows."""
+
+    def __init__(self, platform: Platform, records: Records) -> None:
+        self.platform, self.records = platform, records
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._no_drafts: set[str] = set()
+
+    def lock(self, turn_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(turn_id, asyncio.Lock())
+
+    def forget(self, turn_id: str) -> None:
+        self._locks.pop(turn_id, None)
+
+    async def call(self, method: str, make: Callable[[], Awaitable[T]]) -> T:
+        """`make()`, again after each 429's wait (`RATE_LIMIT_WAITS` at most)."""
+        for _ in range(RATE_LIMIT_WAITS):
+            try:
+                return await make()
+            except RateLimited as exc:
+                log.warning("%s: rate limited, waiting %.1f s", method, exc.retry_after_s)
+                await asyncio.sleep(exc.retry_after_s)
+        return await make()
+
+    async def track(self, turn_id: str, session_id: str, chat: Chat, sender: str) -> None:
+        """The turn's record, made once: its chat and who asked (they answer its prompts)."""
+        record = {"session": session_id, "chat": chat.token(), "sender": sender, "parts": []}
+        await self.records.create_turn(turn_id, record)
+
+    async def show(
+        self, turn_id: str, index: int, chat: Chat, text: str, record: dict[str, Any]
+    ) -> None:
+        """Part `index` of the turn's messages shows `text`: edited if it was posted, else
+        posted (its intent recorded before, its reference after). `record` is the turn's
+        record, changed in place and stored."""
+        parts: list[dict[str, Any]] = record.setdefault("parts", [])
+        if index < len(parts) and parts[index].get("ref"):
+            ref = parts[index]["ref"]
+            await self.call("edit", lambda: self.platform.edit(chat, ref, text))
+            return
+        if index < len(parts):
+            log.warning(
+                "turn %s message %d: its post was cut short by a restart before its "
+                "reference was recorded; posting it (docs/channels.md, the one window)",
+                turn_id,
+                index,
+            )
+        while len(parts) <= index:
+            parts.append({"ref": None})
+        await self.records.put_turn(turn_id, record)  # the intent
+        ref = await self.call("post", lambda: self.platform.post(chat, text))
+        parts[index] = {"ref": ref}
+        await self.records.put_turn(turn_id, record)
+
+    async def stream(self, turn_id: str, chat: Chat, text: str) -> None:
+        """The reply so far: a native draft in a private chat where the platform has one,
+        else the turn's first message (posted once, then edited)."""
+        async with self.lock(turn_id):
+            record = await self.records.turn(turn_id) or {"parts": []}
+            if record.get("done"):
+                return
+            if chat.private and chat.id not in self._no_drafts:
+                draft_id = zlib.crc32(turn_id.encode()) or 1
+                try:
+                    if await self.call("draft", lambda: self.platform.draft(chat, draft_id, text)):
+                        return
+                except PlatformError as exc:
+                    log.warning("%s; streaming by edits in this chat", exc)
+                self._no_drafts.add(chat.id)
+            await self.show(turn_id, 0, chat, text, record)
+
+    async def final(self, turn_id: str, chat: Chat, parts: Sequence[str]) -> None:
+        """The reply, once: each part shown (`show`), then the turn marked done."""
+        async with self.lock(turn_id):
+            record = await self.records.turn(turn_id) or {"parts": []}
+            if record.get("done"):
+                return
+            for index, text in enumerate(parts):
+                await self.show(turn_id, index, chat, text, record)
+            record["done"] = True
+            await self.records.put_turn(turn_id, record)
+        self.forget(turn_id)
+
+    async def prompt(
+        self,
+        turn_id: str,
+        session_id: str,
+        chat: Chat,
+        interaction_id: str,
+        text: str,
+        buttons: Sequence[Button],
+    ) -> None:
+        """An approval prompt with its buttons, posted once; its record names the session
+        and the turn's sender, who may answer it (`inbound.decide_press`)."""
+        found = await self.records.prompt(interaction_id)
+        if found is not None and found.get("ref"):
+            return
+        turn = await self.records.turn(turn_id) or {}
+        record = {
+            "session": session_id,
+            "sender": turn.get("sender", ""),
+            "chat": chat.token(),
+            "text": text,
+            "ref": None,
+        }
+        await self.records.put_prompt(interaction_id, record)  # the intent
+        ref = await self.call("post", lambda: self.platform.post(chat, text, buttons))
+        await self.records.put_prompt(interaction_id, {**record, "ref": ref})
+
+    async def close_prompt(self, chat: Chat, interaction_id: str, text: str) -> None:
+        """The prompt's buttons replaced by how it was answered."""
+        found = await self.records.prompt(interaction_id)
+        if found is None or not found.get("ref") or found.get("closed"):
+            return
+        ref, shown = found["ref"], f"{found.get('text', '')}\n\n{text}".strip()
+        await self.call("edit", lambda: self.platform.edit(chat, ref, shown))
+        await self.records.put_prompt(interaction_id, {**found, "closed": True})

@@ -1,0 +1,143 @@
+"""A channel's durable records, in its own KV bucket (`bus.streams.channel_bucket`):
+
+    key                  value
+    turn.<turnId>        the turn's chat, sender, and each message posted for it: `ref` null
+                         while it is being posted (the intent), the platform's reference after
+    prompt.<interaction> the same for an approval prompt, with its session and asker
+    gen.<base session>   how many times `/new` was said in a conversation
+    pairing              the open pairing codes (`channels.pairing.Book`), changed by CAS
+    paired.<user>        a sender approved through pairing
+
+Rebuildable it is not (what was posted is the platform's fact, not the log's): it is the
+posting record that makes a restarted channel edit instead of post again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+
+from turnstream.bus import Bus
+from turnstream.bus.streams import channel_bucket, existing_bucket
+from turnstream.channels.pairing import Book, Request
+
+PAIRING = "pairing"
+_KEY_UNSAFE = re.compile(r"[^-/_=.a-zA-Z0-9]")
+
+
+def key_token(value: str) -> str:
+    """`value` as one token of a KV key."""
+    return _KEY_UNSAFE.sub("_", value).replace(".", "_")
+
+
+class Records:
+    """The records of the channel of one platform."""
+
+    def __init__(self, kv: Any) -> None:
+        self.kv = kv
+
+    @classmethod
+    async def open(cls, bus: Bus, platform: str) -> Records:
+        """The platform's bucket, which the setup step made."""
+        return cls(await existing_bucket(bus.js, channel_bucket(bus.subjects.prefix, platform)))
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            entry = await self.kv.get(key)
+        except KeyNotFoundError:
+            return None
+        return orjson.loads(entry.value) if entry.value else None
+
+    async def put(self, key: str, value: dict[str, Any]) -> None:
+        await self.kv.put(key, orjson.dumps(value))
+
+    async def create(self, key: str, value: dict[str, Any]) -> bool:
+        """Write `value` unless `key` has one; False if it had."""
+        try:
+            await self.kv.create(key, orjson.dumps(value))
+        except KeyWrongLastSequenceError:
+            return False
+        return True
+
+    # turns and prompts: what was posted
+    async def turn(self, turn_id: str) -> dict[str, Any] | None:
+        return await self.get(f"turn.{key_token(turn_id)}")
+
+    async def create_turn(self, turn_id: str, value: dict[str, Any]) -> bool:
+        return await self.create(f"turn.{key_token(turn_id)}", value)
+
+    async def put_turn(self, turn_id: str, value: dict[str, Any]) -> None:
+        await self.put(f"turn.{key_token(turn_id)}", value)
+
+    async def prompt(self, interaction_id: str) -> dict[str, Any] | None:
+        return await self.get(f"prompt.{key_token(interaction_id)}")
+
+    async def put_prompt(self, interaction_id: str, value: dict[str, Any]) -> None:
+        await self.put(f"prompt.{key_token(interaction_id)}", value)
+
+    # conversations
+    async def generation(self, base: str) -> int:
+        found = await self.get(f"gen.{key_token(base)}")
+        return int(found["generation"]) if found else 0
+
+    async def set_generation(self, base: str, generation: int) -> None:
+        await self.put(f"gen.{key_token(base)}", {"generation": generation})
+
+    # pairing
+    async def paired(self, user: str) -> bool:
+        return await self.get(f"paired.{key_token(user)}") is not None
+
+    async def pair(self, request: Request) -> None:
+        await self.put(f"paired.{key_token(request.user)}", request.as_json())
+
+    async def book(self) -> tuple[Book, int]:
+        """The pairing book and its revision (0: none yet)."""
+        try:
+            entry = await self.kv.get(PAIRING)
+        except KeyNotFoundError:
+            return Book(), 0
+        return Book.of_json(orjson.loads(entry.value)) if entry.value else Book(), entry.revision
+
+    async def change_book(self, change: Callable[[Book], Book]) -> Book:
+        """Apply `change` to the pairing book by compare-and-set, again on a conflict."""
+        while True:
+            book, revision = await self.book()
+            changed = change(book)
+            value = orjson.dumps(changed.as_json())
+            try:
+                if revision == 0:
+                    await self.kv.create(PAIRING, value)
+                else:
+                    await self.kv.update(PAIRING, value, last=revision)
+            except KeyWrongLastSequenceError:
+                await asyncio.sleep(0.01)
+                continue
+            return changed
+
+
+async def approve(records: Records, code: str, now: float | None = None) -> Request | None:
+    """Pair the sender of an open `code` (None: no such open code)."""
+    now = time.time() if now is None else now
+    book, _ = await records.book()
+    request = book.find(code, now)
+    if request is None:
+        return None
+    await records.pair(request)
+    await records.change_book(lambda b: b.without(request.code, now))
+    return request
+
+
+async def deny(records: Records, code: str, now: float | None = None) -> Request | None:
+    """Drop an open `code` (None: no such open code)."""
+    now = time.time() if now is None else now
+    book, _ = await records.book()
+    request = book.find(code, now)
+    if request is not None:
+        await records.change_book(lambda b: b.without(request.code, now))
+    return request

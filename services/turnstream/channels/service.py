@@ -1,0 +1,209 @@
+"""The channel's shell: a platform's messages in (decided by `channels.inbound`, published,
+then acknowledged to the platform), its sessions' turns out (the channel's durable and the
+live tokens, decided by `channels.outbound`, posted by `channels.posting`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, assert_never
+
+import orjson
+
+from turnstream.bus import Bus
+from turnstream.bus.consume import kept_in_progress, log_push
+from turnstream.bus.durables import channel
+from turnstream.channels import inbound, outbound
+from turnstream.channels.pairing import Request, new_code
+from turnstream.channels.platform import Incoming, Platform, PlatformError, Press
+from turnstream.channels.posting import Poster
+from turnstream.channels.records import Records
+from turnstream.client import publish_command
+from turnstream.core.events import decode
+from turnstream.runtime.connection import service_bus
+from turnstream.settings import Settings
+
+log = logging.getLogger("turnstream.channels")
+TICK_S = 0.25
+
+
+class ChannelService:
+    """One platform's channel: run `serve` until `stop` is set."""
+
+    def __init__(
+        self,
+        platform: Platform,
+        settings: Settings,
+        bus: Bus,
+        records: Records,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.platform, self.bus, self.records = platform, bus, records
+        self.policy = settings.channel(platform.name)
+        self.poster = Poster(platform, records)
+        self.pacing = outbound.Pacing(
+            platform.limits.text, self.policy.stream_interval_s, platform.limits.typing_every_s
+        )
+        self.views: dict[str, outbound.TurnView] = {}
+        self.clock = clock
+        self.durable = channel(platform.name)
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        subjects = self.bus.subjects
+        live = await self.bus.nc.subscribe(subjects.live_all, cb=self._on_live)
+        subs = await log_push(self.bus.js, subjects, self.durable, self._on_log)
+        log.info("%s channel: following the log as %s", self.platform.name, self.durable.name)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                receiving = tasks.create_task(self._receive())
+                ticking = tasks.create_task(self._tick())
+                await stop.wait()
+                receiving.cancel()
+                ticking.cancel()
+        finally:
+            await subs.unsubscribe()
+            with contextlib.suppress(Exception):
+                await live.unsubscribe()
+            await self.platform.aclose()
+
+    # inbound
+    async def _receive(self) -> None:
+        async for delivery in self.platform.receive():
+            for item in delivery.items:
+                await self.take(item)
+            await delivery.ack()  # only now: every command is stored
+
+    async def take(self, item: Incoming | Press) -> None:
+        """Decide on one message or press and perform it (publish before anything else)."""
+        if isinstance(item, Press):
+            await self._take_press(item)
+            return
+        name, policy = self.platform.name, self.policy
+        scope = policy.session_scope or self.platform.limits.default_scope
+        base = inbound.base_session(name, scope, item.chat, item.user)
+        book, _ = await self.records.book()
+        known = inbound.Known(
+            paired=await self.records.paired(item.user),
+            generation=await self.records.generation(base),
+            open_code=book.code_of(item.user, time.time()),
+        )
+        decision = inbound.decide_message(
+            name, policy, self.platform.limits.default_scope, item, known, new_code()
+        )
+        match decision:
+            case inbound.Ignore(reason):
+                log.debug("ignored %s: %s", item.key, reason)
+            case inbound.Publish(session_id, command):
+                await publish_command(self.bus, session_id, command)
+            case inbound.Reply(chat, text):
+                await self._reply(chat, text)
+            case inbound.Pair(chat, user, user_name, code, new):
+                if new:
+                    expires = time.time() + policy.pairing_ttl_s
+                    request = Request(code, user, user_name, chat.token(), expires)
+                    await self.records.change_book(lambda b: b.with_request(request, time.time()))
+                    log.info("pairing code %s given to %s (%s)", code, user, user_name)
+                await self._reply(chat, decision.text)
+            case inbound.NewSession(chat, base_id, generation):
+                await self.records.set_generation(base_id, generation)
+                await self._reply(chat, "Started a new conversation.")
+            case _:
+                assert_never(decision)
+
+    async def _take_press(self, press: Press) -> None:
+        found = await self.records.prompt(press.interaction_id)
+        owner = inbound.PromptOwner(found["session"], found["sender"]) if found else None
+        decision = inbound.decide_press(self.policy, press, owner)
+        match decision:
+            case inbound.RefusePress(text):
+                await self._answer(press, text, alert=True)
+            case inbound.AnswerPress(publish, text):
+                await publish_command(self.bus, publish.session_id, publish.command)
+                await self._answer(press, text, alert=False)
+            case _:
+                assert_never(decision)
+
+    async def _reply(self, chat: Any, text: str) -> None:
+        try:
+            await self.poster.call("post", lambda: self.platform.post(chat, text))
+        except PlatformError as exc:
+            log.warning("a reply to %s was not delivered: %s", chat.id, exc)
+
+    async def _answer(self, press: Press, text: str, *, alert: bool) -> None:
+        try:
+            await self.poster.call(
+                "answer_press", lambda: self.platform.answer_press(press, text, alert=alert)
+            )
+        except PlatformError as exc:  # a press answered late is refused by the platform
+            log.warning("a button press was not answered: %s", exc)
+
+    # outbound
+    async def _on_log(self, msg: Any) -> None:
+        event = decode(msg.data)
+        given = (
+            outbound.input_of(event) if inbound.owns(self.platform.name, event.session_id) else None
+        )
+        if given is not None:
+            with kept_in_progress([msg], self.durable.ack_wait_s):
+                await self.step(given)
+        await msg.ack()
+
+    async def _on_live(self, msg: Any) -> None:
+        session_id = self.bus.subjects.session_from_live(msg.subject)
+        if not inbound.owns(self.platform.name, session_id):
+            return
+        try:
+            body = orjson.loads(msg.data)
+            await self.step(outbound.Delta(body["turnId"], body["delta"]))
+        except Exception:  # a token lost only delays what the stream shows
+            log.exception("live delta of %s", session_id)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self.step(outbound.Tick())
+            except Exception:
+                log.exception("tick")
+
+    async def step(self, given: outbound.Input) -> None:
+        """Decide on one input and perform its effects, in order."""
+        self.views, effects = outbound.decide_outbound(self.views, given, self.clock(), self.pacing)
+        for effect in effects:
+            await self.perform(effect)
+
+    async def perform(self, effect: outbound.Effect) -> None:
+        poster = self.poster
+        match effect:
+            case outbound.Track(session_id, turn_id, chat, sender):
+                await poster.track(turn_id, session_id, chat, sender)
+            case outbound.Typing(chat):
+                with contextlib.suppress(PlatformError):
+                    await self.platform.typing(chat)
+            case outbound.Stream(turn_id, chat, text):
+                try:
+                    await poster.stream(turn_id, chat, text)
+                except PlatformError as exc:  # the final reply still comes
+                    log.warning("stream update of turn %s: %s", turn_id, exc)
+            case outbound.Final(turn_id, chat, parts):
+                await poster.final(turn_id, chat, parts)
+            case outbound.Prompt(session_id, turn_id, chat, interaction_id, text, buttons):
+                await poster.prompt(turn_id, session_id, chat, interaction_id, text, buttons)
+            case outbound.ClosePrompt(chat, interaction_id, text):
+                await poster.close_prompt(chat, interaction_id, text)
+            case _:
+                assert_never(effect)
+
+
+async def serve_channel(
+    platform: Platform, settings: Settings, stop: asyncio.Event, bus: Bus | None = None
+) -> None:
+    """Run the channel of `platform` until `stop` is set (its own NATS connection unless a
+    test gives one)."""
+    async with service_bus(settings, f"channel-{platform.name}", bus) as bus:
+        records = await Records.open(bus, platform.name)
+        await ChannelService(platform, settings, bus, records).serve(stop)
