@@ -184,7 +184,12 @@ def input_of(event: Event) -> Input | None:
     """The decider's input for a log event of the channel's (None: nothing to show, or a
     chatId no channel wrote)."""
     chat = Chat.parse(event.chat_id)
-    if chat is None or event.turn_id is None:
+    if chat is None:
+        return None
+    if isinstance(event, InteractionAnswered):  # a session's event (no turnId)
+        verb = "Approved" if event.data.decision == "approve" else "Denied"
+        return Settled(chat, event.data.interaction_id, f"{verb} by {event.data.sender.id}.")
+    if event.turn_id is None:
         return None
     if isinstance(event, SessionTurnStart):
         return Started(event.session_id, event.turn_id, chat, event.data.sender.id)
@@ -193,9 +198,6 @@ def input_of(event: Event) -> Input | None:
     if isinstance(event, InteractionRequested):
         text = prompt_text(event.data.tool, event.data.args, event.data.prompt)
         return Asked(event.session_id, event.turn_id, chat, event.data.interaction_id, text)
-    if isinstance(event, InteractionAnswered):
-        verb = "Approved" if event.data.decision == "approve" else "Denied"
-        return Settled(chat, event.data.interaction_id, f"{verb} by {event.data.sender.id}.")
     if isinstance(event, TurnEnded):
         d = event.data
         text = ended_text(d.status, d.reply, d.failure_class, d.reason, d.next_action)
