@@ -37,6 +37,8 @@ from tests.channels.fake_slack_methods import METHODS, SlackError, required
 from tests.channels.fake_slack_socket import SocketMode
 
 JSON = dict[str, Any]
+_CLOCK = itertools.count(1)
+"""Message timestamps, unique across the fakes of a test process (a session per thread)."""
 
 
 @dataclass
@@ -84,6 +86,16 @@ class Message:
         return out
 
 
+@dataclass
+class Hold:
+    reached: asyncio.Event
+    released: asyncio.Event
+
+    async def wait(self, timeout: float = 30) -> None:
+        async with asyncio.timeout(timeout):
+            await self.reached.wait()
+
+
 class FakeSlack:
     """One workspace with one bot; see the module docstring."""
 
@@ -110,8 +122,9 @@ class FakeSlack:
         self.reactions: list[JSON] = []
         self.socket = SocketMode(self, ack_timeout=ack_timeout)
         self._limits: dict[str, list[int]] = {}
+        self._holds: dict[str, Hold] = {}
         self._errors: dict[str, list[str]] = {}
-        self._clock = itertools.count(1)
+        self._clock = _CLOCK
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -133,6 +146,8 @@ class FakeSlack:
     async def __aexit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
+        for hold in self._holds.values():
+            hold.released.set()
         await self.socket.close()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -147,6 +162,12 @@ class FakeSlack:
     def rate_limit(self, method: str, *, retry_after: int = 1, times: int = 1) -> None:
         """Answer the next `times` calls of `method` with 429 and `Retry-After`."""
         self._limits.setdefault(method, []).extend([retry_after] * times)
+
+    def hold(self, method: str) -> Hold:
+        """The next successful call of `method` takes effect, then its answer waits for
+        `release()` (kill the caller meanwhile: the post is made and its answer lost)."""
+        self._holds[method] = hold = Hold(asyncio.Event(), asyncio.Event())
+        return hold
 
     def fail(self, method: str, error: str, *, times: int = 1) -> None:
         """Answer the next `times` calls of `method` with `{"ok": false, "error": error}`."""
@@ -254,6 +275,10 @@ class FakeSlack:
         except SlackError as error:
             body = {"ok": False, "error": error.code}
         self.calls.append(Call(method, args, token, 200, body))
+        hold = self._holds.pop(method, None) if body["ok"] else None
+        if hold is not None:
+            hold.reached.set()
+            await hold.released.wait()
         return web.json_response(body)
 
     def _answer(self, method: str, args: JSON, token: str | None) -> JSON:

@@ -1,0 +1,196 @@
+"""The Slack channel with real services and a real nats-server, Slack played by the fake
+(`tests.channels.fake_slack`) behind the official SDKs; the channel in-process here, as a
+killed and restarted process in `test_slack_kill`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("slack_bolt")
+
+from tests.channels.fake_slack import FakeSlack
+from tests.integration.conftest import events_of, running_services, settings_for
+from turnstream.bus import Bus
+from turnstream.bus.embedded import EmbeddedServer
+from turnstream.channels import slack as slack_channel
+from turnstream.core.events import (
+    InputAccepted,
+    InteractionAnswered,
+    ToolInvocationSucceeded,
+    TurnEnded,
+)
+from turnstream.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REPLY = "Hello from **turnstream**: " + " ".join(f"w{i}" for i in range(12))
+SCRIPT = f"""
+replies:
+  - text: "{REPLY}"
+    delay_ms: 60
+"""
+TOOL_SCRIPT = """
+replies:
+  - text: "writing a note"
+    tool_calls: [{name: write_file, arguments: {path: note.txt, content: "hi"}}]
+  - text: "done: {last_tool_result:40}"
+"""
+
+
+@contextlib.asynccontextmanager
+async def channel_up(
+    server: EmbeddedServer,
+    bus: Bus,
+    tmp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    script: str = SCRIPT,
+    **overrides: Any,
+) -> AsyncIterator[tuple[FakeSlack, Settings]]:
+    """The services, the fake Slack and the Slack channel, all in this process."""
+    (tmp / "script.yaml").write_text(script)
+    async with FakeSlack(ack_timeout=2.0) as fake:
+        monkeypatch.setenv("TURNSTREAM_SLACK_BOT_TOKEN", fake.bot_token)
+        monkeypatch.setenv("TURNSTREAM_SLACK_APP_TOKEN", fake.app_token)
+        policy = {"dm_policy": "open", "stream_interval_s": 0.2} | overrides.pop("slack", {})
+        settings = settings_for(
+            server,
+            tmp,
+            script=tmp / "script.yaml",
+            slack_api_url=fake.api_url,
+            slack=policy,
+            **overrides,
+        )
+        stop = asyncio.Event()
+        async with running_services(settings, bus):
+            task = asyncio.create_task(slack_channel.serve(settings, stop, bus))
+            try:
+                await fake.socket.wait_connected()
+                yield fake, settings
+            finally:
+                stop.set()
+                await asyncio.wait_for(task, 15)
+
+
+def session_of(channel: str, thread_ts: str) -> str:
+    return f"slack-{channel}-{thread_ts.replace('.', '_')}"
+
+
+async def until(check: Any, timeout: float = 20) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            if await check() if asyncio.iscoroutinefunction(check) else check():
+                return
+            await asyncio.sleep(0.05)
+
+
+async def ended(bus: Bus, session: str, turns: int = 1) -> list[Any]:
+    async def done() -> bool:
+        return sum(isinstance(e, TurnEnded) for e in await events_of(bus, session)) >= turns
+
+    await until(done)
+    return await events_of(bus, session)
+
+
+async def test_dm_streams_natively_then_one_final_message(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch) as (fake, _):
+        _event, root = await fake.user_says("D0DM", "U0ALICE", "hi there")
+        events = await ended(bus, session_of("D0DM", root))
+        await until(lambda: fake.calls_of("chat.stopStream"))
+        [reply] = fake.bot_messages("D0DM")
+        assert reply.thread_ts == root and not reply.streaming
+        assert reply.text == REPLY
+        assert reply.metadata is not None
+        assert fake.calls_of("chat.startStream")[0].args["chunks"][0]["text"]
+        assert len(fake.calls_of("chat.appendStream")) >= 1, "streamed in more than one go"
+        assert not fake.calls_of("chat.postMessage"), "the stream is the reply"
+        assert any(s["thread_ts"] == root for s in fake.statuses), "working status shown"
+        accepted = [e for e in events if isinstance(e, InputAccepted)]
+        assert len(accepted) == 1
+
+
+async def test_channel_message_needs_a_mention_and_redelivery_is_one_turn(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policy = {"groups": ["C0TEAM"]}
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch, slack=policy) as (fake, _):
+        plain_event, plain = await fake.user_says("C0TEAM", "U0ALICE", "just chatting")
+        await fake.socket.wait_acked_event(plain_event)
+        _event, asked = await fake.user_says("C0TEAM", "U0ALICE", "<@U0BOT> hello")
+        # Slack sends a mention twice (message, app_mention), and re-sends an event
+        mention = fake.message_event(fake.find("C0TEAM", asked)) | {"type": "app_mention"}
+        await fake.socket.deliver_event(mention)
+        again = fake.socket.sent[-1].payload
+        await fake.socket.deliver("events_api", again)
+        await ended(bus, session_of("C0TEAM", asked))
+        await until(lambda: fake.calls_of("chat.stopStream"))
+        await asyncio.sleep(1.0)
+        assert await events_of(bus, session_of("C0TEAM", plain)) == []
+        accepted = [
+            e
+            for e in await events_of(bus, session_of("C0TEAM", asked))
+            if isinstance(e, InputAccepted)
+        ]
+        assert len(accepted) == 1
+        [reply] = fake.bot_messages("C0TEAM")
+        assert reply.text == REPLY
+        start = fake.calls_of("chat.startStream")[0].args
+        assert (start["recipient_user_id"], start["recipient_team_id"]) == ("U0ALICE", "T0FAKE")
+
+
+async def test_button_press_runs_the_tool_once_and_another_users_is_refused(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with channel_up(
+        nats_server, bus, tmp_path, monkeypatch, script=TOOL_SCRIPT, security_mode="ask"
+    ) as (fake, _):
+        _event, root = await fake.user_says("D0DM", "U0ALICE", "write a note")
+        session = session_of("D0DM", root)
+
+        def prompt() -> Any:
+            found = [m for m in fake.bot_messages("D0DM") if m.blocks and len(m.blocks) > 1]
+            return found[0] if found else None
+
+        await until(prompt)
+        asked = prompt()
+        action = asked.blocks[1]["elements"][0]
+        assert action["action_id"] == "turnstream:approve"
+        await fake.press("U0BOB", "D0DM", asked.ts, "turnstream:approve", action["value"])
+        await until(lambda: fake.ephemeral)
+        assert fake.ephemeral[0]["user"] == "U0BOB"
+        await fake.press("U0ALICE", "D0DM", asked.ts, "turnstream:approve", action["value"])
+        await fake.press("U0ALICE", "D0DM", asked.ts, "turnstream:approve", action["value"])
+        events = await ended(bus, session)
+        await asyncio.sleep(0.5)
+        events = await events_of(bus, session)
+        assert len([e for e in events if isinstance(e, ToolInvocationSucceeded)]) == 1
+        assert len([e for e in events if isinstance(e, InteractionAnswered)]) == 1
+        assert (tmp_path / "workspace" / "note.txt").read_text() == "hi"
+        await until(lambda: len(asked.blocks) == 1)
+        assert "Approved by U0ALICE" in asked.text
+        assert [e["user"] for e in fake.ephemeral] == ["U0BOB"]
+
+
+async def test_rate_limited_post_arrives_once_after_the_wait(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch) as (fake, _):
+        fake.rate_limit("chat.startStream", retry_after=1)
+        fake.rate_limit("chat.stopStream", retry_after=1)
+        began = time.monotonic()
+        _event, root = await fake.user_says("D0DM", "U0ALICE", "hi")
+        await ended(bus, session_of("D0DM", root))
+        await until(lambda: fake.calls_of("chat.stopStream"))
+        assert time.monotonic() - began >= 2
+        assert [c.status for c in fake.calls if c.method == "chat.startStream"] == [429, 200]
+        [reply] = fake.bot_messages("D0DM")
+        assert reply.text == REPLY and not reply.streaming
