@@ -53,14 +53,16 @@ class SlackPoster(Poster):
 
     async def _post(
         self, chat: Chat, text: str, key: str, retried: bool, buttons: Sequence[Button] = ()
-    ) -> str:
-        """Post as `key`, unless an earlier try did (`retried`: its intent was recorded)."""
+    ) -> tuple[str, bool]:
+        """Post as `key`, unless an earlier try did (`retried`: its intent was recorded);
+        the post's ts, and whether it was found (made before) rather than posted now."""
         if retried:
             found = await self.call("find", lambda: self.slack.find(chat, key))
             if found is not None:
                 log.info("%s: found in the thread by its metadata; not posted again", key)
-                return found
-        return await self.call("post", lambda: self.slack.post_keyed(chat, text, key, buttons))
+                return found, True
+        posted = await self.call("post", lambda: self.slack.post_keyed(chat, text, key, buttons))
+        return posted, False
 
     async def show(
         self, turn_id: str, index: int, chat: Chat, text: str, record: dict[str, Any]
@@ -69,9 +71,9 @@ class SlackPoster(Poster):
         part = parts[index] if index < len(parts) else None
         key = f"turn:{turn_id}:{index}"
         if part is not None and part.get("stream") == "starting":
-            found = await self.call("find", lambda: self.slack.find_unmarked(chat))
-            if found is not None:
-                part.update(ref=found[0], stream="open", shown=found[1])
+            unmarked = await self.call("find", lambda: self.slack.find_unmarked(chat))
+            if unmarked is not None:
+                part.update(ref=unmarked[0], stream="open", shown=unmarked[1])
             else:
                 part.pop("stream")
         if part is not None and part.get("stream") == "open" and part.get("ref"):
@@ -84,8 +86,11 @@ class SlackPoster(Poster):
         while len(parts) <= index:
             parts.append({"ref": None})
         await self.records.put_turn(turn_id, record)  # the intent
-        parts[index] = {"ref": await self._post(chat, text, key, part is not None)}
+        posted, found = await self._post(chat, text, key, part is not None)
+        parts[index] = {"ref": posted}
         await self.records.put_turn(turn_id, record)
+        if found:  # it shows what was posted then: now this
+            await self.call("edit", lambda: self.platform.edit(chat, posted, text))
 
     async def _stop(
         self,
@@ -207,5 +212,5 @@ class SlackPoster(Poster):
         }
         await self.records.put_prompt(interaction_id, record)  # the intent
         key = f"prompt:{interaction_id}"
-        ref = await self._post(chat, text, key, found is not None, buttons)
+        ref, _found = await self._post(chat, text, key, found is not None, buttons)
         await self.records.put_prompt(interaction_id, {**record, "ref": ref})
