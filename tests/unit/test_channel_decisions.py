@@ -101,6 +101,7 @@ def test_only_the_sender_or_an_approver_may_press() -> None:
     assert isinstance(taken, inbound.AnswerPress)
     answer = COMMAND_ADAPTER.validate_python(taken.publish.command)
     assert answer.type == "answer" and answer.idempotency_key == "answer-i-1"
+    assert Chat.parse(answer.chat_id) == DM
     assert isinstance(inbound.decide_press(ChannelSettings(), press, None), inbound.RefusePress)
 
 

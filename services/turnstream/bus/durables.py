@@ -154,9 +154,15 @@ their answers, the final reply (`channels.outbound`)."""
 
 def channel(platform: str) -> Durable:
     """The log durable of the chat channel of `platform`. Made new, it starts at the log's
-    next event: a channel added to a running deployment does not post old replies."""
+    next event: a channel added to a running deployment does not post old replies. What a
+    killed channel held comes again after 10 s (a live one keeps what it is posting, 429
+    waits included, in progress)."""
     return Durable(
-        f"channel-{platform}", CHANNEL_KINDS, ack_wait_s=30.0, max_ack_pending=1024, from_next=True
+        f"channel-{platform}",
+        CHANNEL_KINDS,
+        ack_wait_s=SESSION_ACK_WAIT_S,
+        max_ack_pending=1024,
+        from_next=True,
     )
 
 

@@ -223,6 +223,6 @@ def decide_press(policy: ChannelSettings, press: Press, owner: PromptOwner | Non
         sender_id=press.user,
         reason=f"{press.decision} by {press.user_name} in chat",
     )
-    command["chatId"] = press.chat.token()  # its InteractionAnswered goes back to the chat
+    command["chatId"] = press.chat.token()  # its InteractionAnswered comes back to this chat
     verb = "Approved" if press.decision == "approve" else "Denied"
     return AnswerPress(Publish(owner.session_id, command), f"{verb}.")

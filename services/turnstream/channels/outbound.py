@@ -186,7 +186,7 @@ def input_of(event: Event) -> Input | None:
     chat = Chat.parse(event.chat_id)
     if chat is None:
         return None
-    if isinstance(event, InteractionAnswered):  # a session's event (no turnId)
+    if isinstance(event, InteractionAnswered):  # an answer is the session's, not a turn's
         verb = "Approved" if event.data.decision == "approve" else "Denied"
         return Settled(chat, event.data.interaction_id, f"{verb} by {event.data.sender.id}.")
     if event.turn_id is None:
