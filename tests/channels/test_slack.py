@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import re
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -194,3 +197,42 @@ async def test_rate_limited_post_arrives_once_after_the_wait(
         assert [c.status for c in fake.calls if c.method == "chat.startStream"] == [429, 200]
         [reply] = fake.bot_messages("D0DM")
         assert reply.text == REPLY and not reply.streaming
+
+
+async def test_a_stranger_gets_a_pairing_code_and_once_approved_a_reply(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policy = {"dm_policy": "pairing"}
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch, slack=policy) as (fake, _):
+        _event, first = await fake.user_says("D0NEW", "U0STRANGER", "hi")
+        await until(lambda: fake.bot_messages("D0NEW"))
+        told = fake.bot_messages("D0NEW")[0]
+        found = re.search(r"pairing code is ([A-Z2-9]{8})", told.text)
+        assert found is not None and told.thread_ts == first
+        assert await events_of(bus, session_of("D0NEW", first)) == [], "a refusal is no turn"
+        done, said = await cli(nats_server, "approve", found.group(1))
+        assert done == 0 and "approved" in said, said
+        _event, second = await fake.user_says("D0NEW", "U0STRANGER", "hi again")
+        await ended(bus, session_of("D0NEW", second))
+        await until(lambda: any(m.text == REPLY for m in fake.bot_messages("D0NEW")))
+
+
+async def cli(server: EmbeddedServer, *args: str) -> tuple[int, str]:
+    """`turnstream channels pairing <args> --platform slack`, as the owner runs it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
+    env.update(TURNSTREAM_NATS_URL=server.url, TURNSTREAM_CONFIG=os.devnull + ".absent.yaml")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "turnstream.cli",
+        "channels",
+        "pairing",
+        *args,
+        "--platform",
+        "slack",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await process.communicate()
+    return int(process.returncode or 0), out.decode()
