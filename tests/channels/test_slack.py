@@ -236,3 +236,15 @@ async def cli(server: EmbeddedServer, *args: str) -> tuple[int, str]:
     )
     out, _ = await process.communicate()
     return int(process.returncode or 0), out.decode()
+
+
+async def test_a_dropped_socket_mode_connection_is_reconnected(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch) as (fake, _):
+        await fake.socket.drop()
+        await until(lambda: fake.socket.connects == 2 and fake.socket.connections)
+        _event, root = await fake.user_says("D0DROP", "U0ALICE", "still there?")
+        await ended(bus, session_of("D0DROP", root))
+        await until(lambda: any(m.text == REPLY for m in fake.bot_messages("D0DROP")))
+        assert len(fake.calls_of("apps.connections.open")) == 2
