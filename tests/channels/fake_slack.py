@@ -111,7 +111,12 @@ class FakeSlack:
         app_token: str = "xapp-fake-app-token-0123456789",
         ack_timeout: float = 3.0,
         echo_bot_messages: bool = True,
+        events_url: str | None = None,
+        signing_secret: str = "fake-signing-secret-0123456789",
     ) -> None:
+        self.events_url = events_url
+        """Deliver to this request URL (the Events API over HTTP) instead of Socket Mode."""
+        self.signing_secret = signing_secret
         self.bot_token = bot_token
         self.app_token = app_token
         self.echo_bot_messages = echo_bot_messages

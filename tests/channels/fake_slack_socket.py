@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from tests.channels.fake_slack_http import post
+
 if TYPE_CHECKING:
     from tests.channels.fake_slack import FakeSlack
 
@@ -44,6 +46,8 @@ class SocketMode:
         self.sent: list[Envelope] = []
         self.acks: list[JSON] = []
         """Every ack received, as sent (`envelope_id`, optional `payload`)."""
+        self.http_statuses: list[int | None] = []
+        """Over HTTP: each delivery's status (None: no answer in time)."""
         self._acked: dict[str, asyncio.Event] = {}
         self._connected = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -155,6 +159,18 @@ class SocketMode:
 
     async def _deliver(self, kind: str, payload: JSON, envelope_id: str) -> None:
         attempts = MAX_RETRIES + 1 if kind == "events_api" else 1
+        if self.slack.events_url is not None:  # the Events API over HTTP
+            for attempt in range(attempts):
+                envelope = Envelope(envelope_id, kind, payload, attempt)
+                self.sent.append(envelope)
+                url, secret = self.slack.events_url, self.slack.signing_secret
+                status = await post(url, secret, kind, payload, attempt, self.ack_timeout)
+                self.http_statuses.append(status)
+                if status == 200:
+                    self._acked.setdefault(envelope_id, asyncio.Event()).set()
+                    return
+                envelope_id = str(uuid.uuid4())
+            return
         for attempt in range(attempts):
             acked = self._acked.setdefault(envelope_id, asyncio.Event())
             envelope = Envelope(envelope_id, kind, payload, attempt)

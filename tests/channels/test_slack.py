@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import re
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ import pytest
 pytest.importorskip("slack_bolt")
 
 from tests.channels.fake_slack import FakeSlack
+from tests.channels.fake_slack_http import post
 from tests.integration.conftest import events_of, running_services, settings_for
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
@@ -55,13 +57,22 @@ async def channel_up(
     monkeypatch: pytest.MonkeyPatch,
     *,
     script: str = SCRIPT,
+    http: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[tuple[FakeSlack, Settings]]:
-    """The services, the fake Slack and the Slack channel, all in this process."""
+    """The services, the fake Slack and the Slack channel, all in this process; the channel
+    on Socket Mode, or (`http`) on the Events API over HTTP."""
     (tmp / "script.yaml").write_text(script)
-    async with FakeSlack(ack_timeout=2.0) as fake:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/slack/events" if http else None
+    async with FakeSlack(ack_timeout=2.0, events_url=url) as fake:
         monkeypatch.setenv("TURNSTREAM_SLACK_BOT_TOKEN", fake.bot_token)
-        monkeypatch.setenv("TURNSTREAM_SLACK_APP_TOKEN", fake.app_token)
+        if http:
+            monkeypatch.delenv("TURNSTREAM_SLACK_APP_TOKEN", raising=False)
+            monkeypatch.setenv("TURNSTREAM_SLACK_SIGNING_SECRET", fake.signing_secret)
+            monkeypatch.setenv("TURNSTREAM_SLACK_HTTP_ADDR", f"127.0.0.1:{port}")
+        else:
+            monkeypatch.setenv("TURNSTREAM_SLACK_APP_TOKEN", fake.app_token)
         policy = {"dm_policy": "open", "stream_interval_s": 0.2} | overrides.pop("slack", {})
         settings = settings_for(
             server,
@@ -75,18 +86,32 @@ async def channel_up(
         async with running_services(settings, bus):
             task = asyncio.create_task(slack_channel.serve(settings, stop, bus))
             try:
-                await fake.socket.wait_connected()
+                if http:
+                    await until(lambda: listening(port))
+                else:
+                    await fake.socket.wait_connected()
                 yield fake, settings
             finally:
                 stop.set()
                 await asyncio.wait_for(task, 15)
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 def session_of(channel: str, thread_ts: str) -> str:
     return f"slack-{channel}-{thread_ts.replace('.', '_')}"
 
 
-async def until(check: Any, timeout: float = 20) -> None:
+async def until(check: Any, timeout: float = 60) -> None:
     async with asyncio.timeout(timeout):
         while True:
             if await check() if asyncio.iscoroutinefunction(check) else check():
@@ -248,3 +273,20 @@ async def test_a_dropped_socket_mode_connection_is_reconnected(
         await ended(bus, session_of("D0DROP", root))
         await until(lambda: any(m.text == REPLY for m in fake.bot_messages("D0DROP")))
         assert len(fake.calls_of("apps.connections.open")) == 2
+
+
+async def test_events_api_over_http_with_signed_requests(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch, http=True) as (fake, _):
+        _event, root = await fake.user_says("D0HTTP", "U0ALICE", "over http")
+        await ended(bus, session_of("D0HTTP", root))
+        await until(lambda: any(m.text == REPLY for m in fake.bot_messages("D0HTTP")))
+        assert fake.socket.http_statuses[0] == 200 and fake.socket.connects == 0
+        forged_event = fake.message_event(fake.find("D0HTTP", root)) | {"client_msg_id": "x"}
+        body = fake.socket.event_callback(forged_event)
+        url = fake.events_url
+        assert url is not None
+        status = await post(url, "not-the-secret", "events_api", body, 0, 5.0)
+        assert status == 401
+        assert len(fake.bot_messages("D0HTTP")) == 1

@@ -30,6 +30,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
+from aiohttp import web
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
@@ -70,6 +72,8 @@ T = TypeVar("T")
 SECTION_CHARS = 3000
 """A section block's text limit: a longer message goes as text only (no buttons on it)."""
 WORKING = "is working…"
+EVENTS_PATH = "/slack/events"
+"""The request URL's path in HTTP mode (Event Subscriptions and Interactivity)."""
 _ACTIONS = re.compile(r"^turnstream:(approve|deny)$")
 
 
@@ -79,9 +83,24 @@ class SlackPlatform:
     name = "slack"
     limits = Limits(text=12_000, default_scope="thread", typing_every_s=20.0)
 
-    def __init__(self, bot_token: str, app_token: str, api_url: str) -> None:
+    def __init__(
+        self,
+        bot_token: str,
+        app_token: str | None,
+        api_url: str,
+        *,
+        signing_secret: str | None = None,
+        listen: tuple[str, int] = ("127.0.0.1", 3000),
+    ) -> None:
+        """Socket Mode with `app_token`; else the Events API over HTTP on `listen`, every
+        request checked against `signing_secret`."""
+        if app_token is None and not signing_secret:
+            raise ValueError("Slack needs an app token (Socket Mode) or a signing secret (HTTP)")
         self.client = AsyncWebClient(token=bot_token, base_url=api_url, logger=log)
         self._app_token = app_token
+        self._signing_secret = signing_secret
+        self._listen = listen
+        self._runner: web.AppRunner | None = None
         self._me: Me | None = None
         self._streams: dict[str, AsyncChatStream] = {}
         self._handler: AsyncSocketModeHandler | None = None
@@ -103,7 +122,8 @@ class SlackPlatform:
             logger=log,
             process_before_response=True,  # Slack is acked when the listener returns
             ignoring_self_events_enabled=False,  # the core tells its own echoes apart
-            request_verification_enabled=False,  # Socket Mode: no signatures to verify
+            signing_secret=self._signing_secret or "",
+            request_verification_enabled=self._app_token is None,  # HTTP: signed requests
         )
 
         async def handed(item: Inbound) -> None:
@@ -130,15 +150,25 @@ class SlackPlatform:
         app.event("message")(on_event)
         app.event("app_mention")(on_event)
         app.action({"type": "block_actions", "action_id": _ACTIONS})(on_action)
-        self._handler = AsyncSocketModeHandler(app, self._app_token, logger=log)
-        await self._handler.connect_async()  # type: ignore[no-untyped-call]
-        log.info("slack channel: connected over Socket Mode as %s", me.user_id)
+        await self._listen_with(app)
+        log.info("slack channel: receiving as %s", me.user_id)
         try:
             while True:
                 yield await queue.get()
         finally:
-            await self._handler.close_async()  # type: ignore[no-untyped-call]
-            self._handler = None
+            await self.aclose()
+
+    async def _listen_with(self, app: AsyncApp) -> None:
+        if self._app_token is not None:
+            self._handler = AsyncSocketModeHandler(app, self._app_token, logger=log)
+            await self._handler.connect_async()  # type: ignore[no-untyped-call]
+            log.info("slack channel: Socket Mode connected")
+            return
+        self._runner = web.AppRunner(app.web_app(path=EVENTS_PATH), access_log=None)
+        await self._runner.setup()
+        host, port = self._listen
+        await web.TCPSite(self._runner, host, port).start()
+        log.info("slack channel: Events API on http://%s:%d%s", host, port, EVENTS_PATH)
 
     # -- outbound -----------------------------------------------------------------------
 
@@ -276,6 +306,9 @@ class SlackPlatform:
         if self._handler is not None:
             await self._handler.close_async()  # type: ignore[no-untyped-call]
             self._handler = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
 
     async def _call(self, method: str, make: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -287,18 +320,35 @@ class SlackPlatform:
             raise PlatformError(method, str(response.get("error", "unknown"))) from None
 
 
+class HttpMode(BaseSettings):
+    """Where the Events API mode listens (used without an app token)."""
+
+    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_", extra="ignore")
+    slack_http_addr: str = "127.0.0.1:3000"
+    """`host:port` of the request URL's server (`TURNSTREAM_SLACK_HTTP_ADDR`)."""
+
+
 async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None) -> None:
     """Run the Slack channel until `stop` is set (its own NATS connection unless a test
     gives one): the core's `ChannelService` with Slack's poster (`channels.slack_posting`)."""
     bot_token = settings.secret("TURNSTREAM_SLACK_BOT_TOKEN")
     app_token = settings.secret("TURNSTREAM_SLACK_APP_TOKEN")
-    if not bot_token or not app_token:
+    signing_secret = settings.secret("TURNSTREAM_SLACK_SIGNING_SECRET")
+    if not bot_token or not (app_token or signing_secret):
         raise SystemExit(
-            "the Slack channel needs TURNSTREAM_SLACK_BOT_TOKEN (xoxb-…) and "
-            "TURNSTREAM_SLACK_APP_TOKEN (xapp-…, Socket Mode), in the environment or the "
-            "secrets file (docs/channels.md)"
+            "the Slack channel needs TURNSTREAM_SLACK_BOT_TOKEN (xoxb-…) and either "
+            "TURNSTREAM_SLACK_APP_TOKEN (xapp-…, Socket Mode) or "
+            "TURNSTREAM_SLACK_SIGNING_SECRET (the Events API over HTTP), in the environment "
+            "or the secrets file (docs/channels.md)"
         )
-    platform = SlackPlatform(bot_token, app_token, settings.slack_api_url)
+    host, _, port = HttpMode().slack_http_addr.rpartition(":")
+    platform = SlackPlatform(
+        bot_token,
+        app_token,
+        settings.slack_api_url,
+        signing_secret=signing_secret,
+        listen=(host or "127.0.0.1", int(port)),
+    )
     async with service_bus(settings, "channel-slack", bus) as bus:
         records = await Records.open(bus, platform.name)
         service = ChannelService(platform, settings, bus, records)
