@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 import uuid
 from contextlib import suppress
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ class SocketMode:
         self.sent: list[Envelope] = []
         self.acks: list[JSON] = []
         """Every ack received, as sent (`envelope_id`, optional `payload`)."""
+        self.acked_at: dict[str, float] = {}
+        """When each acked envelope was acked (`time.monotonic()`)."""
         self.http_statuses: list[int | None] = []
         """Over HTTP: each delivery's status (None: no answer in time)."""
         self._acked: dict[str, asyncio.Event] = {}
@@ -86,6 +89,7 @@ class SocketMode:
         envelope_id = data.get("envelope_id")
         if isinstance(envelope_id, str) and envelope_id in self._acked:
             self.acks.append(data)
+            self.acked_at[envelope_id] = time.monotonic()
             self._acked[envelope_id].set()
 
     async def drop(self, *, graceful: bool = False) -> None:

@@ -24,7 +24,9 @@ from tests.channels.fake_slack_http import post
 from tests.integration.conftest import events_of, running_services, settings_for
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
+from turnstream.channels import service as channel_service
 from turnstream.channels import slack as slack_channel
+from turnstream.client import publish_command
 from turnstream.core.events import (
     InputAccepted,
     InteractionAnswered,
@@ -290,3 +292,35 @@ async def test_events_api_over_http_with_signed_requests(
         status = await post(url, "not-the-secret", "events_api", body, 0, 5.0)
         assert status == 401
         assert len(fake.bot_messages("D0HTTP")) == 1
+
+
+async def test_slack_is_acked_only_after_the_command_is_stored(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored_at: list[float] = []
+
+    async def slow_publish(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(2.5)  # past the fake's 2 s: Slack sends the event again
+        result = await publish_command(*args, **kwargs)
+        stored_at.append(time.monotonic())
+        return result
+
+    monkeypatch.setattr(channel_service, "publish_command", slow_publish)
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch) as (fake, _):
+        event_id, root = await fake.user_says("D0SLOW", "U0ALICE", "take your time")
+        await fake.socket.wait_acked_event(event_id, timeout=60)
+        await ended(bus, session_of("D0SLOW", root))
+        deliveries = fake.socket.deliveries_of(event_id)
+        assert [d.retry_attempt for d in deliveries][:2] == [0, 1], "re-sent while unacked"
+        acked = [
+            fake.socket.acked_at[d.envelope_id]
+            for d in deliveries
+            if fake.socket.acked(d.envelope_id)
+        ]
+        assert acked and min(acked) >= stored_at[0], "acked before the command was stored"
+        accepted = [
+            e
+            for e in await events_of(bus, session_of("D0SLOW", root))
+            if isinstance(e, InputAccepted)
+        ]
+        assert len(accepted) == 1
