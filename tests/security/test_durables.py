@@ -23,7 +23,17 @@ from turnstream.bus.ordered import ephemeral_name, ordered_subscribe
 
 pytestmark = pytest.mark.integration
 __all__ = ["streams"]  # test_identities' fixture, used here too
-USERS = ("gateway", "turn-runner", "approval", "tool-executor", "audit", "http", "client")
+USERS = (
+    "gateway",
+    "turn-runner",
+    "approval",
+    "tool-executor",
+    "audit",
+    "http",
+    "client",
+    "channel-telegram",
+    "channel-slack",
+)
 PUSH_TIMEOUT_S = 10.0  # the default the setup step made a2a-push with
 
 

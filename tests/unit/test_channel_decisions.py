@@ -160,3 +160,26 @@ def test_split_text_keeps_code_fences_balanced_and_loses_nothing() -> None:
 def test_a_tool_call_is_one_short_line() -> None:
     line = tool_line("write_file", {"path": "a.txt", "content": "x" * 500})
     assert line.startswith("🔧 write_file path=a.txt") and len(line) <= 80
+
+
+def test_up_starts_a_channel_whose_token_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnstream.cli.up import channel_services
+    from turnstream.settings import Settings
+
+    monkeypatch.delenv("TURNSTREAM_TELEGRAM_BOT_TOKEN", raising=False)
+    monkeypatch.delenv("TURNSTREAM_SLACK_BOT_TOKEN", raising=False)
+    assert channel_services(Settings()) == []
+    monkeypatch.setenv("TURNSTREAM_TELEGRAM_BOT_TOKEN", "123:abc")
+    assert channel_services(Settings()) == ["channels.telegram"]
+    assert "123:abc" in Settings().log_secrets(), "the token is redacted from log lines"
+
+
+def test_channel_policies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnstream.settings import Settings
+
+    monkeypatch.setenv("TURNSTREAM_TELEGRAM__DM_POLICY", "open")
+    monkeypatch.setenv("TURNSTREAM_TELEGRAM__GROUPS", '["-100"]')
+    settings = Settings()
+    assert settings.channel("telegram").dm_policy == "open"
+    assert settings.channel("telegram").groups == ["-100"]
+    assert settings.channel("slack").dm_policy == "pairing"

@@ -270,6 +270,8 @@ async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None)
             f"{TOKEN} is not set: create a bot with @BotFather and set its token in the "
             "environment or the secrets file (docs/channels.md)"
         )
+    if logging.getLogger().level > logging.DEBUG:  # httpx says each request at INFO
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     await serve_channel(Telegram(token, settings.telegram_api_url), settings, stop, bus)
 
 
