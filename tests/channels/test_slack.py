@@ -143,7 +143,9 @@ async def test_dm_streams_natively_then_one_final_message(
         assert fake.calls_of("chat.startStream")[0].args["chunks"][0]["text"]
         assert len(fake.calls_of("chat.appendStream")) >= 1, "streamed in more than one go"
         assert not fake.calls_of("chat.postMessage"), "the stream is the reply"
-        assert any(s["thread_ts"] == root for s in fake.statuses), "working status shown"
+        await until(lambda: fake.statuses[-1] == {**fake.statuses[-1], "status": ""})
+        shown = [s["status"] for s in fake.statuses if s["thread_ts"] == root]
+        assert shown[0] == "is working…" and shown[-1] == "", "working, then cleared"
         accepted = [e for e in events if isinstance(e, InputAccepted)]
         assert len(accepted) == 1
 

@@ -190,6 +190,10 @@ class SlackPoster(Poster):
         part["shown"] = body
         await self.records.put_turn(turn_id, record)
 
+    async def final(self, turn_id: str, chat: Chat, parts: Sequence[str]) -> None:
+        await super().final(turn_id, chat, parts)
+        await self._status(chat, "")  # the thread's "is working…" cleared
+
     async def prompt(
         self,
         turn_id: str,
