@@ -85,10 +85,10 @@ class Channel:
 
 @contextlib.asynccontextmanager
 async def deployment(
-    server: EmbeddedServer, bus: Bus, tmp: Path
+    server: EmbeddedServer, bus: Bus, tmp: Path, script: str = SCRIPT, **overrides: Any
 ) -> AsyncIterator[tuple[FakeSlack, Channel]]:
-    (tmp / "script.yaml").write_text(SCRIPT)
-    settings = settings_for(server, tmp, script=tmp / "script.yaml")
+    (tmp / "script.yaml").write_text(script)
+    settings = settings_for(server, tmp, script=tmp / "script.yaml", **overrides)
     async with FakeSlack(ack_timeout=2.0) as slack, running_services(settings, bus):
         channel = Channel(tmp, server, slack)
         channel.start()
@@ -186,3 +186,55 @@ async def test_killed_after_a_stream_started_before_its_record_it_is_taken_up(
         assert reply.text == REPLY and not reply.streaming and reply.metadata is not None
         assert len(slack.calls_of("chat.startStream")) == 1
         assert not slack.calls_of("chat.postMessage")
+
+
+async def test_killed_after_the_stream_stopped_before_its_record_it_is_not_posted_again(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path
+) -> None:
+    async with deployment(nats_server, bus, tmp_path) as (slack, channel):
+        held = slack.hold("chat.stopStream")
+        _event, root = await slack.user_says("D0DM", "U0ALICE", "tell me a lot")
+        await held.wait()  # the stream is stopped; the channel never hears so
+        channel.kill9()
+        held.released.set()
+        await restart(slack, channel)
+        await turn_ended(bus, session_of("D0DM", root))
+        await until(lambda: slack.calls_of("chat.stopStream", ok_only=False)[1:])
+        await until(lambda: slack.calls_of("chat.update"))
+        await asyncio.sleep(1.0)
+        [reply] = slack.bot_messages("D0DM")
+        assert reply.text == to_mrkdwn(REPLY) and not reply.streaming
+        assert len(slack.calls_of("chat.startStream")) == 1
+        assert not slack.calls_of("chat.postMessage")
+
+
+TOOL_SCRIPT = """
+replies:
+  - text: "writing a note"
+    tool_calls: [{name: write_file, arguments: {path: note.txt, content: "hi"}}]
+  - text: "done"
+"""
+
+
+async def test_killed_after_a_prompt_was_posted_before_its_record_it_is_found(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path
+) -> None:
+    async with deployment(nats_server, bus, tmp_path, TOOL_SCRIPT, security_mode="ask") as (
+        slack,
+        channel,
+    ):
+        held = slack.hold("chat.postMessage")
+        _event, root = await slack.user_says("D0DM", "U0ALICE", "write a note")
+        await held.wait()  # the prompt is in Slack; its ts never reached the channel
+        channel.kill9()
+        held.released.set()
+        await restart(slack, channel)
+        await until(lambda: slack.calls_of("conversations.replies"))
+        [prompt] = [m for m in slack.bot_messages("D0DM") if m.blocks and len(m.blocks) > 1]
+        value = prompt.blocks[1]["elements"][0]["value"]
+        await slack.press("U0ALICE", "D0DM", prompt.ts, "turnstream:approve", value)
+        events = await turn_ended(bus, session_of("D0DM", root))
+        assert [e.data.status for e in events if isinstance(e, TurnEnded)] == ["completed"]
+        await until(lambda: len(prompt.blocks) == 1)
+        prompts = [c for c in slack.calls_of("chat.postMessage") if "prompt:" in str(c.args)]
+        assert len(prompts) == 1, "the prompt was found by its metadata, not posted again"
