@@ -146,6 +146,8 @@ async def test_killed_mid_stream_the_reply_completes_in_the_same_message(
         assert len(slack.calls_of("chat.startStream")) == 1
         assert not slack.calls_of("chat.postMessage")
         assert len([e for e in events if isinstance(e, InputAccepted)]) == 1
+        logged = str([e.model_dump() for e in events])
+        assert slack.bot_token not in logged and slack.app_token not in logged
 
 
 async def test_killed_after_a_post_before_its_record_it_is_found_by_metadata(
