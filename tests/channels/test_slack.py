@@ -26,6 +26,7 @@ from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.channels import service as channel_service
 from turnstream.channels import slack as slack_channel
+from turnstream.channels.slack_mrkdwn import to_mrkdwn
 from turnstream.client import publish_command
 from turnstream.core.events import (
     InputAccepted,
@@ -226,6 +227,13 @@ async def test_rate_limited_post_arrives_once_after_the_wait(
         assert [c.status for c in fake.calls if c.method == "chat.startStream"] == [429, 200]
         [reply] = fake.bot_messages("D0DM")
         assert reply.text == REPLY and not reply.streaming
+        # where Slack refuses a stream: the post that streams by edits, rate limited
+        fake.fail("chat.startStream", "feature_not_enabled")
+        fake.rate_limit("chat.postMessage", retry_after=1)
+        _event, root = await fake.user_says("D0EDIT", "U0ALICE", "hi")
+        await ended(bus, session_of("D0EDIT", root))
+        await until(lambda: [m.text for m in fake.bot_messages("D0EDIT")] == [to_mrkdwn(REPLY)])
+        assert [c.status for c in fake.calls if c.method == "chat.postMessage"] == [429, 200]
 
 
 async def test_a_stranger_gets_a_pairing_code_and_once_approved_a_reply(
