@@ -71,6 +71,7 @@ class FakeTelegram:
         self.messages: dict[tuple[int, int], Posted] = {}
         self.rate_limits: dict[str, list[int]] = {}
         self.poll_failures = 0
+        self.failures: dict[str, list[tuple[int, str]]] = {}
         self.holds: list[Hold] = []
         self.new_update = asyncio.Condition()
         self.unauthorized = 0
@@ -103,6 +104,10 @@ class FakeTelegram:
     def rate_limit(self, method: str, retry_after: int, times: int = 1) -> None:
         """The next `times` calls of `method` answer 429 with `retry_after`."""
         self.rate_limits.setdefault(method, []).extend([retry_after] * times)
+
+    def fail(self, method: str, code: int, description: str, times: int = 1) -> None:
+        """The next `times` calls of `method` answer this error."""
+        self.failures.setdefault(method, []).extend([(code, description)] * times)
 
     def hold(self, method: str, when: str, text: str | None = None) -> Hold:
         hold = Hold(method, when, text)
@@ -195,6 +200,10 @@ class FakeTelegram:
                 f"Too Many Requests: retry after {retry_after}",
                 {"retry_after": retry_after},
             )
+        failing = self.failures.get(method)
+        if failing:
+            call.answered = "error"
+            return _error(*failing.pop(0))
         handler = getattr(self, f"_{method}", None)
         if handler is None:
             call.answered = "error"

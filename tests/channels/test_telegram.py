@@ -221,3 +221,50 @@ async def test_the_token_is_in_no_log_line_and_no_event(
     )
     assert stored and TOKEN.encode() not in stored
     assert fake.unauthorized == 0
+
+
+async def test_a_chat_that_blocked_the_bot_is_logged_and_the_others_still_answered(
+    nats_server: EmbeddedServer, bus: Bus, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    settings = settings_for(nats_server, tmp_path, script=script(tmp_path))
+    fake.fail("sendMessage", 403, "Forbidden: bot was blocked by the user")
+    fake.fail("sendMessage", 502, "Bad Gateway")  # the next one: a transient failure
+    async with running_services(settings):
+        with channel_process(
+            nats_server, fake, tmp_path, TURNSTREAM_TELEGRAM__DM_POLICY="open"
+        ) as channel:
+            await wait_polling(fake)
+            await fake.say("hi", chat_id=48)
+            await eventually(lambda: len(fake.of("sendMessage")) == 1)
+            await fake.say("hi", chat_id=49)
+            await eventually(lambda: [m for m in fake.sent(49) if m.text == REPLY])
+            channel.stop()
+    output = channel.output()
+    assert "sendMessage failed: Forbidden" in output, output
+    assert "sendMessage failed: NetworkError Bad Gateway; again in" in output, output
+    assert fake.sent(48) == [] and len(fake.sent(49)) == 1
+    assert TOKEN not in output
+
+
+LONG = " ".join(f"w{i:05d}" for i in range(1500))  # 10,499 characters: three messages
+
+
+async def test_a_long_reply_is_split_at_4096_and_new_starts_a_fresh_session(
+    nats_server: EmbeddedServer, bus: Bus, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    long_script = f'replies:\n  - text: "{LONG}"\n    chunks: whole\n'
+    settings = settings_for(nats_server, tmp_path, script=script(tmp_path, long_script))
+    async with running_services(settings):
+        with channel_process(nats_server, fake, tmp_path, TURNSTREAM_TELEGRAM__DM_POLICY="open"):
+            await wait_polling(fake)
+            await fake.say("hi", chat_id=51)
+            parts = await eventually(lambda: len(fake.sent(51)) >= 3 and fake.sent(51))
+            await asyncio.sleep(0.5)
+            assert len(fake.sent(51)) == 3 and all(len(p.text) <= 4096 for p in parts)
+            assert " ".join(p.text for p in parts).split() == LONG.split()
+            await fake.say("/new", chat_id=51)
+            await eventually(lambda: [m for m in fake.sent(51) if "new conversation" in m.text])
+            await fake.say("and now?", chat_id=51)
+            await eventually(lambda: len(fake.sent(51)) >= 7)
+    fresh = await events_of(bus, "telegram-51-g1")
+    assert [e.data.text for e in fresh if isinstance(e, InputAccepted)] == ["and now?"]

@@ -183,3 +183,14 @@ def test_channel_policies_come_from_the_environment(monkeypatch: pytest.MonkeyPa
     assert settings.channel("telegram").dm_policy == "open"
     assert settings.channel("telegram").groups == ["-100"]
     assert settings.channel("slack").dm_policy == "pairing"
+
+
+def test_a_turn_taken_up_after_a_restart_types_but_does_not_stream_from_its_middle() -> None:
+    views, fx = outbound.decide_outbound({}, outbound.Resumed("s", "t", DM), 0.0, PACING)
+    assert fx == [outbound.Typing(DM)]
+    views, fx = outbound.decide_outbound(views, outbound.Delta("t", "middle"), 2.0, PACING)
+    assert fx == []
+    views, fx = outbound.decide_outbound(views, outbound.Tick(), 4.5, PACING)
+    assert fx == [outbound.Typing(DM)]
+    _, fx = outbound.decide_outbound(views, outbound.Ended("s", "t", DM, "all of it"), 5, PACING)
+    assert fx == [outbound.Final("t", DM, ("all of it",))]

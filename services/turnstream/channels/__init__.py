@@ -30,7 +30,9 @@ To add a platform (Discord, Matrix, …), write one module `channels/<platform>.
    the platform only in `Delivery.ack`; `typing`, `draft` (False if no native streaming),
    `post` (returns a reference), `edit`, `answer_press`, `aclose`; Markdown converted to the
    platform's markup inside `post`/`edit`; a 429 raised as `RateLimited(retry_after)`, an
-   API error as `PlatformError(method, code)` (never with a token);
+   API error as `PlatformError(method, code, transient=…)` (never with a token); where
+   the platform can find a posted message again, also `FindsPosts` (`post_tagged`,
+   `find_tagged`), which closes the window between a post and its record;
 2. has `main()` reading its token with `Settings.secret(...)` and calling
    `runtime.process.run_service(f"channel-{name}", ...)` over `serve_channel`;
 3. is added to `bus.streams.CHANNEL_PLATFORMS` (its bucket and durable), given a

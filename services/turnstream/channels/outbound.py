@@ -5,6 +5,7 @@ effects are what the shell performs on the platform (`channels.service`):
 
     input                              effects
     Started (SessionTurnStart)         Track, Typing
+    Resumed (tokens after a restart)   Typing (and on every Tick; no stream: see TurnView)
     Delta (ts.live token)              Stream, at most once per `stream_interval_s`
     Activity (ToolInvocationRequested) Stream (the reply so far and a status line), throttled
     Asked (InteractionRequested)       Prompt (the question with approve/deny buttons)
@@ -63,6 +64,9 @@ class TurnView:
     shown: str = ""
     shown_at: float = -math.inf
     typed_at: float = -math.inf
+    resumed: bool = False
+    """Taken up after a restart, mid-turn: the tokens before it are gone, so the stream is
+    not updated (it would show the reply from its middle); the final reply completes it."""
 
     def streamed(self, limit: int) -> str:
         """What the streamed message shows: the reply so far (its first part) and the
@@ -78,6 +82,16 @@ class Started:
     turn_id: str
     chat: Chat
     sender: str
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Tokens of a turn this process has not seen start (it restarted mid-turn), whose
+    record says it is not done."""
+
+    session_id: str
+    turn_id: str
+    chat: Chat
 
 
 @dataclass(frozen=True)
@@ -121,7 +135,7 @@ class Tick:
     pass
 
 
-Input = Started | Delta | Activity | Asked | Settled | Ended | Tick
+Input = Started | Resumed | Delta | Activity | Asked | Settled | Ended | Tick
 
 
 @dataclass(frozen=True)
@@ -207,7 +221,12 @@ def input_of(event: Event) -> Input | None:
 
 def _stream(view: TurnView, now: float, pacing: Pacing) -> tuple[TurnView, list[Effect]]:
     text = view.streamed(pacing.text_limit)
-    if not text or text == view.shown or now - view.shown_at < pacing.stream_interval_s:
+    if (
+        view.resumed
+        or not text
+        or text == view.shown
+        or now - view.shown_at < pacing.stream_interval_s
+    ):
         return view, []
     return replace(view, shown=text, shown_at=now), [Stream(view.turn_id, view.chat, text)]
 
@@ -221,6 +240,11 @@ def decide_outbound(
         case Started(session_id, turn_id, chat, sender):
             out[turn_id] = TurnView(session_id, turn_id, chat, typed_at=now)
             return out, [Track(session_id, turn_id, chat, sender), Typing(chat)]
+        case Resumed(session_id, turn_id, chat):
+            if turn_id in out:
+                return out, []
+            out[turn_id] = TurnView(session_id, turn_id, chat, typed_at=now, resumed=True)
+            return out, [Typing(chat)]
         case Delta(turn_id, text):
             if turn_id not in out:
                 return out, []

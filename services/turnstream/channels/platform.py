@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from turnstream.settings import SessionScope
 
@@ -113,11 +113,15 @@ class RateLimited(Exception):
 
 class PlatformError(Exception):
     """A platform API call failed: the method and the platform's error code, never a
-    token (the core logs it and goes on, or lets the log event come again)."""
+    token. `transient` (the network, a timeout, a 5xx): the log event comes again and the
+    call is made again; else (a bad request, a bot blocked or removed from the chat) the
+    core logs it and goes on."""
 
-    def __init__(self, method: str, code: str, description: str = "") -> None:
+    def __init__(
+        self, method: str, code: str, description: str = "", *, transient: bool = False
+    ) -> None:
         super().__init__(f"{method} failed: {code} {description}".strip())
-        self.method, self.code = method, code
+        self.method, self.code, self.transient = method, code, transient
 
 
 @dataclass(frozen=True)
@@ -169,3 +173,24 @@ class Platform(Protocol):
 
     async def aclose(self) -> None:
         """Let go of the platform's connections."""
+
+
+@runtime_checkable
+class FindsPosts(Protocol):
+    """A platform where a message the channel posted can be found again (Slack: a tag in
+    the message's `metadata`, looked up in the conversation); optional. With it the core
+    closes the one window a channel cannot close alone: killed after the platform accepted
+    a post and before the channel recorded it, the restarted channel finds the message by
+    its tag and edits it instead of posting again (`channels.posting`). Telegram bots
+    cannot read a chat's history: Telegram does not implement it."""
+
+    async def post_tagged(
+        self, chat: Chat, text: str, tag: str, buttons: Sequence[Button] = ()
+    ) -> str:
+        """`Platform.post`, with `tag` (at most 64 characters of `[A-Za-z0-9:_-]`) stored
+        with the message where `find_tagged` can see it."""
+        ...
+
+    async def find_tagged(self, chat: Chat, tag: str) -> str | None:
+        """The reference of the message posted in `chat` with `tag`; None if there is none."""
+        ...

@@ -3,9 +3,10 @@ intent) and after (the platform's reference), in the channel's records (`channel
 
     record of part i      a restarted channel, asked to show it again
     none                  posts it (nothing was posted)
-    intent, no reference  posts it (the one window: killed after the platform accepted the
-                          post and before the reference was recorded, it is posted twice;
-                          docs/channels.md gives its measured width)
+    intent, no reference  finds it by its tag where the platform can (`FindsPosts`) and
+                          edits it; else posts it (the one window: killed after the
+                          platform accepted the post and before the reference was
+                          recorded, it is posted twice; docs/channels.md gives its width)
     reference             edits that message (never posts again)
 
 A platform's 429 (`RateLimited`) is waited out and the same call made again: the message
@@ -21,13 +22,24 @@ import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from turnstream.channels.platform import Button, Chat, Platform, PlatformError, RateLimited
+from turnstream.channels.platform import (
+    Button,
+    Chat,
+    FindsPosts,
+    Platform,
+    PlatformError,
+    RateLimited,
+)
 from turnstream.channels.records import Records
 
 log = logging.getLogger("turnstream.channels")
 T = TypeVar("T")
 RATE_LIMIT_WAITS = 20
 """429s one call waits out before it gives up (the log event then comes again)."""
+TRANSIENT_FOR_S = 300.0
+"""How long a call that fails on the network (a timeout, a 5xx) is made again, the waits
+doubling to `MAX_BACKOFF_S`, before it gives up (the log event then comes again)."""
+MAX_BACKOFF_S = 30.0
 
 
 class Poster:
@@ -44,15 +56,29 @@ class Poster:
     def forget(self, turn_id: str) -> None:
         self._locks.pop(turn_id, None)
 
-    async def call(self, method: str, make: Callable[[], Awaitable[T]]) -> T:
-        """`make()`, again after each 429's wait (`RATE_LIMIT_WAITS` at most)."""
-        for _ in range(RATE_LIMIT_WAITS):
+    async def call(
+        self, method: str, make: Callable[[], Awaitable[T]], *, patient: bool = True
+    ) -> T:
+        """`make()`, again after each 429's wait (`RATE_LIMIT_WAITS` at most) and, `patient`,
+        after a network failure (for `TRANSIENT_FOR_S`, backing off)."""
+        limited, backoff = 0, 1.0
+        deadline = asyncio.get_running_loop().time() + TRANSIENT_FOR_S
+        while True:
             try:
                 return await make()
             except RateLimited as exc:
+                limited += 1
+                if limited > RATE_LIMIT_WAITS:
+                    raise
                 log.warning("%s: rate limited, waiting %.1f s", method, exc.retry_after_s)
                 await asyncio.sleep(exc.retry_after_s)
-        return await make()
+            except PlatformError as exc:
+                late = asyncio.get_running_loop().time() > deadline
+                if not (patient and exc.transient) or late:
+                    raise
+                log.warning("%s; again in %.0f s", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     async def track(self, turn_id: str, session_id: str, chat: Chat, sender: str) -> None:
         """The turn's record, made once: its chat and who asked (they answer its prompts)."""
@@ -60,17 +86,32 @@ class Poster:
         await self.records.create_turn(turn_id, record)
 
     async def show(
-        self, turn_id: str, index: int, chat: Chat, text: str, record: dict[str, Any]
+        self,
+        turn_id: str,
+        index: int,
+        chat: Chat,
+        text: str,
+        record: dict[str, Any],
+        *,
+        patient: bool = True,
     ) -> None:
         """Part `index` of the turn's messages shows `text`: edited if it was posted, else
         posted (its intent recorded before, its reference after). `record` is the turn's
-        record, changed in place and stored."""
+        record, changed in place and stored. Not `patient` (a stream update): a network
+        failure is not waited out, the next update or the final reply comes anyway."""
         parts: list[dict[str, Any]] = record.setdefault("parts", [])
         if index < len(parts) and parts[index].get("ref"):
             ref = parts[index]["ref"]
-            await self.call("edit", lambda: self.platform.edit(chat, ref, text))
+            await self.call("edit", lambda: self.platform.edit(chat, ref, text), patient=patient)
             return
+        tag = f"{turn_id}:{index}"
         if index < len(parts):
+            found = await self._found(chat, tag)
+            if found is not None:
+                parts[index] = {"ref": found}
+                await self.records.put_turn(turn_id, record)
+                await self.call("edit", lambda: self.platform.edit(chat, found, text))
+                return
             log.warning(
                 "turn %s message %d: its post was cut short by a restart before its "
                 "reference was recorded; posting it (docs/channels.md, the one window)",
@@ -80,9 +121,21 @@ class Poster:
         while len(parts) <= index:
             parts.append({"ref": None})
         await self.records.put_turn(turn_id, record)  # the intent
-        ref = await self.call("post", lambda: self.platform.post(chat, text))
+        ref = await self.call("post", lambda: self._post(chat, text, tag), patient=patient)
         parts[index] = {"ref": ref}
         await self.records.put_turn(turn_id, record)
+
+    async def _post(self, chat: Chat, text: str, tag: str, buttons: Sequence[Button] = ()) -> str:
+        if isinstance(self.platform, FindsPosts):
+            return await self.platform.post_tagged(chat, text, tag, buttons)
+        return await self.platform.post(chat, text, buttons)
+
+    async def _found(self, chat: Chat, tag: str) -> str | None:
+        """The message posted with `tag`, where the platform can find one again."""
+        if not isinstance(self.platform, FindsPosts):
+            return None
+        finds = self.platform
+        return await self.call("find", lambda: finds.find_tagged(chat, tag))
 
     async def stream(self, turn_id: str, chat: Chat, text: str) -> None:
         """The reply so far: a native draft in a private chat where the platform has one,
@@ -94,12 +147,17 @@ class Poster:
             if chat.private and chat.id not in self._no_drafts:
                 draft_id = zlib.crc32(turn_id.encode()) or 1
                 try:
-                    if await self.call("draft", lambda: self.platform.draft(chat, draft_id, text)):
+                    drafted = self.call(
+                        "draft", lambda: self.platform.draft(chat, draft_id, text), patient=False
+                    )
+                    if await drafted:
                         return
                 except PlatformError as exc:
+                    if exc.transient:
+                        return  # the next update tries again
                     log.warning("%s; streaming by edits in this chat", exc)
                 self._no_drafts.add(chat.id)
-            await self.show(turn_id, 0, chat, text, record)
+            await self.show(turn_id, 0, chat, text, record, patient=False)
 
     async def final(self, turn_id: str, chat: Chat, parts: Sequence[str]) -> None:
         """The reply, once: each part shown (`show`), then the turn marked done."""
@@ -127,6 +185,12 @@ class Poster:
         found = await self.records.prompt(interaction_id)
         if found is not None and found.get("ref"):
             return
+        tag = f"prompt:{interaction_id}"
+        if found is not None:  # its intent without a reference: the window
+            ref = await self._found(chat, tag)
+            if ref is not None:
+                await self.records.put_prompt(interaction_id, {**found, "ref": ref})
+                return
         turn = await self.records.turn(turn_id) or {}
         record = {
             "session": session_id,
@@ -136,7 +200,7 @@ class Poster:
             "ref": None,
         }
         await self.records.put_prompt(interaction_id, record)  # the intent
-        ref = await self.call("post", lambda: self.platform.post(chat, text, buttons))
+        ref = await self.call("post", lambda: self._post(chat, text, tag, buttons))
         await self.records.put_prompt(interaction_id, {**record, "ref": ref})
 
     async def close_prompt(self, chat: Chat, interaction_id: str, text: str) -> None:

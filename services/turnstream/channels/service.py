@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, assert_never
 
 import orjson
@@ -18,7 +18,7 @@ from turnstream.bus.consume import kept_in_progress, log_push
 from turnstream.bus.durables import channel
 from turnstream.channels import inbound, outbound
 from turnstream.channels.pairing import Request, new_code
-from turnstream.channels.platform import Incoming, Platform, PlatformError, Press
+from turnstream.channels.platform import Chat, Incoming, Platform, PlatformError, Press
 from turnstream.channels.posting import Poster
 from turnstream.channels.records import Records
 from turnstream.client import publish_command
@@ -28,6 +28,7 @@ from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.channels")
 TICK_S = 0.25
+RETAKE_S = 1.0
 
 
 class ChannelService:
@@ -49,6 +50,8 @@ class ChannelService:
             platform.limits.text, self.policy.stream_interval_s, platform.limits.typing_every_s
         )
         self.views: dict[str, outbound.TurnView] = {}
+        self.looked_up: set[str] = set()
+        """Turns whose tokens came unannounced (a restart mid-turn), looked up once."""
         self.clock = clock
         self.durable = channel(platform.name)
 
@@ -73,8 +76,13 @@ class ChannelService:
     # inbound
     async def _receive(self) -> None:
         async for delivery in self.platform.receive():
-            for item in delivery.items:
-                await self.take(item)
+            try:
+                for item in delivery.items:
+                    await self.take(item)
+            except Exception:  # NATS away, say: not acknowledged, the platform sends it again
+                log.exception("a delivery of %d item(s) not taken; again", len(delivery.items))
+                await asyncio.sleep(RETAKE_S)
+                continue
             await delivery.ack()  # only now: every command is stored
 
     async def take(self, item: Incoming | Press) -> None:
@@ -158,9 +166,21 @@ class ChannelService:
             return
         try:
             body = orjson.loads(msg.data)
-            await self.step(outbound.Delta(body["turnId"], body["delta"]))
+            turn_id = body["turnId"]
+            if turn_id not in self.views and turn_id not in self.looked_up:
+                await self._resume(session_id, turn_id)
+            await self.step(outbound.Delta(turn_id, body["delta"]))
         except Exception:  # a token lost only delays what the stream shows
             log.exception("live delta of %s", session_id)
+
+    async def _resume(self, session_id: str, turn_id: str) -> None:
+        if len(self.looked_up) > 10_000:
+            self.looked_up.clear()
+        self.looked_up.add(turn_id)
+        record = await self.records.turn(turn_id)
+        chat = Chat.parse(record.get("chat", "")) if record else None
+        if record is not None and chat is not None and not record.get("done"):
+            await self.step(outbound.Resumed(session_id, turn_id, chat))
 
     async def _tick(self) -> None:
         while True:
@@ -190,13 +210,29 @@ class ChannelService:
                 except PlatformError as exc:  # the final reply still comes
                     log.warning("stream update of turn %s: %s", turn_id, exc)
             case outbound.Final(turn_id, chat, parts):
-                await poster.final(turn_id, chat, parts)
+                with given_up(f"the reply of turn {turn_id}"):
+                    await poster.final(turn_id, chat, parts)
             case outbound.Prompt(session_id, turn_id, chat, interaction_id, text, buttons):
-                await poster.prompt(turn_id, session_id, chat, interaction_id, text, buttons)
+                with given_up(f"the prompt {interaction_id}"):
+                    await poster.prompt(turn_id, session_id, chat, interaction_id, text, buttons)
             case outbound.ClosePrompt(chat, interaction_id, text):
-                await poster.close_prompt(chat, interaction_id, text)
+                with given_up(f"the answer to prompt {interaction_id}"):
+                    await poster.close_prompt(chat, interaction_id, text)
             case _:
                 assert_never(effect)
+
+
+@contextlib.contextmanager
+def given_up(what: str) -> Iterator[None]:
+    """A platform's refusal that no retry fixes (the bot blocked, removed from the chat, a
+    bad request) is logged and given up; a transient one is raised, so the log event comes
+    again and the call is made again."""
+    try:
+        yield
+    except PlatformError as exc:
+        if exc.transient:
+            raise
+        log.error("%s was not delivered: %s", what, exc)
 
 
 async def serve_channel(

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
 from telegram.constants import ChatAction, MessageEntityType, ParseMode
-from telegram.error import NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError, TimedOut
 from telegram.request import HTTPXRequest
 
 from turnstream.bus import Bus
@@ -84,7 +84,10 @@ class Telegram:
         except RetryAfter as exc:
             raise RateLimited(_seconds(exc)) from None
         except TelegramError as exc:
-            raise PlatformError(method, type(exc).__name__, exc.message) from None
+            transient = isinstance(exc, NetworkError) and not isinstance(exc, BadRequest)
+            raise PlatformError(
+                method, type(exc).__name__, exc.message, transient=transient
+            ) from None
 
     # inbound
     async def receive(self) -> AsyncIterator[Delivery]:
