@@ -165,7 +165,7 @@ async def test_killed_after_a_post_before_its_record_it_is_found_by_metadata(
         await until(lambda: slack.bot_messages("D0DM")[0].text == to_mrkdwn(REPLY))
         await asyncio.sleep(1.0)
         [reply] = slack.bot_messages("D0DM")
-        assert reply.metadata is not None and reply.metadata["event_payload"]["key"].endswith(":0")
+        assert reply.metadata is not None and reply.metadata["event_payload"]["tag"].endswith(":0")
         assert len(slack.calls_of("chat.postMessage")) == 1
         lookups = slack.calls_of("conversations.replies")
         assert lookups and lookups[0].args["include_all_metadata"] in ("1", "true", "True", True)
@@ -202,10 +202,10 @@ async def test_killed_after_the_stream_stopped_before_its_record_it_is_not_poste
         await restart(slack, channel)
         await turn_ended(bus, session_of("D0DM", root))
         await until(lambda: slack.calls_of("chat.stopStream", ok_only=False)[1:])
-        await until(lambda: slack.calls_of("chat.update"))
         await asyncio.sleep(1.0)
         [reply] = slack.bot_messages("D0DM")
-        assert reply.text == to_mrkdwn(REPLY) and not reply.streaming
+        # the stream showed it all, or the rest was in the stop: as it is, or edited to it
+        assert reply.text in (REPLY, to_mrkdwn(REPLY)) and not reply.streaming
         assert len(slack.calls_of("chat.startStream")) == 1
         assert not slack.calls_of("chat.postMessage")
 

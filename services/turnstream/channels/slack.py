@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
+import aiohttp
 from aiohttp import web
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -186,20 +187,22 @@ class SlackPlatform:
         return False  # Slack's native stream is a message: `slack_posting` records it
 
     async def post(self, chat: Chat, text: str, buttons: Sequence[Button] = ()) -> str:
-        return await self.post_keyed(chat, text, None, buttons)
+        return await self._post(chat, text, None, buttons)
 
-    async def post_keyed(
-        self, chat: Chat, text: str, key: str | None, buttons: Sequence[Button] = ()
+    async def post_tagged(
+        self, chat: Chat, text: str, tag: str, buttons: Sequence[Button] = ()
     ) -> str:
-        """Post `text` (with `buttons`) in the chat's thread; `key` names the post in its
-        metadata, so `find` can tell it again."""
+        """`post`, the tag in the message's metadata (`FindsPosts`)."""
+        return await self._post(chat, text, tag, buttons)
+
+    async def _post(self, chat: Chat, text: str, tag: str | None, buttons: Sequence[Button]) -> str:
         args: dict[str, Any] = {"channel": chat.id, "text": to_mrkdwn(text)}
         if chat.thread:
             args["thread_ts"] = chat.thread
         if buttons or len(args["text"]) <= SECTION_CHARS:
             args["blocks"] = blocks(text, buttons)
-        if key is not None:
-            args["metadata"] = metadata(key)
+        if tag is not None:
+            args["metadata"] = metadata(tag)
         posted = await self._call("chat.postMessage", lambda: self.client.chat_postMessage(**args))
         return str(posted["ts"])
 
@@ -222,10 +225,11 @@ class SlackPlatform:
             ),
         )
 
-    async def find(self, chat: Chat, key: str) -> str | None:
-        """The ts of the post made as `key` in the chat's thread, if Slack has it."""
+    async def find_tagged(self, chat: Chat, tag: str) -> str | None:
+        """The ts of the post tagged `tag` in the chat's thread, if Slack has it: read back
+        with `conversations.replies`, `include_all_metadata` (`FindsPosts`)."""
         for messages in await self._thread(chat):
-            found = posted_with(messages, key, (await self.me()).bot_id)
+            found = posted_with(messages, tag, (await self.me()).bot_id)
             if found is not None:
                 return found
         return None
@@ -233,7 +237,7 @@ class SlackPlatform:
     async def find_unmarked(self, chat: Chat) -> tuple[str, str] | None:
         """`(ts, text)` of the bot's last message in the chat's thread that carries no
         metadata of the channel's: a native stream started and never recorded (every other
-        post, and every stopped stream, carries its key)."""
+        post, and every stopped stream, carries its tag)."""
         me = await self.me()
         found: tuple[str, str] | None = None
         for messages in await self._thread(chat):
@@ -287,18 +291,18 @@ class SlackPlatform:
             lambda: self.client.chat_appendStream(channel=chat.id, ts=ts, markdown_text=text),
         )
 
-    async def stream_stop(self, chat: Chat, ts: str, text: str, key: str) -> None:
+    async def stream_stop(self, chat: Chat, ts: str, text: str, tag: str) -> None:
         stream = self._streams.pop(ts, None)
         extra: dict[str, Any] = {"markdown_text": text} if text else {}
         if stream is not None:
             await self._call(
-                "chat.stopStream", lambda: stream.stop(metadata=metadata(key), **extra)
+                "chat.stopStream", lambda: stream.stop(metadata=metadata(tag), **extra)
             )
             return
         await self._call(
             "chat.stopStream",
             lambda: self.client.chat_stopStream(
-                channel=chat.id, ts=ts, metadata=metadata(key), **extra
+                channel=chat.id, ts=ts, metadata=metadata(tag), **extra
             ),
         )
 
@@ -311,13 +315,18 @@ class SlackPlatform:
             self._runner = None
 
     async def _call(self, method: str, make: Callable[[], Awaitable[T]]) -> T:
+        """`make()`, Slack's failures as the core's: a 429 `RateLimited`, an error
+        `PlatformError` with Slack's code (transient for a 5xx or the network)."""
         try:
             return await make()
         except SlackApiError as exc:
             response = exc.response
             if response.status_code == 429:
                 raise RateLimited(float(response.headers.get("Retry-After", 1))) from None
-            raise PlatformError(method, str(response.get("error", "unknown"))) from None
+            code = str(response.get("error", f"http_{response.status_code}"))
+            raise PlatformError(method, code, transient=response.status_code >= 500) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise PlatformError(method, type(exc).__name__, transient=True) from None
 
 
 class HttpMode(BaseSettings):

@@ -1,19 +1,14 @@
-"""Exactly-once posting on Slack: the core's `Poster`, with Slack's native stream and with
-the window it leaves open closed by message metadata.
-
-The core records each post's intent before it and its reference after; a channel killed in
-between would post again on restart. On Slack every post carries its key in its metadata
-(`turn:<turnId>:<part>`, `prompt:<interactionId>`), so a restarted channel that finds an
-intent without a reference first looks for the post in the thread (`conversations.replies`
-with `include_all_metadata`) and edits it if it is there.
+"""Exactly-once posting on Slack: the core's `Poster` (which tags every post and finds it
+again through `SlackPlatform`'s `FindsPosts`: a post Slack accepted and the channel never
+recorded is edited, not posted twice), with Slack's native stream.
 
 The reply streams natively (`chat.startStream` / `appendStream` / `stopStream`, through
 `slack_sdk`'s chat stream helper) in the turn's first message, whose record says `stream:
 open` and what it shows; the final text stops that stream (only the rest appended, or the
-whole replaced when it does not extend what was shown) with the key in its metadata. A
+whole replaced when it does not extend what was shown) with the tag in its metadata. A
 stream start carries no metadata (Slack takes none there): a restarted channel that finds
 a stream's intent without its ts takes the bot's unmarked message in the thread (every
-other post, and every stopped stream, is marked). Where Slack refuses a stream (no thread,
+other post, and every stopped stream, is tagged). Where Slack refuses a stream (no thread,
 not enabled for the app), the reply streams by throttled `chat.update`s of one message.
 """
 
@@ -23,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from turnstream.channels.platform import Button, Chat, PlatformError
+from turnstream.channels.platform import Chat, PlatformError
 from turnstream.channels.posting import Poster
 from turnstream.channels.records import Records
 
@@ -51,25 +46,18 @@ class SlackPoster(Poster):
         self.slack = platform
         self._no_stream: set[str] = set()
 
-    async def _post(
-        self, chat: Chat, text: str, key: str, retried: bool, buttons: Sequence[Button] = ()
-    ) -> tuple[str, bool]:
-        """Post as `key`, unless an earlier try did (`retried`: its intent was recorded);
-        the post's ts, and whether it was found (made before) rather than posted now."""
-        if retried:
-            found = await self.call("find", lambda: self.slack.find(chat, key))
-            if found is not None:
-                log.info("%s: found in the thread by its metadata; not posted again", key)
-                return found, True
-        posted = await self.call("post", lambda: self.slack.post_keyed(chat, text, key, buttons))
-        return posted, False
-
     async def show(
-        self, turn_id: str, index: int, chat: Chat, text: str, record: dict[str, Any]
+        self,
+        turn_id: str,
+        index: int,
+        chat: Chat,
+        text: str,
+        record: dict[str, Any],
+        *,
+        patient: bool = True,
     ) -> None:
         parts: list[dict[str, Any]] = record.setdefault("parts", [])
         part = parts[index] if index < len(parts) else None
-        key = f"turn:{turn_id}:{index}"
         if part is not None and part.get("stream") == "starting":
             unmarked = await self.call("find", lambda: self.slack.find_unmarked(chat))
             if unmarked is not None:
@@ -77,26 +65,15 @@ class SlackPoster(Poster):
             else:
                 part.pop("stream")
         if part is not None and part.get("stream") == "open" and part.get("ref"):
-            await self._stop(chat, text, key, part, record, turn_id)
+            await self._stop(chat, text, f"{turn_id}:{index}", part, record, turn_id)
             return
-        if part is not None and part.get("ref"):
-            ref = part["ref"]
-            await self.call("edit", lambda: self.platform.edit(chat, ref, text))
-            return
-        while len(parts) <= index:
-            parts.append({"ref": None})
-        await self.records.put_turn(turn_id, record)  # the intent
-        posted, found = await self._post(chat, text, key, part is not None)
-        parts[index] = {"ref": posted}
-        await self.records.put_turn(turn_id, record)
-        if found:  # it shows what was posted then: now this
-            await self.call("edit", lambda: self.platform.edit(chat, posted, text))
+        await super().show(turn_id, index, chat, text, record, patient=patient)
 
     async def _stop(
         self,
         chat: Chat,
         text: str,
-        key: str,
+        tag: str,
         part: dict[str, Any],
         record: dict[str, Any],
         turn_id: str,
@@ -105,7 +82,7 @@ class SlackPoster(Poster):
         extends = text.startswith(shown)
         try:
             rest = text[len(shown) :] if extends else ""
-            await self.call("stop", lambda: self.slack.stream_stop(chat, ref, rest, key))
+            await self.call("stop", lambda: self.slack.stream_stop(chat, ref, rest, tag))
             replace = not extends
         except PlatformError as exc:
             if exc.code != "message_not_in_streaming_state":
@@ -124,7 +101,7 @@ class SlackPoster(Poster):
             parts: list[dict[str, Any]] = record.setdefault("parts", [])
             native = chat.thread is not None and chat.id not in self._no_stream
             if not native or (parts and parts[0].get("stream") is None):
-                await self.show(turn_id, 0, chat, text, record)
+                await self.show(turn_id, 0, chat, text, record, patient=False)
                 return
             body, status = body_and_status(text)
             if status is not None:
@@ -150,12 +127,16 @@ class SlackPoster(Poster):
         await self.records.put_turn(turn_id, record)  # the intent
         recipient = str(record.get("sender", ""))
         try:
-            ts = await self.call("start", lambda: self.slack.stream_start(chat, body, recipient))
+            ts = await self.call(
+                "start", lambda: self.slack.stream_start(chat, body, recipient), patient=False
+            )
         except PlatformError as exc:
+            if exc.transient:  # started or not: the intent stays, the next update finds out
+                raise
             log.warning("%s; streaming by edits in %s", exc, chat.id)
             self._no_stream.add(chat.id)
             parts.clear()
-            await self.show(turn_id, 0, chat, body, record)
+            await self.show(turn_id, 0, chat, body, record, patient=False)
             return
         parts[0] = {"ref": ts, "stream": "open", "shown": body}
         await self.records.put_turn(turn_id, record)
@@ -181,7 +162,9 @@ class SlackPoster(Poster):
         ref = str(part["ref"])
         try:
             await self.call(
-                "append", lambda: self.slack.stream_append(chat, ref, body[len(shown) :])
+                "append",
+                lambda: self.slack.stream_append(chat, ref, body[len(shown) :]),
+                patient=False,
             )
         except PlatformError as exc:
             if exc.code != "message_not_in_streaming_state":
@@ -193,28 +176,3 @@ class SlackPoster(Poster):
     async def final(self, turn_id: str, chat: Chat, parts: Sequence[str]) -> None:
         await super().final(turn_id, chat, parts)
         await self._status(chat, "")  # the thread's "is working…" cleared
-
-    async def prompt(
-        self,
-        turn_id: str,
-        session_id: str,
-        chat: Chat,
-        interaction_id: str,
-        text: str,
-        buttons: Sequence[Button],
-    ) -> None:
-        found = await self.records.prompt(interaction_id)
-        if found is not None and found.get("ref"):
-            return
-        turn = await self.records.turn(turn_id) or {}
-        record = {
-            "session": session_id,
-            "sender": turn.get("sender", ""),
-            "chat": chat.token(),
-            "text": text,
-            "ref": None,
-        }
-        await self.records.put_prompt(interaction_id, record)  # the intent
-        key = f"prompt:{interaction_id}"
-        ref, _found = await self._post(chat, text, key, found is not None, buttons)
-        await self.records.put_prompt(interaction_id, {**record, "ref": ref})

@@ -17,7 +17,7 @@ ACTION = "turnstream:"
 """The `action_id` prefix of the channel's buttons (`turnstream:approve`, `turnstream:deny`)."""
 POSTED = "turnstream_posted"
 """The `event_type` of the metadata every post of the channel carries: its `event_payload`
-names what was posted (`{"key": ...}`), so a restarted channel finds a post it made and did
+names what was posted (`{"tag": ...}`), so a restarted channel finds a post it made and did
 not get to record (`conversations.replies` with `include_all_metadata`)."""
 _TAKEN_SUBTYPES = {None, "bot_message", "file_share", "thread_broadcast", "me_message"}
 _COMMAND = re.compile(r"^\s*[/!](new|stop|start|help)\b", re.IGNORECASE)
@@ -121,20 +121,20 @@ def blocks(text: str, buttons: Sequence[Button]) -> list[JSON]:
     return [section, {"type": "actions", "block_id": "turnstream_prompt", "elements": elements}]
 
 
-def metadata(key: str) -> JSON:
-    """The metadata of a post whose identity is `key`."""
-    return {"event_type": POSTED, "event_payload": {"key": key}}
+def metadata(tag: str) -> JSON:
+    """The metadata of a post tagged `tag` (`FindsPosts`)."""
+    return {"event_type": POSTED, "event_payload": {"tag": tag}}
 
 
-def posted_with(messages: Iterable[JSON], key: str, bot_id: str) -> str | None:
-    """The `ts` of the bot's message in `messages` (a thread's history) posted as `key`."""
+def posted_with(messages: Iterable[JSON], tag: str, bot_id: str) -> str | None:
+    """The `ts` of the bot's message in `messages` (a thread's history) tagged `tag`."""
     for message in messages:
         meta = message.get("metadata") or {}
         payload = meta.get("event_payload") or {}
         if (
             message.get("bot_id") == bot_id
             and meta.get("event_type") == POSTED
-            and payload.get("key") == key
+            and payload.get("tag") == tag
         ):
             return str(message["ts"])
     return None
