@@ -169,7 +169,7 @@ class FakeTelegram:
             "message": {
                 "message_id": posted.message_id,
                 "date": int(time.time()),
-                "chat": {"id": posted.chat_id, "type": "private", "first_name": "Ann"},
+                "chat": self._as_message(posted)["chat"],
                 "from": BOT,
                 "text": posted.text,
             },

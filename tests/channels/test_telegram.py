@@ -268,3 +268,34 @@ async def test_a_long_reply_is_split_at_4096_and_new_starts_a_fresh_session(
             await eventually(lambda: len(fake.sent(51)) >= 7)
     fresh = await events_of(bus, "telegram-51-g1")
     assert [e.data.text for e in fresh if isinstance(e, InputAccepted)] == ["and now?"]
+
+
+SLOW = " ".join(f"slow{i}" for i in range(60))
+
+
+async def test_the_stop_button_stops_the_turn_only_for_its_sender(
+    nats_server: EmbeddedServer, bus: Bus, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    slow_script = f'replies:\n  - text: "{SLOW}"\n    delay_ms: 100\n'
+    settings = settings_for(nats_server, tmp_path, script=script(tmp_path, slow_script))
+    group = {"chat_id": -110, "chat_type": "group", "user_id": 11}
+    async with running_services(settings):
+        with channel_process(nats_server, fake, tmp_path, TURNSTREAM_TELEGRAM__GROUPS='["*"]'):
+            await wait_polling(fake)
+            await fake.say("@ts_test_bot go on", entities=[MENTION], **group)
+            streamed = (await eventually(lambda: [m for m in fake.sent(-110) if m.reply_markup]))[0]
+            [stop] = streamed.reply_markup["inline_keyboard"][0]
+            assert stop["text"] == "⏹ Stop"
+            await fake.press(streamed, stop["callback_data"], user_id=12)  # not the sender
+            await eventually(lambda: fake.of("answerCallbackQuery"))
+            await fake.press(streamed, stop["callback_data"], user_id=11)
+            ended = await eventually(
+                lambda: streamed.text.endswith("⏹ Stopped.") and streamed, timeout=10
+            )
+            assert not ended.reply_markup and len(fake.sent(-110)) == 1
+            assert not ended.text.startswith(SLOW), "stopped before the end"
+    events = await events_of(bus, "telegram--110")
+    [turn_ended] = [e for e in events if isinstance(e, TurnEnded)]
+    assert turn_ended.data.failure_class == "interrupted"
+    answers = fake.of("answerCallbackQuery")
+    assert str(answers[0].params.get("show_alert")).lower() == "true"

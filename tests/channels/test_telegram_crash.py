@@ -13,8 +13,9 @@ import pytest
 from tests.channels.conftest import channel_process, wait_polling
 from tests.channels.fake_telegram import FakeTelegram, eventually
 from tests.integration.conftest import events_of, running_services, settings_for
-from turnstream.bus import Bus
+from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
+from turnstream.bus.streams import StreamLimits
 from turnstream.core.events import TurnEnded
 
 pytestmark = pytest.mark.integration
@@ -97,3 +98,28 @@ async def test_killed_after_telegram_took_the_post_and_before_the_record_posts_t
         sent = fake.sent(-205)
         assert len(sent) == 2 and sent[-1].text == WORDS
         assert WINDOW in output
+
+
+@pytest.mark.timeout(180)
+async def test_nats_restarted_mid_stream_the_reply_completes_in_its_message(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """The broker away for 3 s while a reply streams (its own server: the module's others
+    are not disturbed): the channel and the services ride it out, and the reply completes
+    in the one message already posted."""
+    store = tmp_path / "nats"
+    with EmbeddedServer(store, log_file=tmp_path / "server.log") as server:
+        await (await connect(server.url, server.subjects, ensure=StreamLimits())).close()
+        async with running_services(settings(server, tmp_path)):  # type: ignore[arg-type]
+            env = {"TURNSTREAM_TELEGRAM__GROUPS": '["-206"]'}
+            with channel_process(server, fake, tmp_path, **env) as channel:
+                await wait_polling(fake)
+                await fake.say("@ts_test_bot go", chat_id=-206, entities=MENTION, **GROUP)
+                await eventually(lambda: [m for m in fake.sent(-206) if m.edits])
+                server.stop()
+                await asyncio.sleep(3)
+                server.start()
+                await eventually(lambda: [m for m in fake.sent(-206) if m.text == WORDS], 90)
+                await asyncio.sleep(1.0)
+                assert [m.text for m in fake.sent(-206)] == [WORDS]
+                assert channel.process is not None and channel.process.poll() is None

@@ -194,3 +194,22 @@ def test_a_turn_taken_up_after_a_restart_types_but_does_not_stream_from_its_midd
     assert fx == [outbound.Typing(DM)]
     _, fx = outbound.decide_outbound(views, outbound.Ended("s", "t", DM, "all of it"), 5, PACING)
     assert fx == [outbound.Final("t", DM, ("all of it",))]
+
+
+def test_the_stop_button_interrupts_once_and_only_for_the_sender() -> None:
+    press = Press("p2", GROUP, "7", "Ann", "turn-1", "stop", "cb")
+    owner = inbound.PromptOwner("telegram--100", "7")
+    taken = inbound.decide_press(ChannelSettings(), press, owner)
+    assert isinstance(taken, inbound.AnswerPress)
+    stop = COMMAND_ADAPTER.validate_python(taken.publish.command)
+    assert stop.type == "interrupt" and stop.idempotency_key == "stop-turn-1"
+    stranger = Press("p3", GROUP, "8", "Bob", "turn-1", "stop", "cb")
+    assert isinstance(inbound.decide_press(ChannelSettings(), stranger, owner), inbound.RefusePress)
+
+
+def test_a_stopped_turn_keeps_what_was_streamed() -> None:
+    views, _ = outbound.decide_outbound({}, outbound.Started("s", "t", GROUP, "7"), 0, PACING)
+    views, _ = outbound.decide_outbound(views, outbound.Delta("t", "half a"), 1, PACING)
+    ended = outbound.Ended("s", "t", GROUP, "Stopped.", interrupted=True)
+    _, fx = outbound.decide_outbound(views, ended, 2, PACING)
+    assert fx == [outbound.Final("t", GROUP, ("half a\n\n⏹ Stopped.",))]

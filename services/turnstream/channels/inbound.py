@@ -10,8 +10,9 @@ a refusal reply, a pairing code, a fresh session, or nothing.
             ──► /stop ─────────────────────────────────────────────► Publish(interrupt)
             ──► /start, /help ─────────────────────────────────────► Reply
             ──► anything else ─────────────────────────────────────► Publish(message)
-    press   ──► no such prompt ────────────────────────────────────► RefusePress
+    press   ──► no such prompt (or turn) ──────────────────────────► RefusePress
             ──► not the turn's sender nor an approver ─────────────► RefusePress
+            ──► stop ──────────────────────────────────────────────► Publish(interrupt)
             ──► else ──────────────────────────────────────────────► Publish(answer)
 
 The shell looks up what the decision needs (`Known`, `PromptOwner`) and performs what it
@@ -210,11 +211,22 @@ def decide_message(
 
 
 def decide_press(policy: ChannelSettings, press: Press, owner: PromptOwner | None) -> PressDecision:
-    """What to do with a press of an approval prompt's button (`owner`: the prompt's record)."""
+    """What to do with a press of an approval prompt's button, or of a streamed reply's stop
+    button (`owner`: the prompt's record, or the turn's)."""
     if owner is None:
-        return RefusePress("This prompt is no longer open.")
+        return RefusePress("This is no longer open.")
     if press.user != owner.sender and press.user not in policy.approvers:
         return RefusePress("Only the person who asked, or an approver, may answer this.")
+    if press.decision == "stop":
+        stop = {
+            "type": "interrupt",
+            "mode": "hard",
+            "sessionId": owner.session_id,
+            "chatId": press.chat.token(),
+            "sender": {"kind": "human", "id": press.user},
+            "idempotencyKey": f"stop-{press.interaction_id}",  # one stop per turn
+        }
+        return AnswerPress(Publish(owner.session_id, stop), "Stopping.")
     # one answer per prompt (its idempotencyKey): a second press or a re-delivery is a no-op
     command = answer_command(
         owner.session_id,

@@ -128,6 +128,8 @@ class Ended:
     turn_id: str
     chat: Chat
     text: str
+    interrupted: bool = False
+    """Stopped (`/stop`, the stop button): what was streamed stays, marked stopped."""
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,8 @@ def input_of(event: Event) -> Input | None:
     if isinstance(event, TurnEnded):
         d = event.data
         text = ended_text(d.status, d.reply, d.failure_class, d.reason, d.next_action)
-        return Ended(event.session_id, event.turn_id, chat, text)
+        stopped = d.failure_class == "interrupted"
+        return Ended(event.session_id, event.turn_id, chat, text, stopped)
     return None
 
 
@@ -264,8 +267,10 @@ def decide_outbound(
             return out, [Prompt(session_id, turn_id, chat, interaction_id, text, buttons)]
         case Settled(chat, interaction_id, text):
             return out, [ClosePrompt(chat, interaction_id, text)]
-        case Ended(_, turn_id, chat, text):
-            out.pop(turn_id, None)
+        case Ended(_, turn_id, chat, text, interrupted):
+            was = out.pop(turn_id, None)
+            if interrupted and was is not None and was.text.strip() and not was.resumed:
+                text = f"{was.text.strip()}\n\n⏹ Stopped."
             return out, [Final(turn_id, chat, tuple(split_text(text, pacing.text_limit)))]
         case Tick():
             ticked: list[Effect] = []

@@ -13,7 +13,8 @@ from typing import Literal, Protocol, runtime_checkable
 
 from turnstream.settings import SessionScope
 
-Decision = Literal["approve", "deny"]
+Decision = Literal["approve", "deny", "stop"]
+"""What a button does: answer an approval prompt, or stop the turn being streamed."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class Press:
     user: str
     user_name: str
     interaction_id: str
+    """The prompt's interaction id; for `stop`, the turn's id."""
     decision: Decision
     ref: str
     """What the platform needs to answer the press (a Telegram callback query id)."""
@@ -99,6 +101,7 @@ class Button:
 
     label: str
     interaction_id: str
+    """The prompt's interaction id; for `stop`, the turn's id."""
     decision: Decision
 
 

@@ -94,6 +94,7 @@ class Poster:
         record: dict[str, Any],
         *,
         patient: bool = True,
+        buttons: Sequence[Button] = (),
     ) -> None:
         """Part `index` of the turn's messages shows `text`: edited if it was posted, else
         posted (its intent recorded before, its reference after). `record` is the turn's
@@ -102,7 +103,9 @@ class Poster:
         parts: list[dict[str, Any]] = record.setdefault("parts", [])
         if index < len(parts) and parts[index].get("ref"):
             ref = parts[index]["ref"]
-            await self.call("edit", lambda: self.platform.edit(chat, ref, text), patient=patient)
+            await self.call(
+                "edit", lambda: self.platform.edit(chat, ref, text, buttons), patient=patient
+            )
             return
         tag = f"{turn_id}:{index}"
         if index < len(parts):
@@ -110,7 +113,7 @@ class Poster:
             if found is not None:
                 parts[index] = {"ref": found}
                 await self.records.put_turn(turn_id, record)
-                await self.call("edit", lambda: self.platform.edit(chat, found, text))
+                await self.call("edit", lambda: self.platform.edit(chat, found, text, buttons))
                 return
             log.warning(
                 "turn %s message %d: its post was cut short by a restart before its "
@@ -121,7 +124,7 @@ class Poster:
         while len(parts) <= index:
             parts.append({"ref": None})
         await self.records.put_turn(turn_id, record)  # the intent
-        ref = await self.call("post", lambda: self._post(chat, text, tag), patient=patient)
+        ref = await self.call("post", lambda: self._post(chat, text, tag, buttons), patient=patient)
         parts[index] = {"ref": ref}
         await self.records.put_turn(turn_id, record)
 
@@ -157,7 +160,8 @@ class Poster:
                         return  # the next update tries again
                     log.warning("%s; streaming by edits in this chat", exc)
                 self._no_drafts.add(chat.id)
-            await self.show(turn_id, 0, chat, text, record, patient=False)
+            stop = (Button("⏹ Stop", turn_id, "stop"),)  # the final edit takes it away
+            await self.show(turn_id, 0, chat, text, record, patient=False, buttons=stop)
 
     async def final(self, turn_id: str, chat: Chat, parts: Sequence[str]) -> None:
         """The reply, once: each part shown (`show`), then the turn marked done."""

@@ -123,7 +123,11 @@ class ChannelService:
                 assert_never(decision)
 
     async def _take_press(self, press: Press) -> None:
-        found = await self.records.prompt(press.interaction_id)
+        if press.decision == "stop":  # a streamed reply's: the turn's record
+            found = await self.records.turn(press.interaction_id)
+            found = None if found and found.get("done") else found
+        else:
+            found = await self.records.prompt(press.interaction_id)
         owner = inbound.PromptOwner(found["session"], found["sender"]) if found else None
         decision = inbound.decide_press(self.policy, press, owner)
         match decision:

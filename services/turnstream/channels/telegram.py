@@ -29,6 +29,7 @@ from turnstream.bus import Bus
 from turnstream.channels.platform import (
     Button,
     Chat,
+    Decision,
     Delivery,
     Incoming,
     Limits,
@@ -46,7 +47,7 @@ T = TypeVar("T")
 TOKEN = "TURNSTREAM_TELEGRAM_BOT_TOKEN"
 POLL_TIMEOUT_S = 25
 MAX_BACKOFF_S = 30.0
-PRESS = {"a": "approve", "d": "deny"}
+PRESS: dict[str, Decision] = {"a": "approve", "d": "deny", "s": "stop"}
 
 
 def _seconds(exc: RetryAfter) -> float:
@@ -180,7 +181,7 @@ class Telegram:
             user=str(query.from_user.id),
             user_name=query.from_user.full_name,
             interaction_id=interaction_id,
-            decision="approve" if PRESS[kind] == "approve" else "deny",
+            decision=PRESS[kind],
             ref=query.id,
         )
 
