@@ -334,3 +334,30 @@ async def test_slack_is_acked_only_after_the_command_is_stored(
             if isinstance(e, InputAccepted)
         ]
         assert len(accepted) == 1
+
+
+async def test_a_stop_press_on_a_reply_streamed_by_edits_stops_the_turn(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = SCRIPT.replace("delay_ms: 60", "delay_ms: 400")
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch, script=slow) as (fake, _):
+        fake.fail("chat.startStream", "feature_not_enabled")  # streams by edits, with a stop
+        _event, root = await fake.user_says("D0STOP", "U0ALICE", "go on and on")
+
+        def streamed() -> Any:
+            found = [m for m in fake.bot_messages("D0STOP") if m.blocks and len(m.blocks) > 1]
+            return found[0] if found else None
+
+        await until(streamed)
+        message = streamed()
+        stop = message.blocks[1]["elements"][0]
+        assert stop["action_id"] == "turnstream:stop"
+        await fake.press("U0BOB", "D0STOP", message.ts, "turnstream:stop", stop["value"])
+        await until(lambda: fake.ephemeral)
+        await fake.press("U0ALICE", "D0STOP", message.ts, "turnstream:stop", stop["value"])
+        events = await ended(bus, session_of("D0STOP", root))
+        [turn_end] = [e for e in events if isinstance(e, TurnEnded)]
+        assert turn_end.data.failure_class == "interrupted"
+        await until(lambda: "Stopped" in message.text and len(message.blocks or []) <= 1)
+        assert len(fake.bot_messages("D0STOP")) == 1
+        assert message.text != to_mrkdwn(REPLY), "stopped before the whole reply"

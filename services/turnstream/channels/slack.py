@@ -73,9 +73,12 @@ T = TypeVar("T")
 SECTION_CHARS = 3000
 """A section block's text limit: a longer message goes as text only (no buttons on it)."""
 WORKING = "is working…"
+STORE_WAIT_S = 30.0
+"""How long a listener waits for the core to store what Slack sent before it gives up
+unacknowledged (the core did not take it: Slack sends it again)."""
 EVENTS_PATH = "/slack/events"
 """The request URL's path in HTTP mode (Event Subscriptions and Interactivity)."""
-_ACTIONS = re.compile(r"^turnstream:(approve|deny)$")
+_ACTIONS = re.compile(r"^turnstream:(approve|deny|stop)$")
 
 
 class SlackPlatform:
@@ -135,7 +138,8 @@ class SlackPlatform:
                 stored.set()
 
             await queue.put(Delivery([item], ack))
-            await stored.wait()
+            async with asyncio.timeout(STORE_WAIT_S):  # not taken: unacked, Slack sends again
+                await stored.wait()
 
         async def on_event(body: dict[str, Any], event: dict[str, Any]) -> None:
             item = incoming(event, str(body.get("event_id", "")), me)

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from turnstream.channels.platform import Chat, PlatformError
+from turnstream.channels.platform import Button, Chat, PlatformError
 from turnstream.channels.posting import Poster
 from turnstream.channels.records import Records
 
@@ -55,6 +55,7 @@ class SlackPoster(Poster):
         record: dict[str, Any],
         *,
         patient: bool = True,
+        buttons: Sequence[Button] = (),
     ) -> None:
         parts: list[dict[str, Any]] = record.setdefault("parts", [])
         part = parts[index] if index < len(parts) else None
@@ -67,7 +68,7 @@ class SlackPoster(Poster):
         if part is not None and part.get("stream") == "open" and part.get("ref"):
             await self._stop(chat, text, f"{turn_id}:{index}", part, record, turn_id)
             return
-        await super().show(turn_id, index, chat, text, record, patient=patient)
+        await super().show(turn_id, index, chat, text, record, patient=patient, buttons=buttons)
 
     async def _stop(
         self,
@@ -101,7 +102,7 @@ class SlackPoster(Poster):
             parts: list[dict[str, Any]] = record.setdefault("parts", [])
             native = chat.thread is not None and chat.id not in self._no_stream
             if not native or (parts and parts[0].get("stream") is None):
-                await self.show(turn_id, 0, chat, text, record, patient=False)
+                await self._edited(turn_id, chat, text, record)
                 return
             body, status = body_and_status(text)
             if status is not None:
@@ -112,6 +113,12 @@ class SlackPoster(Poster):
                 await self._resume(turn_id, chat, body, record)
             elif parts[0].get("stream") == "open":
                 await self._append(turn_id, chat, body, record)
+
+    async def _edited(self, turn_id: str, chat: Chat, text: str, record: dict[str, Any]) -> None:
+        """The reply so far in one message edited as it grows, with a stop button (the
+        final edit takes it away), as the core streams where there is no native stream."""
+        stop = (Button("⏹ Stop", turn_id, "stop"),)
+        await self.show(turn_id, 0, chat, text, record, patient=False, buttons=stop)
 
     async def _status(self, chat: Chat, status: str) -> None:
         try:
@@ -136,7 +143,7 @@ class SlackPoster(Poster):
             log.warning("%s; streaming by edits in %s", exc, chat.id)
             self._no_stream.add(chat.id)
             parts.clear()
-            await self.show(turn_id, 0, chat, body, record, patient=False)
+            await self._edited(turn_id, chat, body, record)
             return
         parts[0] = {"ref": ts, "stream": "open", "shown": body}
         await self.records.put_turn(turn_id, record)

@@ -9,16 +9,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnstream.channels.platform import Button, Chat, Incoming, Press
+from turnstream.channels.platform import Button, Chat, Decision, Incoming, Press
 from turnstream.channels.slack_mrkdwn import to_mrkdwn
 
 JSON = dict[str, Any]
 ACTION = "turnstream:"
-"""The `action_id` prefix of the channel's buttons (`turnstream:approve`, `turnstream:deny`)."""
+"""The `action_id` prefix of the channel's buttons (`turnstream:approve`, `:deny`, `:stop`)."""
 POSTED = "turnstream_posted"
 """The `event_type` of the metadata every post of the channel carries: its `event_payload`
 names what was posted (`{"tag": ...}`), so a restarted channel finds a post it made and did
 not get to record (`conversations.replies` with `include_all_metadata`)."""
+_DECISIONS: dict[str, Decision] = {"approve": "approve", "deny": "deny", "stop": "stop"}
+_STYLES = {"approve": "primary", "deny": "danger"}
 _TAKEN_SUBTYPES = {None, "bot_message", "file_share", "thread_broadcast", "me_message"}
 _COMMAND = re.compile(r"^\s*[/!](new|stop|start|help)\b", re.IGNORECASE)
 
@@ -80,7 +82,7 @@ def press(body: JSON) -> Press | None:
     action = body["actions"][0]
     action_id = str(action.get("action_id", ""))
     decision = action_id.removeprefix(ACTION)
-    if not action_id.startswith(ACTION) or decision not in ("approve", "deny"):
+    if not action_id.startswith(ACTION) or decision not in _DECISIONS:
         return None
     container = body.get("container") or {}
     channel = str(container.get("channel_id") or (body.get("channel") or {}).get("id") or "")
@@ -92,7 +94,7 @@ def press(body: JSON) -> Press | None:
         user=str(user.get("id", "")),
         user_name=str(user.get("username") or user.get("name") or user.get("id", "")),
         interaction_id=str(action.get("value", "")),
-        decision="approve" if decision == "approve" else "deny",
+        decision=_DECISIONS[decision],
         ref=f"{channel}|{user.get('id', '')}|{thread or ''}",
     )
 
@@ -114,11 +116,11 @@ def blocks(text: str, buttons: Sequence[Button]) -> list[JSON]:
             "action_id": f"{ACTION}{b.decision}",
             "text": {"type": "plain_text", "text": b.label, "emoji": True},
             "value": b.interaction_id,
-            "style": "primary" if b.decision == "approve" else "danger",
+            **({"style": _STYLES[b.decision]} if b.decision in _STYLES else {}),
         }
         for b in buttons
     ]
-    return [section, {"type": "actions", "block_id": "turnstream_prompt", "elements": elements}]
+    return [section, {"type": "actions", "block_id": "turnstream_buttons", "elements": elements}]
 
 
 def metadata(tag: str) -> JSON:
