@@ -361,3 +361,19 @@ async def test_a_stop_press_on_a_reply_streamed_by_edits_stops_the_turn(
         await until(lambda: "Stopped" in message.text and len(message.blocks or []) <= 1)
         assert len(fake.bot_messages("D0STOP")) == 1
         assert message.text != to_mrkdwn(REPLY), "stopped before the whole reply"
+
+
+async def test_bang_stop_in_the_thread_interrupts_the_turn(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = SCRIPT.replace("delay_ms: 60", "delay_ms: 400")
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch, script=slow) as (fake, _):
+        _event, root = await fake.user_says("D0BANG", "U0ALICE", "go on and on")
+        await until(lambda: fake.calls_of("chat.startStream"))
+        await fake.user_says("D0BANG", "U0ALICE", "!stop", thread_ts=root)
+        events = await ended(bus, session_of("D0BANG", root))
+        [turn_end] = [e for e in events if isinstance(e, TurnEnded)]
+        assert turn_end.data.failure_class == "interrupted"
+        await until(lambda: fake.calls_of("chat.stopStream"))
+        [reply] = fake.bot_messages("D0BANG")
+        assert reply.text.endswith("⏹ Stopped.") and not reply.streaming
