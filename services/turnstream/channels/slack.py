@@ -1,24 +1,26 @@
 """The Slack channel: `python -m turnstream.channels.slack` (docs/channels.md).
 
-Slack through its official SDKs: Bolt for Python (async) over Socket Mode receives events
-and button presses, `slack_sdk`'s `AsyncWebClient` posts. Both talk to
-`TURNSTREAM_SLACK_API_URL` (Slack's own by default; the tests' fake otherwise), Socket Mode
-included (its `apps.connections.open` goes through the same client).
+Slack through its official SDKs: Bolt for Python (async) over Socket Mode (or, without an
+app token, the Events API over HTTP with signed requests) receives events and button
+presses, `slack_sdk`'s `AsyncWebClient` posts. Both talk to `TURNSTREAM_SLACK_API_URL`
+(Slack's own by default; the tests' fake otherwise), Socket Mode included (its
+`apps.connections.open` goes through the same client).
 
     Slack                                        channel core
     message / app_mention event  ───────────►   Incoming (key: client_msg_id, else event_id)
     block_actions on our buttons ───────────►   Press
     Bolt's ack to Slack          ◄───────────   Delivery.ack, after the command is stored
     assistant.threads.setStatus  ◄───────────   typing (the tool running, as the status)
-    chat.postMessage (+metadata) ◄───────────   post (a refusal, a prompt, a reply's part)
+    chat.postMessage (+metadata) ◄───────────   post, post_tagged (a prompt, a reply's part)
     chat.update                  ◄───────────   edit
     chat.startStream/append/stop ◄───────────   the native stream (`channels.slack_posting`)
     chat.postEphemeral           ◄───────────   answer_press(alert): only the presser sees it
-    conversations.replies        ◄───────────   find: a post made and not recorded (metadata)
+    conversations.replies        ◄───────────   find_tagged: a post made, not recorded (`FindsPosts`)
 
 A 429 is raised as `RateLimited(Retry-After)` and waited out by the core (the SDK's own
 retries are off for it: one loop, which the log shows); a Slack error is a
-`PlatformError(method, error)`; the tokens are never in a message or a log line.
+`PlatformError(method, error)` (transient for a 5xx or the network); the tokens are never
+in a message or a log line.
 """
 
 from __future__ import annotations
