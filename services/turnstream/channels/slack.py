@@ -15,7 +15,7 @@ presses, `slack_sdk`'s `AsyncWebClient` posts. Both talk to `TURNSTREAM_SLACK_AP
     chat.update                  ◄───────────   edit
     chat.startStream/append/stop ◄───────────   the native stream (`channels.slack_posting`)
     chat.postEphemeral           ◄───────────   answer_press(alert): only the presser sees it
-    conversations.replies        ◄───────────   find_tagged: a post made, not recorded (`FindsPosts`)
+    conversations.replies        ◄───────────   find_tagged: a post made and not recorded
 
 A 429 is raised as `RateLimited(Retry-After)` and waited out by the core (the SDK's own
 retries are off for it: one loop, which the log shows); a Slack error is a
