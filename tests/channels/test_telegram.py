@@ -299,3 +299,19 @@ async def test_the_stop_button_stops_the_turn_only_for_its_sender(
     assert turn_ended.data.failure_class == "interrupted"
     answers = fake.of("answerCallbackQuery")
     assert str(answers[0].params.get("show_alert")).lower() == "true"
+
+
+async def test_a_chat_waiting_out_a_429_holds_up_no_other(
+    nats_server: EmbeddedServer, bus: Bus, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    settings = settings_for(nats_server, tmp_path, script=script(tmp_path))
+    fake.rate_limit("sendMessage", retry_after=6)  # the first final reply: chat 52's
+    async with running_services(settings):
+        with channel_process(nats_server, fake, tmp_path, TURNSTREAM_TELEGRAM__DM_POLICY="open"):
+            await wait_polling(fake)
+            await fake.say("hi", chat_id=52)
+            await eventually(lambda: fake.of("sendMessage"))
+            await fake.say("hi", chat_id=53)
+            [late] = await eventually(lambda: fake.sent(52), timeout=30)
+            [other] = fake.sent(53)
+            assert other.at < late.at, "chat 53 answered while chat 52 waited"

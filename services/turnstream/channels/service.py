@@ -29,6 +29,10 @@ from turnstream.settings import Settings
 log = logging.getLogger("turnstream.channels")
 TICK_S = 0.25
 RETAKE_S = 1.0
+GIVE_UP_AFTER = 5
+"""Deliveries of a log event whose showing keeps failing (not a platform's refusal, which
+is given up at once, nor a network failure, waited out): then it is dropped, logged."""
+MAX_SESSION_LOCKS = 10_000
 
 
 class ChannelService:
@@ -54,24 +58,34 @@ class ChannelService:
         """Turns whose tokens came unannounced (a restart mid-turn), looked up once."""
         self.clock = clock
         self.durable = channel(platform.name)
+        self.tasks: asyncio.TaskGroup | None = None
+        self.showing: set[asyncio.Task[None]] = set()
+        self.sessions: dict[str, asyncio.Lock] = {}
+        """One lock per session: a session's events are shown in order, and a chat that
+        waits out a 429 holds up no other."""
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
-        live = await self.bus.nc.subscribe(subjects.live_all, cb=self._on_live)
-        subs = await log_push(self.bus.js, subjects, self.durable, self._on_log)
-        log.info("%s channel: following the log as %s", self.platform.name, self.durable.name)
         try:
             async with asyncio.TaskGroup() as tasks:
-                receiving = tasks.create_task(self._receive())
-                ticking = tasks.create_task(self._tick())
-                await stop.wait()
-                receiving.cancel()
-                ticking.cancel()
+                self.tasks = tasks
+                live = await self.bus.nc.subscribe(subjects.live_all, cb=self._on_live)
+                subs = await log_push(self.bus.js, subjects, self.durable, self._on_log)
+                name = self.platform.name
+                log.info("%s channel: following the log as %s", name, self.durable.name)
+                running = [tasks.create_task(self._receive()), tasks.create_task(self._tick())]
+                try:
+                    await stop.wait()
+                finally:
+                    log.info("%s channel: stopping", name)
+                    await subs.unsubscribe()
+                    with contextlib.suppress(Exception):
+                        await live.unsubscribe()
+                    for task in [*running, *self.showing]:  # what is unacked comes again
+                        task.cancel()
         finally:
-            await subs.unsubscribe()
-            with contextlib.suppress(Exception):
-                await live.unsubscribe()
             await self.platform.aclose()
+            log.info("%s channel: stopped", self.platform.name)
 
     # inbound
     async def _receive(self) -> None:
@@ -156,13 +170,30 @@ class ChannelService:
     # outbound
     async def _on_log(self, msg: Any) -> None:
         event = decode(msg.data)
-        given = (
-            outbound.input_of(event) if inbound.owns(self.platform.name, event.session_id) else None
-        )
-        if given is not None:
-            with kept_in_progress([msg], self.durable.ack_wait_s):
-                await self.step(given)
-        await msg.ack()
+        ours = inbound.owns(self.platform.name, event.session_id)
+        given = outbound.input_of(event) if ours else None
+        if given is None or self.tasks is None:
+            await msg.ack()
+            return
+        if len(self.sessions) > MAX_SESSION_LOCKS:
+            self.sessions = {k: v for k, v in self.sessions.items() if v.locked()}
+        lock = self.sessions.setdefault(event.session_id, asyncio.Lock())
+        task = self.tasks.create_task(self._show(msg, given, lock))  # in order: a FIFO lock
+        self.showing.add(task)
+        task.add_done_callback(self.showing.discard)
+
+    async def _show(self, msg: Any, given: outbound.Input, lock: asyncio.Lock) -> None:
+        try:
+            async with lock:
+                with kept_in_progress([msg], self.durable.ack_wait_s):
+                    await self.step(given)
+            await msg.ack()
+        except Exception:
+            delivered = int(msg.metadata.num_delivered)
+            log.exception("showing %s failed (delivery %d)", type(given).__name__, delivered)
+            if delivered >= GIVE_UP_AFTER:
+                log.error("given up after %d deliveries: %s", delivered, given)
+                await msg.term()
 
     async def _on_live(self, msg: Any) -> None:
         session_id = self.bus.subjects.session_from_live(msg.subject)
