@@ -64,6 +64,11 @@ def test_a_press_of_our_buttons_only() -> None:
     assert found.ref == "D0DM|U0BOB|17.1"
     other = {**body, "actions": [{"action_id": "someone_else", "value": "x"}]}
     assert press(other) is None
+    stop = {**body, "actions": [{"action_id": "turnstream:stop", "value": "t-1"}]}
+    stopped = press(stop)
+    assert stopped is not None and (stopped.decision, stopped.interaction_id) == ("stop", "t-1")
+    [button] = blocks("so far", [Button("Stop", "t-1", "stop")])[1]["elements"]
+    assert button["action_id"] == "turnstream:stop" and "style" not in button
 
 
 def test_prompt_blocks_and_metadata_found_again() -> None:
