@@ -377,3 +377,24 @@ async def test_bang_stop_in_the_thread_interrupts_the_turn(
         await until(lambda: fake.calls_of("chat.stopStream"))
         [reply] = fake.bot_messages("D0BANG")
         assert reply.text.endswith("⏹ Stopped.") and not reply.streaming
+
+
+async def test_over_http_a_request_answered_late_is_sent_again_and_is_one_turn(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def slow_publish(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(2.5)  # past the fake's 2 s: Slack retries (X-Slack-Retry-Num)
+        return await publish_command(*args, **kwargs)
+
+    monkeypatch.setattr(channel_service, "publish_command", slow_publish)
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch, http=True) as (fake, _):
+        _event, root = await fake.user_says("D0LATE", "U0ALICE", "take your time")
+        await ended(bus, session_of("D0LATE", root))
+        await until(lambda: 200 in fake.socket.http_statuses)
+        assert fake.socket.http_statuses[0] is None, "the first answer came too late"
+        accepted = [
+            e
+            for e in await events_of(bus, session_of("D0LATE", root))
+            if isinstance(e, InputAccepted)
+        ]
+        assert len(accepted) == 1
