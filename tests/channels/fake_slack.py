@@ -128,7 +128,7 @@ class FakeSlack:
         self.socket = SocketMode(self, ack_timeout=ack_timeout)
         self._limits: dict[str, list[int]] = {}
         self._holds: dict[str, Hold] = {}
-        self._errors: dict[str, list[str]] = {}
+        self._errors: dict[str, list[tuple[str, int]]] = {}
         self._clock = _CLOCK
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -174,9 +174,10 @@ class FakeSlack:
         self._holds[method] = hold = Hold(asyncio.Event(), asyncio.Event())
         return hold
 
-    def fail(self, method: str, error: str, *, times: int = 1) -> None:
-        """Answer the next `times` calls of `method` with `{"ok": false, "error": error}`."""
-        self._errors.setdefault(method, []).extend([error] * times)
+    def fail(self, method: str, error: str, *, times: int = 1, status: int = 200) -> None:
+        """Answer the next `times` calls of `method` with `{"ok": false, "error": error}`, as
+        HTTP `status` (200, as Slack answers its errors; a 5xx when it is in trouble)."""
+        self._errors.setdefault(method, []).extend([(error, status)] * times)
 
     # -- what users do ------------------------------------------------------------------
 
@@ -275,16 +276,17 @@ class FakeSlack:
             body: JSON = {"ok": False, "error": "ratelimited"}
             self.calls.append(Call(method, args, token, 429, body))
             return web.json_response(body, status=429, headers={"Retry-After": str(retry_after)})
+        status = 200
         try:
             body = self._answer(method, args, token)
         except SlackError as error:
-            body = {"ok": False, "error": error.code}
-        self.calls.append(Call(method, args, token, 200, body))
+            body, status = {"ok": False, "error": error.code}, error.status
+        self.calls.append(Call(method, args, token, status, body))
         hold = self._holds.pop(method, None) if body["ok"] else None
         if hold is not None:
             hold.reached.set()
             await hold.released.wait()
-        return web.json_response(body)
+        return web.json_response(body, status=status)
 
     def _answer(self, method: str, args: JSON, token: str | None) -> JSON:
         handler = METHODS.get(method)
@@ -296,9 +298,9 @@ class FakeSlack:
         if token != wanted:
             known = token in (self.app_token, self.bot_token)
             raise SlackError("not_allowed_token_type" if known else "invalid_auth")
-        error = _pop(self._errors, method)
-        if error is not None:
-            raise SlackError(error)
+        failure = _pop(self._errors, method)
+        if failure is not None:
+            raise SlackError(*failure)
         return {"ok": True} | handler(self, args, token)
 
     # -- storage ------------------------------------------------------------------------

@@ -16,9 +16,10 @@ JSON = dict[str, Any]
 class SlackError(Exception):
     """Answered as `{"ok": false, "error": code}`."""
 
-    def __init__(self, code: str) -> None:
+    def __init__(self, code: str, status: int = 200) -> None:
         super().__init__(code)
-        self.code = code
+        self.code, self.status = code, status
+        """Slack answers its errors with HTTP 200; a 5xx when it is in trouble."""
 
 
 def required(args: JSON, name: str) -> str:

@@ -398,3 +398,28 @@ async def test_over_http_a_request_answered_late_is_sent_again_and_is_one_turn(
             if isinstance(e, InputAccepted)
         ]
         assert len(accepted) == 1
+
+
+async def test_a_failed_stream_start_is_not_mistaken_for_another_post_in_the_thread(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policy = {"dm_policy": "pairing"}
+    async with channel_up(nats_server, bus, tmp_path, monkeypatch, slack=policy) as (fake, _):
+        _event, first = await fake.user_says("D0PAIR", "U0NEWCOMER", "hi")
+        await until(lambda: fake.bot_messages("D0PAIR"))
+        [told] = fake.bot_messages("D0PAIR")
+        found = re.search(r"pairing code is ([A-Z2-9]{8})", told.text)
+        assert found is not None
+        done, said = await cli(nats_server, "approve", found.group(1))
+        assert done == 0, said
+        # Slack in trouble at the stream's start: the intent stays, the bot's one other
+        # message in the thread (the pairing reply, tagged) is not taken for the stream
+        fake.fail("chat.startStream", "internal_error", status=500)
+        await fake.user_says("D0PAIR", "U0NEWCOMER", "hi again", thread_ts=first)
+        await ended(bus, session_of("D0PAIR", first))
+        await until(lambda: len(fake.bot_messages("D0PAIR")) == 2)
+        await asyncio.sleep(1.0)
+        pairing, reply = fake.bot_messages("D0PAIR")
+        assert pairing is told and told.edits == 0 and not told.streaming
+        assert reply.text in (REPLY, to_mrkdwn(REPLY)) and not reply.streaming
+        assert [c.status for c in fake.calls if c.method == "chat.startStream"][0] == 500

@@ -80,6 +80,8 @@ STORE_WAIT_S = 30.0
 unacknowledged (the core did not take it: Slack sends it again)."""
 EVENTS_PATH = "/slack/events"
 """The request URL's path in HTTP mode (Event Subscriptions and Interactivity)."""
+NOTICE = "notice"
+"""The tag of a post that is no part of a turn (a refusal, a pairing code)."""
 _ACTIONS = re.compile(r"^turnstream:(approve|deny|stop)$")
 
 
@@ -193,7 +195,8 @@ class SlackPlatform:
         return False  # Slack's native stream is a message: `slack_posting` records it
 
     async def post(self, chat: Chat, text: str, buttons: Sequence[Button] = ()) -> str:
-        return await self._post(chat, text, None, buttons)
+        # tagged too (a refusal, a pairing code): only a stream's start is left unmarked
+        return await self._post(chat, text, NOTICE, buttons)
 
     async def post_tagged(
         self, chat: Chat, text: str, tag: str, buttons: Sequence[Button] = ()
@@ -201,14 +204,13 @@ class SlackPlatform:
         """`post`, the tag in the message's metadata (`FindsPosts`)."""
         return await self._post(chat, text, tag, buttons)
 
-    async def _post(self, chat: Chat, text: str, tag: str | None, buttons: Sequence[Button]) -> str:
+    async def _post(self, chat: Chat, text: str, tag: str, buttons: Sequence[Button]) -> str:
         args: dict[str, Any] = {"channel": chat.id, "text": to_mrkdwn(text)}
         if chat.thread:
             args["thread_ts"] = chat.thread
         if buttons or len(args["text"]) <= SECTION_CHARS:
             args["blocks"] = blocks(text, buttons)
-        if tag is not None:
-            args["metadata"] = metadata(tag)
+        args["metadata"] = metadata(tag)
         posted = await self._call("chat.postMessage", lambda: self.client.chat_postMessage(**args))
         return str(posted["ts"])
 
