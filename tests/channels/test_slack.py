@@ -422,4 +422,4 @@ async def test_a_failed_stream_start_is_not_mistaken_for_another_post_in_the_thr
         pairing, reply = fake.bot_messages("D0PAIR")
         assert pairing is told and told.edits == 0 and not told.streaming
         assert reply.text in (REPLY, to_mrkdwn(REPLY)) and not reply.streaming
-        assert [c.status for c in fake.calls if c.method == "chat.startStream"][0] == 500
+        assert next(c.status for c in fake.calls if c.method == "chat.startStream") == 500
