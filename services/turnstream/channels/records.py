@@ -82,12 +82,13 @@ class Records:
         await self.put(f"prompt.{key_token(interaction_id)}", value)
 
     # conversations
-    async def generation(self, base: str) -> int:
+    async def generation(self, base: str) -> tuple[int, str | None]:
+        """How many times `/new` was said in a conversation, and the key of the last."""
         found = await self.get(f"gen.{key_token(base)}")
-        return int(found["generation"]) if found else 0
+        return (int(found["generation"]), found.get("by")) if found else (0, None)
 
-    async def set_generation(self, base: str, generation: int) -> None:
-        await self.put(f"gen.{key_token(base)}", {"generation": generation})
+    async def set_generation(self, base: str, generation: int, by: str) -> None:
+        await self.put(f"gen.{key_token(base)}", {"generation": generation, "by": by})
 
     # pairing
     async def paired(self, user: str) -> bool:

@@ -108,9 +108,10 @@ class ChannelService:
         scope = policy.session_scope or self.platform.limits.default_scope
         base = inbound.base_session(name, scope, item.chat, item.user)
         book, _ = await self.records.book()
+        generation, last_new = await self.records.generation(base)
         known = inbound.Known(
             paired=await self.records.paired(item.user),
-            generation=await self.records.generation(base),
+            generation=generation,
             open_code=book.code_of(item.user, time.time()),
         )
         decision = inbound.decide_message(
@@ -131,7 +132,8 @@ class ChannelService:
                     log.info("pairing code %s given to %s (%s)", code, user, user_name)
                 await self._reply(chat, decision.text)
             case inbound.NewSession(chat, base_id, generation):
-                await self.records.set_generation(base_id, generation)
+                if last_new != item.key:  # this `/new` delivered again: counted once
+                    await self.records.set_generation(base_id, generation, item.key)
                 await self._reply(chat, "Started a new conversation.")
             case _:
                 assert_never(decision)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -238,20 +239,25 @@ class Telegram:
         return str(sent.message_id)
 
     async def edit(self, chat: Chat, ref: str, text: str, buttons: Sequence[Button] = ()) -> None:
-        try:
-            await self._api(
-                "editMessageText",
-                lambda: self.bot.edit_message_text(
-                    to_html(text),
-                    chat_id=int(chat.id),
-                    message_id=int(ref),
-                    parse_mode=ParseMode.HTML,
-                    reply_markup=self._keyboard(buttons),
-                ),
+        async def change(formatted: bool) -> Any:
+            return await self.bot.edit_message_text(
+                to_html(text) if formatted else text,
+                chat_id=int(chat.id),
+                message_id=int(ref),
+                parse_mode=ParseMode.HTML if formatted else None,
+                reply_markup=self._keyboard(buttons),
             )
-        except PlatformError as exc:
-            if "not modified" not in str(exc).lower():
-                raise
+
+        for formatted in (True, False):
+            try:
+                await self._api("editMessageText", functools.partial(change, formatted))
+                return
+            except PlatformError as exc:
+                said = str(exc).lower()
+                if "not modified" in said:
+                    return
+                if not formatted or "entities" not in said:
+                    raise  # else: Telegram could not read the HTML: as plain text
 
     async def answer_press(self, press: Press, text: str, *, alert: bool) -> None:
         await self._api(
