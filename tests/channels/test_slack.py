@@ -1,17 +1,12 @@
 """The Slack channel with real services and a real nats-server, Slack played by the fake
-(`tests.channels.fake_slack`) behind the official SDKs; the channel in-process here, as a
-killed and restarted process in `test_slack_kill`."""
+(`tests.channels.fake_slack`) behind the official SDKs; the channel in-process here, over
+HTTP in `test_slack_http`, as a killed and restarted process in `test_slack_kill`."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
-import socket
-import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,115 +14,28 @@ import pytest
 
 pytest.importorskip("slack_bolt")
 
-from tests.channels.fake_slack import FakeSlack
-from tests.channels.fake_slack_http import post
-from tests.integration.conftest import events_of, running_services, settings_for
+from tests.channels.slack_harness import (
+    REPLY,
+    SCRIPT,
+    TOOL_SCRIPT,
+    channel_up,
+    cli,
+    ended,
+    session_of,
+    until,
+)
+from tests.integration.conftest import events_of
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
-from turnstream.channels import service as channel_service
-from turnstream.channels import slack as slack_channel
 from turnstream.channels.slack_mrkdwn import to_mrkdwn
-from turnstream.client import publish_command
 from turnstream.core.events import (
     InputAccepted,
     InteractionAnswered,
     ToolInvocationSucceeded,
     TurnEnded,
 )
-from turnstream.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-REPLY = "Hello from **turnstream**: " + " ".join(f"w{i}" for i in range(12))
-SCRIPT = f"""
-replies:
-  - text: "{REPLY}"
-    delay_ms: 60
-"""
-TOOL_SCRIPT = """
-replies:
-  - text: "writing a note"
-    tool_calls: [{name: write_file, arguments: {path: note.txt, content: "hi"}}]
-  - text: "done: {last_tool_result:40}"
-"""
-
-
-@contextlib.asynccontextmanager
-async def channel_up(
-    server: EmbeddedServer,
-    bus: Bus,
-    tmp: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    *,
-    script: str = SCRIPT,
-    http: bool = False,
-    **overrides: Any,
-) -> AsyncIterator[tuple[FakeSlack, Settings]]:
-    """The services, the fake Slack and the Slack channel, all in this process; the channel
-    on Socket Mode, or (`http`) on the Events API over HTTP."""
-    (tmp / "script.yaml").write_text(script)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/slack/events" if http else None
-    async with FakeSlack(ack_timeout=2.0, events_url=url) as fake:
-        monkeypatch.setenv("TURNSTREAM_SLACK_BOT_TOKEN", fake.bot_token)
-        if http:
-            monkeypatch.delenv("TURNSTREAM_SLACK_APP_TOKEN", raising=False)
-            monkeypatch.setenv("TURNSTREAM_SLACK_SIGNING_SECRET", fake.signing_secret)
-            monkeypatch.setenv("TURNSTREAM_SLACK_HTTP_ADDR", f"127.0.0.1:{port}")
-        else:
-            monkeypatch.setenv("TURNSTREAM_SLACK_APP_TOKEN", fake.app_token)
-        policy = {"dm_policy": "open", "stream_interval_s": 0.2} | overrides.pop("slack", {})
-        settings = settings_for(
-            server,
-            tmp,
-            script=tmp / "script.yaml",
-            slack_api_url=fake.api_url,
-            slack=policy,
-            **overrides,
-        )
-        stop = asyncio.Event()
-        async with running_services(settings, bus):
-            task = asyncio.create_task(slack_channel.serve(settings, stop, bus))
-            try:
-                if http:
-                    await until(lambda: listening(port))
-                else:
-                    await fake.socket.wait_connected()
-                yield fake, settings
-            finally:
-                stop.set()
-                await asyncio.wait_for(task, 15)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-def session_of(channel: str, thread_ts: str) -> str:
-    return f"slack-{channel}-{thread_ts.replace('.', '_')}"
-
-
-async def until(check: Any, timeout: float = 60) -> None:
-    async with asyncio.timeout(timeout):
-        while True:
-            if await check() if asyncio.iscoroutinefunction(check) else check():
-                return
-            await asyncio.sleep(0.05)
-
-
-async def ended(bus: Bus, session: str, turns: int = 1) -> list[Any]:
-    async def done() -> bool:
-        return sum(isinstance(e, TurnEnded) for e in await events_of(bus, session)) >= turns
-
-    await until(done)
-    return await events_of(bus, session)
 
 
 async def test_dm_streams_natively_then_one_final_message(
@@ -254,27 +162,6 @@ async def test_a_stranger_gets_a_pairing_code_and_once_approved_a_reply(
         await until(lambda: any(m.text == REPLY for m in fake.bot_messages("D0NEW")))
 
 
-async def cli(server: EmbeddedServer, *args: str) -> tuple[int, str]:
-    """`turnstream channels pairing <args> --platform slack`, as the owner runs it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTREAM_")}
-    env.update(TURNSTREAM_NATS_URL=server.url, TURNSTREAM_CONFIG=os.devnull + ".absent.yaml")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "turnstream.cli",
-        "channels",
-        "pairing",
-        *args,
-        "--platform",
-        "slack",
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await process.communicate()
-    return int(process.returncode or 0), out.decode()
-
-
 async def test_a_dropped_socket_mode_connection_is_reconnected(
     nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -285,55 +172,6 @@ async def test_a_dropped_socket_mode_connection_is_reconnected(
         await ended(bus, session_of("D0DROP", root))
         await until(lambda: any(m.text == REPLY for m in fake.bot_messages("D0DROP")))
         assert len(fake.calls_of("apps.connections.open")) == 2
-
-
-async def test_events_api_over_http_with_signed_requests(
-    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with channel_up(nats_server, bus, tmp_path, monkeypatch, http=True) as (fake, _):
-        _event, root = await fake.user_says("D0HTTP", "U0ALICE", "over http")
-        await ended(bus, session_of("D0HTTP", root))
-        await until(lambda: any(m.text == REPLY for m in fake.bot_messages("D0HTTP")))
-        assert fake.socket.http_statuses[0] == 200 and fake.socket.connects == 0
-        forged_event = fake.message_event(fake.find("D0HTTP", root)) | {"client_msg_id": "x"}
-        body = fake.socket.event_callback(forged_event)
-        url = fake.events_url
-        assert url is not None
-        status = await post(url, "not-the-secret", "events_api", body, 0, 5.0)
-        assert status == 401
-        assert len(fake.bot_messages("D0HTTP")) == 1
-
-
-async def test_slack_is_acked_only_after_the_command_is_stored(
-    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    stored_at: list[float] = []
-
-    async def slow_publish(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(2.5)  # past the fake's 2 s: Slack sends the event again
-        result = await publish_command(*args, **kwargs)
-        stored_at.append(time.monotonic())
-        return result
-
-    monkeypatch.setattr(channel_service, "publish_command", slow_publish)
-    async with channel_up(nats_server, bus, tmp_path, monkeypatch) as (fake, _):
-        event_id, root = await fake.user_says("D0SLOW", "U0ALICE", "take your time")
-        await fake.socket.wait_acked_event(event_id, timeout=60)
-        await ended(bus, session_of("D0SLOW", root))
-        deliveries = fake.socket.deliveries_of(event_id)
-        assert [d.retry_attempt for d in deliveries][:2] == [0, 1], "re-sent while unacked"
-        acked = [
-            fake.socket.acked_at[d.envelope_id]
-            for d in deliveries
-            if fake.socket.acked(d.envelope_id)
-        ]
-        assert acked and min(acked) >= stored_at[0], "acked before the command was stored"
-        accepted = [
-            e
-            for e in await events_of(bus, session_of("D0SLOW", root))
-            if isinstance(e, InputAccepted)
-        ]
-        assert len(accepted) == 1
 
 
 async def test_a_stop_press_on_a_reply_streamed_by_edits_stops_the_turn(
@@ -377,27 +215,6 @@ async def test_bang_stop_in_the_thread_interrupts_the_turn(
         await until(lambda: fake.calls_of("chat.stopStream"))
         [reply] = fake.bot_messages("D0BANG")
         assert reply.text.endswith("⏹ Stopped.") and not reply.streaming
-
-
-async def test_over_http_a_request_answered_late_is_sent_again_and_is_one_turn(
-    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async def slow_publish(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(2.5)  # past the fake's 2 s: Slack retries (X-Slack-Retry-Num)
-        return await publish_command(*args, **kwargs)
-
-    monkeypatch.setattr(channel_service, "publish_command", slow_publish)
-    async with channel_up(nats_server, bus, tmp_path, monkeypatch, http=True) as (fake, _):
-        _event, root = await fake.user_says("D0LATE", "U0ALICE", "take your time")
-        await ended(bus, session_of("D0LATE", root))
-        await until(lambda: 200 in fake.socket.http_statuses)
-        assert fake.socket.http_statuses[0] is None, "the first answer came too late"
-        accepted = [
-            e
-            for e in await events_of(bus, session_of("D0LATE", root))
-            if isinstance(e, InputAccepted)
-        ]
-        assert len(accepted) == 1
 
 
 async def test_a_failed_stream_start_is_not_mistaken_for_another_post_in_the_thread(
