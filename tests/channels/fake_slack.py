@@ -19,6 +19,12 @@ kind; a rate limit is HTTP 429 with `Retry-After` and `{"ok": false, "error":
 timeout`, up to three times, as Slack does. A message the bot posts is echoed back to it as
 a `message` event with its `bot_id`, as Slack does, so bot-loop protection is exercised.
 
+With `events_url` it plays the Events API over HTTP instead (`fake_slack_http`): the same
+deliveries POSTed to the app's request URL, signed with `signing_secret`, re-sent when not
+answered 200 in time. `slack.fail(method, error, status=...)` injects an error (a 5xx
+too); `slack.hold(method)` lets the next call take effect and holds its answer, so a test
+can kill the caller in between (the post made, its answer lost).
+
 Every Web API call is recorded in `slack.calls` (rate-limited and failed ones too).
 """
 
