@@ -5,6 +5,8 @@ bot loops), which session, `/stop` and `/new`, who may press; what a chat shows 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from turnstream.channels import inbound, outbound
 from turnstream.channels.pairing import Book, Request
@@ -90,6 +92,7 @@ def test_session_scopes() -> None:
     assert inbound.base_session("telegram", "chat", chat, "U1") == "telegram--100-5"
     assert inbound.base_session("telegram", "user", chat, "U1") == "telegram-u-U1"
     assert inbound.owns("telegram", "telegram--100-5") and not inbound.owns("telegram", "slack-1")
+    assert not inbound.owns("telegram", "telegram-42:sub-0a1b2c3d4e5f"), "a sub-turn's child"
 
 
 def test_only_the_sender_or_an_approver_may_press() -> None:
@@ -213,3 +216,19 @@ def test_a_stopped_turn_keeps_what_was_streamed() -> None:
     ended = outbound.Ended("s", "t", GROUP, "Stopped.", interrupted=True)
     _, fx = outbound.decide_outbound(views, ended, 2, PACING)
     assert fx == [outbound.Final("t", GROUP, ("half a\n\n⏹ Stopped.",))]
+
+
+@given(
+    text=st.text(alphabet=st.sampled_from("ab `\n#*"), max_size=3000),
+    limit=st.integers(min_value=16, max_value=500),
+)
+def test_split_text_loses_nothing_but_spaces_at_its_cuts(text: str, limit: int) -> None:
+    """Every part within the limit; every character but the whitespace at a cut kept, in
+    order (fences closed and reopened at a cut aside)."""
+    parts = split_text(text, limit)
+    assert all(len(p) <= limit for p in parts)
+
+    def bare(s: str) -> str:
+        return "".join(s.replace("```", "").split())
+
+    assert bare("".join(parts)) == bare(text)

@@ -149,8 +149,9 @@ def session_of(base: str, generation: int) -> str:
 
 
 def owns(platform: str, session_id: str) -> bool:
-    """Whether `session_id` is one of the channel of `platform`'s conversations."""
-    return session_id.startswith(f"{platform}-")
+    """Whether `session_id` is one of the channel of `platform`'s conversations (a
+    sub-turn's child session, `<parent>:sub-…`, is not: its parent's reply is shown)."""
+    return session_id.startswith(f"{platform}-") and ":" not in session_id
 
 
 def command_word(text: str) -> str | None:
