@@ -110,6 +110,7 @@ CHANNEL_TOKENS = (
     "TURNSTREAM_TELEGRAM_BOT_TOKEN",
     "TURNSTREAM_SLACK_BOT_TOKEN",
     "TURNSTREAM_SLACK_APP_TOKEN",
+    "TURNSTREAM_SLACK_SIGNING_SECRET",
 )
 """The chat platforms' tokens (docs/channels.md): secrets, read with `Settings.secret` (the
 environment, else the secrets file), redacted from every log line and tool result."""
