@@ -39,6 +39,7 @@ console = Console(highlight=False)
 SETTLE_S = 5.0
 """After the last turn: idle actors retire, leases are released, memory is given back."""
 TIMEOUT_S = 1800.0
+IDLE_WAIT_S = 30.0
 
 
 class Ends:
@@ -146,10 +147,24 @@ async def run(url: str, mode: str, n: int, k: int, pids: dict[str, int]) -> dict
         await bus.close()
 
 
+def steady_rss(pids: dict[str, int]) -> dict[str, float]:
+    """Each process's RSS once none grew by more than 0.5 MiB in a second (at most
+    `IDLE_WAIT_S`): on a loaded machine the services are still importing after the stack's
+    start-up pause, and an idle figure read then is too low."""
+    before = {name: rss_mib(pid) for name, pid in pids.items()}
+    deadline = time.monotonic() + IDLE_WAIT_S
+    while True:
+        time.sleep(1.0)
+        now = {name: rss_mib(pid) for name, pid in pids.items()}
+        if all(now[name] - before[name] <= 0.5 for name in now) or time.monotonic() > deadline:
+            return now
+        before = now
+
+
 def deployment(mode: str, n: int, k: int) -> dict[str, Any]:
     with stack.scripted(SCRIPT, console) as running:
         pids = running.pids
-        idle = {name: rss_mib(pid) for name, pid in pids.items()}
+        idle = steady_rss(pids)
         result = asyncio.run(run(running.server.url, mode, n, k, pids))
         result["rss_end"] = {name: rss_mib(pid) for name, pid in pids.items()}
         time.sleep(SETTLE_S)

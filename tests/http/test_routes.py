@@ -245,6 +245,41 @@ async def test_sessions_list_and_one_session(client: httpx.AsyncClient) -> None:
     assert missing.status_code == 404 and missing.headers["content-type"] == PROBLEM
 
 
+async def test_the_sessions_changed_last_come_first_filtered_with_the_total(
+    client: httpx.AsyncClient,
+) -> None:
+    """What the console's sessions view asks (issue 42): a page of the sessions changed last,
+    read back from the projection's end, with how many there are, filtered by status and
+    time; not every session."""
+    sessions = ["recent-1", "recent-2", "recent-3"]
+    everything: dict = {}
+    for session in sessions:  # each written in the projection before the next one starts
+        await client.post(f"/v1/sessions/{session}/messages?wait=true", json={"text": "hi"})
+        for _ in range(50):  # the audit service writes the projection a moment later
+            everything = (await client.get("/v1/sessions?order=recent&limit=1000")).json()
+            done = {i["sessionId"] for i in everything["items"] if i["status"] == "completed"}
+            if session in done:
+                break
+            await asyncio.sleep(0.1)
+    ids = [i["sessionId"] for i in everything["items"]]
+    assert [s for s in ids if s in sessions] == sessions[::-1]  # the latest first
+    assert everything["total"] == len(ids) and everything["next"] is None
+    two = (await client.get("/v1/sessions", params={"order": "recent", "limit": 2})).json()
+    assert [i["sessionId"] for i in two["items"]] == ids[:2] and two["total"] == len(ids)
+    failed = (await client.get("/v1/sessions?order=recent&status=failed")).json()
+    assert not set(sessions) & {i["sessionId"] for i in failed["items"]}
+    assert all(i["status"] == "failed" for i in failed["items"])
+    times = {i["sessionId"]: i["updatedAt"] for i in everything["items"]}
+    since = times["recent-3"]
+    newest = await client.get("/v1/sessions", params={"order": "recent", "since": since})
+    found = {i["sessionId"]: i["updatedAt"] for i in newest.json()["items"]}
+    assert "recent-3" in found and not {"recent-1", "recent-2"} & set(found)
+    assert all(at >= since for at in found.values())
+    by_id = await client.get("/v1/sessions", params={"limit": 1000, "status": "completed"})
+    assert set(sessions) <= {i["sessionId"] for i in by_id.json()["items"]}
+    assert by_id.json()["total"] == len(ids)
+
+
 async def test_workflows_and_agents(client: httpx.AsyncClient) -> None:
     flows = (await client.get("/v1/workflows")).json()["items"]
     assert [(f["name"], f["valid"]) for f in flows] == [("review-and-implement", True)]

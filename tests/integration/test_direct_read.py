@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
@@ -15,6 +16,7 @@ from turnstream.bus import Bus
 from turnstream.bus.scan import DirectGetError, DirectReads
 from turnstream.bus.store import JetStreamEventStore
 from turnstream.core.subjects import Subjects
+from turnstream.http.direct import DirectGets
 
 
 async def test_direct_read_pages_through_one_session_among_others(bus: Bus) -> None:
@@ -215,3 +217,67 @@ async def test_a_read_behind_a_known_fact_is_read_again_up_to_the_leaders_last(b
     covered = await store.read_session(session, known={fact.seq: fact.event})
     assert [s.seq for s in covered] == [s.seq for s in stored]
     assert covered[-1].event is fact.event
+
+
+class Asked:
+    """A store's direct reads, recording the count each read was given."""
+
+    def __init__(self, reads: DirectReads) -> None:
+        self.reads, self.counts = reads, list[int | None]()
+
+    async def read(self, *args: Any, count: int | None = None, **kwargs: Any) -> int:
+        self.counts.append(count)
+        return await self.reads.read(*args, count=count, **kwargs)
+
+
+async def test_every_read_of_a_session_from_its_start_is_counted(bus: Bus) -> None:
+    """Not only a runner's reload: the approval service's (a delivered fact given) and the
+    HTTP face's session view read from the start without `latest`, and ask the log for
+    exactly the session's events too, the right ones."""
+    mine, other = "counted-everywhere", "counted-everywhere-other"
+    for _ in range(4):
+        await bus.store.append_facts([ev(mine), ev(other), ev(mine)])
+    await bus.store.append_facts([ev(other) for _ in range(20)])  # the log goes on after it
+    expected = [s for s in await bus.store.read_all() if s.event.session_id == mine]
+    store = JetStreamEventStore(bus.nc, bus.js, bus.subjects)
+    asked = Asked(store.direct)
+    store.direct = asked  # type: ignore[assignment]
+    assert await store.read_session(mine) == expected
+    fact = expected[3]
+    given = await store.read_session(mine, known={fact.seq: fact.event})
+    assert given == expected and given[3].event is fact.event
+    tail = await store.read_session(mine, after_seq=expected[4].seq, events_before=5)
+    assert tail == expected[5:]
+    assert asked.counts == [8, 8, 3]
+    assert await store.read_session("counted-nobody") == []  # counted 0: nothing asked
+    assert asked.counts[-1] == 0
+
+
+async def test_the_http_faces_pages_ask_for_no_more_than_remain(bus: Bus) -> None:
+    session, other = "paged-counted", "paged-counted-other"
+    for _ in range(7):
+        await bus.store.append_facts([ev(session), ev(other)])
+    await bus.store.append_facts([ev(other) for _ in range(20)])
+    expected = [s.seq for s in await bus.store.read_session(session)]
+    direct = DirectGets(bus)
+    sizes: list[int] = []
+    batch = direct.reads.batch
+
+    async def recorded(*args: Any, **kwargs: Any) -> int:
+        sizes.append(kwargs["batch"])
+        return await batch(*args, **kwargs)
+
+    direct.reads.batch = recorded  # type: ignore[method-assign]
+    try:
+        page, more = await direct.page(session, after=0, limit=100)
+        assert [r.seq for r in page] == expected and more == 0
+        assert sizes == [7]  # its count, not the 100 asked for
+        sizes.clear()
+        assert [r.seq async for r in direct.records(session, after=0, limit=3)] == expected
+        assert sizes == [3, 3, 1]
+        sizes.clear()
+        later, more = await direct.page(session, after=expected[4], limit=100)
+        assert [r.seq for r in later] == expected[5:] and more == 0
+        assert await direct.page("paged-nobody", after=0, limit=10) == ([], 0)
+    finally:
+        await direct.stop()

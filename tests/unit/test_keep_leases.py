@@ -71,3 +71,31 @@ async def test_a_lease_is_renewed_before_it_could_lapse_and_no_sooner() -> None:
     gaps = [b - a for a, b in itertools.pairwise(busy)]
     assert all(gap > POLICY.renew_s * 1.5 for gap in gaps)  # every other round
     assert all(gap < POLICY.ttl_s for gap in gaps)  # and it never lapsed
+
+
+async def test_each_idle_lease_released_is_told_so_its_actor_can_go() -> None:
+    leases = FakeLeases()
+    leases.take("busy")
+    leases.take("idle")
+    told: list[str] = []
+    stop = asyncio.Event()
+
+    async def until_released() -> None:
+        async with asyncio.timeout(5):
+            while not told:  # noqa: ASYNC110 (a list the rounds append to)
+                await asyncio.sleep(0.01)
+        stop.set()
+
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(until_released())
+        tasks.create_task(
+            keep_leases(
+                leases,  # type: ignore[arg-type]
+                POLICY,
+                lambda s: s == "busy",
+                lambda _s: None,
+                stop,
+                told.append,
+            )
+        )
+    assert told == ["idle"]  # the session with open work kept its lease (and its actor)

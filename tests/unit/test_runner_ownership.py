@@ -86,3 +86,18 @@ async def test_a_partition_taken_again_before_its_actor_noticed_means_a_reload()
     lose(owned, 0)
     take(owned, 0)
     assert await owned.ensure(session) is Ownership.NEW
+
+
+async def test_a_session_whose_actor_went_is_forgotten_and_loaded_anew() -> None:
+    """What a partitioned runner keeps per session is for its sessions with an actor: one
+    let go is forgotten (its next actor loads it anyway), not kept for every session seen."""
+    owned = PartitionSessions(bus(4), POLICY, "turn-runner/a")
+    in_0 = (f"s-{i}" for i in range(1000) if owned.subjects.partition_of(f"s-{i}") == 0)
+    sessions = [next(in_0), next(in_0)]
+    take(owned, 0)
+    for session in sessions:
+        assert await owned.ensure(session) is Ownership.NEW
+    assert await owned.ensure(sessions[0]) is Ownership.KEPT
+    owned.forget(sessions[0])
+    assert sessions[0] not in owned.seen and sessions[1] in owned.seen
+    assert await owned.ensure(sessions[0]) is Ownership.NEW

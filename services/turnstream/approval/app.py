@@ -70,7 +70,8 @@ class ApprovalActor:
         """Tries refused in a row for storage (the log full): the backoff's count."""
 
     def busy(self) -> bool:
-        return approval.next_deadline(self.state) is not None
+        """A prompt's deadline to time, or a full log's backoff (`refusals`) under way."""
+        return self.refusals > 0 or approval.next_deadline(self.state) is not None
 
     async def failed(self, item: Item) -> None:
         self.loaded = False

@@ -103,11 +103,14 @@ TURN_RUNNER = Durable(
         "ToolInvocationCancelled",
     ),
     ack_wait_s=SESSION_ACK_WAIT_S,
-    max_ack_pending=2048,
+    max_ack_pending=512,
 )
 """The event kinds that move a turn forward. The facts in a runner's hands at once are
 bounded: a burst of 20,000 new sessions waits in the stream, not in the runner's memory
-(each kept in progress while it waits), and is handed over as facts are settled."""
+(each kept in progress while it waits), and is handed over as facts are settled. 512, not
+2,048: the facts in hand (each with its session's actor, waiting for one of the 32 load
+slots) are a burst's peak of memory, and the allocator keeps its arenas at that peak
+(docs/performance.md, "A burst of new sessions"); 512 still keeps every load slot fed."""
 APPROVAL = Durable(
     "approval",
     ("ToolCallModeInvoked", "ToolInvocationProposed", "InteractionAnswered", "TurnEnded"),

@@ -93,9 +93,11 @@ class EventStore(Protocol):
         decoded already, by sequence (a delivered fact), taken as they are. The read goes
         at least up to the last of them, up to `at_least` (a sequence the caller knows the
         session has: a reader must never see less than it saw) and, if `latest`, up to the
-        session's last event on the stream's leader now (one request more, and one to
-        count its events where `events_before`, how many it has up to `after_seq`, is
-        known or `after_seq` is 0), or fails (`TimeoutError`)."""
+        session's last event on the stream's leader now (one request more), or fails
+        (`TimeoutError`). Where `events_before` (how many it has up to `after_seq`) is
+        known or `after_seq` is 0, its events are counted first (one request) and the log
+        is asked for exactly them: a read asking for more than remain costs the server
+        the rest of the stream."""
         ...
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
@@ -213,6 +215,9 @@ class JetStreamEventStore:
             else:
                 last = await self.last_seq(session_id)
             at_least = max(at_least, last)
+        elif events_before is not None or after_seq == 0:  # counted, as a reload's read
+            counted = await log_count(self.js, self.subjects, subject, stream=stream)
+            expected = counted - (events_before or 0)
         return await self._read(stream, subject, after_seq, known or {}, at_least, expected)
 
     async def last_of_kind(self, session_id: str, event_type: str) -> Event | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query
@@ -14,6 +15,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError
 from pydantic.alias_generators import to_camel
 from starlette.responses import Response
 
+from turnstream.bus.kv import recent_values
 from turnstream.client import pending_prompts
 from turnstream.core import approval
 from turnstream.core.costs import PriceTable, add_tokens, spend
@@ -26,7 +28,7 @@ from turnstream.core.events.agents import (
 )
 from turnstream.core.projection import build_view
 from turnstream.core.subjects import session_key
-from turnstream.core.summary import SessionSummary
+from turnstream.core.summary import SessionSummary, SummaryStatus
 from turnstream.http.context import Caller, Ctx, SessionId
 from turnstream.http.problems import Problem
 
@@ -38,25 +40,55 @@ def json(body: Any) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-@router.get("/sessions", summary="Sessions (the audit projection), by id, in pages")
+@router.get("/sessions", summary="Sessions (the audit projection): the changed last, or by id")
 async def list_sessions(
     ctx: Ctx,
     who: Caller,
     after: Annotated[str | None, Query(description="Cursor: the previous page's last id")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    order: Annotated[
+        Literal["id", "recent"],
+        Query(description="`recent`: the `limit` changed last, latest first (no cursor)"),
+    ] = "id",
+    status: Annotated[SummaryStatus | None, Query(description="Only sessions in it")] = None,
+    since: Annotated[datetime | None, Query(description="Only sessions changed since")] = None,
 ) -> Response:
+    """`total` is how many sessions there are (all statuses, all readers); by id, a page
+    filtered by `status` or `since` may hold fewer than `limit` and still have a `next`."""
     who.require("read")
+
+    def wanted(value: bytes | None) -> bool:
+        if not value:
+            return False
+        summary = SessionSummary.from_json(value)
+        changed = summary.updated_at
+        return (
+            who.allows("read", summary.session_id)
+            and (status is None or summary.status == status)
+            and (since is None or (changed is not None and changed >= _aware(since)))
+        )
+
     kv = await _sessions_kv(ctx)
+    if order == "recent":  # read back from the bucket's end: costs the page, not the total
+        bucket = ctx.bus.subjects.sessions_bucket
+        recent, total = await recent_values(ctx.bus.nc, bucket, lambda _k, v: wanted(v), limit)
+        items = [orjson.Fragment(v) for _, v in recent]
+        return json({"items": items, "total": total, "next": None})
     try:
         keys = await kv.keys()
     except NoKeysError:
         keys = []
     ids = sorted(k.replace("=", ":") for k in keys)
+    total = len(ids)
     ids = [s for s in ids if who.allows("read", s) and (after is None or s > after)]
     page = ids[:limit]
     values = await asyncio.gather(*(_summary(kv, s) for s in page))
-    items = [orjson.Fragment(v) for v in values if v is not None]
-    return json({"items": items, "next": page[-1] if len(ids) > limit else None})
+    items = [orjson.Fragment(v) for v in values if v is not None and wanted(v)]
+    return json({"items": items, "total": total, "next": page[-1] if len(ids) > limit else None})
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 @router.get(

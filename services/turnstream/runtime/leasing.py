@@ -52,9 +52,12 @@ async def keep_leases(
     open_work: Callable[[str], bool],
     wake: Callable[[str], None],
     stop: asyncio.Event,
+    released: Callable[[str], object] = lambda _session_id: None,
 ) -> None:
     """Every `renew_s`: keep the leases of sessions with open work (or used since the last
-    round), release the others. On stop: hand them all over to the other instances.
+    round), release the others, and tell `released` of each (its actor's state is stale
+    from then on: the next holder reloads it). On stop: hand them all over to the other
+    instances.
 
     A lease kept is renewed only once it would not outlive the round after next (a late
     round must not let it lapse): with the default TTL, every other round. A session that
@@ -85,6 +88,8 @@ async def keep_leases(
         if drop:
             log.debug("releasing %d idle lease(s): %s", len(drop), drop)
         await _release(leases, drop, hand_over=False)
+        for session_id in drop:
+            released(session_id)
     log.debug("handing %d lease(s) over: %s", len(leases.held), list(leases.held))
     # the actors are being cancelled now, so which sessions were open cannot be told: hand
     # every one over (an idle one costs its next holder one reload)

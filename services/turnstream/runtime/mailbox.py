@@ -5,7 +5,11 @@ things at once while different sessions proceed in parallel. An idle worker exit
 state is a rebuildable copy of the log); the next item for its session starts a new one.
 Idle workers are also let go beyond a number kept (`max_rested`, least recently used
 first), so memory follows the sessions at work, not every session seen in `idle_s`; once
-no item came for a second, the free memory a burst left is given back (`QuietTrim`).
+no item came for a second, every idle worker is let go and the free memory a burst left
+is given back (`QuietTrim`): a resting actor allocated in a burst keeps the allocator's
+arenas it sits in, so memory after a burst would otherwise stay near its peak. A service
+may also let one go as soon as its state is stale (`retire`: the turn-runner, once it
+released the session's lease).
 
 A delivered message is kept with in-progress acks from its arrival until its actor is done
 with it, so the consumers' ack wait can be short (`ACK_WAIT_S`): what a dead instance had
@@ -31,7 +35,7 @@ from turnstream.bus.durables import SESSION_ACK_WAIT_S, Durable
 from turnstream.bus.retry import stoppable
 from turnstream.bus.scan import stream_seq
 from turnstream.core.events import Event, decode
-from turnstream.runtime.memory import QuietTrim
+from turnstream.runtime.memory import QuietTrim, trim
 
 log = logging.getLogger("turnstream")
 ACK_WAIT_S = SESSION_ACK_WAIT_S
@@ -142,12 +146,16 @@ class Mailboxes(Generic[Item]):
         idle_s: float = 300.0,
         max_rested: int = 500,
         quiet: QuietTrim | None = None,
+        gone: Callable[[str], object] = lambda _key: None,
     ) -> None:
         self.make_actor = make_actor
+        self.gone = gone
+        """Told of each session whose worker is let go (what is kept for its actor goes)."""
         self.idle_s = idle_s
         self.max_rested = max_rested
-        self.quiet = quiet or QuietTrim()
-        """Told of every item: gives free memory back once they pause."""
+        self.quiet = quiet or QuietTrim(release=self.quieted)
+        """Told of every item: once they pause, idle workers go and free memory is given
+        back (`quieted`)."""
         self.boxes: dict[str, _Mailbox[Item]] = {}
         self.kept = _Kept()
         """In-progress acks of delivered messages not yet handled, by `id` of the item."""
@@ -232,6 +240,22 @@ class Mailboxes(Generic[Item]):
             if self.boxes.get(key) is box:
                 del self.boxes[key]
                 self.rested.pop(key, None)
+                self.gone(key)
+
+    def retire(self, key: str) -> bool:
+        """Let `key`'s worker go if it rests (waits with nothing to do); whether it did."""
+        box = self.boxes.get(key)
+        if box is None or box.closed:
+            return False
+        self._let_go(key, box)
+        return box.closed
+
+    def quieted(self) -> None:
+        """No item came for `QUIET_S`: let every resting worker go, then give the free
+        memory back to the OS once they have returned (their frames freed)."""
+        for key in list(self.rested):
+            self.retire(key)
+        asyncio.get_running_loop().call_soon(trim)
 
     def _sweep(self) -> None:
         """Let the workers go that waited `idle_s` with nothing to do (an item for one of
@@ -253,6 +277,7 @@ class Mailboxes(Generic[Item]):
         box.closed = True
         if self.boxes.get(key) is box:
             del self.boxes[key]
+            self.gone(key)
         self.rested.pop(key, None)
         box.inbox.put_nowait(_LET_GO)  # it returns, no cancellation (see `_LetGo`)
 

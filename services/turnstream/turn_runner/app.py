@@ -101,7 +101,7 @@ class Runner:
         """Per-session leases: used when the log is one stream (`ownership.py`)."""
         self.ownership = session_ownership(bus, self.leases, self.lease_policy)
         self.mailboxes: Mailboxes[Item] = Mailboxes(
-            lambda key: SessionActor(self.actor_context(), key)
+            lambda key: SessionActor(self.actor_context(), key), gone=self.ownership.forget
         )
         self.loads = asyncio.Semaphore(LOADS_IN_FLIGHT)
         self.attachments = AttachmentCache(self.bus)

@@ -47,7 +47,8 @@ UNACKED_SCAN_MAX = 100_000
 """The most log messages read to find the sessions of facts a consumer has not had acked
 (past it, those sessions wait for their facts' redelivery, `ACK_WAIT_S`)."""
 KNOWN_SESSIONS = 100_000
-"""Sessions whose take-over generation is remembered (one forgotten is reloaded once)."""
+"""Sessions whose take-over generation is remembered at most (those of actors let go are
+forgotten at once; one forgotten with its actor alive is reloaded once)."""
 DRAIN_S = 1.0
 FULL_CHECK_S = 5.0
 """How long the check whether the log is full at start may take (`_full_at_start`)."""
@@ -84,6 +85,10 @@ class SessionOwnership(Protocol):
 
     async def confirm(self, session_id: str) -> bool:
         """Ask the bucket, not our clock, whether the session is still ours."""
+        ...
+
+    def forget(self, session_id: str) -> None:
+        """The session's actor is gone: what was kept for it goes too (a new actor reloads)."""
         ...
 
     async def serve(self, served: Served, stop: asyncio.Event) -> None:
@@ -191,6 +196,9 @@ class SessionLeases:
     async def confirm(self, session_id: str) -> bool:
         return await self.leases.confirm(session_id)
 
+    def forget(self, session_id: str) -> None:
+        """Nothing kept per actor: the lease goes by `keep_leases` (idle, released)."""
+
     async def serve(self, served: Served, stop: asyncio.Event) -> None:
         async def resume() -> None:
             # one still leased elsewhere is woken again when its lease expires
@@ -200,7 +208,10 @@ class SessionLeases:
 
         policy, open_work = self.policy, served.open_work
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(keep_leases(self.leases, policy, open_work, served.wake, stop))
+            # an idle session's lease released, its actor goes too: the next input reloads
+            retire = served.mailboxes.retire
+            keeping = keep_leases(self.leases, policy, open_work, served.wake, stop, retire)
+            tasks.create_task(keeping)
             tasks.create_task(
                 serve_sessions(
                     served.bus,
@@ -256,6 +267,11 @@ class PartitionSessions:
     async def confirm(self, session_id: str) -> bool:
         k = self.subjects.partition_of(session_id)
         return k in self.taken and await self.partitions.parts.confirm(str(k))
+
+    def forget(self, session_id: str) -> None:
+        """Its actor gone, the session's generation is moot (a new actor loads anyway), so
+        `seen` holds the sessions with an actor, not every session seen."""
+        self.seen.pop(session_id, None)
 
     async def serve(self, served: Served, stop: asyncio.Event) -> None:
         actors_stop = asyncio.Event()  # the actors outlive the partitions: they nak what they hold

@@ -108,7 +108,13 @@ class SessionActor:
 
     def busy(self) -> bool:
         """Work in flight or open: the mailbox must not retire this actor (its timers and
-        its lease would go with it)."""
+        its lease would go with it). Waiting out a full log is work owed too: what it keeps
+        (`refused`: the turns then live end `storage_full`; `refusals`: the backoff) is not
+        in the log."""
+        return self.refused is not None or self.refusals > 0 or self.working()
+
+    def working(self) -> bool:
+        """A model call in flight, or a turn, input or workflow open in the state."""
         chat, run = self.state.chat, self.state.workflow
         open_work = (
             chat.active is not None
@@ -166,7 +172,7 @@ class SessionActor:
         `item` again later, backing off (the process's alarm said so once, at ERROR; not per
         message); the turns live now end `storage_full` once their ends fit. The state is
         read from the log again then."""
-        if self.refused is None and self.loaded and self.busy():
+        if self.refused is None and self.loaded and self.working():
             self.refused = exc.description
         self.loaded = False
         self.refusals += 1

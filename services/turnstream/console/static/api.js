@@ -49,7 +49,14 @@ export async function api(path, { method = "GET", body, signal } = {}) {
 export const post = (path, body) => api(path, { method: "POST", body });
 const enc = encodeURIComponent;
 
-/** Every session summary, following the pages. */
+/** The `limit` sessions changed last (latest first, in `status` only if given) and how
+ * many sessions there are: `{items, total}`. */
+export function recentSessions(limit, status, signal) {
+  const q = status ? `&status=${enc(status)}` : "";
+  return api(`/v1/sessions?order=recent&limit=${limit}${q}`, { signal });
+}
+
+/** Every session summary, following the pages (the audit view verifies them all). */
 export async function allSessions(signal) {
   const items = [];
   let after = null;

@@ -1,10 +1,14 @@
-// The sessions view: every session's summary (the audit projection), live by polling,
-// joined with the open approval prompts; filtered and searched in the page.
+// The sessions view: the summaries (the audit projection) of the sessions changed last, a
+// page at a time with how many there are (as `turnstream sessions`), live by polling,
+// joined with the open approval prompts; the status filtered by the server, the rest
+// searched in the page.
 
-import { allSessions, api, post } from "./api.js";
+import { api, post, recentSessions } from "./api.js";
 import { $, ago, debounce, html, short } from "./util.js";
 
 const POLL_MS = 2000;
+const PAGE = 100;
+const MAX_PAGE = 1000;
 
 export function sessionsView(root, { toast }) {
   root.innerHTML = String(html`<div class="toolbar">
@@ -27,6 +31,9 @@ export function sessionsView(root, { toast }) {
     <th>approvals</th><th>last failure</th><th class="num">tokens</th><th>updated</th></tr></thead>
     <tbody id="rows"></tbody>
   </table></div>
+  <p class="more muted" id="more-row" hidden>
+    <span id="more-note"></span> <button id="more" type="button">Show more</button>
+  </p>
   <p class="empty muted" id="empty" hidden>No sessions yet: start one above, or send a message
   (<code>turnstream send demo hello</code>).</p>`);
 
@@ -35,6 +42,8 @@ export function sessionsView(root, { toast }) {
   const filters = { q: "", status: "", needs: false, viol: false };
   let pending = new Map();
   let order = "";
+  let limit = PAGE;
+  let total = 0;
   let stopped = false;
   let timer = null;
   let controller = null;
@@ -60,8 +69,12 @@ export function sessionsView(root, { toast }) {
       r.tr.hidden = !ok;
       if (ok) shown++;
     }
-    $("#count", root).textContent = rows.size ? `${shown} of ${rows.size}` : "";
+    $("#count", root).textContent = rows.size ? `${shown} of ${total}` : "";
     $("#empty", root).hidden = rows.size > 0;
+    const more = total > rows.size;
+    $("#more-row", root).hidden = !more;
+    $("#more-note", root).textContent = more ? `${rows.size} changed last of ${total}` : "";
+    $("#more", root).hidden = limit >= MAX_PAGE;
   };
 
   const render = (summaries) => {
@@ -96,21 +109,25 @@ export function sessionsView(root, { toast }) {
     apply();
   };
 
+  let polls = 0;
   async function poll() {
     if (stopped) return;
+    const mine = ++polls; // a poll superseded (pollNow) neither renders nor goes on
     controller = new AbortController();
     try {
-      const [summaries, prompts] = await Promise.all([
-        allSessions(controller.signal),
+      const [page, prompts] = await Promise.all([
+        recentSessions(limit, filters.status, controller.signal),
         api("/v1/approvals", { signal: controller.signal }).catch(() => ({ items: [] })),
       ]);
       pending = new Map();
       for (const p of prompts.items) if (!p.answered) pending.set(p.sessionId, (pending.get(p.sessionId) || 0) + 1);
-      if (!stopped) render(summaries);
+      if (stopped || mine !== polls) return;
+      total = page.total;
+      render(page.items);
     } catch (error) {
       if (error.name !== "AbortError" && error.status !== 503 && error.status !== 401) toast(error.message);
     }
-    if (!stopped) timer = setTimeout(poll, POLL_MS);
+    if (!stopped && mine === polls) timer = setTimeout(poll, POLL_MS);
   }
 
   const refilter = debounce(apply, 60);
@@ -118,9 +135,19 @@ export function sessionsView(root, { toast }) {
     filters.q = e.target.value.trim();
     refilter();
   });
+  const pollNow = () => {
+    clearTimeout(timer);
+    controller?.abort();
+    poll();
+  };
   $("#status", root).addEventListener("change", (e) => {
     filters.status = e.target.value;
     apply();
+    pollNow(); // the server filters: the page is the sessions in that status changed last
+  });
+  $("#more", root).addEventListener("click", () => {
+    limit = Math.min(limit + PAGE, MAX_PAGE);
+    pollNow();
   });
   $("#needs", root).addEventListener("change", (e) => {
     filters.needs = e.target.checked;

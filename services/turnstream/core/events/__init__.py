@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from pydantic import Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from turnstream.core.events.agents import (
     AgentBudget,
@@ -220,7 +220,11 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 
-EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(cache_strings="keys"))
+"""Caches the JSON keys it reads, not the values: an event's values are mostly unique ids,
+and pydantic-core's string cache (16,384 strings for the whole process) kept each one
+made in a burst alive, scattered over the allocator's arenas it had grown to, so none
+could be given back (docs/performance.md, "A burst of new sessions")."""
 
 EVENT_TYPES: dict[str, type[EventBase]] = {
     cls.model_fields["type"].default: cls
