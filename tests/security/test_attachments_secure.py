@@ -14,6 +14,7 @@ import pytest
 from tests.integration.test_attachments import PNG
 from tests.security.conftest import SecureServer
 from tests.security.test_identities import as_user, services_as_themselves
+from turnstream.bus.objects import read_object
 from turnstream.client import attachment, message_command, send_and_wait
 
 pytestmark = pytest.mark.integration
@@ -42,9 +43,9 @@ async def test_a_tenants_inline_image_is_stored_by_the_gateway_and_the_tenant_wr
                 await blobs.put(name, b"planted " + base64.b64encode(PNG))
         finally:
             await tenant.close()
-    runner = await as_user(secure_server, "turn-runner")
+    runner = await as_user(secure_server, "turn-runner")  # reads it as a model call does
     try:
-        stored = await (await runner.blobs()).get(name)
-        assert stored.data == PNG  # the gateway's, not the tenant's
+        stored = await read_object(runner, name)
+        assert stored == PNG  # the gateway's, not the tenant's
     finally:
         await runner.close()

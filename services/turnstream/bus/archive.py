@@ -16,16 +16,14 @@ read whole.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import orjson
 from nats.js.errors import NotFoundError
 
 from turnstream.bus.connection import Bus
+from turnstream.bus.objects import read_object
 from turnstream.bus.scan import open_sessions, subject_counts
 from turnstream.bus.store import StoredEvent
 from turnstream.core.events import decode
@@ -112,34 +110,13 @@ async def read_archived(bus: Bus, session_id: str) -> list[StoredEvent]:
 
 
 async def _read(bus: Bus, session_id: str) -> list[StoredEvent]:
-    store = await bus.blobs()
-    try:
-        info = await store.get_info(archive_name(session_id))
-    except NotFoundError:
+    data = await read_object(bus, archive_name(session_id))
+    if data is None:
         return []
-    data = await _chunks(bus, info)
     return [
         StoredEvent(int(row["seq"]), decode(orjson.dumps(row["event"])))
         for row in map(orjson.loads, data.splitlines())
     ]
-
-
-async def _chunks(bus: Bus, info: Any) -> bytes:
-    """An object's bytes, read by direct get (the object store's own `get` reads them
-    through a consumer, which a person's user may not create: ops/accounts.conf), checked
-    against its digest."""
-    if not info.nuid:
-        return b""
-    bucket = bus.subjects.blobs_bucket
-    chunks: list[bytes] = []
-    await bus.store.direct.read(
-        f"OBJ_{bucket}", f"$O.{bucket}.C.{info.nuid}", lambda _seq, _s, data: chunks.append(data)
-    )
-    data = b"".join(chunks)
-    digest = (info.digest or "").partition("=")[2]
-    if digest and hashlib.sha256(data).digest() != base64.urlsafe_b64decode(digest):
-        raise RuntimeError(f"the object {info.name} does not match its digest (read again)")
-    return data
 
 
 def _lines(stored: list[StoredEvent]) -> bytes:

@@ -10,8 +10,9 @@ import binascii
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
+from turnstream.bus import Bus
+from turnstream.bus.objects import digest_of, object_info
 from turnstream.core.commands import (
     ATTACHMENT_TYPES,
     COMMAND_ADAPTER,
@@ -85,15 +86,15 @@ def recorded(command: MessageCommand) -> list[Attachment] | None:
     return [Attachment.model_validate(a.model_dump(exclude={"data"})) for a in command.attachments]
 
 
-async def stored(blobs: Any, command: MessageCommand) -> str | None:
+async def stored(bus: Bus, command: MessageCommand) -> str | None:
     """Put the inline attachments into the object store and check the named ones are there
     as described; why not, or None when every attachment is stored."""
     for item in command.attachments:
         name = item.object
-        info = await _info(blobs, name)
+        info = await object_info(bus, name)
         if item.data is not None:
             if info is None:
-                await blobs.put(name, base64.b64decode(item.data))
+                await (await bus.blobs()).put(name, base64.b64decode(item.data))
             continue
         if info is None:
             return (
@@ -103,36 +104,20 @@ async def stored(blobs: Any, command: MessageCommand) -> str | None:
             )
         if info.size != item.size:
             return f"attachment {item.name!r}: {name} has {info.size} bytes, size says {item.size}"
-        if info.digest and _hex_of(info.digest) != item.sha256:
+        digest = digest_of(info)
+        if digest and digest.hex() != item.sha256:
             return f"attachment {item.name!r}: the bytes of {name} do not match its sha256"
     return None
 
 
-async def _info(blobs: Any, name: str) -> Any:
-    from nats.js.errors import NotFoundError, ObjectNotFoundError
-
-    try:
-        return await blobs.get_info(name)
-    except (NotFoundError, ObjectNotFoundError):
-        return None
-
-
-def _hex_of(digest: str) -> str:
-    """NATS's `SHA-256=<base64url>` as lowercase hex."""
-    algorithm, _, value = digest.partition("=")
-    if algorithm.upper() != "SHA-256":
-        return ""
-    return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
-
-
 async def with_attachments_stored(
-    bus: Any, raw: Inbound, decided: list[EventBase], *, now: datetime, source: str
+    bus: Bus, raw: Inbound, decided: list[EventBase], *, now: datetime, source: str
 ) -> list[EventBase]:
     """`decided` once the message's attachments are in the object store, or its rejection
     naming the one that is not (the command stays at its inbound seq: nothing is lost)."""
     command = COMMAND_ADAPTER.validate_json(raw.data)
     assert isinstance(command, MessageCommand)
-    problem = await stored(await bus.blobs(), command)
+    problem = await stored(bus, command)
     if problem is None:
         return decided
     why = Rejection(

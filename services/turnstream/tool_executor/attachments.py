@@ -5,21 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from turnstream.bus.objects import read_object
 from turnstream.core.events import InputAccepted
 
 
 async def session_attachment(bus: Any, session_id: str, name: str) -> tuple[str, bytes] | None:
     """`(media type, bytes)` of the latest attachment called `name` in `session_id`."""
-    from nats.js.errors import NotFoundError, ObjectNotFoundError
-
     for stored in reversed(await bus.store.read_kind_of(session_id, "InputAccepted")):
         event = stored.event
         assert isinstance(event, InputAccepted)
         for attachment in event.data.attachments or []:
             if attachment.name == name:
-                try:
-                    found = await (await bus.blobs()).get(attachment.object)
-                except (NotFoundError, ObjectNotFoundError):
-                    return None
-                return attachment.media_type, bytes(found.data or b"")
+                found = await read_object(bus, attachment.object)
+                return None if found is None else (attachment.media_type, found)
     return None

@@ -8,6 +8,7 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
+from turnstream.bus.objects import read_object
 from turnstream.core.events import ATTACHMENT_PREFIX
 
 log = logging.getLogger(__name__)
@@ -28,17 +29,15 @@ class AttachmentCache:
         if data is not None:
             self.kept.move_to_end(sha256)
             return data
-        from nats.js.errors import NotFoundError, ObjectNotFoundError
-
         try:
-            found = await (await self.bus.blobs()).get(ATTACHMENT_PREFIX + sha256)
-        except (NotFoundError, ObjectNotFoundError):
-            log.warning("attachment %s is not in the object store: the model gets a note", sha256)
-            return None
+            found = await read_object(self.bus, ATTACHMENT_PREFIX + sha256)
         except Exception as exc:  # NATS slow or refusing: the turn goes on with a note
             log.warning("attachment %s not read (%r): the model gets a note", sha256, exc)
             return None
-        data = bytes(found.data or b"")
+        if found is None:
+            log.warning("attachment %s is not in the object store: the model gets a note", sha256)
+            return None
+        data = found
         if len(data) <= self.max_bytes:
             self.kept[sha256] = data
             self.size += len(data)
