@@ -314,6 +314,8 @@ class Settings(BaseSettings):
     TURNSTREAM_SLACK_APP_TOKEN)."""
     slack_api_url: str = "https://slack.com/api/"
     """The Slack Web API the Slack channel talks to (a test fake)."""
+    slack_http_addr: str = "127.0.0.1:3000"
+    """`host:port` the Slack channel's Events API server listens on (without an app token)."""
 
     @model_validator(mode="after")
     def _renew_well_within_ttl(self) -> Settings:

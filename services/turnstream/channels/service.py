@@ -46,10 +46,11 @@ class ChannelService:
         records: Records,
         *,
         clock: Callable[[], float] = time.monotonic,
+        poster: Poster | None = None,
     ) -> None:
         self.platform, self.bus, self.records = platform, bus, records
         self.policy = settings.channel(platform.name)
-        self.poster = Poster(platform, records)
+        self.poster = poster or Poster(platform, records)
         self.pacing = outbound.Pacing(
             platform.limits.text, self.policy.stream_interval_s, platform.limits.typing_every_s
         )
@@ -273,10 +274,16 @@ def given_up(what: str) -> Iterator[None]:
 
 
 async def serve_channel(
-    platform: Platform, settings: Settings, stop: asyncio.Event, bus: Bus | None = None
+    platform: Platform,
+    settings: Settings,
+    stop: asyncio.Event,
+    bus: Bus | None = None,
+    *,
+    poster: Callable[[Records], Poster] | None = None,
 ) -> None:
     """Run the channel of `platform` until `stop` is set (its own NATS connection unless a
-    test gives one)."""
+    test gives one), posting through `poster(records)` where the platform has its own."""
     async with service_bus(settings, f"channel-{platform.name}", bus) as bus:
         records = await Records.open(bus, platform.name)
-        await ChannelService(platform, settings, bus, records).serve(stop)
+        own = poster(records) if poster is not None else None
+        await ChannelService(platform, settings, bus, records, poster=own).serve(stop)

@@ -34,7 +34,6 @@ from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
@@ -52,8 +51,7 @@ from turnstream.channels.platform import (
     Press,
     RateLimited,
 )
-from turnstream.channels.records import Records
-from turnstream.channels.service import ChannelService
+from turnstream.channels.service import serve_channel
 from turnstream.channels.slack_mrkdwn import to_mrkdwn
 from turnstream.channels.slack_posting import SlackPoster
 from turnstream.channels.slack_wire import (
@@ -66,7 +64,6 @@ from turnstream.channels.slack_wire import (
     press,
     press_target,
 )
-from turnstream.runtime.connection import service_bus
 from turnstream.runtime.process import run_service
 from turnstream.settings import Settings
 
@@ -337,14 +334,6 @@ class SlackPlatform:
             raise PlatformError(method, type(exc).__name__, transient=True) from None
 
 
-class HttpMode(BaseSettings):
-    """Where the Events API mode listens (used without an app token)."""
-
-    model_config = SettingsConfigDict(env_prefix="TURNSTREAM_", extra="ignore")
-    slack_http_addr: str = "127.0.0.1:3000"
-    """`host:port` of the request URL's server (`TURNSTREAM_SLACK_HTTP_ADDR`)."""
-
-
 async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None) -> None:
     """Run the Slack channel until `stop` is set (its own NATS connection unless a test
     gives one): the core's `ChannelService` with Slack's poster (`channels.slack_posting`)."""
@@ -358,7 +347,7 @@ async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None)
             "TURNSTREAM_SLACK_SIGNING_SECRET (the Events API over HTTP), in the environment "
             "or the secrets file (docs/channels.md)"
         )
-    host, _, port = HttpMode().slack_http_addr.rpartition(":")
+    host, _, port = settings.slack_http_addr.rpartition(":")
     platform = SlackPlatform(
         bot_token,
         app_token,
@@ -366,11 +355,8 @@ async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None)
         signing_secret=signing_secret,
         listen=(host or "127.0.0.1", int(port)),
     )
-    async with service_bus(settings, "channel-slack", bus) as bus:
-        records = await Records.open(bus, platform.name)
-        service = ChannelService(platform, settings, bus, records)
-        service.poster = SlackPoster(platform, records)
-        await service.serve(stop)
+    poster = partial(SlackPoster, platform)
+    await serve_channel(platform, settings, stop, bus, poster=poster)
 
 
 def main() -> None:
