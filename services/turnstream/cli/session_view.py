@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnstream.cli.render import STATUS_STYLE, clip
-from turnstream.core.costs import PriceTable, add_tokens, spend
+from turnstream.core.costs import PriceTable, spend
 from turnstream.core.events import (
     Event,
     InputAccepted,
@@ -196,14 +196,9 @@ def print_session(
             console.print(f"  [dim]{turn.provider_calls} model call(s), {used}[/]")
     calls = sum(t.provider_calls for t in view.turns.values())
     if calls and len(view.turns) > 1:
-        per_model: dict[str, list[int]] = {}
-        for turn in view.turns.values():
-            for key, counts in turn.models.items():
-                add_tokens(per_model, key, counts)
+        total = spend_text(view.models(), prices or {})
         console.print()
-        console.print(
-            f"[bold]session total:[/] {calls} model calls, {spend_text(per_model, prices or {})}"
-        )
+        console.print(f"[bold]session total:[/] {calls} model calls, {total}")
 
 
 def child_line(child: ChildView) -> Text:

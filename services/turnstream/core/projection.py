@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from turnstream.core.costs import add_usage, model_key
+from turnstream.core.costs import add_tokens, add_usage, model_key
 from turnstream.core.events import (
     Event,
     FailureClass,
@@ -111,6 +111,14 @@ class SessionView:
     turns: dict[str, TurnView] = field(default_factory=dict)
     events: int = 0
     terminal_events: int = 0
+
+    def models(self) -> dict[str, list[int]]:
+        """The tokens of all its turns per model (`TurnView.models` summed)."""
+        total: dict[str, list[int]] = {}
+        for turn in self.turns.values():
+            for key, counts in turn.models.items():
+                add_tokens(total, key, counts)
+        return total
 
     def turn(self, turn_id: str) -> TurnView:
         view = self.turns.get(turn_id)

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from turnstream.bus.kv import recent_values
 from turnstream.client import pending_prompts
 from turnstream.core import approval
-from turnstream.core.costs import PriceTable, add_tokens, spend
+from turnstream.core.costs import PriceTable, spend
 from turnstream.core.events import Event
 from turnstream.core.events.agents import (
     SessionConfigured,
@@ -115,17 +115,13 @@ async def get_session(ctx: Ctx, who: Caller, session: SessionId) -> Response:
         row["durationMs"] = turn.duration_ms
         row["spend"] = spend_row(turn.models, ctx.prices)
         turns.append(_camel(row))
-    per_model: dict[str, list[int]] = {}
-    for turn in view.turns.values():
-        for key, counts in turn.models.items():
-            add_tokens(per_model, key, counts)
     return json(
         {
             "sessionId": session,
             "summary": orjson.Fragment(summary) if summary else None,
             "lastSeq": stored[-1].seq if stored else 0,
             "events": len(stored),
-            "spend": spend_row(per_model, ctx.prices),
+            "spend": spend_row(view.models(), ctx.prices),
             "turns": turns,
             "pendingApprovals": pending,
             "agent": _agent(events),
