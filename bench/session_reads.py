@@ -68,13 +68,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=40_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        server = EmbeddedServer(Path(tmp))
-        server.start()
-        try:
-            asyncio.run(measure(server.url, args.sessions))
-        finally:
-            server.stop()
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp)) as server:
+        asyncio.run(measure(server.url, args.sessions))
 
 
 if __name__ == "__main__":

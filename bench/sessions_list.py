@@ -62,22 +62,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=100_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        server = EmbeddedServer(Path(tmp))
-        server.start()
-        try:
-            asyncio.run(fill(server.url, args.sessions))
-            for label, options in (
-                ("default (20 changed last)", ()),
-                ("--limit 200", ("--limit", "200")),
-            ):
-                took = timed(server.url, *options)
-                console.print(
-                    f"{args.sessions:,} sessions, `sessions` {label}: min {min(took):.2f} s, "
-                    f"median {statistics.median(took):.2f} s"
-                )
-        finally:
-            server.stop()
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedServer(Path(tmp)) as server:
+        asyncio.run(fill(server.url, args.sessions))
+        for label, options in (
+            ("default (20 changed last)", ()),
+            ("--limit 200", ("--limit", "200")),
+        ):
+            took = timed(server.url, *options)
+            console.print(
+                f"{args.sessions:,} sessions, `sessions` {label}: min {min(took):.2f} s, "
+                f"median {statistics.median(took):.2f} s"
+            )
 
 
 if __name__ == "__main__":
