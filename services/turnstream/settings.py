@@ -447,7 +447,8 @@ class Settings(BaseSettings):
             fallback=(fallback.provider, fallback.model_name) if fallback else None,
             approval=self.approval_config(),
             budget=self.budget,
-            prices=self.price_pairs() if self.budget.turn_usd or self.budget.session_usd else (),
+            # always: an agent profile or a stage may budget in dollars where this does not
+            prices=self.price_pairs(),
         )
 
     def price_pairs(self) -> tuple[tuple[str, Price], ...]:

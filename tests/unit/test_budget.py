@@ -116,3 +116,18 @@ def test_a_session_budget_counts_its_workflow_stages_and_a_stage_carries_its_own
     assert ended.data.failure_class is FailureClass.BUDGET_EXCEEDED
     assert sim.of(StageExited)[0].data.result.verdict != "ok"
     assert not sim.of(ProviderRequestStarted)
+
+
+def test_an_agents_dollar_budget_is_priced_though_the_deployment_has_none() -> None:
+    from turnstream.core.events import SessionConfiguredData
+    from turnstream.core.events.agents import AgentBudget
+    from turnstream.core.session.agent import with_agent
+    from turnstream.settings import Settings
+
+    deployment = Settings(provider="anthropic", model="claude-sonnet-4-5").turn_config()
+    agent = SessionConfiguredData(
+        agent="a", idempotency_key="k", budget=AgentBudget(session_usd=0.25)
+    )
+    config = with_agent(deployment, agent)
+    _, log = turns(replace(config, model="claude-sonnet-4-5"), 3)
+    assert [e.data.status for e in ends(log)] == ["completed", "completed", "failed"]
