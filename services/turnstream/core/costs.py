@@ -123,6 +123,18 @@ def spend(per_model: Mapping[str, list[int]] | None, table: PriceTable) -> Spend
     return Spend(total, dollars if priced else None, tuple(unpriced))
 
 
+Spent = tuple[tuple[str, Tokens], ...]
+"""Tokens per model (`<provider>/<model>`) as a state keeps them: immutable, in the order
+first used (a projection keeps `dict[str, list[int]]`, its JSON)."""
+
+
+def add_spent(spent: Spent, key: str, used: Tokens) -> Spent:
+    """`spent` with `used` added under `key`."""
+    found = dict(spent)
+    found[key] = found.get(key, Tokens()) + used
+    return tuple(found.items())
+
+
 def add_usage(per_model: dict[str, list[int]], key: str, usage: Usage) -> dict[str, list[int]]:
     """`per_model` with one call's usage added under `key` (in place; returned)."""
     return add_tokens(per_model, key, Tokens.of(usage).as_list())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from turnstream.core.approval import session_mode
-from turnstream.core.costs import Tokens, model_key
+from turnstream.core.costs import Tokens, add_spent, model_key
 from turnstream.core.events import (
     Envelope,
     Event,
@@ -39,7 +39,6 @@ from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
 from turnstream.core.session import subturns
 from turnstream.core.session.state import SessionState, Unanswered
-from turnstream.core.turn.budget import add_spent
 from turnstream.core.turn.changes import is_active
 from turnstream.core.turn.evolve import evolve as evolve_turn
 from turnstream.core.turn.state import ChatState

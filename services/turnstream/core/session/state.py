@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from turnstream.core.costs import Tokens
+from turnstream.core.costs import Spent, add_spent
 from turnstream.core.events import (
     Envelope,
     FailureClass,
@@ -16,7 +16,6 @@ from turnstream.core.events import (
     SpawnMode,
     TurnStatus,
 )
-from turnstream.core.turn.budget import add_spent
 from turnstream.core.turn.state import ChatState, PendingInput
 from turnstream.core.workflow.state import WorkflowRun
 
@@ -103,12 +102,12 @@ class SessionState:
     early: tuple[tuple[str, ChildResult], ...] = ()
     """Replies of children whose `SubTurnSpawned` is not folded yet (a child can answer
     between its input's publish and the record of it), by the spawn's key."""
-    stage_spent: tuple[tuple[str, Tokens], ...] = ()
+    stage_spent: Spent = ()
     """The tokens the turns of its workflow stages used, over every run (per model): with
     the chat's (`ChatState.spent`), what a session budget counts."""
 
     @property
-    def spent(self) -> tuple[tuple[str, Tokens], ...]:
+    def spent(self) -> Spent:
         """What the whole session's model calls used: its chat's and its stages'."""
         if not self.stage_spent:
             return self.chat.spent

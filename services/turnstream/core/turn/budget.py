@@ -11,18 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from turnstream.core.costs import Budget, Price, PriceTable, Tokens, cost, price_of
+from turnstream.core.costs import Budget, Price, PriceTable, Spent, cost, price_of
 from turnstream.core.turn.context import tokens
 from turnstream.core.turn.provider import ProviderRequest
-
-Spent = tuple[tuple[str, Tokens], ...]
-"""Tokens per model (`<provider>/<model>`), in the order first used."""
-
-
-def add_spent(spent: Spent, key: str, used: Tokens) -> Spent:
-    found = dict(spent)
-    found[key] = found.get(key, Tokens()) + used
-    return tuple(found.items())
 
 
 def _tokens_of(spent: Spent) -> int:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, assert_never
 
-from turnstream.core.costs import Tokens, model_key
+from turnstream.core.costs import Tokens, add_spent, model_key
 from turnstream.core.events import (
     AuditViolation,
     ContextCompacted,
@@ -84,7 +84,6 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
-from turnstream.core.turn.budget import add_spent
 from turnstream.core.turn.changes import is_active, joined, pending_dropped, turn_changed
 from turnstream.core.turn.context import running_summary
 from turnstream.core.turn.evolve_inputs import evolve_input, evolve_message, evolve_subturn

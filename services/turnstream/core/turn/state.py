@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from turnstream.core.approval import ApprovalConfig
-from turnstream.core.costs import Budget, Price, Tokens
+from turnstream.core.costs import Budget, Price, Spent
 from turnstream.core.events import (
     Attachment,
     CompactionChange,
@@ -193,7 +193,7 @@ class ActiveTurn:
     calls go to the fallback model."""
     context: tuple[ContextBlock, ...] = ()
     """What the context providers contributed to this turn (`ContextProvided`)."""
-    spent: tuple[tuple[str, Tokens], ...] = ()
+    spent: Spent = ()
     """The tokens this turn's model calls used, per `<provider>/<model>` (budgets)."""
     context_gathered: bool = False
     """The turn's first COMPOSE_REQUEST is over: its context is in (or there was none)."""
@@ -225,7 +225,7 @@ class ChatState:
     last_status: TurnStatus | None = None
     summary: str = ""
     """A running summary of the messages compaction dropped (the `summary` context provider)."""
-    spent: tuple[tuple[str, Tokens], ...] = ()
+    spent: Spent = ()
     """The tokens its model calls used, per `<provider>/<model>` (budgets)."""
 
 
@@ -290,7 +290,7 @@ class TurnConfig:
     sets it while a run is open)."""
     budget: Budget = field(default_factory=Budget)
     """What a turn and its session may spend on the model (`core/turn/budget.py`)."""
-    session_spent: tuple[tuple[str, Tokens], ...] | None = None
+    session_spent: Spent | None = None
     """What the whole session spent (its chat and its workflow stages) when the turn is one
     conversation of several; None: its conversation's own (`ChatState.spent`)."""
     prices: tuple[tuple[str, Price], ...] = ()
