@@ -65,6 +65,7 @@ bench: $(DEV)
 	$(BIN)/python bench/subturns.py
 	$(BIN)/python bench/context_providers.py
 	$(BIN)/python bench/llm_cost.py
+	$(BIN)/python bench/decode.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/burst.py
 	$(BIN)/python bench/session_reads.py
