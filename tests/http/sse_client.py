@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -21,11 +22,17 @@ class Sse:
         return orjson.loads(self.data)
 
 
-async def read_sse(response: httpx.Response) -> AsyncIterator[Sse]:
-    """Each dispatched event; a comment-only block comes as an `Sse` with comments only."""
+async def read_sse(
+    response: httpx.Response, opened: asyncio.Event | None = None
+) -> AsyncIterator[Sse]:
+    """Each dispatched event; a comment-only block comes as an `Sse` with comments only.
+    `opened` is set at the first line (the `retry:`), which the server writes once the
+    stream's live feed is subscribed: a test that publishes after it misses nothing."""
     current = Sse()
     data: list[str] = []
     async for line in response.aiter_lines():
+        if opened is not None:
+            opened.set()
         if line == "":
             current.data = "\n".join(data)
             if data or current.comments or current.event:

@@ -43,8 +43,10 @@ async def collect(
     headers: dict[str, str] | None = None,
     params: dict[str, str] | None = None,
     timeout: float = 15,
+    opened: asyncio.Event | None = None,
 ) -> list[Sse]:
-    """Events of the stream until `until(event)` is true (comments kept too)."""
+    """Events of the stream until `until(event)` is true (comments kept too); `opened` is
+    set once the stream is live."""
     out: list[Sse] = []
     async with asyncio.timeout(timeout):
         async with client.stream(
@@ -52,7 +54,7 @@ async def collect(
         ) as response:
             assert response.status_code == 200, await response.aread()
             assert response.headers["content-type"].startswith("text/event-stream")
-            async for sse in read_sse(response):
+            async for sse in read_sse(response, opened):
                 out.append(sse)
                 if until(sse):  # type: ignore[operator]
                     break
@@ -114,12 +116,14 @@ async def test_resume_after_last_event_id_or_after(client: httpx.AsyncClient) ->
 
 
 async def test_token_deltas_come_without_ids(client: httpx.AsyncClient) -> None:
+    opened = asyncio.Event()
+
     async def send() -> None:
-        await asyncio.sleep(0.3)
+        await opened.wait()  # tokens are not in the log: a stream not yet live misses them
         await client.post("/v1/sessions/sse-tok/messages", json={"text": "stream me"})
 
     task = asyncio.create_task(send())
-    got = await collect(client, "sse-tok", lambda e: e.event == "TurnEnded")
+    got = await collect(client, "sse-tok", lambda e: e.event == "TurnEnded", opened=opened)
     await task
     tokens = [e for e in got if e.event == "token"]
     assert tokens and all(e.id is None for e in tokens)

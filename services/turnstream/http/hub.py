@@ -211,12 +211,14 @@ class Hub:
                     if feed.tokens:
                         feed.put(item)
 
-        return await self.bus.nc.subscribe(
+        sub = await self.bus.nc.subscribe(
             f"{subjects.prefix}.live.>",
             cb=on_live,
             pending_msgs_limit=1_000_000,
             pending_bytes_limit=256 * 1024 * 1024,
         )
+        await self.bus.nc.flush()  # the server has the interest: no token after this is missed
+        return sub
 
     @contextlib.asynccontextmanager
     async def feed(
