@@ -16,7 +16,7 @@ from pydantic_settings import (
 )
 
 from turnstream.core.approval import AllowRule, ApprovalConfig
-from turnstream.core.commands import ATTACHMENT_TYPES
+from turnstream.core.commands import ATTACHMENT_TYPES, AttachmentPolicy
 from turnstream.core.costs import Budget, Price
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import TurnConfig
@@ -355,6 +355,10 @@ class Settings(BaseSettings):
         if "provider" in changes and "model" not in changes:
             changes["model"] = None  # the other provider's default model
         return pattern, self.model_copy(update=changes)
+
+    def attachment_policy(self) -> AttachmentPolicy:
+        """Which files a message may carry (every door checks them with it)."""
+        return AttachmentPolicy(self.attachment_max_bytes, tuple(self.attachment_types))
 
     def secret(self, name: str) -> str | None:
         """A secret from the environment, else from the secrets file."""

@@ -78,11 +78,15 @@ class FakeTelegram:
         self.closing = False
         self.runner: web.AppRunner | None = None
         self.url = ""
+        self.files: dict[str, bytes] = {}
+        """Uploaded files by `file_id`, served by `getFile` and `GET /file/bot<token>/<path>`."""
+        self.downloads: list[str] = []
 
     # lifecycle
     async def start(self) -> str:
         app = web.Application()
         app.router.add_post("/{bot}/{method}", self._handle)
+        app.router.add_get("/file/{bot}/{path:.+}", self._download)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -156,6 +160,38 @@ class FakeTelegram:
             message["entities"] = entities
         return {"message": message}
 
+    def upload(self, data: bytes) -> dict[str, Any]:
+        """A file a user sent, as Telegram describes it in a message (`file_id`, size)."""
+        file_id = f"F{next(self.update_ids)}"
+        self.files[file_id] = data
+        return {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(data)}
+
+    async def send_file(
+        self,
+        data: bytes,
+        *,
+        caption: str = "",
+        document: tuple[str, str] | None = None,
+        **kw: Any,
+    ) -> int:
+        """A photo (as Telegram sends one: a smaller size, then the largest) or, with
+        `document=(file_name, mime_type)`, a document; its update id."""
+        update = self.message_update("", **kw)
+        message = update["message"]
+        del message["text"]
+        if caption:
+            message["caption"] = caption
+        if document is None:
+            thumb = self.upload(data[: len(data) // 4])
+            message["photo"] = [
+                {**thumb, "width": 90, "height": 90},
+                {**self.upload(data), "width": 800, "height": 600},
+            ]
+        else:
+            name, mime = document
+            message["document"] = {**self.upload(data), "file_name": name, "mime_type": mime}
+        return await self.send_update(update)
+
     async def say(self, text: str, **kw: Any) -> int:
         """A user's message to the bot; its update id."""
         return await self.send_update(self.message_update(text, **kw))
@@ -225,6 +261,29 @@ class FakeTelegram:
             hold.reached.set()
             await hold.release.wait()
         return web.json_response({"ok": True, "result": result})
+
+    async def _getFile(self, params: dict[str, Any]) -> Any:
+        file_id = str(params.get("file_id", ""))
+        if file_id not in self.files:
+            return _error(400, "Bad Request: invalid file_id")
+        data = self.files[file_id]
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "file_size": len(data),
+            "file_path": f"documents/{file_id}.bin",
+        }
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """`https://api.telegram.org/file/bot<token>/<file_path>`, as `getFile` named it."""
+        if request.match_info["bot"] != f"bot{self.token}":
+            self.unauthorized += 1
+            return web.Response(status=401)
+        file_id = request.match_info["path"].rpartition("/")[2].removesuffix(".bin")
+        if file_id not in self.files:
+            return web.Response(status=404)
+        self.downloads.append(file_id)
+        return web.Response(body=self.files[file_id])
 
     async def _getMe(self, params: dict[str, Any]) -> Any:
         return BOT

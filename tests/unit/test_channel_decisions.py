@@ -248,3 +248,30 @@ def test_up_names_a_channel_it_cannot_run_and_what_installs_it(
     console = Console(record=True, width=200)
     assert up.channel_services(Settings(), console) == []
     assert "pip install 'turnstream[telegram]'" in console.export_text()
+
+
+def test_files_go_with_the_command_and_a_type_or_size_not_taken_is_a_reply() -> None:
+    from turnstream.channels.platform import File
+    from turnstream.core.commands import AttachmentPolicy
+
+    policy = AttachmentPolicy(max_bytes=1000)
+    png = File("a.png", "image/png", 10, "ref-a")
+
+    def with_files(*files: File, text: str = "") -> inbound.MessageDecision:
+        m = Incoming("k", DM, "7", "Ann", text, files=files)
+        return inbound.decide_message(
+            "telegram", ChannelSettings(dm_policy="open"), "chat", m, inbound.Known(), "C", policy
+        )
+
+    taken = with_files(png)
+    assert isinstance(taken, inbound.Publish) and taken.files == (png,)
+    assert taken.command["text"] == "[a.png]"
+    exe = with_files(png, File("x.exe", "application/x-msdownload", 2, "r"), text="see")
+    assert isinstance(exe, inbound.Reply) and "x.exe" in exe.text and "not taken" in exe.text
+    big = with_files(File("b.pdf", "application/pdf", 1001, "r"))
+    assert isinstance(big, inbound.Reply) and "over the limit of 1000" in big.text
+    many = with_files(*[png] * 11)
+    assert isinstance(many, inbound.Reply) and "at most 10" in many.text
+    unknown_size = with_files(File("c.pdf", "application/pdf", None, "r"))
+    assert isinstance(unknown_size, inbound.Publish), "checked once fetched"
+    assert isinstance(with_files(), inbound.Ignore), "no text, no file: nothing to send"

@@ -25,8 +25,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-from turnstream.channels.platform import Chat, Incoming, Press
+from turnstream.channels.platform import Chat, File, Incoming, Press
 from turnstream.client import answer_command, message_command
+from turnstream.core.commands import MAX_ATTACHMENTS, AttachmentPolicy
 from turnstream.settings import ChannelSettings, SessionScope
 
 HELP = (
@@ -106,6 +107,8 @@ class Publish:
 
     session_id: str
     command: dict[str, Any]
+    files: tuple[File, ...] = ()
+    """Files to fetch and put into the command's `attachments` before it is published."""
 
 
 @dataclass(frozen=True)
@@ -172,8 +175,10 @@ def decide_message(
     msg: Incoming,
     known: Known,
     new_code: str,
+    files: AttachmentPolicy | None = None,
 ) -> MessageDecision:
-    """What to do with one message (`new_code`: the code to give if a stranger needs one)."""
+    """What to do with one message (`new_code`: the code to give if a stranger needs one;
+    `files`: which files a message may carry, `Settings.attachment_policy`)."""
     if msg.from_self:
         return Ignore("own message")
     if msg.from_bot and msg.chat.id not in policy.bot_chats:
@@ -197,9 +202,16 @@ def decide_message(
         return NewSession(msg.chat, base, known.generation + 1)
     if word in ("/start", "/help"):
         return Reply(msg.chat, HELP)
+    attached = msg.files if word is None else ()
+    refusal = file_refusal(attached, files or AttachmentPolicy())
+    if refusal is not None:
+        return Reply(msg.chat, refusal)
+    text = msg.text or " ".join(f"[{f.name}]" for f in attached)
+    if not text:
+        return Ignore("nothing in it (no text, no file)")
     command = message_command(
         session_id,
-        msg.text,
+        text,
         chat_id=msg.chat.token(),
         sender_kind="agent" if msg.from_bot else "human",
         sender_id=msg.user,
@@ -208,7 +220,27 @@ def decide_message(
     if word == "/stop":
         del command["text"], command["replyTo"]
         return Publish(session_id, {**command, "type": "interrupt", "mode": "hard"})
-    return Publish(session_id, command)
+    return Publish(session_id, command, attached)
+
+
+def file_refusal(files: tuple[File, ...], policy: AttachmentPolicy) -> str | None:
+    """Why a message's files are not taken, told to its sender; None: they are (a size the
+    platform did not say is checked once fetched, `channels.files`)."""
+    if len(files) > MAX_ATTACHMENTS:
+        return (
+            f"I take at most {MAX_ATTACHMENTS} files a message and this one has {len(files)}: "
+            "nothing was sent to the agent; send them in more messages."
+        )
+    for f in files:
+        why = policy.refusal(f.media_type, f.size)
+        if why is not None:
+            return not_taken(f.name, why)
+    return None
+
+
+def not_taken(name: str, why: str) -> str:
+    """The reply to a sender whose file is refused: which, why, and that nothing was sent."""
+    return f"I can't take {name}: {why}. Nothing was sent to the agent; send it again without it."
 
 
 def decide_press(policy: ChannelSettings, press: Press, owner: PromptOwner | None) -> PressDecision:

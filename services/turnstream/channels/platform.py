@@ -47,6 +47,20 @@ class Chat:
 
 
 @dataclass(frozen=True)
+class File:
+    """A file or image a message carries, as the platform describes it before it is
+    fetched (`Platform.download`)."""
+
+    name: str
+    media_type: str
+    size: int | None
+    """Bytes, as the platform says; None where it does not (checked once fetched)."""
+    ref: str
+    """What the platform needs to fetch it (a Telegram `file_id`, a Slack file's
+    `url_private_download`)."""
+
+
+@dataclass(frozen=True)
 class Incoming:
     """One message the platform delivered."""
 
@@ -64,6 +78,8 @@ class Incoming:
     """Sent by this very bot (an echo of its own post)."""
     mentions_bot: bool = False
     """Mentions the bot, or replies to one of its messages (group mention gating)."""
+    files: tuple[File, ...] = ()
+    """Files and images the message carries: the command's attachments."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +143,14 @@ class PlatformError(Exception):
         self.method, self.code, self.transient = method, code, transient
 
 
+class TooLarge(Exception):
+    """A file found over the size limit before all of it was fetched (`Platform.download`)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
+
+
 @dataclass(frozen=True)
 class Limits:
     """What the platform allows."""
@@ -173,6 +197,12 @@ class Platform(Protocol):
 
     async def answer_press(self, press: Press, text: str, *, alert: bool) -> None:
         """Answer a button press: a short notice, or (`alert`) a refusal only the presser sees."""
+
+    async def download(self, file: File, max_bytes: int) -> bytes:
+        """The bytes of a file a message carries. `TooLarge` when it is found to be over
+        `max_bytes` (before fetching more than that), `PlatformError` when it cannot be
+        fetched."""
+        ...
 
     async def aclose(self) -> None:
         """Let go of the platform's connections."""

@@ -16,7 +16,7 @@ import orjson
 from turnstream.bus import Bus
 from turnstream.bus.consume import kept_in_progress, log_push
 from turnstream.bus.durables import channel
-from turnstream.channels import inbound, outbound
+from turnstream.channels import files, inbound, outbound
 from turnstream.channels.pairing import Request, new_code
 from turnstream.channels.platform import Chat, Incoming, Platform, PlatformError, Press
 from turnstream.channels.posting import Poster
@@ -50,6 +50,7 @@ class ChannelService:
     ) -> None:
         self.platform, self.bus, self.records = platform, bus, records
         self.policy = settings.channel(platform.name)
+        self.files = settings.attachment_policy()
         self.poster = poster or Poster(platform, records)
         self.pacing = outbound.Pacing(
             platform.limits.text, self.policy.stream_interval_s, platform.limits.typing_every_s
@@ -116,12 +117,20 @@ class ChannelService:
             open_code=book.code_of(item.user, time.time()),
         )
         decision = inbound.decide_message(
-            name, policy, self.platform.limits.default_scope, item, known, new_code()
+            name, policy, self.platform.limits.default_scope, item, known, new_code(), self.files
         )
         match decision:
             case inbound.Ignore(reason):
                 log.debug("ignored %s: %s", item.key, reason)
-            case inbound.Publish(session_id, command):
+            case inbound.Publish(session_id, command, attached):
+                if attached:
+                    try:
+                        command["attachments"] = await files.attach(
+                            self.platform, self.bus, attached, self.files
+                        )
+                    except files.Refused as refused:
+                        await self._reply(item.chat, str(refused))
+                        return
                 await publish_command(self.bus, session_id, command)
             case inbound.Reply(chat, text):
                 await self._reply(chat, text)

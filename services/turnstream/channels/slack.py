@@ -31,6 +31,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -45,11 +46,13 @@ from turnstream.channels.platform import (
     Button,
     Chat,
     Delivery,
+    File,
     Inbound,
     Limits,
     PlatformError,
     Press,
     RateLimited,
+    TooLarge,
 )
 from turnstream.channels.service import serve_channel
 from turnstream.channels.slack_mrkdwn import to_mrkdwn
@@ -103,6 +106,7 @@ class SlackPlatform:
             raise ValueError("Slack needs an app token (Socket Mode) or a signing secret (HTTP)")
         self.client = AsyncWebClient(token=bot_token, base_url=api_url, logger=log)
         self._app_token = app_token
+        self._file_hosts = {"files.slack.com", "slack.com", urlsplit(api_url).hostname}
         self._signing_secret = signing_secret
         self._listen = listen
         self._runner: web.AppRunner | None = None
@@ -229,6 +233,31 @@ class SlackPlatform:
                 channel=channel, user=user, text=to_mrkdwn(text), thread_ts=thread
             ),
         )
+
+    async def download(self, file: File, max_bytes: int) -> bytes:
+        """A shared file from its `url_private_download`, the bot token as bearer (the
+        `files:read` scope); the token goes only to Slack's own hosts (or the API URL's)."""
+        if urlsplit(file.ref).hostname not in self._file_hosts:
+            raise PlatformError("files.download", "untrusted_host")
+        headers = {"Authorization": f"Bearer {self.client.token}"}
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session,
+                session.get(file.ref, headers=headers, allow_redirects=False) as response,
+            ):
+                if response.status != 200:
+                    code = f"http_{response.status}"
+                    raise PlatformError("files.download", code, transient=response.status >= 500)
+                if (response.content_length or 0) > max_bytes:
+                    raise TooLarge(response.content_length or 0)
+                data = bytearray()
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    data += chunk
+                    if len(data) > max_bytes:
+                        raise TooLarge(len(data))
+                return bytes(data)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise PlatformError("files.download", type(exc).__name__, transient=True) from None
 
     async def find_tagged(self, chat: Chat, tag: str) -> str | None:
         """The ts of the post tagged `tag` in the chat's thread, if Slack has it: read back

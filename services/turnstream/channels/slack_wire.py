@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnstream.channels.platform import Button, Chat, Decision, Incoming, Press
+from turnstream.channels.platform import Button, Chat, Decision, File, Incoming, Press
 from turnstream.channels.slack_mrkdwn import to_mrkdwn
 
 JSON = dict[str, Any]
@@ -65,7 +65,24 @@ def incoming(event: JSON, event_id: str, me: Me) -> Incoming | None:
         from_bot=bool(bot_id) or event.get("subtype") == "bot_message",
         from_self=bot_id == me.bot_id or user == me.user_id,
         mentions_bot=event.get("type") == "app_mention" or mention in text,
+        files=files_of(event),
     )
+
+
+def files_of(event: JSON) -> tuple[File, ...]:
+    """The files a message shares (`files`, a `file_share`), fetched by their
+    `url_private_download` with the bot token; a file Slack hides behind `files.info`
+    (`file_access: check_file_info`) or has no URL for is left out."""
+    found = []
+    for f in event.get("files") or []:
+        url = f.get("url_private_download") or f.get("url_private")
+        if not url or f.get("file_access") == "check_file_info":
+            continue
+        name = str(f.get("name") or f.get("title") or f.get("id") or "file")
+        media_type = str(f.get("mimetype") or "application/octet-stream")
+        size = f.get("size")
+        found.append(File(name, media_type, int(size) if size is not None else None, str(url)))
+    return tuple(found)
 
 
 def _command(text: str) -> str:

@@ -17,6 +17,7 @@ import asyncio
 import datetime as dt
 import functools
 import logging
+import mimetypes
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -32,11 +33,13 @@ from turnstream.channels.platform import (
     Chat,
     Decision,
     Delivery,
+    File,
     Incoming,
     Limits,
     PlatformError,
     Press,
     RateLimited,
+    TooLarge,
 )
 from turnstream.channels.service import serve_channel
 from turnstream.channels.telegram_html import to_html
@@ -130,10 +133,13 @@ class Telegram:
         if update.callback_query is not None:
             return self._press(update)
         msg = update.message
-        if msg is None or msg.text is None or msg.from_user is None:
+        if msg is None or msg.from_user is None:
+            return None
+        files = _files(msg)
+        if msg.text is None and not files:
             return None
         user = msg.from_user
-        text = msg.text
+        text = msg.text or msg.caption or ""
         if text.startswith("/"):  # `/stop@this_bot` → `/stop`
             word, _, rest = text.partition(" ")
             text = (word.split("@", 1)[0] + (" " + rest if rest else "")).strip()
@@ -146,6 +152,7 @@ class Telegram:
             from_bot=user.is_bot,
             from_self=user.id == self.me_id,
             mentions_bot=self._mentions(msg),
+            files=files,
         )
 
     def _chat(self, msg: Message) -> Chat:
@@ -157,7 +164,8 @@ class Telegram:
         if replied is not None and replied.from_user is not None:
             if replied.from_user.id == self.me_id:
                 return True
-        for entity, value in msg.parse_entities().items():
+        entities = msg.parse_entities() if msg.text else msg.parse_caption_entities()
+        for entity, value in entities.items():
             if entity.type == MessageEntityType.MENTION and value.lower() == f"@{self.me_name}":
                 return True
             if entity.type == MessageEntityType.TEXT_MENTION and entity.user is not None:
@@ -265,11 +273,34 @@ class Telegram:
             lambda: self.bot.answer_callback_query(press.ref, text=text, show_alert=alert),
         )
 
+    async def download(self, file: File, max_bytes: int) -> bytes:
+        """`getFile`, then the file from its `file_path` (Telegram gives bots files up to
+        20 MB; a larger one is refused by `getFile`)."""
+        found = await self._api("getFile", lambda: self.bot.get_file(file.ref))
+        if found.file_size is not None and found.file_size > max_bytes:
+            raise TooLarge(found.file_size)
+        data = await self._api("getFile", found.download_as_bytearray)
+        return bytes(data)
+
     async def aclose(self) -> None:
         try:
             await self.bot.shutdown()
         except Exception:  # never initialized, or the server is gone: nothing to let go
             log.debug("telegram bot shutdown", exc_info=True)
+
+
+def _files(msg: Message) -> tuple[File, ...]:
+    """The photo (its largest size) or document a message carries."""
+    if msg.photo:
+        photo = msg.photo[-1]
+        name = f"photo-{msg.message_id}.jpg"
+        return (File(name, "image/jpeg", photo.file_size, photo.file_id),)
+    doc = msg.document
+    if doc is None:
+        return ()
+    name = doc.file_name or f"file-{msg.message_id}"
+    media_type = doc.mime_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return (File(name, media_type, doc.file_size, doc.file_id),)
 
 
 async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None) -> None:

@@ -6,6 +6,7 @@ Commands are requests, not facts: the gateway validates them and appends the fac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, TypeAdapter
@@ -69,6 +70,32 @@ INLINE_MAX_BYTES = 128 * 1024
 """An attachment's bytes may come inline (base64 in `data`, within TURNSTREAM_MAX_INPUT_BYTES's
 default of 256 KiB) up to this; a larger one is put
 into the object store first (`att/<sha256>`) and named by its hash alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentPolicy:
+    """Which files a message may carry: the one place every door (the gateway, a chat
+    channel, an upload) reads the limits from (`Settings.attachment_policy`)."""
+
+    max_bytes: int = 20 * 1024 * 1024
+    """`TURNSTREAM_ATTACHMENT_MAX_BYTES`: the largest attachment taken."""
+    types: tuple[str, ...] = ATTACHMENT_TYPES
+    """`TURNSTREAM_ATTACHMENT_TYPES`: the media types taken."""
+
+    def refusal(self, media_type: str, size: int | None) -> str | None:
+        """Why a file of this media type and size is not taken; None: it is (`size` None:
+        not known yet, checked once it is)."""
+        if media_type not in self.types:
+            return (
+                f"media type {media_type} is not taken (TURNSTREAM_ATTACHMENT_TYPES: "
+                f"{', '.join(self.types)})"
+            )
+        if size is not None and size > self.max_bytes:
+            return (
+                f"{size} bytes is over the limit of {self.max_bytes} "
+                "(TURNSTREAM_ATTACHMENT_MAX_BYTES)"
+            )
+        return None
 
 
 class AttachmentIn(Attachment):

@@ -30,7 +30,7 @@ from turnstream.core.events import (
     decode,
 )
 from turnstream.core.workflow.definition import WorkflowDef
-from turnstream.gateway.attachments import AttachmentPolicy, with_attachments_stored
+from turnstream.gateway.attachments import with_attachments_stored
 from turnstream.gateway.check import Inbound
 from turnstream.gateway.dedup import first_times
 from turnstream.gateway.intake import intake, reject_unknown_answer, settle_agent
@@ -69,7 +69,7 @@ async def _consume(
 ) -> None:
     subjects, source = bus.subjects, source_name("gateway")
     live_tools = (tools or ToolRegistry.load()).names()
-    policy = AttachmentPolicy(settings.attachment_max_bytes, tuple(settings.attachment_types))
+    policy = settings.attachment_policy()
 
     def load_workflow(session_id: str, name: str) -> WorkflowDef:
         tool_calling = settings.session_override(session_id)[1].tool_calling

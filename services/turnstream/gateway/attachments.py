@@ -8,30 +8,22 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from dataclasses import dataclass
 from datetime import datetime
 
 from turnstream.bus import Bus
 from turnstream.bus.objects import digest_of, object_info
 from turnstream.core.commands import (
-    ATTACHMENT_TYPES,
     COMMAND_ADAPTER,
     INLINE_MAX_BYTES,
     AttachmentIn,
+    AttachmentPolicy,
     MessageCommand,
 )
 from turnstream.core.events import Attachment, EventBase
 from turnstream.gateway.check import CommandIds, Inbound, Rejection, fields_of, rejected
 
-
-@dataclass(frozen=True, slots=True)
-class AttachmentPolicy:
-    max_bytes: int = 20 * 1024 * 1024
-    """`TURNSTREAM_ATTACHMENT_MAX_BYTES`: the largest attachment taken."""
-    types: tuple[str, ...] = ATTACHMENT_TYPES
-
-
 DEFAULT_POLICY = AttachmentPolicy()
+__all__ = ["DEFAULT_POLICY", "AttachmentPolicy", "recorded", "refused", "stored"]
 
 
 def refused(command: MessageCommand, policy: AttachmentPolicy) -> Rejection | None:
@@ -51,16 +43,9 @@ def refused(command: MessageCommand, policy: AttachmentPolicy) -> Rejection | No
 
 
 def _problem(item: AttachmentIn, policy: AttachmentPolicy) -> str | None:
-    if item.media_type not in policy.types:
-        return (
-            f"media type {item.media_type} is not taken (TURNSTREAM_ATTACHMENT_TYPES: "
-            f"{', '.join(policy.types)})"
-        )
-    if item.size > policy.max_bytes:
-        return (
-            f"{item.size} bytes is over the limit of {policy.max_bytes} "
-            "(TURNSTREAM_ATTACHMENT_MAX_BYTES)"
-        )
+    refusal = policy.refusal(item.media_type, item.size)
+    if refusal is not None:
+        return refusal
     if item.data is None:
         return None
     try:

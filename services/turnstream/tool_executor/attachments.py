@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnstream.bus.objects import read_object
+from turnstream.bus.objects import read_attachment
 from turnstream.core.events import InputAccepted
 
 
@@ -16,6 +16,6 @@ async def session_attachment(bus: Any, session_id: str, name: str) -> tuple[str,
         assert isinstance(event, InputAccepted)
         for attachment in event.data.attachments or []:
             if attachment.name == name:
-                found = await read_object(bus, attachment.object)
+                found = await read_attachment(bus, attachment.sha256)
                 return None if found is None else (attachment.media_type, found)
     return None

@@ -8,8 +8,7 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-from turnstream.bus.objects import read_object
-from turnstream.core.events import ATTACHMENT_PREFIX
+from turnstream.bus.objects import read_attachment
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ class AttachmentCache:
             self.kept.move_to_end(sha256)
             return data
         try:
-            found = await read_object(self.bus, ATTACHMENT_PREFIX + sha256)
+            found = await read_attachment(self.bus, sha256)
         except Exception as exc:  # NATS slow or refusing: the turn goes on with a note
             log.warning("attachment %s not read (%r): the model gets a note", sha256, exc)
             return None
