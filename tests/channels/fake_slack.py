@@ -33,12 +33,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import web
 
+from tests.channels.fake_slack_files import SlackFiles
 from tests.channels.fake_slack_methods import METHODS, SlackError, required
 from tests.channels.fake_slack_socket import SocketMode
 
@@ -132,6 +134,7 @@ class FakeSlack:
         self.ephemeral: list[JSON] = []
         self.reactions: list[JSON] = []
         self.socket = SocketMode(self, ack_timeout=ack_timeout)
+        self.files = SlackFiles(bot_token)
         self._limits: dict[str, list[int]] = {}
         self._holds: dict[str, Hold] = {}
         self._errors: dict[str, list[tuple[str, int]]] = {}
@@ -145,6 +148,7 @@ class FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self.socket.websocket)
+        self.files.route(app)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -196,13 +200,19 @@ class FakeSlack:
         thread_ts: str | None = None,
         bot_id: str | None = None,
         event_type: str = "message",
+        files: Sequence[tuple[str, str, bytes]] = (),
     ) -> tuple[str, str]:
-        """`user` posts `text` in `channel` (a `D…` id is a DM, else a channel); Slack delivers
-        the event over Socket Mode. Returns `(event_id, ts)`."""
+        """`user` posts `text` in `channel` (a `D…` id is a DM, else a channel), sharing
+        `files` (`(name, mimetype, bytes)`); Slack delivers the event over Socket Mode.
+        Returns `(event_id, ts)`."""
         message = self._store(channel, text, user, thread_ts=thread_ts, bot_id=bot_id)
         event = self.message_event(message)
         if event_type == "app_mention":
             event["type"] = "app_mention"
+        if files:
+            base = self.api_url.removesuffix("/api/")
+            shared = [self.files.share(base, *f) for f in files]
+            event |= {"subtype": "file_share", "files": shared}
         event_id = await self.socket.deliver_event(event)
         return event_id, message.ts
 
