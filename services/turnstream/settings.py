@@ -108,6 +108,7 @@ DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
 SessionScope = Literal["thread", "chat", "user"]
 CHANNEL_TOKENS = (
     "TURNSTREAM_TELEGRAM_BOT_TOKEN",
+    "TURNSTREAM_TELEGRAM_WEBHOOK_SECRET",
     "TURNSTREAM_SLACK_BOT_TOKEN",
     "TURNSTREAM_SLACK_APP_TOKEN",
     "TURNSTREAM_SLACK_SIGNING_SECRET",
@@ -309,6 +310,11 @@ class Settings(BaseSettings):
     """The Telegram channel's policies (its token: the secret TURNSTREAM_TELEGRAM_BOT_TOKEN)."""
     telegram_api_url: str = "https://api.telegram.org"
     """The Bot API server the Telegram channel talks to (a local Bot API server, a test fake)."""
+    telegram_webhook_url: str | None = None
+    """Set: Telegram POSTs updates to this public URL (webhook mode) instead of the channel
+    polling; its secret is TURNSTREAM_TELEGRAM_WEBHOOK_SECRET."""
+    telegram_webhook_addr: str = "127.0.0.1:8443"
+    """`host:port` the webhook's server listens on (behind the URL's HTTPS endpoint)."""
     slack: ChannelSettings = Field(default_factory=ChannelSettings)
     """The Slack channel's policies (its tokens: the secrets TURNSTREAM_SLACK_BOT_TOKEN and
     TURNSTREAM_SLACK_APP_TOKEN)."""

@@ -285,6 +285,9 @@ class FakeTelegram:
         self.downloads.append(file_id)
         return web.Response(body=self.files[file_id])
 
+    async def _setWebhook(self, params: dict[str, Any]) -> Any:
+        return True  # recorded in `calls`; `fake_telegram_webhook` plays the deliveries
+
     async def _getMe(self, params: dict[str, Any]) -> Any:
         return BOT
 

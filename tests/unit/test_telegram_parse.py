@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from telegram import Update
 
 from turnstream.channels.platform import Chat, Incoming, Press
@@ -104,3 +105,21 @@ def test_markdown_becomes_telegram_html() -> None:
         '<pre><code class="language-py">if a &lt; b:</code></pre>'
     )
     assert to_html("snake_case_name 2 * 3 * 4 <tag>") == "snake_case_name 2 * 3 * 4 &lt;tag&gt;"
+
+
+def test_webhook_mode_needs_a_secret_telegram_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnstream.channels.telegram import webhook_of
+    from turnstream.settings import Settings
+
+    monkeypatch.delenv("TURNSTREAM_TELEGRAM_WEBHOOK_SECRET", raising=False)
+    assert webhook_of(Settings()) is None, "long polling unless a URL is set"
+    hooked = Settings(telegram_webhook_url="https://bot.example.com/tg/hook")
+    with pytest.raises(ValueError, match="TURNSTREAM_TELEGRAM_WEBHOOK_SECRET"):
+        webhook_of(hooked)
+    monkeypatch.setenv("TURNSTREAM_TELEGRAM_WEBHOOK_SECRET", "bad secret!")
+    with pytest.raises(ValueError, match="1-256 characters"):
+        webhook_of(hooked)
+    monkeypatch.setenv("TURNSTREAM_TELEGRAM_WEBHOOK_SECRET", "s3cret_-x")
+    hook = webhook_of(hooked)
+    assert hook is not None and hook.path == "/tg/hook" and hook.listen == ("127.0.0.1", 8443)
+    assert "s3cret_-x" in hooked.secret_values(), "redacted like the token"

@@ -21,10 +21,18 @@ import mimetypes
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
 from telegram.constants import ChatAction, MessageEntityType, ParseMode
-from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.error import (
+    BadRequest,
+    Conflict,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
 from telegram.request import HTTPXRequest
 
 from turnstream.bus import Bus
@@ -43,12 +51,14 @@ from turnstream.channels.platform import (
 )
 from turnstream.channels.service import serve_channel
 from turnstream.channels.telegram_html import to_html
+from turnstream.channels.telegram_webhook import Webhook, deliveries
 from turnstream.runtime.process import run_service
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.channels.telegram")
 T = TypeVar("T")
 TOKEN = "TURNSTREAM_TELEGRAM_BOT_TOKEN"
+WEBHOOK_SECRET = "TURNSTREAM_TELEGRAM_WEBHOOK_SECRET"
 POLL_TIMEOUT_S = 25
 MAX_BACKOFF_S = 30.0
 PRESS: dict[str, Decision] = {"a": "approve", "d": "deny", "s": "stop"}
@@ -67,9 +77,18 @@ class Telegram:
     name = "telegram"
     limits = Limits(text=4096, default_scope="chat")
 
-    def __init__(self, token: str, api_url: str, *, poll_timeout_s: int = POLL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        token: str,
+        api_url: str,
+        *,
+        poll_timeout_s: int = POLL_TIMEOUT_S,
+        webhook: Webhook | None = None,
+    ) -> None:
+        """Long polling, or with `webhook` Telegram POSTs updates to it."""
         base = api_url.rstrip("/")
         self.poll_timeout_s = poll_timeout_s
+        self.webhook = webhook
         self.bot = Bot(
             token,
             base_url=f"{base}/bot",
@@ -96,13 +115,15 @@ class Telegram:
 
     # inbound
     async def receive(self) -> AsyncIterator[Delivery]:
+        if self.webhook is not None:
+            await self._whoami()
+            async for delivery in deliveries(self, self.webhook):
+                yield delivery
+            return
         backoff = 1.0
         while True:
             try:
-                if self.me_id is None:
-                    me = await self.bot.get_me()
-                    self.me_id, self.me_name = me.id, (me.username or "").lower()
-                    log.info("connected as @%s", self.me_name)
+                await self._whoami()
                 updates = await self.bot.get_updates(
                     offset=self.offset,
                     timeout=self.poll_timeout_s,
@@ -112,6 +133,11 @@ class Telegram:
                 await asyncio.sleep(_seconds(exc))
                 continue
             except (NetworkError, TimedOut, TelegramError) as exc:
+                if isinstance(exc, Conflict):
+                    log.warning(
+                        "a webhook is set for this bot: getUpdates gets nothing until "
+                        "it is deleted (deleteWebhook), or set TURNSTREAM_TELEGRAM_WEBHOOK_URL"
+                    )
                 log.warning("getUpdates failed (%s); again in %.0f s", type(exc).__name__, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
@@ -121,6 +147,35 @@ class Telegram:
                 continue
             items = [item for update in updates if (item := self.parse(update)) is not None]
             yield Delivery(items, self._confirming(updates[-1].update_id))
+
+    async def _whoami(self) -> None:
+        """Who the bot is (`getMe`, once), for mentions and its own messages."""
+        backoff = 1.0
+        while self.me_id is None:
+            try:
+                me = await self.bot.get_me()
+            except TelegramError as exc:
+                log.warning("getMe failed (%s); again in %.0f s", type(exc).__name__, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            self.me_id, self.me_name = me.id, (me.username or "").lower()
+            log.info("connected as @%s", self.me_name)
+
+    async def webhook_set(self, url: str, secret: str, allowed: list[str]) -> None:
+        """`setWebhook` (again until Telegram takes it): updates go to `url` with `secret`."""
+        backoff = 1.0
+        while True:
+            try:
+                await self._api(
+                    "setWebhook",
+                    lambda: self.bot.set_webhook(url, secret_token=secret, allowed_updates=allowed),
+                )
+                return
+            except (PlatformError, RateLimited) as exc:
+                log.warning("setWebhook failed (%s); again in %.0f s", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     def _confirming(self, last: int) -> Callable[[], Awaitable[None]]:
         async def ack() -> None:  # Telegram forgets what is before the next offset
@@ -313,7 +368,24 @@ async def serve(settings: Settings, stop: asyncio.Event, bus: Bus | None = None)
         )
     if logging.getLogger().level > logging.DEBUG:  # httpx says each request at INFO
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    await serve_channel(Telegram(token, settings.telegram_api_url), settings, stop, bus)
+    telegram = Telegram(token, settings.telegram_api_url, webhook=webhook_of(settings))
+    await serve_channel(telegram, settings, stop, bus)
+
+
+def webhook_of(settings: Settings) -> Webhook | None:
+    """The webhook the settings ask for (TURNSTREAM_TELEGRAM_WEBHOOK_URL), None: long polling."""
+    url = settings.telegram_webhook_url
+    if not url:
+        return None
+    secret = settings.secret(WEBHOOK_SECRET)
+    if not secret:
+        raise ValueError(
+            f"TURNSTREAM_TELEGRAM_WEBHOOK_URL is set and {WEBHOOK_SECRET} is not: Telegram "
+            "must send a secret with every update (docs/channels.md)"
+        )
+    host, _, port = settings.telegram_webhook_addr.rpartition(":")
+    path = urlsplit(url).path or "/"
+    return Webhook(url, secret, (host or "127.0.0.1", int(port)), path)
 
 
 def main() -> None:
