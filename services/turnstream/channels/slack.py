@@ -59,6 +59,7 @@ from turnstream.channels.slack_mrkdwn import to_mrkdwn
 from turnstream.channels.slack_posting import SlackPoster
 from turnstream.channels.slack_wire import (
     POSTED,
+    SLASH_COMMANDS,
     Me,
     blocks,
     incoming,
@@ -66,6 +67,7 @@ from turnstream.channels.slack_wire import (
     posted_with,
     press,
     press_target,
+    slash,
 )
 from turnstream.runtime.process import run_service
 from turnstream.settings import Settings
@@ -113,6 +115,9 @@ class SlackPlatform:
         self._me: Me | None = None
         self._streams: dict[str, AsyncChatStream] = {}
         self._handler: AsyncSocketModeHandler | None = None
+        self._threads: dict[tuple[str, str], str | None] = {}
+        """The thread each user last wrote to the bot in, per conversation: where their
+        slash commands go (Slack's slash payload names no thread)."""
 
     async def me(self) -> Me:
         """Who the bot is (`auth.test`, once)."""
@@ -149,7 +154,17 @@ class SlackPlatform:
         async def on_event(body: dict[str, Any], event: dict[str, Any]) -> None:
             item = incoming(event, str(body.get("event_id", "")), me)
             if item is not None:
+                if len(self._threads) > 10_000:
+                    self._threads.clear()
+                self._threads[(item.chat.id, item.user)] = item.chat.thread
                 await handed(item)
+
+        async def on_command(ack: Callable[[], Awaitable[Any]], body: dict[str, Any]) -> None:
+            where = (str(body.get("channel_id")), str(body.get("user_id")))
+            item = slash(body, me, self._threads.get(where))
+            if item is not None:
+                await handed(item)
+            await ack()
 
         async def on_action(ack: Callable[[], Awaitable[Any]], body: dict[str, Any]) -> None:
             item = press(body)
@@ -160,6 +175,8 @@ class SlackPlatform:
         app.event("message")(on_event)
         app.event("app_mention")(on_event)
         app.action({"type": "block_actions", "action_id": _ACTIONS})(on_action)
+        for command in SLASH_COMMANDS:
+            app.command(command)(on_command)
         await self._listen_with(app)
         log.info("slack channel: receiving as %s", me.user_id)
         try:

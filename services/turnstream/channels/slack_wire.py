@@ -85,6 +85,28 @@ def files_of(event: JSON) -> tuple[File, ...]:
     return tuple(found)
 
 
+SLASH_COMMANDS = ("/stop", "/new")
+"""The slash commands the channel takes (registered in the app's manifest)."""
+
+
+def slash(body: JSON, me: Me, thread: str | None) -> Incoming | None:
+    """The message a slash command (`/stop`, `/new`) stands for. Slack's payload names the
+    conversation, not a thread: `thread` is the one the user last wrote to the bot in there
+    (their conversation, with the default `session_scope: thread`)."""
+    command = str(body.get("command") or "").lower()
+    channel, user = str(body.get("channel_id") or ""), str(body.get("user_id") or "")
+    if command not in SLASH_COMMANDS or not channel or not user:
+        return None
+    return Incoming(
+        key=f"slack-{me.team_id}-slash-{body.get('trigger_id') or ''}",
+        chat=chat_of(channel, None, thread),
+        user=user,
+        user_name=str(body.get("user_name") or user),
+        text=" ".join([command, str(body.get("text") or "")]).strip(),
+        mentions_bot=True,  # a slash command is said to the app, in a channel too
+    )
+
+
 def _command(text: str) -> str:
     """`!new` as `/new` (Slack's composer takes a leading `/` for its own slash commands)."""
     found = _COMMAND.match(text)
