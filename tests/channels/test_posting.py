@@ -22,7 +22,7 @@ from turnstream.channels.platform import (
     Press,
     RateLimited,
 )
-from turnstream.channels.posting import Poster
+from turnstream.channels.posting import Poster, notice_name
 from turnstream.channels.records import POSTED_TTL_S, Records
 
 __all__ = ["bus", "log_partitions", "nats_server"]
@@ -164,3 +164,21 @@ async def test_a_turns_record_expires_and_a_create_is_once(bus: Bus) -> None:
         "KV_ts_channel_telegram", f"$KV.ts_channel_telegram.turn.{t}"
     )
     assert stored.headers["Nats-TTL"] == f"{POSTED_TTL_S}s"
+
+
+async def test_a_notice_is_posted_once_per_message_and_found_again_in_the_window(
+    bus: Bus,
+) -> None:
+    platform, found = FindingPlatform(), await records(bus)
+    key = f"tg-{turn()}"
+    poster = Poster(platform, found)
+    await poster.notice(key, CHAT, "Your pairing code is X")
+    await poster.notice(key, CHAT, "Your pairing code is X")  # the message re-delivered
+    assert [m.text for m in platform.messages] == ["Your pairing code is X"]
+    # killed after the platform took it, before its reference was recorded: found again
+    other = f"tg-{turn()}"
+    name = notice_name(other)
+    platform.messages.append(Message("refused", f"notice:{name}"))
+    await found.put_notice(name, {"ref": None})
+    await poster.notice(other, CHAT, "refused")
+    assert len(platform.messages) == 2 and (await found.notice(name) or {})["ref"] == "1"

@@ -271,7 +271,9 @@ async def test_a_long_reply_is_split_at_4096_and_new_starts_a_fresh_session(
             await fake.redeliver(new)  # the same `/new` again: counted once
             await eventually(lambda: fake.confirmed > new)
             await fake.say("and now?", chat_id=51)
-            await eventually(lambda: len(fake.sent(51)) >= 8)
+            await eventually(lambda: len(fake.sent(51)) >= 7)
+    told = [m for m in fake.sent(51) if "new conversation" in m.text]
+    assert len(told) == 1, "the re-sent `/new` is not answered again"
     fresh = await events_of(bus, "telegram-51-g1")
     assert [e.data.text for e in fresh if isinstance(e, InputAccepted)] == ["and now?"]
 

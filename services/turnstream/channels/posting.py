@@ -17,6 +17,7 @@ stream update and the final reply never race to post the first message.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,6 +29,7 @@ from turnstream.channels.platform import (
     FindsPosts,
     Platform,
     PlatformError,
+    Press,
     RateLimited,
 )
 from turnstream.channels.records import Records
@@ -207,6 +209,36 @@ class Poster:
         ref = await self.call("post", lambda: self._post(chat, text, tag, buttons))
         await self.records.put_prompt(interaction_id, {**record, "ref": ref})
 
+    async def notice(self, key: str, chat: Chat, text: str) -> None:
+        """A reply that starts no turn (a refusal, a pairing code, `/new`'s), posted once per
+        platform message `key`: a re-delivered message is not told again. Recorded as a
+        turn's part is (the intent, then the reference), with the same one window."""
+        name = notice_name(key)
+        found = await self.records.notice(name)
+        if found is not None and found.get("ref"):
+            return
+        tag = f"notice:{name}"
+        if found is not None:
+            ref = await self._found(chat, tag)
+            if ref is not None:
+                await self.records.put_notice(name, {"ref": ref})
+                return
+        await self.records.put_notice(name, {"ref": None})  # the intent
+        ref = await self.call("post", lambda: self._post(chat, tag=tag, text=text))
+        await self.records.put_notice(name, {"ref": ref})
+
+    async def answer(self, press: Press, text: str, *, alert: bool) -> None:
+        """A press answered once (`Platform.answer_press`): a re-delivered press is not
+        answered again. Recorded after the answer: killed in between, it is answered twice
+        (a press's answer cannot be found again)."""
+        name = notice_name(press.key)
+        if await self.records.notice(name) is not None:
+            return
+        await self.call(
+            "answer_press", lambda: self.platform.answer_press(press, text, alert=alert)
+        )
+        await self.records.put_notice(name, {"ref": "answered"})
+
     async def close_prompt(self, chat: Chat, interaction_id: str, text: str) -> None:
         """The prompt's buttons replaced by how it was answered."""
         found = await self.records.prompt(interaction_id)
@@ -215,3 +247,8 @@ class Poster:
         ref, shown = found["ref"], f"{found.get('text', '')}\n\n{text}".strip()
         await self.call("edit", lambda: self.platform.edit(chat, ref, shown))
         await self.records.put_prompt(interaction_id, {**found, "closed": True})
+
+
+def notice_name(key: str) -> str:
+    """A platform message's identity as a short record name and post tag."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]

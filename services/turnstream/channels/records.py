@@ -102,6 +102,13 @@ class Records:
     async def put_prompt(self, interaction_id: str, value: dict[str, Any]) -> None:
         await self._expiring(f"prompt.{key_token(interaction_id)}", value)
 
+    # notices: replies that start no turn (refusals, pairing codes, `/new`), press answers
+    async def notice(self, name: str) -> dict[str, Any] | None:
+        return await self.get(f"notice.{key_token(name)}")
+
+    async def put_notice(self, name: str, value: dict[str, Any]) -> None:
+        await self._expiring(f"notice.{key_token(name)}", value)
+
     # conversations
     async def generation(self, base: str) -> tuple[int, str | None]:
         """How many times `/new` was said in a conversation, and the key of the last."""

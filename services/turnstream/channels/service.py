@@ -129,22 +129,22 @@ class ChannelService:
                             self.platform, self.bus, attached, self.files
                         )
                     except files.Refused as refused:
-                        await self._reply(item.chat, str(refused))
+                        await self._reply(item.key, item.chat, str(refused))
                         return
                 await publish_command(self.bus, session_id, command)
             case inbound.Reply(chat, text):
-                await self._reply(chat, text)
+                await self._reply(item.key, chat, text)
             case inbound.Pair(chat, user, user_name, code, new):
                 if new:
                     expires = time.time() + policy.pairing_ttl_s
                     request = Request(code, user, user_name, chat.token(), expires)
                     await self.records.change_book(lambda b: b.with_request(request, time.time()))
                     log.info("pairing code %s given to %s (%s)", code, user, user_name)
-                await self._reply(chat, decision.text)
+                await self._reply(item.key, chat, decision.text)
             case inbound.NewSession(chat, base_id, generation):
                 if last_new != item.key:  # this `/new` delivered again: counted once
                     await self.records.set_generation(base_id, generation, item.key)
-                await self._reply(chat, "Started a new conversation.")
+                await self._reply(item.key, chat, "Started a new conversation.")
             case _:
                 assert_never(decision)
 
@@ -165,17 +165,15 @@ class ChannelService:
             case _:
                 assert_never(decision)
 
-    async def _reply(self, chat: Chat, text: str) -> None:
+    async def _reply(self, key: str, chat: Chat, text: str) -> None:
         try:
-            await self.poster.call("post", lambda: self.platform.post(chat, text))
+            await self.poster.notice(key, chat, text)
         except PlatformError as exc:
             log.warning("a reply to %s was not delivered: %s", chat.id, exc)
 
     async def _answer(self, press: Press, text: str, *, alert: bool) -> None:
         try:
-            await self.poster.call(
-                "answer_press", lambda: self.platform.answer_press(press, text, alert=alert)
-            )
+            await self.poster.answer(press, text, alert=alert)
         except PlatformError as exc:  # a press answered late is refused by the platform
             log.warning("a button press was not answered: %s", exc)
 
