@@ -19,16 +19,19 @@ The core, platform-agnostic:
     text.py      pure: splitting, status lines, prompt and failure texts
     pairing.py   pure: the book of one-time pairing codes
     records.py   the channel's KV bucket: what was posted, pairing, `/new` generations
-    posting.py   exactly-once posting over the records; 429s waited out
+    posting.py   exactly-once posting over the records (replies, prompts, notices); 429s
+                 waited out
+    files.py     the files a message carries, fetched and attached (inline or stored)
     service.py   the shell: `ChannelService`, `serve_channel(platform, settings, stop)`
 
 To add a platform (Discord, Matrix, …), write one module `channels/<platform>.py` that:
 
 1. implements `Platform` with the platform's official SDK: `receive()` yields `Delivery`s
    of `Incoming` messages (with `key` = the platform's message identity, `mentions_bot`,
-   `from_bot`/`from_self` set) and `Press`es of approval buttons, and acknowledges them to
-   the platform only in `Delivery.ack`; `typing`, `draft` (False if no native streaming),
-   `post` (returns a reference), `edit`, `answer_press`, `aclose`; Markdown converted to the
+   `from_bot`/`from_self` set, `files` it carries) and `Press`es of approval buttons, and
+   acknowledges them to the platform only in `Delivery.ack`; `typing`, `draft` (False if no
+   native streaming), `post` (returns a reference), `edit`, `answer_press`, `download`,
+   `aclose`; Markdown converted to the
    platform's markup inside `post`/`edit`; a 429 raised as `RateLimited(retry_after)`, an
    API error as `PlatformError(method, code, transient=…)` (never with a token); where
    the platform can find a posted message again, also `FindsPosts` (`post_tagged`,
