@@ -33,6 +33,7 @@ from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
 from turnstream.http.storage import Storage
+from turnstream.http.uploads import Uploads
 from turnstream.prices import load_prices
 from turnstream.runtime import connect_client, loop_factory, source_name, tune_gc
 from turnstream.runtime.redaction import redact_logs
@@ -92,7 +93,8 @@ def create_app(
 
 
 class App(FastAPI):
-    """FastAPI with the face's own layers outermost: the access log, the body limit, and
+    """FastAPI with the face's own layers outermost: the access log, multipart messages
+    (streamed, before the body limit: `uploads`), the body limit, and
     the hot POST and stream (`FastPaths`), which so skip FastAPI's per-request machinery
     and its own middleware (error pages, telemetry, body limit) as well as its routing."""
 
@@ -102,7 +104,7 @@ class App(FastAPI):
 
     def build_middleware_stack(self) -> ASGIApp:
         routes = super().build_middleware_stack()
-        return AccessLog(BodyLimit(FastPaths(routes), max_bytes=self.max_input_bytes))
+        return AccessLog(Uploads(BodyLimit(FastPaths(routes), max_bytes=self.max_input_bytes)))
 
 
 class TicketIn(BaseModel):
