@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from tests.http.conftest import http_app
 from tests.integration.conftest import (
@@ -28,6 +29,7 @@ from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.objects import read_object
 from turnstream.core.events import InputAccepted
+from turnstream.http.auth import hash_key
 
 __all__ = ["bus", "nats_server"]
 pytestmark = pytest.mark.integration
@@ -78,7 +80,7 @@ async def test_an_image_over_multipart_reaches_anthropic_as_an_image_block(
 async def test_an_image_over_multipart_reaches_openai_as_an_image_url(
     nats_server: EmbeddedServer, bus: Bus, tmp: Path
 ) -> None:
-    big = PNG + b"\0" * (300 * 1024)  # over the inline bound and several chunks
+    big = PNG + bytes(range(256)) * (5 * 1024)  # 1.25 MiB: 11 chunks, two reads back
     async with FakeOpenAI([Text("seen")]) as fake:
         settings = settings_for(
             nats_server, tmp, provider="openai", model="gpt-fake", base_url=fake.base_url + "/v1"
@@ -93,10 +95,14 @@ async def test_an_image_over_multipart_reaches_openai_as_an_image_url(
                 data={"text": "look"},
                 files={"files": ("big.png", big, "image/png")},
             )
+            back = await http.get(
+                f"/v1/sessions/up-o/attachments/{hashlib.sha256(big).hexdigest()}"
+            )
     assert r.status_code == 200, r.text
     _, image = fake.requests[0].body["messages"][-1]["content"]
     assert image["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(big).decode()
     assert await read_object(bus, "att/" + hashlib.sha256(big).hexdigest()) == big
+    assert back.status_code == 200 and back.content == big
 
 
 @pytest.mark.parametrize(
@@ -174,3 +180,50 @@ async def test_multipart_fields_are_checked_as_the_json_bodys(
     body = spec["paths"]["/v1/sessions/{id}/messages"]["post"]["requestBody"]["content"]
     assert {"application/json", "multipart/form-data"} <= set(body)
     assert body["multipart/form-data"]["schema"]["properties"]["files"]["maxItems"] == 10
+
+
+async def test_an_attachment_is_downloaded_by_a_reader_of_its_session_only(
+    nats_server: EmbeddedServer, bus: Bus, tmp: Path
+) -> None:
+    keys = [
+        {"name": "alice", "key": hash_key("sk-alice"), "scopes": ["send", "read"],
+         "sessions": "dl-a*"},
+        {"name": "bob", "key": hash_key("sk-bob"), "scopes": ["send", "read"],
+         "sessions": "dl-b*"},
+    ]  # fmt: skip
+    (tmp / "keys.yaml").write_text(yaml.safe_dump({"keys": keys}))
+    settings = settings_for(nats_server, tmp, http_keys_file=tmp / "keys.yaml")
+    alice = {"Authorization": "Bearer sk-alice"}
+    bob = {"Authorization": "Bearer sk-bob"}
+    png, pdf = hashlib.sha256(PNG).hexdigest(), hashlib.sha256(PDF).hexdigest()
+    async with (
+        running_services(settings, bus),
+        http_app(settings) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
+        for session, who, file in [
+            ("dl-a", alice, ("dot.png", PNG, "image/png")),
+            ("dl-b", bob, ("spec.pdf", PDF, "application/pdf")),
+        ]:
+            r = await http.post(
+                f"/v1/sessions/{session}/messages",
+                data={"text": "keep this"},
+                files={"files": file},
+                headers=who,
+            )
+            assert r.status_code == 202, r.text
+        mine = await http.get(f"/v1/sessions/dl-a/attachments/{png}", headers=alice)
+        other_session = await http.get(f"/v1/sessions/dl-b/attachments/{pdf}", headers=alice)
+        # the hash of bob's file, asked of alice's own session: it was not sent there
+        by_hash = await http.get(f"/v1/sessions/dl-a/attachments/{pdf}", headers=alice)
+        no_key = await http.get(f"/v1/sessions/dl-a/attachments/{png}")
+        bobs = await http.get(f"/v1/sessions/dl-b/attachments/{pdf}", headers=bob)
+    assert mine.status_code == 200 and mine.content == PNG
+    assert mine.headers["content-type"] == "image/png"
+    assert mine.headers["content-disposition"] == "inline; filename*=UTF-8''dot.png"
+    assert mine.headers["x-content-type-options"] == "nosniff"
+    assert other_session.status_code == 403, other_session.text
+    assert by_hash.status_code == 404, by_hash.text
+    assert no_key.status_code == 401
+    assert bobs.status_code == 200 and bobs.content == PDF
+    assert bobs.headers["content-disposition"].startswith("attachment;")

@@ -69,7 +69,10 @@ async def test_the_http_face_streams_a_file_into_the_store_and_may_not_purge_or_
                 data={"text": "notes"},
                 files={"files": ("big.png", big, "image/png")},
             )
+            sha = hashlib.sha256(big).hexdigest()
+            back = await http.get(f"/v1/sessions/web-up/attachments/{sha}")
     assert r.status_code == 200 and r.json()["data"]["status"] == "completed", r.text
+    assert back.status_code == 200 and back.content == big, back.text
     runner = await as_user(secure_server, "turn-runner")
     try:
         assert await read_object(runner, "att/" + hashlib.sha256(big).hexdigest()) == big

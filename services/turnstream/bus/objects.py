@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -119,3 +120,28 @@ class Upload:
             headers={"Nats-Rollup": "sub"},
         )
         return True
+
+
+async def object_chunks(bus: Bus, info: Any, per_read: int = 8) -> AsyncIterator[bytes]:
+    """The object's bytes, a few chunks at a time (a download need not hold it whole);
+    its digest was checked when it was named (`Upload.finish`, the gateway's `stored`)."""
+    if not info.nuid:
+        return
+    bucket = bus.subjects.blobs_bucket
+    stream, subject = f"OBJ_{bucket}", f"$O.{bucket}.C.{info.nuid}"
+    last, sent = 0, 0
+    got: list[tuple[int, bytes]] = []
+    while sent < info.chunks:
+        got.clear()
+        await bus.store.direct.batch(
+            stream,
+            subject,
+            lambda seq, _s, data: got.append((seq, data)),
+            after_seq=last,
+            batch=min(per_read, info.chunks - sent),
+        )
+        if not got:
+            raise RuntimeError(f"the object {info.name} has {sent} of {info.chunks} chunks")
+        for seq, data in list(got):
+            last, sent = seq, sent + 1
+            yield data

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnstream import console
 from turnstream.bus import Bus
-from turnstream.http import a2a, commands, docs, reads, replay, sse
+from turnstream.http import a2a, commands, docs, downloads, reads, replay, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
 from turnstream.http.fast import FastPaths
@@ -84,6 +84,7 @@ def create_app(
     app.include_router(reads.router)
     app.include_router(sse.router)
     app.include_router(replay.router)
+    app.include_router(downloads.router)
     app.add_api_route("/v1/tickets", tickets, methods=["POST"], tags=["auth"])
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["ops"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["ops"])
