@@ -217,6 +217,17 @@ async def test_an_attachment_is_downloaded_by_a_reader_of_its_session_only(
         # the hash of bob's file, asked of alice's own session: it was not sent there
         by_hash = await http.get(f"/v1/sessions/dl-a/attachments/{pdf}", headers=alice)
         no_key = await http.get(f"/v1/sessions/dl-a/attachments/{png}")
+        upload_no_key = await http.post(
+            "/v1/sessions/dl-a/messages",
+            data={"text": "x"},
+            files={"files": ("dot.png", PNG, "image/png")},
+        )
+        upload_elsewhere = await http.post(
+            "/v1/sessions/dl-b/messages",
+            data={"text": "x"},
+            files={"files": ("dot.png", PNG, "image/png")},
+            headers=alice,
+        )
         bobs = await http.get(f"/v1/sessions/dl-b/attachments/{pdf}", headers=bob)
     assert mine.status_code == 200 and mine.content == PNG
     assert mine.headers["content-type"] == "image/png"
@@ -225,5 +236,7 @@ async def test_an_attachment_is_downloaded_by_a_reader_of_its_session_only(
     assert other_session.status_code == 403, other_session.text
     assert by_hash.status_code == 404, by_hash.text
     assert no_key.status_code == 401
+    assert upload_no_key.status_code == 401, upload_no_key.text
+    assert upload_elsewhere.status_code == 403, upload_elsewhere.text
     assert bobs.status_code == 200 and bobs.content == PDF
     assert bobs.headers["content-disposition"].startswith("attachment;")

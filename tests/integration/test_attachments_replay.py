@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 from typer.testing import CliRunner
 
+from tests.http.conftest import http_app
 from tests.integration.conftest import bus, nats_server, running_services, settings_for
 from tests.integration.test_attachments import CSV, PDF, PNG
 from turnstream.bus import Bus
@@ -71,3 +73,16 @@ async def test_a_replay_with_the_object_store_gone_rebuilds_the_session(
     )
     assert result.exit_code == 0, result.output
     assert orjson.loads(result.output) == orjson.loads(state_to_json(before.state))
+    # a file sent now is refused as the store's, saying nothing was sent
+    settings = settings_for(nats_server, tmp_path)
+    async with http_app(settings) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        r = await http.post(
+            "/v1/sessions/gone-store/messages",
+            data={"text": "another"},
+            files={"files": ("dot.png", PNG, "image/png")},
+        )
+    assert r.status_code == 503, r.text
+    assert "nothing was sent" in r.json()["detail"]
+    assert [e.id for e in (await replay_session(bus, "gone-store")).events] == [
+        e.id for e in before.events
+    ]

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from nats.errors import Error as NatsError
 from pydantic import ValidationError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -68,15 +69,19 @@ class Receiving:
     def __init__(self, receive: Receive) -> None:
         self.receive = receive
         self.more = True
+        self.read = False
 
     async def __call__(self) -> Any:
+        self.read = True
         message = await self.receive()
         self.more = message["type"] == "http.request" and message.get("more_body", False)
         return message
 
     async def drain(self) -> None:
-        """Read the rest of a refused body and drop it: the client then reads the answer."""
-        while self.more:
+        """Read the rest of a refused body and drop it, so the client reads the answer; not
+        for a caller refused before its body was read (no key, no right: not worth reading
+        its upload, and uvicorn closes the connection after the answer)."""
+        while self.read and self.more:
             await self()
 
 
@@ -95,7 +100,16 @@ async def _message(
     if not boundary:
         raise invalid_input("multipart/form-data without a boundary")
     body = Body(ctx)
-    await body.read(boundary, receive)
+    try:
+        await body.read(boundary, receive)
+    except (NatsError, TimeoutError) as exc:  # the store refused a chunk, or NATS is away
+        raise Problem(
+            503,
+            "storage",
+            "Service unavailable",
+            f"the object store did not take the files ({type(exc).__name__}: {exc}); nothing "
+            "was sent: send the message again",
+        ) from exc
     try:
         message = MessageIn.model_validate(body.fields())
     except ValidationError as exc:
