@@ -18,7 +18,8 @@ from turnstream.bus import Bus
 from turnstream.bus.archive import archive_sessions
 from turnstream.bus.attachment_gc import prune_attachments
 from turnstream.bus.embedded import EmbeddedServer
-from turnstream.bus.objects import object_info
+from turnstream.bus.objects import Upload, object_info, read_object
+from turnstream.bus.scan import subject_counts
 from turnstream.cli import app
 from turnstream.client import attachment, message_command, send_and_wait, store_attachment
 
@@ -40,6 +41,9 @@ async def test_archived_sessions_keep_their_attachments_and_unnamed_ones_go(
         for command in (kept, dropped):
             assert (await send_and_wait(bus, command, timeout=20)).completed
     never_sent = await store_attachment(bus, "spec.pdf", "application/pdf", PDF)
+    abandoned = Upload(bus)  # a client gone mid-file: chunks, no meta record
+    await abandoned.write(PDF * 100)
+    chunks = f"$O.{bus.subjects.blobs_bucket}.C.{abandoned.nuid}"
     names = {
         k: "att/" + c["attachments"][0]["sha256"] for k, c in [("png", kept), ("csv", dropped)]
     }
@@ -54,7 +58,7 @@ async def test_archived_sessions_keep_their_attachments_and_unnamed_ones_go(
 
     assert await prune_attachments(bus, datetime.now(UTC) - timedelta(days=1)) == []  # grace
     listed = await prune_attachments(bus, later, dry_run=True)
-    assert sorted(u.name for u in listed) == sorted([names["csv"], names["pdf"]])
+    assert sorted(u.name for u in listed) == sorted([names["csv"], names["pdf"], chunks])
     assert all([await object_info(bus, n) for n in names.values()])  # a dry run
 
     result = await asyncio.to_thread(
@@ -63,7 +67,9 @@ async def test_archived_sessions_keep_their_attachments_and_unnamed_ones_go(
         ["attachments", "prune", "--older-than-days", "0", "--nats-url", nats_server.url],
     )
     assert result.exit_code == 0, result.output
-    assert "deleted 2 attachment(s)" in result.output
-    assert await object_info(bus, names["png"]) is not None  # named by its archive
+    assert "deleted 3 attachment(s)" in result.output
+    assert await read_object(bus, names["png"]) == PNG  # named by its archive
+    stream = f"OBJ_{bus.subjects.blobs_bucket}"
+    assert await subject_counts(bus.nc, stream, chunks) == {}
     assert await object_info(bus, names["csv"]) is None
     assert await object_info(bus, names["pdf"]) is None

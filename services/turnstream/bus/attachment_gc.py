@@ -22,6 +22,7 @@ from nats.js.errors import NotFoundError
 from turnstream.bus.archive import ARCHIVE_PREFIX
 from turnstream.bus.connection import Bus
 from turnstream.bus.objects import read_object
+from turnstream.bus.scan import subject_counts
 from turnstream.bus.store import LOG_START
 from turnstream.core.events import ATTACHMENT_PREFIX, Event, InputAccepted, decode
 
@@ -29,7 +30,9 @@ from turnstream.core.events import ATTACHMENT_PREFIX, Event, InputAccepted, deco
 @dataclass(frozen=True, slots=True)
 class Unnamed:
     name: str
+    """`att/<sha256>`, or the chunk subject of chunks no object has (`$O.<bucket>.C.<nuid>`)."""
     size: int
+    """Bytes (an object), or chunks (unnamed chunks)."""
     mtime: str
 
 
@@ -74,9 +77,9 @@ async def prune_attachments(
     try:
         infos = await store.list(ignore_deletes=True)
     except NotFoundError:  # nats-py's answer for a store without objects
-        return []
+        infos = []
     keep = await named(bus, [i.name for i in infos])
-    gone = []
+    gone = await _unnamed_chunks(bus, {i.nuid for i in infos}, older_than, dry_run=dry_run)
     for info in infos:
         if not info.name.startswith(ATTACHMENT_PREFIX) or info.name in keep:
             continue
@@ -85,4 +88,27 @@ async def prune_attachments(
         if not dry_run:
             await store.delete(info.name)
         gone.append(Unnamed(info.name, info.size, info.mtime))
+    return gone
+
+
+async def _unnamed_chunks(
+    bus: Bus, described: set[str], older_than: datetime, *, dry_run: bool
+) -> list[Unnamed]:
+    """Chunks no meta record describes (an upload abandoned mid-file or refused past its
+    bound, the same bytes uploaded again), whose last chunk came before `older_than` (an
+    upload in progress writes its meta last). Found by the server's count of subjects."""
+    bucket = bus.subjects.blobs_bucket
+    stream = f"OBJ_{bucket}"
+    prefix = f"$O.{bucket}.C."
+    gone = []
+    for subject, count in (await subject_counts(bus.nc, stream, prefix + "*")).items():
+        if subject.removeprefix(prefix) in described:
+            continue
+        last = (await bus.js.get_last_msg(stream, subject)).time  # a str or a datetime
+        when = last if isinstance(last, datetime) else stored_at(str(last or ""))
+        if when >= older_than:
+            continue
+        if not dry_run:
+            await bus.js.purge_stream(stream, subject=subject)
+        gone.append(Unnamed(subject, count, when.isoformat()))
     return gone

@@ -70,7 +70,7 @@ def prune(
 ) -> None:
     """Delete the attachments no event names any more (in the log or an archive): those of
     events the log's retention dropped, and of messages refused after their files were
-    stored."""
+    stored; and the chunks of uploads abandoned before they were named."""
     from turnstream.bus.attachment_gc import Unnamed, prune_attachments
 
     cutoff = datetime.now(UTC) - timedelta(days=max(older_than_days, 0.0))
