@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
+from nats.js import api
 from nats.js.errors import NotFoundError
+from nats.nuid import NUID
 
 from turnstream.bus.connection import Bus
 
@@ -50,3 +55,93 @@ def digest_of(info: Any) -> bytes:
     if algorithm.upper() != "SHA-256" or not value:
         return b""
     return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+
+
+CHUNK_BYTES = 128 * 1024
+"""The object store's own chunk size (nats-py's default)."""
+_NUID = NUID()
+
+
+class Upload:
+    """An object written as its bytes arrive, chunk by chunk, hashed on the way, and named
+    once it is whole (`finish`): so a content-addressed name (`att/<sha256>`) can be given
+    to bytes nobody held all at once. Writes chunks and the meta record, never purges: an
+    upload abandoned (or of bytes the store had already) leaves its chunks unnamed."""
+
+    def __init__(self, bus: Bus, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self.bus = bus
+        self.chunk_bytes = chunk_bytes
+        self.nuid = _NUID.next().decode()
+        self.hash = hashlib.sha256()
+        self.size = 0
+        self.chunks = 0
+        self.pending = bytearray()
+
+    @property
+    def sha256(self) -> str:
+        return self.hash.hexdigest()
+
+    async def write(self, data: bytes) -> None:
+        self.hash.update(data)
+        self.size += len(data)
+        self.pending += data
+        while len(self.pending) >= self.chunk_bytes:
+            await self._send(bytes(self.pending[: self.chunk_bytes]))
+            del self.pending[: self.chunk_bytes]
+
+    async def _send(self, chunk: bytes) -> None:
+        bucket = self.bus.subjects.blobs_bucket
+        await self.bus.js.publish(f"$O.{bucket}.C.{self.nuid}", chunk)
+        self.chunks += 1
+
+    async def finish(self, name: str) -> bool:
+        """Name the bytes written `name`; False when the store has that name already (a
+        content-addressed name: the same bytes), which is kept."""
+        if self.pending:
+            await self._send(bytes(self.pending))
+            self.pending.clear()
+        if await object_info(self.bus, name) is not None:
+            return False
+        bucket = self.bus.subjects.blobs_bucket
+        info = api.ObjectInfo(
+            name=name,
+            bucket=bucket,
+            nuid=self.nuid,
+            size=self.size,
+            chunks=self.chunks,
+            mtime=datetime.now(UTC).isoformat(),
+            digest="SHA-256=" + base64.urlsafe_b64encode(self.hash.digest()).decode(),
+            options=api.ObjectMetaOptions(max_chunk_size=self.chunk_bytes),
+        )
+        meta = base64.urlsafe_b64encode(name.encode()).decode()
+        await self.bus.js.publish(
+            f"$O.{bucket}.M.{meta}",
+            json.dumps(info.as_dict()).encode(),
+            headers={"Nats-Rollup": "sub"},
+        )
+        return True
+
+
+async def object_chunks(bus: Bus, info: Any, per_read: int = 8) -> AsyncIterator[bytes]:
+    """The object's bytes, a few chunks at a time (a download need not hold it whole);
+    its digest was checked when it was named (`Upload.finish`, the gateway's `stored`)."""
+    if not info.nuid:
+        return
+    bucket = bus.subjects.blobs_bucket
+    stream, subject = f"OBJ_{bucket}", f"$O.{bucket}.C.{info.nuid}"
+    last, sent = 0, 0
+    got: list[tuple[int, bytes]] = []
+    while sent < info.chunks:
+        got.clear()
+        await bus.store.direct.batch(
+            stream,
+            subject,
+            lambda seq, _s, data: got.append((seq, data)),
+            after_seq=last,
+            batch=min(per_read, info.chunks - sent),
+        )
+        if not got:
+            raise RuntimeError(f"the object {info.name} has {sent} of {info.chunks} chunks")
+        for seq, data in list(got):
+            last, sent = seq, sent + 1
+            yield data
