@@ -6,7 +6,7 @@ A session of `--turns` one-tool turns (two model calls each: the question, then 
 result) with a ~6,000-token system prompt, three tools, the time as volatile context (new
 every turn) and a history that grows, sent through our adapters and the official SDKs to
 the local wire fakes (tests/providers/fake_servers.py), which bill each request's input by
-the APIs' documented cache rules (tests/providers/prompt_cache.py). A second session
+the APIs' documented cache rules (services/turnstream/providers/cache_billing.py). A second session
 compacts once halfway (the history replaced by a summary in the system prompt, as the
 runner's compaction does).
 

@@ -291,6 +291,14 @@ class Settings(BaseSettings):
     """Let A2A push-notification webhooks be on loopback, private, link-local or other
     non-public addresses (refused by default: a client could make this server call its
     internal services)."""
+    a2a_file_hosts: list[str] = Field(default_factory=list)
+    """Hosts an A2A file part's URI may be fetched from (exact names, lower case); a URI
+    elsewhere is refused. None by default."""
+    a2a_file_allow_private: bool = False
+    """Let A2A file URIs be fetched from loopback, private or link-local peers (refused by
+    default, at connect: `http.egress`)."""
+    a2a_file_timeout_s: float = Field(default=30.0, gt=0)
+    """How long an A2A file URI's fetch may take to connect and between reads."""
     a2a_push_attempts: int = Field(default=5, ge=1)
     """A webhook POST that fails is tried this many times in all, then given up (a
     `PushNotificationAbandoned` event in the log)."""

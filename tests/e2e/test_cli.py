@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,10 +89,15 @@ def test_tail_history_shows_one_line_per_event(deployment: dict[str, str]) -> No
         stdout=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    assert tail.stdout is not None
+    lines = []
+    for line in tail.stdout:  # until the history's last event (a slow start prints it late)
+        if "e2e-4" in line:
+            lines.append(line)
+        if "SessionTurnEnd" in line:
+            break
     tail.send_signal(signal.SIGINT)
-    out, _ = tail.communicate(timeout=10)
-    lines = [line for line in out.splitlines() if "e2e-4" in line]
+    tail.communicate(timeout=10)
     assert len(lines) == 13  # a text turn: 4 stage transitions are one event each
     assert "InputAccepted" in lines[0] and "SessionTurnEnd" in lines[-1]
 

@@ -87,9 +87,11 @@ async def test_a_retry_without_context_is_one_task(url: str, binding: str, bus: 
     assert sum(isinstance(s.event, InputAccepted) for s in stored) == 1
 
 
-async def test_an_image_is_content_type_not_supported(url: str, binding: str) -> None:
+async def test_a_file_of_a_type_not_taken_is_content_type_not_supported(
+    url: str, binding: str
+) -> None:
     image = message("", context=ctx(binding, "image"))
-    image.parts.append(Part(raw=b"\x89PNG", media_type="image/png"))
+    image.parts.append(Part(raw=b"MZ", media_type="application/x-msdownload"))
     async with a2a(url, binding=binding) as client:
         with pytest.raises(ERRORS) as raised:
             await send(client, image)

@@ -178,6 +178,18 @@ async def test_a_private_webhook_is_refused_unless_allowed(services: Settings) -
                 await client.create_task_push_notification_config(config(task.id, hook))
 
 
+async def test_a_name_is_not_judged_at_creation_but_at_connect(services: Settings) -> None:
+    """A name that does not resolve now (or resolves to a private address now) proves
+    nothing about delivery time: the config is taken, and the delivery's transport judges
+    the address it connects to (tests/unit/test_egress.py)."""
+    strict = services.model_copy(update={"a2a_push_allow_private": False})
+    async with http_app(strict) as url, a2a(url) as client:
+        task = await send(client, message("hi", context="a2a-push-names"))
+        for hook in ("https://hooks.example.invalid/x", "http://localhost:9/x"):
+            made = await client.create_task_push_notification_config(config(task.id, hook))
+            assert made.url == hook
+
+
 async def test_each_update_is_posted_once_across_a_restart(
     services: Settings, receiver: Receiver, bus: Bus
 ) -> None:

@@ -94,12 +94,12 @@ def parts_message(*parts: Part) -> Message:
 @pytest.mark.parametrize(
     "part",
     [
-        Part(raw=b"\x89PNG", media_type="image/png"),
-        Part(url="https://example.com/a.pdf", media_type="application/pdf"),
-        Part(url="https://example.com/a.bin"),
-        Part(text="# hi", media_type="text/markdown"),
+        Part(raw=b"MZ", media_type="application/x-msdownload"),
+        Part(url="https://example.com/a.exe", media_type="application/x-msdownload"),
+        Part(raw=b"\0\1", filename="a.bin"),
+        Part(text="# hi", media_type="video/mp4"),
     ],
-    ids=["png", "pdf-url", "untyped-file", "markdown"],
+    ids=["exe", "exe-url", "untyped-file", "text-as-video"],
 )
 async def test_a_part_outside_the_input_modes_is_content_type_not_supported(
     url: str, part: Part

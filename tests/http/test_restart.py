@@ -111,15 +111,16 @@ async def test_sigterm_ends_open_streams_and_exits_cleanly(nats_server: Embedded
     with http_process(env_for(nats_server, f"127.0.0.1:{port}")) as proc:
         await until_up(url)
         got: list[Sse] = []
+        opened = asyncio.Event()
 
         async def follow() -> None:
             async with httpx.AsyncClient(base_url=url, timeout=15) as client:
                 async with client.stream("GET", "/v1/sessions/quiet/stream") as response:
-                    async for sse in read_sse(response):
+                    async for sse in read_sse(response, opened):
                         got.append(sse)
 
         task = asyncio.create_task(follow())
-        await asyncio.sleep(0.5)
+        await asyncio.wait_for(opened.wait(), 15)
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(task, 4)  # the stream ends, not at a 5 s graceful timeout
         assert await asyncio.to_thread(proc.wait, 10) == 0

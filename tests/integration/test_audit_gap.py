@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 import orjson
+from nats.js import api
 
 from tests.unit.audit_events import ended, start
 from turnstream.audit import worker
@@ -92,8 +93,15 @@ async def test_deliveries_lost_on_a_reconnect_are_read_from_the_log(
             await asyncio.sleep(0.1)
 
     await asyncio.wait_for(caught_up(), 20)
-    await asyncio.sleep(0.5)
-    info = await bus.js.consumer_info(bus.subjects.log_stream, worker.DURABLE)
+
+    async def acked() -> api.ConsumerInfo:  # the audit acks a batch after its KV writes
+        while True:
+            info = await bus.js.consumer_info(bus.subjects.log_stream, worker.DURABLE)
+            if info.num_ack_pending == 0:
+                return info
+            await asyncio.sleep(0.1)
+
+    info = await asyncio.wait_for(acked(), 20)
     stop.set()
     await task
     await abus.close()

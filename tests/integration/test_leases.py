@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.polling import eventually
 from turnstream.bus import Bus
 from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.client import message_command
@@ -369,9 +370,11 @@ async def test_namespaces_do_not_collide_and_a_watch_sees_only_its_own(bus: Bus)
                     lambda _s: None, stop, lambda s, o, seen=seen: seen.append((s, o))
                 )
             )
-        await asyncio.sleep(0.5)
+        # both watches are up once they heard the leases taken before them
+        await eventually(lambda: heard["runner"] and heard["approval"])
         await approval.release("ns:1", hand_over=True)
-        await asyncio.sleep(0.5)
+        await eventually(lambda: heard["approval"][-1] == ("ns:1", None))
+        await asyncio.sleep(0.3)  # what else the watches would (wrongly) hear
         stop.set()
     assert ("ns:1", "runner-a") in heard["runner"]
     assert all(owner != "approval-a" for _, owner in heard["runner"]), heard

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
+from tests.polling import eventually
 from turnstream.bus import Bus
 from turnstream.runtime.leasing import LeasePolicy
 from turnstream.runtime.partitions import PartitionOwner
@@ -56,26 +57,20 @@ async def instance(
             await task
 
 
-async def until(check: Callable[[], bool], timeout: float = 10) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():  # noqa: ASYNC110 (other tasks' state)
-            await asyncio.sleep(0.05)
-
-
 async def test_instances_share_the_partitions_and_hand_them_over(bus: Bus) -> None:
     running = Running()
     async with instance(bus, running, "a", "share") as (_, _, _):
-        await until(lambda: running.of("a") == set(range(PARTITIONS)))
+        await eventually(lambda: running.of("a") == set(range(PARTITIONS)))
         async with instance(bus, running, "b", "share") as (_, b_stop, b_task):
-            await until(lambda: len(running.of("a")) == 2 and len(running.of("b")) == 2)
+            await eventually(lambda: len(running.of("a")) == 2 and len(running.of("b")) == 2)
             async with instance(bus, running, "c", "share"):
-                await until(lambda: sorted(len(running.of(n)) for n in "abc") == [1, 1, 2])
-            await until(lambda: sorted(len(running.of(n)) for n in "ab") == [2, 2])
+                await eventually(lambda: sorted(len(running.of(n)) for n in "abc") == [1, 1, 2])
+            await eventually(lambda: sorted(len(running.of(n)) for n in "ab") == [2, 2])
             loop = asyncio.get_running_loop()
             b_stop.set()
             await b_task
             stopped = loop.time()
-            await until(lambda: running.of("a") == set(range(PARTITIONS)))
+            await eventually(lambda: running.of("a") == set(range(PARTITIONS)))
             assert loop.time() - stopped < POLICY.ttl_s  # handed over, not expired
     assert running.overlaps == []
 
@@ -83,14 +78,14 @@ async def test_instances_share_the_partitions_and_hand_them_over(bus: Bus) -> No
 async def test_a_dead_instance_s_partitions_are_taken_once_its_leases_expire(bus: Bus) -> None:
     running = Running()
     async with instance(bus, running, "a", "die") as (_, _, _):
-        await until(lambda: running.of("a") == set(range(PARTITIONS)))
+        await eventually(lambda: running.of("a") == set(range(PARTITIONS)))
         async with instance(bus, running, "b", "die") as (_, _, b_task):
-            await until(lambda: len(running.of("b")) == 2)
+            await eventually(lambda: len(running.of("b")) == 2)
             b_task.cancel()  # dies: no hand-over, its leases run out
             with contextlib.suppress(asyncio.CancelledError):
                 await b_task
             loop = asyncio.get_running_loop()
             died = loop.time()
-            await until(lambda: running.of("a") == set(range(PARTITIONS)), timeout=15)
+            await eventually(lambda: running.of("a") == set(range(PARTITIONS)), timeout=15)
             assert loop.time() - died < POLICY.ttl_s + 4
     assert running.overlaps == []

@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.conftest import events_of, running_services, settings_for
 from tests.integration.test_tools_path import ROUND_TRIP, registry, script
+from tests.polling import eventually
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.client import live_state, message_command, replay_session, send_and_wait
@@ -89,7 +90,8 @@ async def test_observer_hooks_hear_a_stage_left_and_the_next_entered(
     settings = settings_for(nats_server, tmp, script=script(tmp, *ROUND_TRIP))
     async with running_services(settings, bus, tools=registry(), hooks=hooks):
         outcome = await send_and_wait(bus, message_command("heard", "x"), timeout=15)
-        await asyncio.sleep(0.3)
+        await eventually(lambda: len(seen) >= 18)  # observers run as tasks after the turn
+        await asyncio.sleep(0.3)  # and any (wrong) extra call with them
     assert outcome.completed
     events = await events_of(bus, "heard")
     assert any(isinstance(e, StagePreFired) and e.data.previous for e in events)

@@ -238,7 +238,12 @@ async def test_ask_mode_prompts_and_follows_the_answer(
 ) -> None:
     replies = (*ROUND_TRIP[:1], '{text: "tool said: {last_tool_result}"}')
     settings = settings_for(
-        nats_server, tmp, script=script(tmp, *replies), security_mode="ask", answer_timeout_s=0.6
+        nats_server,
+        tmp,
+        script=script(tmp, *replies),
+        security_mode="ask",
+        # the no-answer case waits this out; an answer must beat it on a slow machine
+        answer_timeout_s=0.6 if decision is None else 30,
     )
     session = f"ask-{decision}"
     seen: list = []

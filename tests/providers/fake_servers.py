@@ -26,7 +26,7 @@ from http import HTTPStatus
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Self
 
-from tests.providers.prompt_cache import AnthropicCache, Billed, OpenAICache
+from turnstream.providers.cache_billing import AnthropicCache, Billed, OpenAICache
 
 JSON = dict[str, Any]
 
@@ -270,7 +270,7 @@ class FakeServer:
 
     def __init__(self, script: Sequence[Reply], *, cache: bool = False) -> None:
         """`cache`: bill each request's input against the API's prompt cache
-        (`prompt_cache.py`) instead of the scripted reply's token counts."""
+        (`providers/cache_billing.py`) instead of the scripted reply's token counts."""
         self.cache = cache
         self.requests: list[Recorded] = []
         self.failures: list[str] = []

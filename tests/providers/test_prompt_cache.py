@@ -1,7 +1,8 @@
 """The prompt cache, on by default: breakpoints where a request's unchanging prefix ends (as
 the SDK sent them), context that changes every turn after it, and the cached tokens the
 APIs report recorded apart. The fakes bill each request by the APIs' documented rules
-(`prompt_cache.py`), so a prefix that changes from call to call shows up as full-price input."""
+(`providers/cache_billing.py`), so a prefix that changes from call to call shows up as
+full-price input."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from typing import Any
 import pytest
 
 from tests.providers.fake_servers import FakeAnthropic, FakeOpenAI, Text
-from tests.providers.prompt_cache import AnthropicCache, OpenAICache
 from tests.providers.test_adapters import FAST, TOOLS
 from turnstream.core.events import Usage
 from turnstream.core.turn import Message, ProviderRequest, ProviderSuccess
 from turnstream.providers.anthropic_api import AnthropicProvider
+from turnstream.providers.cache_billing import AnthropicCache, OpenAICache
 from turnstream.providers.openai_api import OpenAIProvider
 from turnstream.providers.wire import PromptCache, anthropic_request
 
@@ -186,3 +187,33 @@ async def test_a_compaction_leaves_the_tools_and_the_system_prompt_cached() -> N
     prompt = usages[0].cache_write_tokens  # tools and prompt, then the summary, written
     assert usages[1].cache_read_tokens > 6000  # tools and prompt read back
     assert usages[1].cache_read_tokens < prompt  # the new summary is not
+
+
+async def test_the_scripted_provider_bills_usage_like_the_messages_api() -> None:
+    """No key, and still the usage a real call would report: the first call writes the
+    prefix, the next reads it; below the minimum or with the cache off, input is plain."""
+    from turnstream.providers.scripted import ScriptedProvider, load_script
+
+    async def usages(cache: PromptCache, system: str = SYSTEM) -> list[Usage]:
+        provider = ScriptedProvider(load_script(None), cache=cache)
+        out = []
+        for turn in (1, 2, 3):
+            outcome = await provider.complete(request(turn, system=system), _ignore)
+            assert isinstance(outcome, ProviderSuccess)
+            out.append(outcome.usage)
+        return out
+
+    cached = await usages("5m")
+    assert cached[0].cache_write_tokens > 6000 and cached[0].cache_read_tokens == 0
+    assert cached[1].cache_read_tokens >= cached[0].cache_write_tokens
+    assert (
+        cached[1].input_tokens < 200 and cached[2].cache_read_tokens > cached[1].cache_read_tokens
+    )
+    assert all(u.output_tokens > 0 for u in cached)
+    plain = await usages("off")
+    assert all(u.cache_write_tokens == u.cache_read_tokens == 0 for u in plain)
+    assert plain[1].input_tokens == sum(
+        (cached[1].input_tokens, cached[1].cache_read_tokens, cached[1].cache_write_tokens)
+    )
+    short = await usages("5m", system="Be brief.")
+    assert all(u.cache_write_tokens == u.cache_read_tokens == 0 for u in short)

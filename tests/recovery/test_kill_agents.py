@@ -122,8 +122,7 @@ async def test_an_async_result_in_flight_is_delivered_once(tmp_path: Path, kill:
         await publish_command(bus, parent, message_command(parent, "go", agent="asyncer"))
         spawned = await asyncio.wait_for(spawned_q.get(), 60)
         child = decode(spawned.data).data.child_session_id
-        ended_q = await seen(bus, bus.subjects.log(child, "TurnEnded"))
-        await asyncio.wait_for(ended_q.get(), 60)
+        await wait_for(bus, child, "TurnEnded", timeout=60)  # stored: nothing to miss
         d.kill9(kill)  # the child's reply is going out, or just went
         await asyncio.sleep(0.5)
         d.start(kill)

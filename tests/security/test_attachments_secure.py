@@ -9,11 +9,13 @@ import base64
 import hashlib
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.http.conftest import http_app
 from tests.integration.test_attachments import PNG
 from tests.security.conftest import SecureServer
-from tests.security.test_identities import as_user, services_as_themselves
+from tests.security.test_identities import as_user, services_as_themselves, settings
 from turnstream.bus.objects import read_object
 from turnstream.client import attachment, message_command, send_and_wait
 
@@ -49,3 +51,45 @@ async def test_a_tenants_inline_image_is_stored_by_the_gateway_and_the_tenant_wr
         assert stored == PNG  # the gateway's, not the tenant's
     finally:
         await runner.close()
+
+
+async def test_the_http_face_streams_a_file_into_the_store_and_may_not_purge_or_delete(
+    secure_server: SecureServer, tmp: Path
+) -> None:
+    """A multipart message through the face as the `http` user: the file is written into
+    the store by the face (chunks, then its meta `att/<sha256>`) and the turn runs. With the
+    same credentials an attacker still may not purge, delete or redefine the store, nor
+    read it through a consumer: the new right is writing chunks and meta records."""
+    big = PNG + b"\0" * (300 * 1024)  # several chunks
+    async with services_as_themselves(secure_server, tmp):
+        web = settings(secure_server, "http", tmp)
+        async with http_app(web) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+            r = await http.post(
+                "/v1/sessions/web-up/messages?wait=true",
+                data={"text": "notes"},
+                files={"files": ("big.png", big, "image/png")},
+            )
+            sha = hashlib.sha256(big).hexdigest()
+            back = await http.get(f"/v1/sessions/web-up/attachments/{sha}")
+    assert r.status_code == 200 and r.json()["data"]["status"] == "completed", r.text
+    assert back.status_code == 200 and back.content == big, back.text
+    runner = await as_user(secure_server, "turn-runner")
+    try:
+        assert await read_object(runner, "att/" + hashlib.sha256(big).hexdigest()) == big
+    finally:
+        await runner.close()
+    attacker = await as_user(secure_server, "http")
+    try:
+        for subject, payload in [
+            ("$JS.API.STREAM.PURGE.OBJ_ts_blobs", b"{}"),
+            ("$JS.API.STREAM.DELETE.OBJ_ts_blobs", b""),
+            ("$JS.API.STREAM.UPDATE.OBJ_ts_blobs", b'{"name": "OBJ_ts_blobs", "max_msgs": 1}'),
+            ("$JS.API.CONSUMER.CREATE.OBJ_ts_blobs", b'{"stream_name": "OBJ_ts_blobs"}'),
+            ("$JS.API.STREAM.MSG.DELETE.OBJ_ts_blobs", b'{"seq": 1}'),
+            ("$JS.API.STREAM.MSG.GET.KV_ts_leases", b'{"seq": 1}'),
+        ]:
+            # any answer at all means the server took the request: a refusal has none
+            with pytest.raises(Exception, match=r"(?i)permission|authoriz|timeout|no respon"):
+                await attacker.nc.request(subject, payload, timeout=1)
+    finally:
+        await attacker.close()

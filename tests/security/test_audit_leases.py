@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.polling import eventually
 from tests.security.conftest import SecureServer, apply_as_operator
 from tests.security.test_approval_leases import _collect
 from tests.security.test_identities import as_user
@@ -67,9 +68,11 @@ async def test_the_audit_user_keeps_its_partition_and_member_leases(
             assert await members.ensure("audit_a") is Ownership.NEW
             assert await parts.ensure("0") is Ownership.NEW
             assert await parts.renew("0") and await members.renew("audit_a")
+            # the watch hears a lease taken before it started too: it is up once it did
+            await eventually(lambda: ("0", "audit/a") in heard)
             await parts.release("0", hand_over=True)
             await members.release("audit_a", hand_over=True)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: heard[-1] == ("0", None))
             stop.set()
     finally:
         await bus.close()

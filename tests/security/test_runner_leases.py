@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.polling import eventually
 from tests.security.conftest import SecureServer, apply_as_operator, secure_server_in
 from tests.security.test_approval_leases import _collect
 from tests.security.test_identities import as_user
@@ -68,11 +69,12 @@ async def test_the_runner_user_keeps_its_own_leases(
             tasks.create_task(
                 leases.watch_expiries(lambda _k: None, stop, lambda k, o: heard.append((k, o)))
             )
-            await asyncio.sleep(0.3)  # the watch is up: it sees the write, then the release
             assert await leases.ensure("1") is Ownership.NEW
             assert await leases.renew("1")
+            # the watch hears a lease taken before it started too: it is up once it did
+            await eventually(lambda: ("1", "turn-runner/a") in heard)
             await leases.release("1", hand_over=True)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: heard[-1] == ("1", None))
             stop.set()
     finally:
         await bus.close()

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from nats.js import api
 from nats.js.errors import NotFoundError
+from nats.nuid import NUID
 
 from turnstream.bus.connection import Bus
 from turnstream.core.events import ATTACHMENT_PREFIX
@@ -51,11 +53,35 @@ async def read_object(bus: Bus, name: str) -> bytes | None:
 async def read_attachment(bus: Bus, sha256: str) -> bytes | None:
     """The bytes of attachment `sha256` (`att/<sha256>`), None when it is not stored; checked
     against the hash its name says, not only the digest its writer recorded: a user that may
-    add attachments (a chat channel) could write any object's meta (ops/accounts.conf)."""
+    add attachments (a chat channel, the HTTP face) could write any object's meta record
+    (ops/accounts.conf)."""
     data = await read_object(bus, ATTACHMENT_PREFIX + sha256)
     if data is not None and hashlib.sha256(data).hexdigest() != sha256:
         raise RuntimeError(f"the object {ATTACHMENT_PREFIX}{sha256} holds other bytes")
     return data
+
+
+async def has_object(bus: Bus, name: str) -> bool:
+    """Whether there is an object `name`, read by its meta record's subject alone (a direct
+    get naming the subject: a user that adds attachments may read meta records, not chunks:
+    ops/accounts.conf, `channel-*`)."""
+    bucket = bus.subjects.blobs_bucket
+    meta = f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+    try:
+        msg = await bus.js.get_last_msg(f"OBJ_{bucket}", meta, direct=True)
+    except NotFoundError:
+        return False
+    return not json.loads(msg.data or b"{}").get("deleted", False)
+
+
+async def put_new_object(bus: Bus, name: str, data: bytes) -> bool:
+    """Put `data` as object `name` unless there is one (checked first: no chunks written for
+    bytes the store has); True if it was put (`Upload`, which never reads chunks or purges)."""
+    if await has_object(bus, name):
+        return False
+    upload = Upload(bus)
+    await upload.write(data)
+    return await upload.finish(name)
 
 
 def digest_of(info: Any) -> bytes:
@@ -67,52 +93,90 @@ def digest_of(info: Any) -> bytes:
 
 
 CHUNK_BYTES = 128 * 1024
-"""The object store's chunk size (nats-py's default)."""
+"""The object store's own chunk size (nats-py's default)."""
+_NUID = NUID()
 
 
-async def has_object(bus: Bus, name: str) -> bool:
-    """Whether there is an object `name`, read by its meta subject alone (a direct get
-    that names the subject: a writer of attachments may read metas, not chunks)."""
+class Upload:
+    """An object written as its bytes arrive, chunk by chunk, hashed on the way, and named
+    once it is whole (`finish`): so a content-addressed name (`att/<sha256>`) can be given
+    to bytes nobody held all at once. Writes chunks and the meta record, never purges: an
+    upload abandoned (or of bytes the store had already) leaves its chunks unnamed."""
+
+    def __init__(self, bus: Bus, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self.bus = bus
+        self.chunk_bytes = chunk_bytes
+        self.nuid = _NUID.next().decode()
+        self.hash = hashlib.sha256()
+        self.size = 0
+        self.chunks = 0
+        self.pending = bytearray()
+
+    @property
+    def sha256(self) -> str:
+        return self.hash.hexdigest()
+
+    async def write(self, data: bytes) -> None:
+        self.hash.update(data)
+        self.size += len(data)
+        self.pending += data
+        while len(self.pending) >= self.chunk_bytes:
+            await self._send(bytes(self.pending[: self.chunk_bytes]))
+            del self.pending[: self.chunk_bytes]
+
+    async def _send(self, chunk: bytes) -> None:
+        bucket = self.bus.subjects.blobs_bucket
+        await self.bus.js.publish(f"$O.{bucket}.C.{self.nuid}", chunk)
+        self.chunks += 1
+
+    async def finish(self, name: str) -> bool:
+        """Name the bytes written `name`; False when the store has that name already (a
+        content-addressed name: the same bytes), which is kept."""
+        if self.pending:
+            await self._send(bytes(self.pending))
+            self.pending.clear()
+        if await has_object(self.bus, name):
+            return False
+        bucket = self.bus.subjects.blobs_bucket
+        info = api.ObjectInfo(
+            name=name,
+            bucket=bucket,
+            nuid=self.nuid,
+            size=self.size,
+            chunks=self.chunks,
+            mtime=datetime.now(UTC).isoformat(),
+            digest="SHA-256=" + base64.urlsafe_b64encode(self.hash.digest()).decode(),
+            options=api.ObjectMetaOptions(max_chunk_size=self.chunk_bytes),
+        )
+        meta = base64.urlsafe_b64encode(name.encode()).decode()
+        await self.bus.js.publish(
+            f"$O.{bucket}.M.{meta}",
+            json.dumps(info.as_dict()).encode(),
+            headers={"Nats-Rollup": "sub"},
+        )
+        return True
+
+
+async def object_chunks(bus: Bus, info: Any, per_read: int = 8) -> AsyncIterator[bytes]:
+    """The object's bytes, a few chunks at a time (a download need not hold it whole);
+    its digest was checked when it was named (`Upload.finish`, the gateway's `stored`)."""
+    if not info.nuid:
+        return
     bucket = bus.subjects.blobs_bucket
-    meta = f"$O.{bucket}.M.{_encoded(name)}"
-    try:
-        msg = await bus.js.get_last_msg(f"OBJ_{bucket}", meta, direct=True)
-    except NotFoundError:
-        return False
-    return not orjson.loads(msg.data or b"{}").get("deleted", False)
-
-
-async def put_new_object(bus: Bus, name: str, data: bytes) -> bool:
-    """Put `data` as object `name` unless there is one; True if it was put. Written as the
-    object store writes (its chunks, then its meta), without what its `put` does besides:
-    reading the bucket's messages and purging a replaced object's chunks, which a user that
-    only adds attachments is not allowed (ops/accounts.conf, `channel-*`)."""
-    if await has_object(bus, name):
-        return False
-    bucket = bus.subjects.blobs_bucket
-    nuid = bus.nc._nuid.next().decode()
-    chunks, view = 0, memoryview(data)
-    for start in range(0, len(data), CHUNK_BYTES):
-        await bus.js.publish(f"$O.{bucket}.C.{nuid}", bytes(view[start : start + CHUNK_BYTES]))
-        chunks += 1
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
-    info = api.ObjectInfo(
-        name=name,
-        bucket=bucket,
-        nuid=nuid,
-        size=len(data),
-        chunks=chunks,
-        mtime=datetime.now(UTC).isoformat(),
-        digest=f"SHA-256={digest}",
-        options=api.ObjectMetaOptions(max_chunk_size=CHUNK_BYTES),
-    )
-    await bus.js.publish(
-        f"$O.{bucket}.M.{_encoded(name)}",
-        orjson.dumps(info.as_dict()),
-        headers={api.Header.ROLLUP: "sub"},
-    )
-    return True
-
-
-def _encoded(name: str) -> str:
-    return base64.urlsafe_b64encode(name.encode()).decode()
+    stream, subject = f"OBJ_{bucket}", f"$O.{bucket}.C.{info.nuid}"
+    last, sent = 0, 0
+    got: list[tuple[int, bytes]] = []
+    while sent < info.chunks:
+        got.clear()
+        await bus.store.direct.batch(
+            stream,
+            subject,
+            lambda seq, _s, data: got.append((seq, data)),
+            after_seq=last,
+            batch=min(per_read, info.chunks - sent),
+        )
+        if not got:
+            raise RuntimeError(f"the object {info.name} has {sent} of {info.chunks} chunks")
+        for seq, data in list(got):
+            last, sent = seq, sent + 1
+            yield data

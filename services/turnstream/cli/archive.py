@@ -1,4 +1,5 @@
-"""`turnstream archive`: move ended sessions older than a cutoff out of the log."""
+"""`turnstream archive`: move ended sessions older than a cutoff out of the log; and
+`turnstream attachments prune`: delete the attachments no event names any more."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from turnstream.cli.common import DataDir, NatsUrl, console, err, run_on_bus, se
 
 def register(app: typer.Typer) -> None:
     app.command()(archive)
+    app.add_typer(attachments_app, name="attachments")
 
 
 def archive(
@@ -46,3 +48,38 @@ def archive(
             f"{verb} {item.session_id}: {item.events} events, last {item.last_time:%Y-%m-%d %H:%M}"
         )
     console.print(f"{verb} {len(done)} session(s) idle since before {cutoff:%Y-%m-%d %H:%M} UTC")
+
+
+attachments_app = typer.Typer(help="Attachments in the object store.", no_args_is_help=True)
+
+
+@attachments_app.command("prune")
+def prune(
+    older_than_days: Annotated[
+        float,
+        typer.Option(
+            "--older-than-days",
+            help="Only objects stored at least this long ago (a message may be on its way).",
+        ),
+    ] = 1.0,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be deleted; change nothing.")
+    ] = False,
+    nats_url: NatsUrl = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Delete the attachments no event names any more (in the log or an archive): those of
+    events the log's retention dropped, and of messages refused after their files were
+    stored; and the chunks of uploads abandoned before they were named."""
+    from turnstream.bus.attachment_gc import Unnamed, prune_attachments
+
+    cutoff = datetime.now(UTC) - timedelta(days=max(older_than_days, 0.0))
+
+    async def work(bus: Bus) -> list[Unnamed]:
+        return await prune_attachments(bus, cutoff, dry_run=dry_run)
+
+    gone = run_on_bus(settings_of(nats_url, data_dir), work)
+    verb = "would delete" if dry_run else "deleted"
+    for item in gone:
+        console.print(f"{verb} {item.name}: {item.size} bytes, stored {item.mtime}")
+    console.print(f"{verb} {len(gone)} attachment(s) no event names")

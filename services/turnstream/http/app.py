@@ -26,13 +26,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnstream import console
 from turnstream.bus import Bus
-from turnstream.http import a2a, commands, docs, reads, replay, sse
+from turnstream.http import a2a, commands, docs, downloads, reads, replay, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
 from turnstream.http.fast import FastPaths
 from turnstream.http.hub import Hub
 from turnstream.http.problems import BodyLimit, Problem, install
 from turnstream.http.storage import Storage
+from turnstream.http.uploads import Uploads
 from turnstream.prices import load_prices
 from turnstream.runtime import connect_client, loop_factory, source_name, tune_gc
 from turnstream.runtime.redaction import redact_logs
@@ -83,6 +84,7 @@ def create_app(
     app.include_router(reads.router)
     app.include_router(sse.router)
     app.include_router(replay.router)
+    app.include_router(downloads.router)
     app.add_api_route("/v1/tickets", tickets, methods=["POST"], tags=["auth"])
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["ops"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["ops"])
@@ -92,7 +94,8 @@ def create_app(
 
 
 class App(FastAPI):
-    """FastAPI with the face's own layers outermost: the access log, the body limit, and
+    """FastAPI with the face's own layers outermost: the access log, multipart messages
+    (streamed, before the body limit: `uploads`), the body limit, and
     the hot POST and stream (`FastPaths`), which so skip FastAPI's per-request machinery
     and its own middleware (error pages, telemetry, body limit) as well as its routing."""
 
@@ -102,7 +105,7 @@ class App(FastAPI):
 
     def build_middleware_stack(self) -> ASGIApp:
         routes = super().build_middleware_stack()
-        return AccessLog(BodyLimit(FastPaths(routes), max_bytes=self.max_input_bytes))
+        return AccessLog(Uploads(BodyLimit(FastPaths(routes), max_bytes=self.max_input_bytes)))
 
 
 class TicketIn(BaseModel):

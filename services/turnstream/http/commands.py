@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 from starlette.responses import Response
 
 from turnstream.core.commands import (
+    MAX_ATTACHMENTS,
     AnswerCommand,
     AttachCommand,
     InterruptCommand,
@@ -165,11 +166,47 @@ def command(
     }
 
 
+MULTIPART = {
+    "requestBody": {
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["text"],
+                    "properties": {
+                        **{
+                            name: {"type": "string"}
+                            for name in ("text", "chatId", "agent", "replyTo", "idempotencyKey")
+                        },
+                        "files": {
+                            "type": "array",
+                            "maxItems": MAX_ATTACHMENTS,
+                            "items": {"type": "string", "format": "binary"},
+                            "description": "The message's attachments: each file part (any "
+                            "part with a filename) is streamed into the object store and sent "
+                            "as a reference; its Content-Type is its media type (else guessed "
+                            "from its name). Refused, naming the file: one over "
+                            f"{MAX_ATTACHMENTS}, a type outside TURNSTREAM_ATTACHMENT_TYPES "
+                            "(422), one over TURNSTREAM_ATTACHMENT_MAX_BYTES (413)",
+                        },
+                    },
+                },
+            }
+        }
+    }
+}
+"""The multipart form of the message route (`http.uploads` takes it, before FastAPI)."""
+
+
 @router.post(
     "/messages",
     status_code=202,
     responses={200: {"description": "`wait=true`: the turn's TurnEnded event"}, **ACCEPTED},
     summary="Send a message (starts a turn, or queues/steers behind the running one)",
+    description="The body is the message as JSON, or `multipart/form-data`: its text "
+    "fields as parts and up to ten files, each streamed into the object store as it arrives "
+    "(docs/http.md, 'Files').",
+    openapi_extra=MULTIPART,
 )
 async def post_message(
     call: OnSession,

@@ -77,7 +77,7 @@ class FastPaths:
         self, ctx: HttpContext, session: str, scope: Scope, receive: Receive, send: Send
     ) -> None:
         headers = _headers(scope)
-        query = _query(scope)
+        query = query_of(scope)
         message = await receive()  # BodyLimit (outside) has read the whole body
         body = message.get("body", b"") if message["type"] == "http.request" else None
         parsed = None
@@ -133,7 +133,7 @@ def _stream_query(scope: Scope) -> dict[str, Any] | None:
     return out
 
 
-def _query(scope: Scope) -> dict[str, Any] | None:
+def query_of(scope: Scope) -> dict[str, Any] | None:
     """`wait` and `timeout` as the route takes them; None for anything else (the route
     then answers, with its own words for what is wrong)."""
     out: dict[str, Any] = {"wait": False, "timeout": None}

@@ -185,8 +185,10 @@ async def open_stream(
     ctx: HttpContext, request: Request, session: str, after: int, tokens: bool
 ) -> SSEResponse:
     """The stream of a checked caller (the route's, and `fast.FastPaths`')."""
-    if not ctx.hub.started:
-        await ctx.hub.start()  # a 503 now, while a status code can still say it
+    # a 503 now, while a status code can still say it; and the live tokens followed before
+    # the headers go out, so a client that starts a turn once the stream opened (an
+    # EventSource's `onopen`) misses none of them
+    await ctx.hub.start(tokens=tokens)
 
     async def body() -> AsyncIterator[bytes]:
         async with ctx.hub.feed(session, tokens=tokens) as feed:

@@ -74,4 +74,9 @@ def _build_one(settings: Settings) -> Provider:
         own_api = settings.base_url is None or "api.openai.com" in settings.base_url
         cache_key = settings.prompt_cache != "off" and own_api
         return OpenAIProvider(settings.model_name, api_key=key, cache_key=cache_key, **common)
-    return ScriptedProvider(load_script(settings.script), model=settings.model_name, retry=retry)
+    return ScriptedProvider(
+        load_script(settings.script),
+        model=settings.model_name,
+        retry=retry,
+        cache=settings.prompt_cache,
+    )

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -31,7 +32,9 @@ from turnstream.core.turn import (
     ToolCall,
 )
 from turnstream.providers.base import DeltaSink, ToolCallSink
+from turnstream.providers.cache_billing import AnthropicCache, estimate_tokens
 from turnstream.providers.retry import RetryPolicy, with_retries
+from turnstream.providers.wire import PromptCache, anthropic_request
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)(?::(\d+))?\}")
 _KNOWN = {"input", "call", "last_tool_result"}
@@ -133,6 +136,11 @@ def _render(template: str, request: ProviderRequest) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
+BILLING_ENTRIES = 4096
+"""Prompt-cache entries the scripted provider remembers (a real cache keeps more; a runner's
+memory must not grow with every session it served)."""
+
+
 def _chunks(text: str, mode: str) -> list[str]:
     if mode == "whole" or not text:
         return [text] if text else []
@@ -145,12 +153,19 @@ class ScriptedProvider:
     name = "scripted"
 
     def __init__(
-        self, script: Script, model: str = "demo", retry: RetryPolicy | None = None
+        self,
+        script: Script,
+        model: str = "demo",
+        retry: RetryPolicy | None = None,
+        cache: PromptCache = "5m",
     ) -> None:
         self.script = script
         self.model = model
         self.retry = retry
         """Retries of a `retryable` scripted error (the deployment's policy); None: none."""
+        self.cache = cache
+        self.billing = AnthropicCache(max_entries=BILLING_ENTRIES)
+        """Usage is billed as the Messages API would bill the request it would be sent."""
 
     async def close(self) -> None:
         """Nothing to release."""
@@ -171,6 +186,19 @@ class ScriptedProvider:
         if self.retry is None:
             return await attempt()
         return await with_retries(attempt, self.retry)
+
+    def _usage(self, request: ProviderRequest, text: str, calls: list[ScriptToolCall]) -> Usage:
+        """Input as the Messages API would bill this request against the prompt cache
+        (writes and reads apart, nothing cached under the model's minimum), output as the
+        characters of the reply / 4."""
+        billed = self.billing.bill(anthropic_request(request, self.model, 1024, self.cache))
+        said = text + "".join(call.name + orjson.dumps(call.arguments).decode() for call in calls)
+        return Usage(
+            input_tokens=billed.input_tokens,
+            output_tokens=estimate_tokens(said),
+            cache_write_tokens=billed.cache_write_tokens,
+            cache_read_tokens=billed.cache_read_tokens,
+        )
 
     async def _attempt(
         self, reply: ScriptReply, attempt: int, request: ProviderRequest, on_delta: DeltaSink
@@ -193,7 +221,6 @@ class ScriptedProvider:
             if reply.delay_ms and i:
                 await asyncio.sleep(reply.delay_ms / 1000)
             await on_delta(piece)
-        # Usage is made up here: messages in, chunks out (cheap at any history length).
         calls = tuple(
             ToolCall(f"call_{request.call_index}_{i}", call.name, call.arguments)
             for i, call in enumerate(reply.tool_calls)
@@ -202,7 +229,7 @@ class ScriptedProvider:
             text=text,
             tool_calls=calls,
             stop_reason=reply.stop_reason or ("tool_use" if calls else "end_turn"),
-            usage=Usage(input_tokens=len(request.messages), output_tokens=len(pieces)),
+            usage=self._usage(request, text, reply.tool_calls),
             first_byte_at=first_byte_at,
             finished_at=datetime.now(UTC),
         )

@@ -47,6 +47,23 @@ export async function api(path, { method = "GET", body, signal } = {}) {
 }
 
 export const post = (path, body) => api(path, { method: "POST", body });
+
+/** The bytes at `path` (an attachment) as an object URL, fetched with the key. */
+export async function blobUrl(path) {
+  const headers = auth.key ? { Authorization: `Bearer ${auth.key}` } : {};
+  const response = await fetch(path, { headers });
+  if (!response.ok) {
+    if (response.status === 401) auth.onUnauthenticated();
+    let problem = {};
+    try {
+      problem = await response.json();
+    } catch {
+      /* not a problem document */
+    }
+    throw new ApiError(response.status, problem);
+  }
+  return URL.createObjectURL(await response.blob());
+}
 const enc = encodeURIComponent;
 
 /** The `limit` sessions changed last (latest first, in `status` only if given) and how

@@ -1,7 +1,7 @@
 // A session: its turns as lanes (live), the commands (send, steer, interrupt, approve), the
 // replay slider (the state the server rebuilds at any event) and the workflow graph.
 
-import { allEvents, api, follow, post } from "./api.js";
+import { allEvents, api, blobUrl, follow, post } from "./api.js";
 import { graphHtml } from "./graph.js";
 import { Timeline, laneHtml, notesHtml, spendText, tick } from "./timeline.js";
 import { $, debounce, folded, html, raw, short } from "./util.js";
@@ -92,6 +92,19 @@ export function sessionView(root, { session, params, toast }) {
   }, 400);
   let turnsEnded = -1;
 
+  // attachments' bytes, fetched once with the key (an <img> cannot send it) and kept as
+  // object URLs while the view is open: a lane drawn again shows them at once
+  const files = new Map();
+  const fileUrl = (path) => {
+    if (!files.has(path)) files.set(path, blobUrl(path).catch((error) => (files.delete(path), Promise.reject(error))));
+    return files.get(path);
+  };
+  const loadThumbs = () => {
+    for (const img of lanes.querySelectorAll("img.thumb[data-src]:not([src])")) {
+      fileUrl(img.dataset.src).then((url) => (img.src = url), () => img.replaceWith(Object.assign(document.createElement("span"), { className: "file-icon", textContent: "▤" })));
+    }
+  };
+
   const render = () => {
     scheduled = false;
     if (closed) return;
@@ -114,6 +127,7 @@ export function sessionView(root, { session, params, toast }) {
       else lanes.appendChild(lane);
     }
     tl.dirty.clear();
+    loadThumbs();
     if (tl.notes.length !== notesShown) {
       notesShown = tl.notes.length;
       $("#notes", root).innerHTML = String(notesHtml(tl.notes));
@@ -240,6 +254,19 @@ export function sessionView(root, { session, params, toast }) {
     if (key) e.target.open ? openDetails.add(key) : openDetails.delete(key);
   }, true);
   lanes.addEventListener("click", async (e) => {
+    const link = e.target.closest("a[data-download]");
+    if (link) {
+      e.preventDefault();
+      try {
+        const a = document.createElement("a");
+        a.href = await fileUrl(link.getAttribute("href"));
+        a.download = link.dataset.download;
+        a.click();
+      } catch (error) {
+        toast(error.message);
+      }
+      return;
+    }
     const button = e.target.closest("button[data-action]");
     if (!button) return;
     const box = button.closest(".actions");
@@ -336,6 +363,7 @@ export function sessionView(root, { session, params, toast }) {
 
   return () => {
     closed = true;
+    for (const url of files.values()) url.then(URL.revokeObjectURL, () => {});
     clearInterval(clock);
     stream?.close();
     clearTimeout(wfTimer);

@@ -99,7 +99,7 @@ export class Timeline {
       case "InputAccepted":
         this.inputs.set(e.id, t);
         if (d.kind === "message") {
-          t.items.push({ kind: "input", text: d.text, sender: d.sender, seq, parent: d.parent });
+          t.items.push({ kind: "input", text: d.text, sender: d.sender, seq, parent: d.parent, files: d.attachments, session: e.sessionId });
         } else {
           t.items.push({ kind: "steer", text: d.text, sender: d.sender, seq });
         }
@@ -455,7 +455,7 @@ function stagesHtml(t, table = true) {
 function itemHtml(t, item, canApprove) {
   switch (item.kind) {
     case "input":
-      return html`<div class="msg user"><span class="who">${item.sender?.id || "user"}${item.parent ? html` · sub-turn of <a class="parent-link" href="#/s/${encodeURIComponent(item.parent.sessionId)}">${item.parent.sessionId}</a>` : ""}</span>${item.text}</div>`;
+      return html`<div class="msg user"><span class="who">${item.sender?.id || "user"}${item.parent ? html` · sub-turn of <a class="parent-link" href="#/s/${encodeURIComponent(item.parent.sessionId)}">${item.parent.sessionId}</a>` : ""}</span>${item.text}${filesHtml(item)}</div>`;
     case "steer":
       return html`<div class="msg steer"><span class="who">steer · ${item.sender?.id || ""}</span>${item.text}</div>`;
     case "text": {
@@ -471,6 +471,25 @@ function itemHtml(t, item, canApprove) {
     default:
       return html`<div class="note ${item.cls || ""}">${item.text}</div>`;
   }
+}
+
+const IMAGES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
+
+function bytes(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+/** A message's attachments: a thumbnail for an image (its bytes fetched with the key:
+ * `loadThumbs`), the name as a download link, the type and size. */
+function filesHtml(item) {
+  if (!item.files?.length) return "";
+  const base = `/v1/sessions/${encodeURIComponent(item.session)}/attachments/`;
+  const one = (f) => html`<figure class="file" data-file="${f.sha256}">${
+    IMAGES.has(f.mediaType) ? html`<img class="thumb" alt="${f.name}" data-src="${base + f.sha256}">` : html`<span class="file-icon" aria-hidden="true">▤</span>`
+  }<figcaption><a href="${base + f.sha256}" data-download="${f.name}">${f.name}</a><span class="muted">${f.mediaType} · ${bytes(f.size)}</span></figcaption></figure>`;
+  return html`<div class="files" aria-label="attachments">${item.files.map(one)}</div>`;
 }
 
 function callHtml(c, canApprove) {

@@ -36,7 +36,14 @@ BINDINGS = (
 )
 """Each binding and where it is served, JSON-RPC first (a v0.3 client's main `url`)."""
 INPUT_MODES = ["text/plain", "application/json"]
-"""What a message may carry: text parts, and data parts (a prompt's decision)."""
+"""What a message may carry besides files: text parts, and data parts (a prompt's
+decision, or an attachment)."""
+
+
+def input_modes(settings: Settings) -> list[str]:
+    """The card's `defaultInputModes`: text and data parts, and the files taken
+    (`TURNSTREAM_ATTACHMENT_TYPES`)."""
+    return list(dict.fromkeys([*INPUT_MODES, *settings.attachment_types]))
 
 
 def agent_card(settings: Settings, base: str, *, secured: bool) -> AgentCard:
@@ -63,7 +70,7 @@ def agent_card(settings: Settings, base: str, *, secured: bool) -> AgentCard:
             for binding, path in BINDINGS
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=True),
-        default_input_modes=INPUT_MODES,
+        default_input_modes=input_modes(settings),
         default_output_modes=["text/plain", "application/json"],
         skills=skills,
     )

@@ -21,7 +21,8 @@ from google.protobuf.json_format import MessageToDict  # type: ignore[import-unt
 
 from turnstream.core.subjects import is_reserved_session, is_session_id
 from turnstream.http.a2a.access import a2a_error, require
-from turnstream.http.a2a.card import INPUT_MODES
+from turnstream.http.a2a.card import input_modes
+from turnstream.http.a2a.files import attachments_of, without_bytes
 from turnstream.http.a2a.mapping import decision, text_of
 from turnstream.http.a2a.store import TaskRecord
 from turnstream.http.a2a.tasks import Tasks
@@ -31,22 +32,27 @@ from turnstream.http.hub import Feed
 from turnstream.http.outcome import Follow
 from turnstream.http.problems import Problem
 from turnstream.http.submit import publish
+from turnstream.settings import Settings
 
-_ACCEPTS = AgentCard(default_input_modes=INPUT_MODES)
 READ_PARTS = ("text", "data")
-"""The parts a turn reads (their text, or a decision); a file (`raw`, `url`) it cannot."""
+"""The parts a reply to a task reads (their text, or a decision)."""
+NEW_TURN_PARTS = (*READ_PARTS, "raw", "url")
+"""A new turn's: files too (`files.attachments_of`)."""
 
 
-def check_parts(message: Message) -> None:
+def check_parts(message: Message, settings: Settings) -> None:
     """`ContentTypeNotSupportedError` for a part the agent does not take: a media type
-    outside the card's input modes, or a file; `InvalidParamsError` for no part at all."""
-    validate_input_modes(message, _ACCEPTS)
+    outside the card's input modes, or a file in a reply to a task; `InvalidParamsError`
+    for no part at all."""
+    validate_input_modes(message, AgentCard(default_input_modes=input_modes(settings)))
+    taken = READ_PARTS if message.task_id else NEW_TURN_PARTS
     for part in message.parts:
         kind = part.WhichOneof("content")
-        if kind not in READ_PARTS:
+        if kind not in taken:
             raise ContentTypeNotSupportedError(
                 message=f"a {kind} part{f' ({part.media_type})' if part.media_type else ''} "
-                f"is not supported: send text or data parts ({', '.join(INPUT_MODES)})"
+                "is not supported in a reply to a task: send text or data parts (files "
+                "start a turn: send them without taskId)"
             )
     if not message.parts:
         raise InvalidParamsError(message="the message has no parts: send a text part")
@@ -81,7 +87,7 @@ class Started:
 
     async def __aenter__(self) -> tuple[TaskRecord, Feed]:
         tasks, message, who = self.tasks, self.message, self.who
-        check_parts(message)
+        check_parts(message, tasks.ctx.settings)
         record: TaskRecord | None = None
         first = True
         if message.task_id:
@@ -109,7 +115,7 @@ class Started:
             "sender": {"kind": "agent", "id": f"a2a:{who.name}"},
             "idempotencyKey": f"a2a-{key}",
         }
-        sent = MessageToDict(message)
+        sent = without_bytes(MessageToDict(message))
         sent.update(contextId=session)
         self._feed_cm = tasks.ctx.hub.feed(session, tokens=self.tokens)
         feed = await self._feed_cm.__aenter__()
@@ -128,7 +134,11 @@ class Started:
     ) -> TaskRecord:
         tasks, who = self.tasks, self.who
         require(who, "send", session)
-        body = {"type": "message", **base, "text": text_of(self.message)}
+        files = await attachments_of(self.message, tasks.ctx)
+        text = text_of(self.message) or "(sent: " + ", ".join(f["name"] for f in files) + ")"
+        body = {"type": "message", **base, "text": text}
+        if files:
+            body["attachments"] = files
         follow = await command(tasks, session, body, feed)
         turn = follow.turn_id
         assert turn is not None  # accepted: it names its turn

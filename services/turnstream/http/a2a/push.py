@@ -21,7 +21,6 @@ from a2a.types.a2a_pb2 import (
     TaskPushNotificationConfig,
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
-from a2a.utils.push_url_validator import validate_push_notification_url
 from google.protobuf.json_format import MessageToDict, ParseDict  # type: ignore[import-untyped]
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 
@@ -31,6 +30,7 @@ from turnstream.http.a2a.store import LazyBucket, push_bucket_name, valid_key
 from turnstream.http.a2a.tasks import Tasks
 from turnstream.http.a2a.view import TurnView
 from turnstream.http.auth import Principal
+from turnstream.http.egress import literal_blocked
 from turnstream.settings import Settings
 
 
@@ -141,12 +141,14 @@ def webhook_of(url: str) -> str:
     )
 
 
-async def allowed_url(url: str, settings: Settings) -> bool:
-    """Whether a webhook may be called: http(s) to a public address, or, with
-    `TURNSTREAM_A2A_PUSH_ALLOW_PRIVATE`, to any address (the SDK's SSRF screen)."""
+def allowed_url(url: str, settings: Settings) -> bool:
+    """Whether a webhook may be called, as far as its URL says: http(s), and, unless
+    `TURNSTREAM_A2A_PUSH_ALLOW_PRIVATE`, not an address literal that is private. A name is
+    not resolved here (what it resolves to now proves nothing about delivery time): the
+    delivery's transport refuses a private peer at connect (`http.egress`)."""
     if settings.a2a_push_allow_private:
         return urllib.parse.urlsplit(url).scheme in ("http", "https")
-    return await validate_push_notification_url(url)
+    return not literal_blocked(url)
 
 
 class PushConfigs:
@@ -180,10 +182,11 @@ class PushConfigs:
 
     async def check_url(self, url: str) -> None:
         """`InvalidParamsError` for a webhook this server may not call (SSRF)."""
-        if not await allowed_url(url, self.tasks.ctx.settings):
+        if not allowed_url(url, self.tasks.ctx.settings):
             raise InvalidParamsError(
                 message=f"push notification url {webhook_of(url)!r} is not an http(s) "
-                "URL of a public address (loopback, private and link-local ones are refused; "
+                "URL of a public address (loopback, private and link-local ones are refused, "
+                "and a name resolving to one is refused at delivery; "
                 "TURNSTREAM_A2A_PUSH_ALLOW_PRIVATE=true allows them)"
             )
 

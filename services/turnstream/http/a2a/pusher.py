@@ -69,6 +69,7 @@ from turnstream.http.a2a.push_index import wanted
 from turnstream.http.a2a.push_watch import ConfigWatch
 from turnstream.http.a2a.store import TaskRecord
 from turnstream.http.a2a.view import TurnView
+from turnstream.http.egress import outside_client
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.http.push")
@@ -156,7 +157,7 @@ class Pusher:
         then the consumer, its events handed to the tasks' workers (`_on_batch`)."""
         self._stop = stop
         async with (
-            httpx.AsyncClient(follow_redirects=False) as self.http,
+            outside_client(allow_private=self.settings.a2a_push_allow_private) as self.http,
             asyncio.TaskGroup() as self._workers,
         ):
             self._workers.create_task(self.watch.follow(stop))
@@ -344,7 +345,7 @@ class Pusher:
         wait = settings.a2a_push_backoff_s
         error = ""
         for attempt in range(1, settings.a2a_push_attempts + 1):
-            if not await allowed_url(config.url, settings):
+            if not allowed_url(config.url, settings):
                 return "refused: not an http(s) URL of a public address"
             await msg.in_progress()
             try:

@@ -1,8 +1,10 @@
-"""How the two APIs bill a request's input against their prompt caches, for the fake servers.
+"""How the two APIs bill a request's input against their prompt caches: the scripted
+provider's usage, and the tests' wire fakes'.
 
 Not the adapters' logic seen again: the rules as the providers document them, applied to
-the body the SDK actually sent, so a breakpoint in the wrong place, or a prefix that changes
-from call to call, shows up as input billed at the full price.
+the body the SDK actually sent (the fakes) or would send (the scripted provider bills the
+Messages API body `wire.anthropic_request` builds), so a breakpoint in the wrong place, or a
+prefix that changes from call to call, shows up as input billed at the full price.
 
 - Anthropic (explicit breakpoints): the request is read as blocks in the API's order (tools,
   system, messages). At each `cache_control` breakpoint the API looks for a cache entry of
@@ -19,23 +21,28 @@ Tokens are estimated as characters / 4 of each block's compact JSON.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 LOOKBACK_BLOCKS = 20
 TTL_S = {"5m": 300.0, "1h": 3600.0}
 
 
-def _tokens(text: str) -> int:
+def estimate_tokens(text: str | bytes) -> int:
     return (len(text) + 3) // 4
 
 
-def _chain(previous: bytes, part: str) -> bytes:
-    return hashlib.sha256(previous + part.encode()).digest()
+def _compact(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def _chain(previous: bytes, part: bytes) -> bytes:
+    return hashlib.sha256(previous + part).digest()
 
 
 @dataclass(frozen=True)
@@ -53,14 +60,17 @@ class AnthropicCache:
     """Shortest prefix the model caches (Sonnet and Opus: 1,024; Haiku: 2,048)."""
     clock: Callable[[], float] = time.monotonic
     entries: dict[bytes, float] = field(default_factory=dict)
-    """Prefix hash → when it expires."""
+    """Prefix hash → when it expires, oldest first."""
+    max_entries: int | None = None
+    """Keep at most this many (the scripted provider's bound: a runner's memory must not
+    grow with every session it served); unset: every entry until it expires."""
 
     def bill(self, body: dict[str, Any]) -> Billed:
         blocks = _anthropic_blocks(body)
         hashes, totals, marks = [], [], []
         chain, total = b"", 0
         for part, mark in blocks:
-            chain, total = _chain(chain, part), total + _tokens(part)
+            chain, total = _chain(chain, part), total + estimate_tokens(part)
             hashes.append(chain)
             totals.append(total)
             marks.append(mark)
@@ -76,26 +86,32 @@ class AnthropicCache:
                     break
         read = totals[hit] if hit >= 0 else 0
         if hit >= 0 and (ttl := marks[hit]) is not None:  # a read refreshes the entry
-            self.entries[hashes[hit]] = now + TTL_S[ttl]
+            self._keep(hashes[hit], now + TTL_S[ttl])
         last = breakpoints[-1]
         write = 0
         if totals[last] >= self.minimum and last > hit:
             write = totals[last] - read
             for b in breakpoints:
                 if b > hit and totals[b] >= self.minimum:
-                    self.entries[hashes[b]] = now + TTL_S[marks[b] or "5m"]
+                    self._keep(hashes[b], now + TTL_S[marks[b] or "5m"])
         return Billed(total - read - write, write, read)
 
+    def _keep(self, prefix: bytes, expires: float) -> None:
+        self.entries.pop(prefix, None)  # to the end: the newest
+        self.entries[prefix] = expires
+        if self.max_entries is not None and len(self.entries) > self.max_entries:
+            del self.entries[next(iter(self.entries))]
 
-def _anthropic_blocks(body: dict[str, Any]) -> list[tuple[str, str | None]]:
+
+def _anthropic_blocks(body: dict[str, Any]) -> list[tuple[bytes, str | None]]:
     """`(compact JSON without cache_control, its TTL if a breakpoint)` in the API's order."""
-    out: list[tuple[str, str | None]] = []
+    out: list[tuple[bytes, str | None]] = []
 
     def add(block: dict[str, Any], role: str = "") -> None:
         control = block.get("cache_control")
         plain = {k: v for k, v in block.items() if k != "cache_control"}
         mark = str(control.get("ttl", "5m")) if isinstance(control, dict) else None
-        out.append((role + json.dumps(plain, separators=(",", ":"), sort_keys=True), mark))
+        out.append((role.encode() + _compact(plain), mark))
 
     for tool in body.get("tools") or []:
         add(tool)
@@ -117,18 +133,18 @@ def _anthropic_blocks(body: dict[str, Any]) -> list[tuple[str, str | None]]:
 class OpenAICache:
     minimum: int = 1024
     step: int = 128
-    seen: list[str] = field(default_factory=list)
+    seen: list[bytes] = field(default_factory=list)
     """Earlier prompts, rendered (tools, then the messages in order)."""
 
     def bill(self, body: dict[str, Any]) -> tuple[int, int]:
         """`(prompt_tokens, cached_tokens)` as OpenAI reports them (cached inside prompt):
         the longest prefix any earlier prompt shared, in whole steps of 128 tokens."""
         parts = [body.get("tools") or [], *body["messages"]]
-        prompt = "".join(json.dumps(p, separators=(",", ":"), sort_keys=True) for p in parts)
+        prompt = b"".join(_compact(p) for p in parts)
         # a character prefix is what is wanted here, not a path
         shared = max((len(os.path.commonprefix([prompt, s])) for s in self.seen), default=0)  # noqa: RUF071
         self.seen.append(prompt)
-        total, cached = _tokens(prompt), shared // 4
+        total, cached = estimate_tokens(prompt), shared // 4
         if total < self.minimum or cached < self.minimum:
             return total, 0
         return total, cached - cached % self.step
