@@ -90,12 +90,15 @@ class AttachmentPolicy:
                 f"media type {media_type} is not taken (TURNSTREAM_ATTACHMENT_TYPES: "
                 f"{', '.join(self.types)})"
             )
-        if size is not None and size > self.max_bytes:
-            return (
-                f"{size} bytes is over the limit of {self.max_bytes} "
-                "(TURNSTREAM_ATTACHMENT_MAX_BYTES)"
-            )
-        return None
+        return None if size is None else self.oversize(size)
+
+    def oversize(self, size: int, *, so_far: bool = False) -> str | None:
+        """Why a file of `size` bytes is not taken; None: it is. `so_far`: the bytes a
+        stream brought until now, not the file's size (not said, then)."""
+        if size <= self.max_bytes:
+            return None
+        limit = f"over the limit of {self.max_bytes} bytes (TURNSTREAM_ATTACHMENT_MAX_BYTES)"
+        return limit if so_far else f"{size} bytes is {limit}"
 
 
 class AttachmentIn(Attachment):

@@ -139,6 +139,7 @@ class Body:
 
     def __init__(self, ctx: HttpContext) -> None:
         self.ctx = ctx
+        self.policy = ctx.settings.attachment_policy()
         self.texts: dict[str, bytearray] = {}
         self.text_bytes = 0
         self.files: list[dict[str, Any]] = []
@@ -219,23 +220,14 @@ class Body:
         n = len(self.files)
         if n >= MAX_ATTACHMENTS:
             self._refuse(part, f"a message carries at most {MAX_ATTACHMENTS} files")
-        if part.media_type not in self.ctx.settings.attachment_types:
-            self._refuse(
-                part,
-                f"media type {part.media_type or '(none)'} is not taken "
-                f"(TURNSTREAM_ATTACHMENT_TYPES: {', '.join(self.ctx.settings.attachment_types)})",
-            )
+        if why := self.policy.refusal(part.media_type or "(none)", None):
+            self._refuse(part, why)
         part.upload = Upload(self.ctx.bus)
 
     async def _data(self, part: Part, data: bytes) -> None:
         if part.upload is not None:
-            limit = self.ctx.settings.attachment_max_bytes
-            if part.upload.size + len(data) > limit:
-                self._refuse(
-                    part,
-                    f"over the limit of {limit} bytes (TURNSTREAM_ATTACHMENT_MAX_BYTES)",
-                    status=413,
-                )
+            if why := self.policy.oversize(part.upload.size + len(data), so_far=True):
+                self._refuse(part, why, status=413)
             await part.upload.write(data)
         elif part.filename is None:
             self.text_bytes += len(data)

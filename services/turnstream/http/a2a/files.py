@@ -32,11 +32,8 @@ def media_type_of(part: Part, settings: Settings, name: str, given: str = "") ->
     deployment takes it; `ContentTypeNotSupportedError` otherwise."""
     kind = (part.media_type or given or mimetypes.guess_type(name)[0] or "").split(";")[0]
     kind = kind.strip()
-    if kind not in settings.attachment_types:
-        raise ContentTypeNotSupportedError(
-            message=f"file {name!r}: media type {kind or '(none)'} is not supported "
-            f"(TURNSTREAM_ATTACHMENT_TYPES: {', '.join(settings.attachment_types)})"
-        )
+    if why := settings.attachment_policy().refusal(kind or "(none)", None):
+        raise ContentTypeNotSupportedError(message=f"file {name!r}: {why}")
     return kind
 
 
@@ -68,12 +65,9 @@ async def attachments_of(message: Message, ctx: HttpContext) -> list[dict[str, A
     return out
 
 
-def _bounded(name: str, size: int, settings: Settings) -> None:
-    if size > settings.attachment_max_bytes:
-        raise InvalidParamsError(
-            message=f"file {name!r}: over the limit of {settings.attachment_max_bytes} bytes "
-            "(TURNSTREAM_ATTACHMENT_MAX_BYTES)"
-        )
+def _bounded(name: str, size: int, settings: Settings, *, so_far: bool = False) -> None:
+    if why := settings.attachment_policy().oversize(size, so_far=so_far):
+        raise InvalidParamsError(message=f"file {name!r}: {why}")
 
 
 async def _named(upload: Upload, name: str, media_type: str) -> dict[str, Any]:
@@ -110,7 +104,7 @@ async def _fetched(part: Part, n: int, ctx: HttpContext) -> dict[str, Any]:
             _bounded(name, int(response.headers.get("content-length") or 0), settings)
             upload = Upload(ctx.bus)
             async for chunk in response.aiter_bytes():
-                _bounded(name, upload.size + len(chunk), settings)
+                _bounded(name, upload.size + len(chunk), settings, so_far=True)
                 await upload.write(chunk)
     except httpx.HTTPError as exc:
         raise InvalidParamsError(message=f"file {name!r}: not fetched from {host}: {exc}") from None
