@@ -22,7 +22,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from turnstream.bus import Bus
 from turnstream.bus.archive import read_archived
-from turnstream.bus.objects import put_new_object
+from turnstream.bus.objects import put_new_attachment
 from turnstream.bus.permissions import answered
 from turnstream.core.events import (
     ATTACHMENT_PREFIX,
@@ -235,7 +235,7 @@ async def store_attachment(bus: Bus, name: str, media_type: str, data: bytes) ->
     """Put an attachment's bytes into the object store (`att/<sha256>`, once) and return
     it for a command's `attachments`, without its bytes: for files over the inline bound."""
     described = attachment(name, media_type, data, inline=False)
-    await put_new_object(bus, ATTACHMENT_PREFIX + described["sha256"], data)
+    await put_new_attachment(bus, ATTACHMENT_PREFIX + described["sha256"], data)
     return described
 
 

@@ -69,7 +69,7 @@ async def test_a_photo_and_a_document_reach_the_model_and_a_refused_file_is_told
     assert photo.sha256 == hashlib.sha256(PNG * 8).hexdigest() and photo.size == len(PNG) * 8
     (pdf,) = accepted[1].data.attachments or []
     assert accepted[1].data.text == "[spec.pdf]"
-    assert await read_object(bus, pdf.object) == BIG_PDF
+    assert await read_object(bus, pdf.object, attachment=True) == BIG_PDF
     exe, huge = refusals
     assert "tool.exe" in exe.text and "application/x-msdownload is not taken" in exe.text
     assert "huge.pdf" in huge.text and "over the limit of 300000" in huge.text

@@ -105,7 +105,7 @@ async def test_a_part_outside_the_input_modes_is_content_type_not_supported(
     url: str, part: Part
 ) -> None:
     async with a2a(url) as client:
-        with pytest.raises(ERRORS, match="not supported|is not taken") as raised:
+        with pytest.raises(ERRORS, match=r"not supported|is not taken") as raised:
             await send(client, parts_message(part))
     assert type(raised.value).__name__ == "ContentTypeNotSupportedError"
 

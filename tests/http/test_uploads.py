@@ -101,7 +101,7 @@ async def test_an_image_over_multipart_reaches_openai_as_an_image_url(
     assert r.status_code == 200, r.text
     _, image = fake.requests[0].body["messages"][-1]["content"]
     assert image["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(big).decode()
-    assert await read_object(bus, "att/" + hashlib.sha256(big).hexdigest()) == big
+    assert await read_object(bus, "att/" + hashlib.sha256(big).hexdigest(), attachment=True) == big
     assert back.status_code == 200 and back.content == big
 
 

@@ -43,7 +43,7 @@ async def test_archived_sessions_keep_their_attachments_and_unnamed_ones_go(
     never_sent = await store_attachment(bus, "spec.pdf", "application/pdf", PDF)
     abandoned = Upload(bus)  # a client gone mid-file: chunks, no meta record
     await abandoned.write(PDF * 100)
-    chunks = f"$O.{bus.subjects.blobs_bucket}.C.{abandoned.nuid}"
+    chunks = f"$O.{bus.subjects.attachments_bucket}.C.{abandoned.nuid}"
     names = {
         k: "att/" + c["attachments"][0]["sha256"] for k, c in [("png", kept), ("csv", dropped)]
     }
@@ -59,7 +59,7 @@ async def test_archived_sessions_keep_their_attachments_and_unnamed_ones_go(
     assert await prune_attachments(bus, datetime.now(UTC) - timedelta(days=1)) == []  # grace
     listed = await prune_attachments(bus, later, dry_run=True)
     assert sorted(u.name for u in listed) == sorted([names["csv"], names["pdf"], chunks])
-    assert all([await object_info(bus, n) for n in names.values()])  # a dry run
+    assert all([await object_info(bus, n, attachment=True) for n in names.values()])  # dry run
 
     result = await asyncio.to_thread(
         CliRunner().invoke,
@@ -68,8 +68,8 @@ async def test_archived_sessions_keep_their_attachments_and_unnamed_ones_go(
     )
     assert result.exit_code == 0, result.output
     assert "deleted 3 attachment(s)" in result.output
-    assert await read_object(bus, names["png"]) == PNG  # named by its archive
-    stream = f"OBJ_{bus.subjects.blobs_bucket}"
+    assert await read_object(bus, names["png"], attachment=True) == PNG  # named by its archive
+    stream = f"OBJ_{bus.subjects.attachments_bucket}"
     assert await subject_counts(bus.nc, stream, chunks) == {}
-    assert await object_info(bus, names["csv"]) is None
-    assert await object_info(bus, names["pdf"]) is None
+    assert await object_info(bus, names["csv"], attachment=True) is None
+    assert await object_info(bus, names["pdf"], attachment=True) is None

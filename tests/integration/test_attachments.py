@@ -80,8 +80,8 @@ async def test_an_image_and_a_pdf_reach_the_model_as_blocks_and_a_csv_as_a_note(
     ]
     raw = b"".join(orjson.dumps(e.model_dump(mode="json", by_alias=True)) for e in events)
     assert base64.b64encode(PNG) not in raw and b"sku,qty" not in raw
-    blobs = await bus.blobs()
-    assert (await blobs.get("att/" + hashlib.sha256(PNG).hexdigest())).data == PNG
+    store = await bus.attachments()  # their own bucket, never the services' ts_blobs
+    assert (await store.get("att/" + hashlib.sha256(PNG).hexdigest())).data == PNG
     # a replay rebuilds the history from references alone (no object store, no provider)
     replayed = fold(SessionState.of("files"), events)
     assert [a.name for a in replayed.chat.history[0].attachments] == [n for n, _ in names]

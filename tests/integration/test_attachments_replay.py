@@ -49,12 +49,13 @@ async def test_a_replay_with_the_object_store_gone_rebuilds_the_session(
         outcome = await send_and_wait(bus, command, timeout=20)
     assert outcome.status == "completed", outcome
     before = await replay_session(bus, "gone-store")
-    assert await read_object(bus, "att/" + pdf["sha256"]) == PDF
+    assert await read_object(bus, "att/" + pdf["sha256"], attachment=True) == PDF
 
-    await bus.js.delete_stream(f"OBJ_{bus.subjects.blobs_bucket}")  # the store is gone
-    bus._blobs = None  # the handle it had opened (a new process would have none)
+    for bucket in (bus.subjects.attachments_bucket, bus.subjects.blobs_bucket):
+        await bus.js.delete_stream(f"OBJ_{bucket}")  # the stores are gone
+    bus._attachments = bus._blobs = None  # the handles it had (a new process has none)
     with pytest.raises(Exception):  # noqa: B017 (any failure: the point is that it fails)
-        await (await bus.blobs()).get_info("att/" + pdf["sha256"])
+        await (await bus.attachments()).get_info("att/" + pdf["sha256"])
 
     after = await replay_session(bus, "gone-store")
     assert after.state == before.state

@@ -24,7 +24,7 @@ from tests.channels.test_telegram_files import BIG_PDF
 from tests.integration.conftest import running_services
 from tests.security.conftest import SecureServer, apply_as_operator
 from tests.security.test_identities import as_user, settings, streams
-from turnstream.bus.objects import put_new_object, read_attachment
+from turnstream.bus.objects import put_new_attachment, read_attachment
 from turnstream.bus.permissions import PermissionDenied, answered
 from turnstream.client import store_attachment
 
@@ -77,7 +77,14 @@ FORBIDDEN_PUBLISH = (
     "$JS.API.STREAM.DELETE.KV_ts_channel_telegram",
     "$JS.API.CONSUMER.DELETE.TS_LOG.channel-telegram",  # its own durable
     "ts.live.telegram-61.t1",  # forged tokens
-    "$JS.API.STREAM.PURGE.OBJ_ts_blobs",  # objects: it adds, never purges,
+    "$JS.API.STREAM.PURGE.OBJ_ts_attachments",  # attachments: it adds, never purges,
+    "$JS.API.STREAM.MSG.DELETE.OBJ_ts_attachments",
+    "$JS.API.STREAM.MSG.GET.OBJ_ts_attachments",  # nor reads their bytes
+    "$JS.API.DIRECT.GET.OBJ_ts_attachments.$O.ts_attachments.C.somechunks",
+    "$JS.API.STREAM.DELETE.OBJ_ts_attachments",
+    "$O.ts_blobs.M.YXJjaGl2ZS92aWN0aW0uanNvbmw=",  # nor writes tool results or archives
+    "$O.ts_blobs.C.forgedchunks",
+    "$JS.API.STREAM.PURGE.OBJ_ts_blobs",
     "$JS.API.STREAM.MSG.DELETE.OBJ_ts_blobs",
     "$JS.API.STREAM.MSG.GET.OBJ_ts_blobs",  # nor reads a tool result's or archive's bytes
     "$JS.API.DIRECT.GET.OBJ_ts_blobs",
@@ -148,15 +155,15 @@ async def test_the_channel_user_adds_attachments_and_one_it_rewrites_is_not_read
     runner = await as_user(secure_server, "turn-runner")
     try:
         pdf = await store_attachment(channel, "a.pdf", "application/pdf", BIG_PDF)
-        assert not await put_new_object(channel, f"att/{pdf['sha256']}", BIG_PDF), "once"
+        assert not await put_new_attachment(channel, f"att/{pdf['sha256']}", BIG_PDF), "once"
         assert await read_attachment(runner, pdf["sha256"]) == BIG_PDF
         # as an attacker: other chunks under the attachment's meta, their digest "honest"
         forged = b"%PDF- not what the user sent"
-        await channel.js.publish("$O.ts_blobs.C.forgednuid", forged)
+        await channel.js.publish("$O.ts_attachments.C.forgednuid", forged)
         digest = base64.urlsafe_b64encode(hashlib.sha256(forged).digest()).decode()
         info = api.ObjectInfo(
             name=f"att/{pdf['sha256']}",
-            bucket="ts_blobs",
+            bucket="ts_attachments",
             nuid="forgednuid",
             size=len(forged),
             chunks=1,
@@ -164,7 +171,9 @@ async def test_the_channel_user_adds_attachments_and_one_it_rewrites_is_not_read
         )
         meta = base64.urlsafe_b64encode(info.name.encode()).decode()
         await channel.js.publish(
-            f"$O.ts_blobs.M.{meta}", orjson.dumps(info.as_dict()), headers={"Nats-Rollup": "sub"}
+            f"$O.ts_attachments.M.{meta}",
+            orjson.dumps(info.as_dict()),
+            headers={"Nats-Rollup": "sub"},
         )
         with pytest.raises(RuntimeError, match="holds other bytes"):
             await read_attachment(runner, pdf["sha256"])

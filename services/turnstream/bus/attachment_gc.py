@@ -43,10 +43,14 @@ def names_in(events: list[Event]) -> set[str]:
     }
 
 
-async def named(bus: Bus, objects: list[str]) -> set[str]:
+async def named(bus: Bus) -> set[str]:
     """Every attachment object an `InputAccepted` in the log or an archive names."""
     found = names_in([s.event for s in await bus.store.read_kind("InputAccepted", since=LOG_START)])
-    for name in objects:
+    try:
+        blobs = await (await bus.blobs()).list(ignore_deletes=True)
+    except NotFoundError:  # nats-py's answer for a store without objects
+        blobs = []
+    for name in (info.name for info in blobs):
         if name.startswith(ARCHIVE_PREFIX):
             data = await read_object(bus, name) or b""
             events = [decode(_event_of(line)) for line in data.splitlines() if line]
@@ -73,12 +77,12 @@ async def prune_attachments(
     bus: Bus, older_than: datetime, *, dry_run: bool = False
 ) -> list[Unnamed]:
     """Delete the attachment objects no event names, stored before `older_than`."""
-    store = await bus.blobs()
+    store = await bus.attachments()
     try:
         infos = await store.list(ignore_deletes=True)
     except NotFoundError:  # nats-py's answer for a store without objects
         infos = []
-    keep = await named(bus, [i.name for i in infos])
+    keep = await named(bus)
     gone = await _unnamed_chunks(bus, {i.nuid for i in infos}, older_than, dry_run=dry_run)
     for info in infos:
         if not info.name.startswith(ATTACHMENT_PREFIX) or info.name in keep:
@@ -97,7 +101,7 @@ async def _unnamed_chunks(
     """Chunks no meta record describes (an upload abandoned mid-file or refused past its
     bound, the same bytes uploaded again), whose last chunk came before `older_than` (an
     upload in progress writes its meta last). Found by the server's count of subjects."""
-    bucket = bus.subjects.blobs_bucket
+    bucket = bus.subjects.attachments_bucket
     stream = f"OBJ_{bucket}"
     prefix = f"$O.{bucket}.C."
     gone = []

@@ -145,6 +145,7 @@ class Bus:
     """What the server refused this connection's user (a publish, a subscription)."""
     store: JetStreamEventStore = field(init=False)
     _blobs: Any = field(default=None, init=False, repr=False)
+    _attachments: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.store = JetStreamEventStore(self.nc, self.js, self.subjects)
@@ -154,6 +155,12 @@ class Bus:
         if self._blobs is None:
             self._blobs = await self.js.object_store(self.subjects.blobs_bucket)
         return self._blobs
+
+    async def attachments(self) -> Any:
+        """The object store of the files messages carry (looked up once)."""
+        if self._attachments is None:
+            self._attachments = await self.js.object_store(self.subjects.attachments_bucket)
+        return self._attachments
 
     async def close(self) -> None:
         """Drain and close; with the broker away (no drain possible), just close."""

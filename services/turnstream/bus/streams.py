@@ -208,6 +208,7 @@ def checked_streams(subjects: Subjects) -> list[str]:
         dead_letter_stream(subjects.prefix),
         *(f"KV_{bucket}" for bucket in shared_buckets(subjects)),
         f"OBJ_{subjects.blobs_bucket}",
+        f"OBJ_{subjects.attachments_bucket}",
     ]
 
 
@@ -319,7 +320,8 @@ async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> N
     for kv_config in bucket_configs(subjects, limits):
         await open_or_create(js, kv_config)
         await _align_bucket(js, kv_config)
-    await js.create_object_store(  # nats-py takes the name from `bucket`, not the config
-        bucket=subjects.blobs_bucket,
-        config=api.ObjectStoreConfig(storage=api.StorageType.FILE, replicas=limits.replicas),
-    )
+    for bucket in (subjects.blobs_bucket, subjects.attachments_bucket):
+        await js.create_object_store(  # nats-py takes the name from `bucket`, not the config
+            bucket=bucket,
+            config=api.ObjectStoreConfig(storage=api.StorageType.FILE, replicas=limits.replicas),
+        )

@@ -125,8 +125,15 @@ class Subjects:
 
     @property
     def blobs_bucket(self) -> str:
-        """Object store for payloads above the result budget (full tool results)."""
+        """Object store of the services' own payloads: tool results above the result budget
+        (the tool-executor's) and archived sessions (the operator's)."""
         return f"{self.prefix}_blobs"
+
+    @property
+    def attachments_bucket(self) -> str:
+        """Object store of the files messages carry, `att/<sha256>`: written by the doors
+        (gateway, HTTP, channels), which may not write `blobs_bucket`."""
+        return f"{self.prefix}_attachments"
 
     # inbound
     def inbound(self, session_id: str) -> str:

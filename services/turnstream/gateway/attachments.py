@@ -76,10 +76,10 @@ async def stored(bus: Bus, command: MessageCommand) -> str | None:
     as described; why not, or None when every attachment is stored."""
     for item in command.attachments:
         name = item.object
-        info = await object_info(bus, name)
+        info = await object_info(bus, name, attachment=True)
         if item.data is not None:
             if info is None:
-                await (await bus.blobs()).put(name, base64.b64decode(item.data))
+                await (await bus.attachments()).put(name, base64.b64decode(item.data))
             continue
         if info is None:
             return (

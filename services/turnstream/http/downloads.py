@@ -13,7 +13,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Path
 from starlette.responses import Response, StreamingResponse
 
-from turnstream.bus.objects import object_chunks, object_info
+from turnstream.bus.objects import attachment_chunks, object_info
 from turnstream.core.events import Attachment, InputAccepted, decode
 from turnstream.http.context import HttpContext, OnSession
 from turnstream.http.problems import Problem
@@ -55,7 +55,7 @@ async def get_attachment(
         raise Problem(
             404, "not_found", "Not found", f"session {session} was sent no attachment {sha256}"
         )
-    info = await object_info(ctx.bus, item.object)
+    info = await object_info(ctx.bus, item.object, attachment=True)
     if info is None or info.deleted:
         raise Problem(
             410,
@@ -72,5 +72,5 @@ async def get_attachment(
         "Cache-Control": "private, max-age=3600, immutable",
     }
     return StreamingResponse(
-        object_chunks(ctx.bus, info), media_type=item.media_type, headers=headers
+        attachment_chunks(ctx.bus, info), media_type=item.media_type, headers=headers
     )
