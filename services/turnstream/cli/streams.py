@@ -37,13 +37,6 @@ def streams(
     data_dir: DataDir = None,
 ) -> None:
     """The streams and buckets: print them, or create them (services only check they exist)."""
-    import asyncio
-
-    import orjson
-
-    from turnstream.bus.streams import StreamLimits, describe
-    from turnstream.runtime import apply_streams, stream_limits
-
     if action not in ("show", "apply", "mapping"):
         err.print(f"[red]error:[/] {action!r}: use `streams show`, `apply` or `mapping`")
         raise typer.Exit(2)
@@ -51,27 +44,44 @@ def streams(
         from turnstream.bus.mapping import mapping_text
 
         sys.stdout.write(mapping_text(settings_of().subjects, accounts))
-        return
-    if action == "apply":
-        from turnstream.bus.permissions import PermissionDenied
-        from turnstream.cli.common import quiet_refusals
-        from turnstream.cli.roles import explain
+    elif action == "apply":
+        _apply(nats_url, data_dir, replicas)
+    else:
+        _show(replicas)
 
-        settings = settings_of(nats_url, data_dir, replicas=replicas)
-        quiet_refusals()
-        try:
-            asyncio.run(apply_streams(settings))
-        except PermissionDenied as exc:
-            err.print(f"[red]error:[/] {escape(explain(exc))}")
-            raise typer.Exit(2) from exc
-        except (ConnectionError, RuntimeError, ValueError, PermissionError) as exc:
-            err.print(f"[red]error:[/] {exc}")
-            raise typer.Exit(2) from exc
-        except Exception as exc:  # nats-py's own
-            err.print(f"[red]error:[/] the setup step failed: {type(exc).__name__}: {exc}")
-            raise typer.Exit(2) from exc
-        console.print(f"streams and buckets applied ({settings.replicas} replica(s))")
-        return
+
+def _apply(nats_url: str | None, data_dir: Path | None, replicas: int | None) -> None:
+    """The setup step: create or update the streams and buckets, as operator."""
+    import asyncio
+
+    from turnstream.bus.permissions import PermissionDenied
+    from turnstream.cli.common import quiet_refusals
+    from turnstream.cli.roles import explain
+    from turnstream.runtime import apply_streams
+
+    settings = settings_of(nats_url, data_dir, replicas=replicas)
+    quiet_refusals()
+    try:
+        asyncio.run(apply_streams(settings))
+    except PermissionDenied as exc:
+        err.print(f"[red]error:[/] {escape(explain(exc))}")
+        raise typer.Exit(2) from exc
+    except (ConnectionError, RuntimeError, ValueError, PermissionError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    except Exception as exc:  # nats-py's own
+        err.print(f"[red]error:[/] the setup step failed: {type(exc).__name__}: {exc}")
+        raise typer.Exit(2) from exc
+    console.print(f"streams and buckets applied ({settings.replicas} replica(s))")
+
+
+def _show(replicas: int | None) -> None:
+    """The stream definitions as JSON (ops/streams.json is this output)."""
+    import orjson
+
+    from turnstream.bus.streams import StreamLimits, describe
+    from turnstream.runtime import stream_limits
+
     limits = stream_limits(settings_of())
     limits = StreamLimits(**{**limits.__dict__, "replicas": replicas or 1})
     options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
