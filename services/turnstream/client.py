@@ -28,11 +28,11 @@ from turnstream.core.events import (
     ATTACHMENT_PREFIX,
     Event,
     FailureClass,
-    SteeringInjected,
     TurnEnded,
     TurnStatus,
     decode,
 )
+from turnstream.core.follow import Follow
 from turnstream.core.session import SessionState, fold
 from turnstream.core.subjects import REJECTED_SESSION, is_session_id
 
@@ -293,68 +293,12 @@ async def send_and_wait(
 
     `PermissionDenied` (nothing sent) when this NATS user may not read the session's log,
     or (sent by no one) may not publish to its inbound subject."""
-    session_id, key = command["sessionId"], command["idempotencyKey"]
-    subjects = bus.subjects
-    done: asyncio.Future[TurnOutcome] = asyncio.get_running_loop().create_future()
-    seen: list[Event] = []
-    seen_ids: set[str] = set()
-    turn_id: str | None = None
-
-    async def call(sink: Callable[[Any], Awaitable[None] | None] | None, value: Any) -> None:
-        if sink is not None:
-            result = sink(value)
-            if asyncio.iscoroutine(result):
-                await result
-
-    async def on_event_of_log(event: Event) -> None:
-        nonlocal turn_id
-        # a steered message joins the running turn: it ends with that turn's TurnEnded
-        if event.correlation_id != key and (turn_id is None or event.turn_id != turn_id):
-            return
-        if event.id in seen_ids:  # live and caught up from the store alike
-            return
-        seen_ids.add(event.id)
-        if isinstance(event, SteeringInjected):
-            turn_id = event.turn_id  # from now on, follow the turn it joined
-        turn_id = turn_id or event.turn_id
-        seen.append(event)
-        await call(on_event, event)
-        if isinstance(event, TurnEnded) and not done.done():
-            data = event.data
-            done.set_result(
-                TurnOutcome(
-                    status=data.status,
-                    turn_id=event.turn_id,
-                    reply=data.reply,
-                    failure_class=data.failure_class,
-                    reason=data.reason,
-                    next_action=data.next_action,
-                    events=seen,
-                )
-            )
-
-    async def on_log(msg: Any) -> None:
-        await on_event_of_log(decode(msg.data))
-
-    async def on_live(msg: Any) -> None:
-        body = orjson.loads(msg.data)
-        if turn_id is not None and body.get("turnId") == turn_id:
-            await call(on_delta, body["delta"])
-
-    async def catch_up(duplicate: bool) -> None:
-        if not duplicate:
-            await asyncio.sleep(CATCH_UP_AFTER_S)
-        if seen or done.done():
-            return
-        for stored in await bus.store.read_session(log_session):
-            if done.done():
-                return
-            await on_event_of_log(stored.event)
-
+    session_id, subjects = command["sessionId"], bus.subjects
     # input with an unusable session id is recorded under the reserved rejected session
     log_session = session_id if is_session_id(session_id) else REJECTED_SESSION
-    log_sub = await bus.nc.subscribe(subjects.log_session(log_session), cb=on_log)
-    live_sub = await bus.nc.subscribe(subjects.live_session(log_session), cb=on_live)
+    following = _Following(bus, log_session, command["idempotencyKey"], on_event, on_delta)
+    log_sub = await bus.nc.subscribe(subjects.log_session(log_session), cb=following.on_log)
+    live_sub = await bus.nc.subscribe(subjects.live_session(log_session), cb=following.on_live)
     catching_up: asyncio.Task[None] | None = None
     try:
         await answered(bus.nc)
@@ -362,9 +306,10 @@ async def send_and_wait(
         if denied is not None:
             raise denied  # not sent: its turn could not be followed
         ack = await _publish(bus, session_id, command)
-        catching_up = asyncio.create_task(catch_up(bool(getattr(ack, "duplicate", False))))
+        duplicate = bool(getattr(ack, "duplicate", False))
+        catching_up = asyncio.create_task(following.catch_up(duplicate))
         async with asyncio.timeout(timeout):
-            return await done
+            return await following.done
     finally:
         if catching_up is not None:
             catching_up.cancel()
@@ -372,3 +317,76 @@ async def send_and_wait(
                 await catching_up
         await log_sub.unsubscribe()
         await live_sub.unsubscribe()
+
+
+class _Following:
+    """One command followed to its `TurnEnded` (`core.follow.Follow`, by its idempotency
+    key) from its session's log as it is appended, or read once when nothing comes
+    (`catch_up`); its events to `on_event`, its turn's token deltas to `on_delta`."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        log_session: str,
+        key: str,
+        on_event: EventSink | None,
+        on_delta: DeltaSink | None,
+    ) -> None:
+        self.bus, self.log_session = bus, log_session
+        self.on_event, self.on_delta = on_event, on_delta
+        self.follow = Follow(None, key)
+        self.done: asyncio.Future[TurnOutcome] = asyncio.get_running_loop().create_future()
+        self.seen: list[Event] = []
+        self.seen_ids: set[str] = set()
+
+    async def event(self, event: Event, seq: int = 0) -> None:
+        if event.id in self.seen_ids:  # live and caught up from the store alike
+            return
+        if not self.follow.feed(seq, event):
+            return
+        self.seen_ids.add(event.id)
+        self.seen.append(event)
+        await _call(self.on_event, event)
+        ended = self.follow.ended
+        if ended is not None and not self.done.done():
+            assert isinstance(ended.event, TurnEnded)
+            self.done.set_result(_outcome(ended.event, self.seen))
+
+    async def on_log(self, msg: Any) -> None:
+        await self.event(decode(msg.data))
+
+    async def on_live(self, msg: Any) -> None:
+        body = orjson.loads(msg.data)
+        turn_id = self.follow.turn_id
+        if turn_id is not None and body.get("turnId") == turn_id:
+            await _call(self.on_delta, body["delta"])
+
+    async def catch_up(self, duplicate: bool) -> None:
+        if not duplicate:
+            await asyncio.sleep(CATCH_UP_AFTER_S)
+        if self.seen or self.done.done():
+            return
+        for stored in await self.bus.store.read_session(self.log_session):
+            if self.done.done():
+                return
+            await self.event(stored.event, stored.seq)
+
+
+def _outcome(ended: TurnEnded, events: list[Event]) -> TurnOutcome:
+    data = ended.data
+    return TurnOutcome(
+        status=data.status,
+        turn_id=ended.turn_id,
+        reply=data.reply,
+        failure_class=data.failure_class,
+        reason=data.reason,
+        next_action=data.next_action,
+        events=events,
+    )
+
+
+async def _call(sink: Callable[[Any], Awaitable[None] | None] | None, value: Any) -> None:
+    if sink is not None:
+        result = sink(value)
+        if asyncio.iscoroutine(result):
+            await result

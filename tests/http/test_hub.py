@@ -10,9 +10,9 @@ import pytest
 
 from tests.http.test_sse import marker
 from turnstream.bus import Bus
+from turnstream.core.follow import FOLLOWED_TYPES
 from turnstream.http.direct import LogRecord
 from turnstream.http.hub import Feed, Hub
-from turnstream.http.outcome import FOLLOWED_TYPES
 
 pytestmark = pytest.mark.integration
 VERDICTS = ", ".join(sorted(FOLLOWED_TYPES))

@@ -1,5 +1,5 @@
-"""Pure parts of the HTTP face: `outcome.Follow` (a command's verdict and its turn's end,
-folded from events) and address parsing."""
+"""Pure parts of the HTTP face: `core.follow.Follow` (a command's verdict and its turn's end,
+folded from events; the client follows with it too, by key) and address parsing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from turnstream.core.events import (
     TurnEnded,
     TurnEndedData,
 )
-from turnstream.http.outcome import Follow
+from turnstream.core.follow import Follow
 
 
 def ended(turn_id: str, n: int = 1) -> TurnEnded:
@@ -58,6 +58,19 @@ def test_a_steered_message_ends_with_the_turn_it_joined() -> None:
     assert follow.turn_id == "turn1"
     follow.feed(7, ended("turn1"))
     assert follow.ended is not None and follow.ended.event.turn_id == "turn1"
+
+
+def test_followed_by_its_key_a_command_is_told_what_concerns_it() -> None:
+    """The client knows a command by its idempotency key (a retry's verdict is the first
+    command's, at another inbound seq): its verdict, its turn's events, and whatever carries
+    its key concern it; another command's do not."""
+    follow = Follow(None, key="key2")
+    assert not follow.feed(0, accepted(1))  # another command's
+    assert follow.feed(0, accepted(2)) and follow.turn_id == "turn2"
+    assert not follow.feed(0, ended("turn1"))
+    assert follow.ended is None
+    assert follow.feed(0, ended("turn2", 2))
+    assert follow.ended is not None and follow.ended.event.turn_id == "turn2"
 
 
 def test_addresses_are_host_and_port() -> None:

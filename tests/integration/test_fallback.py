@@ -12,7 +12,7 @@ from tests.integration.conftest import anthropic_settings, running_services
 from tests.providers.fake_servers import Error, FakeAnthropic, FakeOpenAI, Text, ToolCalls
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
-from turnstream.cli.render import summarize
+from turnstream.cli.summaries import summarize
 from turnstream.client import message_command, send_and_wait
 from turnstream.core.events import (
     ProviderFallback,

@@ -194,7 +194,7 @@ def test_a_one_tool_turn_decides_8_events_fewer() -> None:
 
 
 def test_the_cli_line_of_a_merged_event_says_both_the_stage_left_and_the_one_entered() -> None:
-    from turnstream.cli.render import summarize
+    from turnstream.cli.summaries import summarize
 
     (merged,) = merged_stages([post("p1", "x0", Stage.TOOL_CALL), pre("q1", "p1", Stage.RENDER)])
     assert summarize(merged) == "TOOL_CALL ◂ ok · RENDER ▸ (round 1)"

@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from turnstream.cli.render import STATUS_STYLE, clip
+from turnstream.cli.render import STATUS_STYLE
+from turnstream.cli.summaries import clip
 from turnstream.core.costs import PriceTable, spend
 from turnstream.core.events import (
     Event,

@@ -139,7 +139,7 @@ async def _attach_and_follow(
 
 
 def _show(event: Event, key: str) -> int | None:
-    from turnstream.cli.render import COMPLETION_MEANS
+    from turnstream.cli.summaries import COMPLETION_MEANS
     from turnstream.core.events import (
         InputRejected,
         StageAssertOutcome,

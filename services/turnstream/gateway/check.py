@@ -82,6 +82,22 @@ def fields_of(parsed: InboundCommand) -> dict[str, Any]:
 
 def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
     """The command, or why it is rejected (first failing check wins)."""
+    body = _body(raw, max_bytes)
+    if isinstance(body, Rejection):
+        return body
+    fields: dict[str, Any] = {
+        k: body[k]
+        for k in ("sessionId", "chatId", "idempotencyKey", "replyTo", "hops")
+        if k in body
+    }
+    why = _misaddressed(raw, body, fields)
+    if why is not None:
+        return why
+    return _validated(raw, body, fields)
+
+
+def _body(raw: Inbound, max_bytes: int) -> dict[str, Any] | Rejection:
+    """The command's JSON object, within the size limit."""
     if len(raw.data) > max_bytes:
         return Rejection(
             "oversize",
@@ -98,11 +114,12 @@ def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
         return Rejection(
             "not_json", f"payload is JSON {type(body).__name__}, expected an object", [], {}
         )
-    fields = {
-        k: body[k]
-        for k in ("sessionId", "chatId", "idempotencyKey", "replyTo", "hops")
-        if k in body
-    }
+    return body
+
+
+def _misaddressed(raw: Inbound, body: dict[str, Any], fields: dict[str, Any]) -> Rejection | None:
+    """Why the command may not go where it was published: a reserved or malformed session
+    in the subject, an unknown type, a type its door does not take."""
     if is_reserved_session(raw.session_token) or is_reserved_session(body.get("sessionId", "")):
         return Rejection(
             "bad_session_id",
@@ -135,6 +152,13 @@ def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
             [f"type: {kind!r} is not taken on the {raw.door} subject"],
             fields,
         )
+    return None
+
+
+def _validated(
+    raw: Inbound, body: dict[str, Any], fields: dict[str, Any]
+) -> InboundCommand | Rejection:
+    """The command as its schema reads it, for the session of its subject."""
     try:
         command = COMMAND_ADAPTER.validate_python(body)
     except ValidationError as exc:
@@ -150,7 +174,10 @@ def check(raw: Inbound, *, max_bytes: int) -> InboundCommand | Rejection:
                 fields,
             )
         return Rejection(
-            "schema", f"command does not match the '{kind}' schema: {errors[0]}", errors, fields
+            "schema",
+            f"command does not match the '{body.get('type')}' schema: {errors[0]}",
+            errors,
+            fields,
         )
     if command.session_id != raw.session_token:
         return Rejection(

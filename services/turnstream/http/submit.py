@@ -1,5 +1,5 @@
 """Publish one inbound command and follow it in the log: the gateway's verdict, and with
-`wait` the turn's `TurnEnded`. The shell of `outcome.Follow`; every POST route ends here."""
+`wait` the turn's `TurnEnded`. The shell of `core.follow.Follow`; every POST route ends here."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from starlette.responses import JSONResponse, Response
 from turnstream.bus.full import ALARM, noted
 from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import FailureClass, InputRejected, InteractionRequested, decode
+from turnstream.core.follow import FOLLOWED_TYPES, Follow, Seen
 from turnstream.http.context import HttpContext
 from turnstream.http.direct import LogRecord
 from turnstream.http.hub import Feed
-from turnstream.http.outcome import FOLLOWED_TYPES, Follow, Seen
 from turnstream.http.problems import Problem, invalid_input
 from turnstream.http.storage import full_problem
 

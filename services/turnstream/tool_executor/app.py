@@ -8,67 +8,46 @@ an attached workflow's stage tools, or a person's approval of this very call. On
 not justified is failed `policy_denied` (`approval_not_justified`) and never claimed.
 
 At most once per invocation id: the claim `invocation.<id>` is created in the KV bucket
-before the tool runs (create fails if it exists). A request redelivered after its result
-was appended finds the claim `done` and is only acked. A claim still `running` with no
-live task here means an executor died mid-run: if the log has the invocation's result (it
-died between that append and marking the claim done) the claim is marked done; else an
-idempotent tool runs again, any other is failed with `interrupted, mayHaveRun: true`.
-Claims are kept `TURNSTREAM_INVOCATION_MAX_AGE_DAYS` (the bucket's TTL); a request older
-than half of that is not run, since its claim may be gone: failed `expired, mayHaveRun`.
+before the tool runs (`claims.py`: a redelivery, a claim left `running` by an executor that
+died, a request older than its claim surely lives). Claims are kept
+`TURNSTREAM_INVOCATION_MAX_AGE_DAYS` (the bucket's TTL). Running the call and the fact it
+ends in are `running.py`'s; when its `Started` goes and the retried writes, `writes.py`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
-
-import orjson
-from nats.js.errors import KeyNotFoundError, ObjectNotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.appender import LogFull
 from turnstream.bus.consume import InProgress, log_push
 from turnstream.bus.durables import TOOL_EXECUTOR
 from turnstream.bus.full import backoff_s
-from turnstream.bus.kv import KvWrites
 from turnstream.bus.retry import retried, stoppable
-from turnstream.bus.scan import scan_log
 from turnstream.core.approval import ApprovalConfig
-from turnstream.core.events import (
-    FailureClass,
-    ToolInvocationFailed,
-    ToolInvocationFailedData,
-    ToolInvocationRequested,
-    ToolInvocationSucceeded,
-    TurnEnded,
-    decode,
-)
+from turnstream.core.events import FailureClass, ToolInvocationRequested, TurnEnded, decode
 from turnstream.core.justification import Justified
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.runtime.manifest import keep_published
 from turnstream.runtime.redaction import Redactor
 from turnstream.settings import Settings
 from turnstream.tool_executor.attachments import session_attachment
+from turnstream.tool_executor.claims import Claims
 from turnstream.tool_executor.grounds import SessionGrounds
-from turnstream.tool_executor.outcome import Facts, needs_blob
-from turnstream.tool_executor.writes import Started
-from turnstream.tools import ToolContext, ToolError, ToolRegistry
+from turnstream.tool_executor.outcome import Facts
+from turnstream.tool_executor.running import ResultBlobs, ToolRun, refused
+from turnstream.tool_executor.writes import Started, until_done
+from turnstream.tools import ToolContext, ToolRegistry
 from turnstream.tools.mcp import McpTools
 
 log = logging.getLogger("turnstream.tool_executor")
 DURABLE = TOOL_EXECUTOR.name
-RUNNING, DONE = b"running", b"done"
-RESULTS = ("ToolInvocationSucceeded", "ToolInvocationFailed", "ToolInvocationCancelled")
-"""The facts that end an invocation: one in the log means the call needs nothing more."""
-BLOB_TIMEOUT_S = 30.0
-RETRY_MAX_S = 5.0
-"""Longest wait between retries of an append while the broker is away."""
 SHUTDOWN_GRACE_S = 10.0
 """At shutdown, how long the calls that have finished get to append their results (the
 broker may be away); then they are given up, their claims left `running` for the next
@@ -102,13 +81,8 @@ class Executor:
         self.grounds = SessionGrounds(bus.store, approval or ApprovalConfig())
         """What a call's approval is checked against (the deployment's default mode and
         allowlist: the settings' `approval_config`)."""
-        self.runs_until = claims_kept / 2 if claims_kept else None
-        """How old a request may be and still run: its claim is surely still kept (the
-        bucket's TTL, `claims_kept`, halved for the clocks' disagreement; None: claims are
-        kept for ever, any request runs)."""
         self.registry = registry
         self.workspace = workspace.resolve()
-        self.budget = budget
         self.clock = clock
         self.redact = redact or Redactor()
         self.source = source_name("tool-executor")
@@ -119,18 +93,18 @@ class Executor:
         self.requests: set[asyncio.Future[None]] = set()
         """Every request being handled (claiming, running, appending or acking), and the
         appends of `Started` that go on beside them."""
-        self.kv: Any = None
-        self.blobs: Any = None
-        self.claims = KvWrites(bus.store.appender, bus.subjects.invocations_bucket)
+        runs_until = claims_kept / 2 if claims_kept else None
+        self.claims = Claims(bus, self.source, clock, self._append, runs_until)
+        self.tool_run = ToolRun(clock, self.redact, budget, ResultBlobs(bus))
 
     async def serve(self, stop: asyncio.Event) -> None:
         subjects = self.bus.subjects
         self.workspace.mkdir(parents=True, exist_ok=True)
         bucket = subjects.invocations_bucket
-        self.kv = await stoppable(retried(f"bucket {bucket}", self._claims_kv), stop)
-        if self.kv is None:
+        kv = await stoppable(retried(f"bucket {bucket}", self.claims.open), stop)
+        if kv is None:
             return  # stopped before NATS answered
-        self.blobs = await self._object_store()
+        await self.tool_run.blobs.open()
         aborts = await self.bus.nc.subscribe(
             subjects.log_kind_live("TurnEnded"), cb=self._on_turn_end
         )
@@ -192,7 +166,7 @@ class Executor:
             if not await self._justified(request):
                 await msg.ack()
                 return
-            facts = await self._claim(request)
+            facts = await self.claims.claim(request)
             if facts is None:
                 await msg.ack()
                 return
@@ -208,13 +182,13 @@ class Executor:
                     raise  # shutting down: the claim stays `running` for the next executor
                 self.aborted.discard(invocation_id)
                 await self._append(facts.cancelled("the turn was hard-aborted", self.clock()))
-                await self._done(invocation_id)
+                await self.claims.done(invocation_id)
                 await _ack(msg)
                 return
             finally:
                 beating.stop()
                 self.running.pop(invocation_id, None)
-            await self._done(invocation_id)
+            await self.claims.done(invocation_id)
             await _ack(msg)
 
     async def _justified(self, request: ToolInvocationRequested) -> bool:
@@ -225,7 +199,7 @@ class Executor:
         if isinstance(verdict, Justified):
             return True
         invocation_id = request.data.invocation_id
-        if await self._claimed(invocation_id):
+        if await self.claims.claimed(invocation_id):
             return True
         log.warning(
             "invocation %s of session %s not run: %s",
@@ -244,96 +218,14 @@ class Executor:
         )
         return False
 
-    async def _claimed(self, invocation_id: str) -> bool:
-        try:
-            entry = await self.kv.get(invocation_id)
-        except KeyNotFoundError:
-            return False
-        return entry.value is not None  # an expired key reads as None (DESIGN §10)
-
-    async def _claim(self, request: ToolInvocationRequested) -> Facts | None:
-        """Facts for this attempt, or None when there is nothing (more) to do."""
-        invocation_id = request.data.invocation_id
-        if self.runs_until is not None and self.clock() - request.time > self.runs_until:
-            await self._expire(request)
-            return None
-        if await self.claims.create(invocation_id, RUNNING):
-            return Facts(request, self.source)
-        entry = await self.kv.get(invocation_id)
-        if entry.value == DONE:
-            return None
-        if await self._has_result(request):  # appended; died before the claim was marked
-            await self._done(invocation_id)
-            return None
-        facts = Facts(request, self.source, attempt=2)
-        if request.data.idempotent:
-            log.warning("invocation %s was interrupted; running it again", invocation_id)
-            return facts
-        await self._append(
-            facts.failed(
-                FailureClass.TOOL_RUNTIME_ERROR,
-                "interrupted",
-                "an executor stopped while running this call; it may have had effects, so "
-                "it is not run again",
-                self.clock(),
-                may_have_run=True,
-            )
-        )
-        await self._done(invocation_id)
-        return None
-
-    async def _expire(self, request: ToolInvocationRequested) -> None:
-        """A request older than its claim surely lives: whether it ran cannot be told, so it
-        is not run (again); failed `expired, mayHaveRun`, unless its result is in the log."""
-        if await self._has_result(request):
-            return
-        log.warning("invocation %s is too old to run; failing it", request.data.invocation_id)
-        facts = Facts(request, self.source)
-        await self._append(
-            facts.failed(
-                FailureClass.TOOL_RUNTIME_ERROR,
-                "expired",
-                f"the request is older than {self.runs_until} (its at-most-once claim may be "
-                "gone), so it is not run; raise TURNSTREAM_INVOCATION_MAX_AGE_DAYS to keep "
-                "claims longer",
-                self.clock(),
-                may_have_run=True,
-            )
-        )
-
-    async def _has_result(self, request: ToolInvocationRequested) -> bool:
-        """Whether the log holds a result of the request's invocation."""
-        wanted, found = request.data.invocation_id, False
-
-        def on_event(_seq: int, _subject: str, data: bytes) -> None:
-            nonlocal found
-            found = found or orjson.loads(data)["data"].get("invocationId") == wanted
-
-        subjects = self.bus.subjects
-        stream = subjects.log_stream_of(request.session_id)
-        for kind in RESULTS:
-            subject = subjects.log(request.session_id, kind)
-            await scan_log(self.bus.js, subjects, on_event, subject=subject, stream=stream)
-        return found
-
     async def _run(self, facts: Facts) -> None:
         data = facts.request.data
+        refusal = refused(self.registry, facts, self.clock())
+        if refusal is not None:
+            await self._append(refusal)
+            return
         tool = self.registry.get(data.tool)
-        if tool is None:
-            detail = f"no tool named {data.tool!r} here; known: {', '.join(self.registry.names())}"
-            fail = facts.failed(
-                FailureClass.TOOL_RUNTIME_ERROR, "unknown_tool", detail, self.clock()
-            )
-            await self._append(fail)
-            return
-        errors = self.registry.validate_args(data.tool, data.args)
-        if errors:
-            detail = "; ".join(errors)
-            fail = facts.failed(
-                FailureClass.TOOL_RUNTIME_ERROR, "invalid_arguments", detail, self.clock()
-            )
-            await self._append(fail)
-            return
+        assert tool is not None  # `refused` says so otherwise
         # Started is published while the tool runs (its ack is awaited with the result's):
         # the claim, not this event, is what keeps the call at most once. A read-only
         # tool's waits `START_GRACE_S`, to go with a quick result in one batch.
@@ -342,134 +234,26 @@ class Executor:
             starting.later(START_GRACE_S, self.requests)
         else:
             starting.now(self.requests)
-        timeout = data.timeout_ms / 1000
         session = facts.request.session_id
-        ctx = ToolContext(
-            self.workspace,
-            session,
-            data.invocation_id,
-            partial(session_attachment, self.bus, session),
-        )
-        start = time.perf_counter()
-
-        def took() -> float:
-            return (time.perf_counter() - start) * 1000
-
-        event: ToolInvocationFailed | ToolInvocationSucceeded
+        attachment = partial(session_attachment, self.bus, session)
+        ctx = ToolContext(self.workspace, session, data.invocation_id, attachment)
         try:
-            async with asyncio.timeout(timeout):
-                output = await tool.run(dict(data.args), ctx)
+            event = await self.tool_run.ended(tool, facts, ctx)
         except asyncio.CancelledError:  # a hard abort or a shutdown: Started still goes first
             await starting.alone()
             raise
-        except ToolError as exc:
-            event = facts.failed(
-                FailureClass.TOOL_RUNTIME_ERROR,
-                exc.kind,
-                exc.detail,
-                self.clock(),
-                may_have_run=not data.read_only,
-                duration_ms=took(),
-            )
-        except TimeoutError:
-            event = facts.failed(
-                FailureClass.TIMEOUT,
-                "timeout",
-                f"{data.tool} did not finish within {timeout:g} s",
-                self.clock(),
-                may_have_run=not data.read_only,
-                duration_ms=took(),
-            )
-        except Exception as exc:
-            log.exception("tool %s crashed", data.tool)
-            event = facts.failed(
-                FailureClass.TOOL_RUNTIME_ERROR,
-                "crashed",
-                f"{type(exc).__name__}: {exc}",
-                self.clock(),
-                may_have_run=not data.read_only,
-                duration_ms=took(),
-            )
-        else:
-            output = self.redact(output)
-            blob = None
-            kept: str | None = None
-            if needs_blob(output, self.budget):
-                blob = facts.blob_name
-                kept = await self._keep_blob(blob, output)
-            if kept is not None:
-                event = facts.failed(
-                    FailureClass.TOOL_RUNTIME_ERROR,
-                    "result_not_stored",
-                    f"the result ({len(output)} characters) is over the budget of "
-                    f"{self.budget} and could not be kept in the object store "
-                    f"{self.bus.subjects.blobs_bucket!r}: {kept}",
-                    self.clock(),
-                    may_have_run=not data.read_only,
-                    duration_ms=took(),
-                )
-            else:
-                event = facts.succeeded(output, self.budget, self.clock(), took(), blob)
-        if isinstance(event.data, ToolInvocationFailedData):  # a tool's error may quote a secret
-            error = event.data.error.model_copy(
-                update={"detail": self.redact(event.data.error.detail)}
-            )
-            event = event.model_copy(
-                update={"data": event.data.model_copy(update={"error": error})}
-            )
         await starting.with_result(event)
-
-    async def _claims_kv(self) -> Any:
-        return await self.bus.js.key_value(self.bus.subjects.invocations_bucket)
-
-    async def _object_store(self) -> Any:
-        """The blobs bucket, or None when it is missing or not permitted (a result over the
-        budget then fails with a reason; everything else goes on)."""
-        try:
-            return await self.bus.js.object_store(self.bus.subjects.blobs_bucket)
-        except Exception as exc:
-            log.warning("object store %s unavailable: %s", self.bus.subjects.blobs_bucket, exc)
-            return None
-
-    async def _keep_blob(self, name: str, output: str) -> str | None:
-        """Put a full result in the object store; None when kept, else why not.
-
-        An object is never replaced: the store would purge the old one's chunks, a right
-        no service has (ops/accounts.conf). A name already kept is this attempt's, put
-        before a redelivery; an idempotent call's rerun keeps that result."""
-        if self.blobs is None:
-            self.blobs = await self._object_store()
-        if self.blobs is None:
-            return "the bucket is missing or not permitted"
-        try:
-            async with asyncio.timeout(BLOB_TIMEOUT_S):
-                try:
-                    await self.blobs.get_info(name)
-                    return None
-                except ObjectNotFoundError:
-                    await self.blobs.put(name, output.encode())
-        except Exception as exc:
-            log.warning("cannot keep result %s in the object store: %r", name, exc)
-            self.blobs = None  # looked up again next time (it may have been deleted)
-            return f"{type(exc).__name__}: {exc}"
-        return None
 
     async def _append(self, event: Any) -> None:
         """Append a fact, retried until the broker takes it: the tool has run, and losing
         its result would turn a success into `interrupted, mayHaveRun` (the event id
         dedups a retry that was stored after all)."""
-        await _until_done(f"append of {event.type}", lambda: self.bus.store.append_facts([event]))
+        await until_done(f"append of {event.type}", lambda: self.bus.store.append_facts([event]))
 
     async def _append_all(self, events: list[Any]) -> None:
         """`_append` for several facts, in order, in one batch."""
         what = f"append of {', '.join(e.type for e in events)}"
-        await _until_done(what, lambda: self.bus.store.append_facts(events))
-
-    async def _done(self, invocation_id: str) -> None:
-        """Mark the claim done, retried like an append."""
-        await _until_done(
-            f"claim {invocation_id}: put done", lambda: self.claims.put(invocation_id, DONE)
-        )
+        await until_done(what, lambda: self.bus.store.append_facts(events))
 
     async def _on_turn_end(self, msg: Any) -> None:
         """A hard abort ends its turn `failed, interrupted`: cancel what that turn runs."""
@@ -482,26 +266,6 @@ class Executor:
             if request.turn_id == event.turn_id:
                 self.aborted.add(request.data.invocation_id)
                 task.cancel()
-
-
-async def _until_done(what: str, attempt: Callable[[], Awaitable[Any]]) -> None:
-    """`attempt()` again, backing off up to `RETRY_MAX_S`, until it succeeds."""
-    delay, refusals = 0.5, 0
-    while True:
-        try:
-            await attempt()
-            return
-        except asyncio.CancelledError:
-            raise
-        except LogFull:
-            # the store is full (the alarm logged it once): the result waits in memory,
-            # backing off further, until space is freed
-            refusals += 1
-            await asyncio.sleep(backoff_s(refusals))
-        except Exception as exc:
-            log.warning("%s failed (%r); retrying in %.1f s", what, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
 
 
 async def _nak(msg: Any, delay: float) -> None:

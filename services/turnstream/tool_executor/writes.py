@@ -1,10 +1,17 @@
-"""When a call's `Started` fact goes: at once, after a grace, or with its result."""
+"""The executor's writes: when a call's `Started` fact goes (at once, after a grace, or
+with its result), and every write retried until the broker takes it (`until_done`)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from turnstream.bus.appender import LogFull
+from turnstream.bus.full import backoff_s
+
+log = logging.getLogger("turnstream.tool_executor")
 
 
 class Started:
@@ -55,3 +62,27 @@ class Started:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+
+
+RETRY_MAX_S = 5.0
+"""Longest wait between retries of an append while the broker is away."""
+
+
+async def until_done(what: str, attempt: Callable[[], Awaitable[Any]]) -> None:
+    """`attempt()` again, backing off up to `RETRY_MAX_S`, until it succeeds."""
+    delay, refusals = 0.5, 0
+    while True:
+        try:
+            await attempt()
+            return
+        except asyncio.CancelledError:
+            raise
+        except LogFull:
+            # the store is full (the alarm logged it once): the result waits in memory,
+            # backing off further, until space is freed
+            refusals += 1
+            await asyncio.sleep(backoff_s(refusals))
+        except Exception as exc:
+            log.warning("%s failed (%r); retrying in %.1f s", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)

@@ -7,25 +7,17 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from turnstream.bus.store import EventStore
 from turnstream.context import ContextRegistry
 from turnstream.core.events import Event, SessionConfiguredData
 from turnstream.core.ids import IdFactory
-from turnstream.core.session.decider import Input
 from turnstream.core.turn import TurnConfig
 from turnstream.hooks import HookRegistry
 from turnstream.providers import Provider
-from turnstream.runtime.mailbox import Delivered
-
-if TYPE_CHECKING:
-    from turnstream.turn_runner.ownership import SessionOwnership
-
-Item = Delivered | Input
-"""What a session's mailbox holds: delivered facts, and the inputs the actor posts itself
-(a model call's result, a streamed tool call, a timer's tick)."""
-
+from turnstream.turn_runner.items import Item as Item
+from turnstream.turn_runner.ownership import SessionOwnership
 
 LOADS_IN_FLIGHT = 32
 """Sessions a runner takes (lease) and loads (reads from the log) at once. A burst of new
@@ -68,6 +60,6 @@ class ActorContext:
     context: ContextRegistry | None = None
     """The context providers asked at each turn's first COMPOSE_REQUEST."""
     loads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LOADS_IN_FLIGHT))
+    """The runner's load slots (`LOADS_IN_FLIGHT`), one semaphore shared by its actors."""
     attachment: Callable[[str], Awaitable[bytes | None]] | None = None
     """An attachment's bytes by SHA-256 from the object store (None: not there)."""
-    """The runner's load slots (`LOADS_IN_FLIGHT`), one semaphore shared by its actors."""

@@ -38,7 +38,7 @@ from turnstream.core.events import decode
 from turnstream.runtime.leasing import LeasePolicy, keep_leases
 from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
 from turnstream.runtime.partitions import PartitionOwner
-from turnstream.turn_runner.context import Item
+from turnstream.turn_runner.items import Item
 
 log = logging.getLogger("turnstream.turn_runner")
 SERVICE = "turn-runner"
@@ -50,9 +50,9 @@ KNOWN_SESSIONS = 100_000
 """Sessions whose take-over generation is remembered at most (those of actors let go are
 forgotten at once; one forgotten with its actor alive is reloaded once)."""
 DRAIN_S = 1.0
+"""At a stop, how long the actors may take to hand back (nak) the facts they still hold."""
 FULL_CHECK_S = 5.0
 """How long the check whether the log is full at start may take (`_full_at_start`)."""
-"""At a stop, how long the actors may take to hand back (nak) the facts they still hold."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from a2a.utils.input_mode_validator import validate_input_modes
 from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
 
+from turnstream.core.follow import Follow
 from turnstream.core.subjects import is_reserved_session, is_session_id
 from turnstream.http.a2a.access import a2a_error, require
 from turnstream.http.a2a.card import input_modes
@@ -29,7 +30,6 @@ from turnstream.http.a2a.tasks import Tasks
 from turnstream.http.a2a.view import TurnView
 from turnstream.http.auth import Principal
 from turnstream.http.hub import Feed
-from turnstream.http.outcome import Follow
 from turnstream.http.problems import Problem
 from turnstream.http.submit import publish
 from turnstream.settings import Settings
