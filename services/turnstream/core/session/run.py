@@ -37,7 +37,6 @@ from turnstream.core.immutable import with_changes
 from turnstream.core.session import outbound, subturns
 from turnstream.core.session.fold import fold
 from turnstream.core.session.state import SessionState
-from turnstream.core.turn.answers import then_decide
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import decide as decide_turn
 from turnstream.core.turn.decide import next_step
@@ -145,45 +144,36 @@ def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[ChatState,
     return views
 
 
-class LaneStep(Protocol):
+class TurnRecord(Protocol):
     """What an answer to a turn (a provider result, hook verdicts, …) records on a chat: the
-    session's own, or a stage's lane (None: nothing; `turnstream.core.turn.decide`'s
-    `record_*`). What follows is decided by the chat's decider (`lane_step`)."""
+    session's own, or a stage's lane (None: nothing; `turnstream.core.turn.answers`'
+    `record_*`). What follows is the session's to decide, once (`decide`)."""
 
     def __call__(self, state: ChatState, config: TurnConfig, /) -> Decision[ChatState] | None: ...
 
 
-def lane_step(
-    state: SessionState,
-    turn_id: str,
-    config: TurnConfig,
-    ctx: Context,
-    step: LaneStep,
+def record_on_turn(
+    state: SessionState, turn_id: str, config: TurnConfig, record: TurnRecord
 ) -> Decision[SessionState]:
-    """Apply a turn-level step (a provider result, hook verdicts) to the turn `turn_id`,
-    the chat turn or a stage's, then decide what follows for the whole session."""
+    """What an answer to the turn `turn_id` (the chat's or a stage's) records, folded into
+    the session; nothing follows here (the session's decider decides that once)."""
     run = state.workflow
     ex = run.lane_of(turn_id) if run is not None else None
     if ex is None or run is None:
         if state.chat.active is None or state.chat.active.turn_id != turn_id:
             return Decision((), state)
-        own = chat_config(state, config)
-        recorded = step(state.chat, own)
+        recorded = record(state.chat, chat_config(state, config))
         if recorded is None:
             return Decision((), state)
         # `recorded` folded its events into the chat already, and the session's fold has
         # nothing of its own in them (provider, stage, hook, context and tool-call events)
-        chat = chat_steps(with_changes(state, chat=recorded.state), own, ctx).after(recorded)
-        if run is None or not run.open:
-            return chat  # the chat's decider has decided everything that follows
-        return decide(chat.state, config, ctx).after(chat)
+        return Decision(recorded.events, with_changes(state, chat=recorded.state))
     if ex.status != "act":
         return Decision((), state)
-    lane_cfg = lane_config(config, run, ex, state)
-    lane = then_decide(step(ex.lane, lane_cfg), ex.lane, lane_cfg, ctx)
-    if not lane:
+    recorded = record(ex.lane, lane_config(config, run, ex, state))
+    if recorded is None:
         return Decision((), state)
-    return decide(fold(state, lane), config, ctx).after(lane)
+    return Decision(recorded.events, fold(state, recorded.events))
 
 
 def awaiting_workflow_hooks(
@@ -223,36 +213,36 @@ def next_wakeup(state: SessionState, now: datetime) -> datetime | None:
     return min(times) if times else None
 
 
-def on_gate(
+def record_gate(
     state: SessionState,
     execution_id: str,
     outcome: Literal["pass", "defer", "block"],
-    config: TurnConfig,
     ctx: Context,
     *,
     gate: str | None = None,
     reason: str | None = None,
 ) -> Decision[SessionState]:
-    """Record a gate's answer; `resolutionPolicy` says what defer and block do."""
+    """Record a gate's answer (`resolutionPolicy` says what defer and block do); what
+    follows is the session's decider's."""
     run = state.workflow
     ex = run.lane_of(execution_id) if run is not None else None
     if run is None or ex is None or ex.status != "gate":
         return Decision((), state)
     events = gate_events(run, ex, outcome, ctx, gate=gate, reason=reason)
-    return decide(fold(state, events), config, ctx).after(events)
+    return Decision(tuple(events), fold(state, events))
 
 
-def on_assert(
+def record_assert(
     state: SessionState,
     execution_id: str,
     verdict: Literal["ok", "retry", "fail"],
-    config: TurnConfig,
     ctx: Context,
     *,
     asserter: str | None = None,
     reason: str | None = None,
 ) -> Decision[SessionState]:
-    """Record an assert hook's verdict and what follows (Act again, or Exit)."""
+    """Record an assert hook's verdict (Act again, or Exit); what follows is the session's
+    decider's."""
     run = state.workflow
     ex = run.lane_of(execution_id) if run is not None else None
     if run is None or ex is None or ex.status != "act":
@@ -261,7 +251,7 @@ def on_assert(
     if turn is None or not turn.act_done:
         return Decision((), state)
     events = assert_events(run, ex, verdict, reason, ctx, asserter=asserter)
-    return decide(fold(state, events), config, ctx).after(events)
+    return Decision(tuple(events), fold(state, events))
 
 
 def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequence[Event]:
@@ -313,7 +303,7 @@ def _advance(
         return []
     if ex.status == "gate":
         if GATE in config.workflow_hooks:
-            return []  # the shell asks the gate, then `on_gate`
+            return []  # the shell asks the gate, then `record_gate`
         return gate_events(run, ex, "pass", ctx)
     turn = ex.lane.active
     if turn is None:  # the stage's turn ended on its own: a provider error, a bound
@@ -328,7 +318,7 @@ def _advance(
         if run.interrupt is not None and ex.parsed is None:  # summarised and stopped
             return cancel(run, [ex], "interrupted", "graceful interrupt", ctx)
         if ASSERT in config.workflow_hooks:
-            return []  # the shell asks the assert hook, then `on_assert`
+            return []  # the shell asks the assert hook, then `record_assert`
         if ex.parsed is not None and not ex.cap_hit:
             return assert_events(run, ex, "ok", None, ctx)
         stage = stage_of(run, ex)
@@ -450,9 +440,9 @@ __all__ = [
     "awaiting_workflow_hooks",
     "decide",
     "lane_config",
-    "lane_step",
     "next_wakeup",
-    "on_assert",
-    "on_gate",
+    "record_assert",
+    "record_gate",
+    "record_on_turn",
     "turn_views",
 ]

@@ -3,8 +3,9 @@ tool call complete mid-stream, the tool hooks' and a hook point's verdicts, the 
 providers' answers; None when there is nothing to record), and `on_*`, which records it
 and then decides what follows (`decide`).
 
-The session decides what follows its own chat's record with its sub-turns
-(`turnstream.core.session.run.lane_step`); a stage's lane, with `then_decide`.
+In a session, `turnstream.core.session.run.record_on_turn` takes the `record_*` step of
+the turn an answer is for (the chat's or a stage's), and the session's decider decides
+what follows once; `on_*` serve a turn decided alone (tests, a chat with no session).
 """
 
 from __future__ import annotations
