@@ -56,13 +56,13 @@ from turnstream.core.session.outbound import Outbound
 from turnstream.core.session.run import (
     GATE,
     awaiting_workflow_hooks,
+    follow_session,
     next_wakeup,
     record_assert,
     record_gate,
     record_on_turn,
     turn_views,
 )
-from turnstream.core.session.run import decide as decide_session
 from turnstream.core.session.state import SessionState
 from turnstream.core.turn import (
     ChatState,
@@ -127,7 +127,7 @@ class StageHooksSaid:
 @dataclass(frozen=True, slots=True)
 class WorkflowHookSaid:
     """What the first workflow hook that answered at `point` (`CheckGate` or `Assert`)
-    said about the stage execution; `decide` reads it as that point's outcome."""
+    said about the stage execution; `decide_session` reads it as that point's outcome."""
 
     execution_id: str
     point: str
@@ -228,14 +228,16 @@ SessionDecision = Decision[SessionState, Effect]
 """What the session's decider answers: the events, the state they fold to, its effects."""
 
 
-def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -> SessionDecision:
+def decide_session(
+    state: SessionState, input: Input, config: TurnConfig, ctx: Context
+) -> SessionDecision:
     """The events that follow from `input` in `state`, the state they fold to, and the
     effects that state asks for."""
     if isinstance(input, Fact):
         state = evolve(state, input.event)
     config = with_agent(config, state.agent, state.security_mode)
     step = _step(state, input, config, ctx)
-    decided = decide_session(step.state, config, ctx).after(step)
+    decided = follow_session(step.state, config, ctx).after(step)
     # a stage left and the next entered are one event: it folds to the same state
     events = merged_stages(decided.events)
     return Decision(events, decided.state, effects_of(decided.state, config, ctx.now))
@@ -244,7 +246,7 @@ def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) 
 def _step(
     state: SessionState, input: Input, config: TurnConfig, ctx: Context
 ) -> Decision[SessionState]:
-    """What `input` itself records; `decide` then decides what follows from it, once for
+    """What `input` itself records; `decide_session` then decides what follows from it, once for
     the whole session (a turn's answer records on its turn and decides nothing here)."""
     match input:
         case Fact() | Tick():

@@ -14,7 +14,7 @@
     when every sibling succeeded; a failed stage with an `onFail` branch runs it
     ─► WorkflowExit{completed | failed | cancelled}
 
-`decide` here and `evolve`/`fold` in `fold.py` are the session-level ones
+`follow_session` here and `evolve`/`fold` in `fold.py` are the session-level ones
 (`turnstream.core.session` exports them): without a workflow they are exactly the turn's.
 The events of each lifecycle step are built in `build.py`.
 """
@@ -38,8 +38,7 @@ from turnstream.core.session import outbound, subturns
 from turnstream.core.session.fold import fold
 from turnstream.core.session.state import SessionState
 from turnstream.core.turn.builder import Builder
-from turnstream.core.turn.decide import decide as decide_turn
-from turnstream.core.turn.decide import next_step
+from turnstream.core.turn.decide import decide_turn, next_step
 from turnstream.core.turn.state import ChatState, Context, StageSpec, TurnConfig
 from turnstream.core.workflow.build import (
     assert_events,
@@ -59,7 +58,7 @@ from turnstream.core.workflow.definition import ASSERT, GATE
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 
 
-def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
+def follow_session(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
     """Every event that follows from `state` without an outside effect, in order."""
     run = state.workflow
     if run is None or not run.open:
@@ -147,7 +146,7 @@ def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[ChatState,
 class TurnRecord(Protocol):
     """What an answer to a turn (a provider result, hook verdicts, …) records on a chat: the
     session's own, or a stage's lane (None: nothing; `turnstream.core.turn.answers`'
-    `record_*`). What follows is the session's to decide, once (`decide`)."""
+    `record_*`). What follows is the session's to decide, once (`follow_session`)."""
 
     def __call__(self, state: ChatState, config: TurnConfig, /) -> Decision[ChatState] | None: ...
 
@@ -438,7 +437,7 @@ __all__ = [
     "ASSERT",
     "GATE",
     "awaiting_workflow_hooks",
-    "decide",
+    "follow_session",
     "lane_config",
     "next_wakeup",
     "record_assert",

@@ -1,7 +1,7 @@
 """A turn's answers from outside: what each records (`record_*`: a provider's result, a
 tool call complete mid-stream, the tool hooks' and a hook point's verdicts, the context
 providers' answers; None when there is nothing to record), and `on_*`, which records it
-and then decides what follows (`decide`).
+and then decides what follows (`decide_turn`).
 
 In a session, `turnstream.core.session.run.record_on_turn` takes the `record_*` step of
 the turn an answer is for (the chat's or a stage's), and the session's decider decides
@@ -32,7 +32,7 @@ from turnstream.core.turn.context import (
     awaiting_context,
     context_events,
 )
-from turnstream.core.turn.decide import decide
+from turnstream.core.turn.decide import decide_turn
 from turnstream.core.turn.evolve import fold
 from turnstream.core.turn.fallback import attempt_events
 from turnstream.core.turn.interceptors import (
@@ -68,7 +68,7 @@ def then_decide(
     nothing to record, and nothing follows)."""
     if recorded is None:
         return Decision((), state)
-    return decide(recorded.state, config, ctx).after(recorded)
+    return decide_turn(recorded.state, config, ctx).after(recorded)
 
 
 def on_stage_hooks(

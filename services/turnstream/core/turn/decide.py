@@ -1,4 +1,4 @@
-"""`decide`: every event that follows from a chat's state, until it must wait.
+"""`decide_turn`: every event that follows from a chat's state, until it must wait.
 
     InputAccepted ──► pending ──(no active turn)──► SessionTurnStart
       RECEIVE_INPUT ─► COMPOSE_REQUEST ─► SEND_REQUEST ─► ProviderRequestStarted
@@ -18,7 +18,7 @@
       any failure or bound ─► TurnEnded{failed, class, reason, nextAction} ─► SessionTurnEnd
     InputAccepted while a turn is active ─► FollowUpQueued (message) | SteeringInjected (steer)
 
-A turn's position is derived from its last stage event, so `decide` continues a turn
+A turn's position is derived from its last stage event, so `decide_turn` continues a turn
 from wherever the log left it. Pure: the clock and the id factory come in `Context`. The
 shell's answers (`on_*` above) are recorded in `answers`; `next_step` is one step, which
 the session's chat takes after its sub-turns' (`turnstream.core.session.run.chat_steps`).
@@ -81,7 +81,7 @@ SUMMARY_REQUEST = (
 )
 
 
-def decide(state: ChatState, config: TurnConfig, ctx: Context) -> Decision[ChatState]:
+def decide_turn(state: ChatState, config: TurnConfig, ctx: Context) -> Decision[ChatState]:
     """Every event that follows from `state` without an outside effect, in order (a chat
     with no sub-turns: the session's own chat decides with its children,
     `turnstream.core.session.run`)."""

@@ -2,7 +2,7 @@
 what they see there, and what their answer records.
 
 Each point sits just before the event that would move the turn on; with no hook there,
-`decide` emits that event at once (`proceed`). With hooks, the shell runs them and hands
+`decide_turn` emits that event at once (`proceed`). With hooks, the shell runs them and hands
 back one `StageHookVerdict`; `intercepted` records what they changed as `HookDecided` (the
 log says exactly what changed, so a replay folds the same turn) and then moves on:
 
@@ -176,7 +176,7 @@ def intercepted(
     after = fold(state, decided)
     assert after.active is not None
     if verdict.action in ("abort_turn", "hard_abort", "veto"):
-        # `decide` ends the turn (a veto: as the failed request would have)
+        # `decide_turn` ends the turn (a veto: as the failed request would have)
         return Decision(tuple(decided), after)
     if verdict.action == "iterate":
         moved = compose_or_stop(b, after.active, config)

@@ -1,4 +1,4 @@
-"""The steps that move a turn on at its hook points, shared by `decide` (no hooks there)
+"""The steps that move a turn on at its hook points, shared by `decide_turn` (no hooks there)
 and `interceptors` (after the hooks said so): the model request and its start, the
 response's close, a compaction, the reply."""
 
