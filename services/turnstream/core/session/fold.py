@@ -41,7 +41,7 @@ from turnstream.core.session import subturns
 from turnstream.core.session.state import SessionState, Unanswered
 from turnstream.core.turn.changes import is_active
 from turnstream.core.turn.evolve import evolve as evolve_turn
-from turnstream.core.turn.state import ChatState
+from turnstream.core.turn.state import Act, ChatState
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 
@@ -228,7 +228,12 @@ def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
             parsed = data.parsed if data.outcome == "accepted" else checked.parsed
             lane = evolve_turn(checked.lane, event)
             capped = data.outcome == "cap_hit"
-            return _replace(run, with_changes(checked, lane=lane, parsed=parsed, cap_hit=capped))
+            act = checked.act
+            if is_active(checked.lane, event):
+                done = data.outcome in ("accepted", "cap_hit", "interrupted")
+                act = Act(act.start, data.iteration, done)
+            changes = {"lane": lane, "parsed": parsed, "cap_hit": capped, "act": act}
+            return _replace(run, with_changes(checked, **changes))
         case StageAssertOutcome(data=data):
             asserted = run.lane_of(data.stage_execution_id)
             if asserted is None:
@@ -239,9 +244,14 @@ def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
                     asserted, lane=lane, asserted=data.verdict, assert_reason=data.reason
                 )
                 return _replace(run, final)
+            act = asserted.act
+            turn = asserted.lane.active
+            if turn is not None and is_active(asserted.lane, event):
+                act = Act(turn.iteration, act.checked, False)  # Act again from this round
             retried = with_changes(
                 asserted,
                 lane=lane,
+                act=act,
                 attempt=data.attempt + 1,
                 wait_until=data.retry_at,
                 parsed=None,

@@ -38,7 +38,7 @@ from turnstream.core.session import outbound, subturns
 from turnstream.core.session.fold import fold
 from turnstream.core.session.state import SessionState
 from turnstream.core.turn.builder import Builder
-from turnstream.core.turn.decide import decide_turn, next_step
+from turnstream.core.turn.decide import next_step
 from turnstream.core.turn.state import ChatState, Context, StageSpec, TurnConfig
 from turnstream.core.workflow.build import (
     assert_events,
@@ -127,6 +127,7 @@ def lane_config(
         completion_tool=stage.completion_tool,
         completion_schema=stage.completion_schema,
         turn_cap=stage.turn_cap,
+        act=ex.act,
     )
     return with_changes(config, stage=spec, system_prompt=ex.system, stage_hooks=frozenset())
 
@@ -188,13 +189,8 @@ def awaiting_workflow_hooks(
             continue
         if ex.status == "gate" and GATE in config.workflow_hooks:
             now_waiting.append((GATE, ex))
-        turn = ex.lane.active
-        if (
-            ex.status == "act"
-            and turn is not None
-            and turn.act_done
-            and ASSERT in config.workflow_hooks
-        ):
+        acted = ex.status == "act" and ex.lane.active is not None and ex.act.done
+        if acted and ASSERT in config.workflow_hooks:
             now_waiting.append((ASSERT, ex))
     return now_waiting
 
@@ -246,8 +242,7 @@ def record_assert(
     ex = run.lane_of(execution_id) if run is not None else None
     if run is None or ex is None or ex.status != "act":
         return Decision((), state)
-    turn = ex.lane.active
-    if turn is None or not turn.act_done:
+    if ex.lane.active is None or not ex.act.done:
         return Decision((), state)
     events = assert_events(run, ex, verdict, reason, ctx, asserter=asserter)
     return Decision(tuple(events), fold(state, events))
@@ -309,11 +304,11 @@ def _advance(
         reason = f"the stage turn failed: {ex.failure or 'it ended'}"
         return exit_events(run, ex, result_of(ex, "fail", reason), ctx, run.last_event_id)
     if turn.ended is not None:
-        return decide_turn(ex.lane, lane_config(config, run, ex, state), ctx).events
+        return next_step(ex.lane, lane_config(config, run, ex, state), ctx)
     if ex.asserted is not None:  # Assert is recorded, its Exit was not (a crash between)
         result = result_of(ex, ex.asserted, ex.assert_reason)
         return exit_events(run, ex, result, ctx, turn.last_event_id)
-    if turn.act_done:
+    if ex.act.done:
         if run.interrupt is not None and ex.parsed is None:  # summarised and stopped
             return cancel(run, [ex], "interrupted", "graceful interrupt", ctx)
         if ASSERT in config.workflow_hooks:
@@ -323,7 +318,9 @@ def _advance(
         stage = stage_of(run, ex)
         reason = f"turnCap={stage.turn_cap} rounds passed without a valid {stage.completion_tool}"
         return assert_events(run, ex, "fail", reason, ctx)
-    return decide_turn(ex.lane, lane_config(config, run, ex, state), ctx).events
+    # one step of the stage's turn: where its Act stands is the stage's (`StageRun.act`),
+    # which the session's fold moves on and `lane_config` hands the next step
+    return next_step(ex.lane, lane_config(config, run, ex, state), ctx)
 
 
 def _repair(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:

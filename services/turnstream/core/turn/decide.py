@@ -84,7 +84,8 @@ SUMMARY_REQUEST = (
 def decide_turn(state: ChatState, config: TurnConfig, ctx: Context) -> Decision[ChatState]:
     """Every event that follows from `state` without an outside effect, in order (a chat
     with no sub-turns: the session's own chat decides with its children,
-    `turnstream.core.session.run`)."""
+    `turnstream.core.session.run`; a stage's turn, step by step with its stage)."""
+    assert config.stage is None, "a stage's Act is its stage's: the session decides its turn"
     return until_quiet(state, partial(next_step, config=config, ctx=ctx), fold)
 
 
@@ -145,7 +146,7 @@ def next_step(
                 "tool calls of this turn may have completed; send a follow-up to continue, "
                 "or raise TURNSTREAM_MAX_TURN_SECONDS",
             )
-    if config.stage is not None and turn.act_done:
+    if config.stage is not None and config.stage.act.done:
         return []  # the stage's Act is over: the workflow asserts and exits it
     if turn.awaiting_provider:
         # calls proposed while the model streams may run before the response ends
@@ -183,7 +184,7 @@ def next_step(
         case Stage.COMPOSE_REQUEST, False:
             return over_budget_end(b, state, config) or [b.pre(Stage.SEND_REQUEST)]
         case Stage.STREAM_RESPONSE, False:
-            if config.stage is not None and turn.checked_round < turn.iteration:
+            if config.stage is not None and config.stage.act.checked < turn.iteration:
                 checked = check_response(config.stage, turn.requested_calls, turn.iteration)
                 if checked is not None and turn.interrupt is not None and not checked.parsed:
                     # a graceful interrupt mid-Act: no completion is asked for any more; the

@@ -393,20 +393,17 @@ def _stage(state: ChatState, event: StageCompletionChecked | StageAssertOutcome)
         case StageAssertOutcome(data=data):
             if data.verdict != "retry" or state.active is None:
                 return turn_changed(state, event)
+            # Act again (where the Act stands is the stage's: `core.session.fold`)
             reason = data.reason or "the result did not pass; try again"
-            return turn_changed(
-                state,
-                event,
-                act_done=False,
-                act_start=state.active.iteration,
-                steering=(*state.active.steering, f"Retry (attempt {data.attempt + 1}): {reason}"),
-            )
+            retry = f"Retry (attempt {data.attempt + 1}): {reason}"
+            return turn_changed(state, event, steering=(*state.active.steering, retry))
         case _:
             assert_never(event)
 
 
 def _completion_checked(state: ChatState, event: StageCompletionChecked) -> ChatState:
-    """A stage's completion channel judged a response: answer its calls, or steer."""
+    """A stage's completion channel judged a response: answer its calls, or steer (where
+    the Act stands is the stage's: `core.session.fold`)."""
     if not is_active(state, event):
         return state
     assert state.active is not None
@@ -421,10 +418,7 @@ def _completion_checked(state: ChatState, event: StageCompletionChecked) -> Chat
             for call_id in data.call_ids
         )
         state = with_changes(state, history=state.history + answers)
-    done = data.outcome in ("accepted", "cap_hit", "interrupted")
-    return turn_changed(
-        state, event, checked_round=data.iteration, act_done=done, requested_calls=()
-    )
+    return turn_changed(state, event, requested_calls=())
 
 
 fold = projector(evolve)

@@ -82,7 +82,7 @@ def hook_point(state: ChatState, config: TurnConfig) -> HookPoint | None:
     turn = state.active
     if turn is None or turn.ended or turn.abort or turn.awaiting_provider:
         return None
-    if config.stage is not None and turn.act_done:
+    if config.stage is not None and config.stage.act.done:
         return None
     stage, is_open = turn.stage, turn.stage_open
     if turn.provider_error and not is_open:

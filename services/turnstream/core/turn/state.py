@@ -172,12 +172,6 @@ class ActiveTurn:
     """An interrupt: its mode, who sent it, and the round it arrived in."""
     summary_asked: bool = False
     """A graceful interrupt's request to summarise has been injected."""
-    act_start: int = 0
-    """A workflow stage: the round its current Act attempt started after (turnCap counts on)."""
-    checked_round: int = 0
-    """A workflow stage: the last round whose response the completion channel judged."""
-    act_done: bool = False
-    """A workflow stage: Act ended (a valid completion or the cap); Assert decides next."""
     input_key: str = ""
     """The idempotency key of the turn's input (its reply is `inReplyTo` it)."""
     hops: int = 0
@@ -229,9 +223,24 @@ class ChatState:
     """The tokens its model calls used, per `<provider>/<model>` (budgets)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Act:
+    """Where a workflow stage's Act stands: the stage's, not its turn's (the stage execution
+    keeps it, `turnstream.core.workflow.state.StageRun`, and hands it to its turn in its
+    `StageSpec`); a chat turn has none."""
+
+    start: int = 0
+    """The round the current Act attempt started after (turnCap counts on from it)."""
+    checked: int = 0
+    """The last round whose response the completion channel judged."""
+    done: bool = False
+    """Act ended (a valid completion, the cap, an interrupt's summary): Assert decides next."""
+
+
 @dataclass(frozen=True)
 class StageSpec:
-    """A turn that is a workflow stage execution: its envelope and completion channel."""
+    """A turn that is a workflow stage execution: its envelope and completion channel, and
+    where its Act stands."""
 
     run_id: str
     stage_id: str
@@ -240,6 +249,7 @@ class StageSpec:
     completion_tool: str
     completion_schema: dict[str, Any]
     turn_cap: int
+    act: Act = Act()
 
 
 @dataclass(frozen=True)
