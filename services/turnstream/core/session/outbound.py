@@ -91,9 +91,9 @@ def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
     turn = state.chat.active
     if turn is not None:
         if (
-            turn.ended is not None
+            turn.end is not None
             and turn.reply_to is not None
-            and not turn.reply_settled
+            and not turn.end.reply_settled
             and turn.hops + 1 <= config.max_hops
         ):
             out.append(_reply(state, turn))
@@ -245,12 +245,13 @@ def _sender(state: SessionState) -> dict[str, str]:
 
 
 def _reply(state: SessionState, turn: ActiveTurn) -> Outbound:
-    assert turn.reply_to is not None and turn.ended is not None
-    if turn.ended == "completed":
+    end = turn.end
+    assert turn.reply_to is not None and end is not None
+    if end.status == "completed":
         text = turn.reply or "(the turn completed with no text)"
     else:
-        why = f" ({turn.failure})" if turn.failure else ""
-        text = f"turn {turn.ended}{why}: {turn.end_reason or 'no reason given'}"
+        why = f" ({end.failure})" if end.failure else ""
+        text = f"turn {end.status}{why}: {end.reason or 'no reason given'}"
     return _answer(
         state,
         turn.turn_id,
@@ -258,8 +259,8 @@ def _reply(state: SessionState, turn: ActiveTurn) -> Outbound:
         turn.input_key,
         turn.hops,
         text,
-        turn.ended,
-        turn.failure,
+        end.status,
+        end.failure,
     )
 
 

@@ -303,7 +303,7 @@ def _advance(
     if turn is None:  # the stage's turn ended on its own: a provider error, a bound
         reason = f"the stage turn failed: {ex.failure or 'it ended'}"
         return exit_events(run, ex, result_of(ex, "fail", reason), ctx, run.last_event_id)
-    if turn.ended is not None:
+    if turn.end is not None:
         return next_step(ex.lane, lane_config(config, run, ex, state), ctx)
     if ex.asserted is not None:  # Assert is recorded, its Exit was not (a crash between)
         result = result_of(ex, ex.asserted, ex.assert_reason)

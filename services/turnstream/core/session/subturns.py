@@ -85,7 +85,7 @@ def parent_interrupted(state: SessionState, event: InterruptReceived) -> Session
     """The chat's turn is interrupted (if it runs, and was not already): its running
     children must be too."""
     current = state.chat.active
-    if current is None or current.ended or current.interrupt is not None:
+    if current is None or current.end or current.interrupt is not None:
         return state
     return interrupted(state, current.turn_id, event.data.mode)
 
@@ -127,7 +127,7 @@ def spawned(state: SessionState, event: SubTurnSpawned) -> SessionState:
     )
     turn = state.chat.active
     if turn is not None and turn.turn_id == child.turn_id and turn.interrupt is not None:
-        child = with_changes(child, interrupt=turn.interrupt[0])  # spawned as it was stopped
+        child = with_changes(child, interrupt=turn.interrupt.mode)  # spawned as it was stopped
     early = next((r for k, r in state.early if k == child.key), None)
     if early is not None:  # it answered before this record: its result is here already
         child = with_changes(child, result=early)
@@ -285,7 +285,7 @@ def _deliver(state: SessionState, child: Child, ctx: Context) -> list[Event]:
     r = child.result
     assert r is not None
     turn = state.chat.active
-    running = turn is not None and turn.turn_id == child.turn_id and turn.ended is None
+    running = turn is not None and turn.turn_id == child.turn_id and turn.end is None
     events: list[Event] = []
     if child.mode == "sync":
         call = None

@@ -97,7 +97,7 @@ def record_provider_result(
 ) -> Decision[ChatState] | None:
     """The events that record a provider outcome."""
     turn = state.active
-    if turn is None or not turn.awaiting_provider or turn.ended:
+    if turn is None or not turn.awaiting_provider or turn.end:
         return None  # a late result for a turn that moved on: nothing to record
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = attempt_events(b, outcome, turn.iteration)
@@ -173,7 +173,7 @@ def record_storage_refused(
     """The log refused the turn's events for want of storage: end it failed
     (`storage_full`), closing its open stage. None when it has ended already."""
     turn = state.active
-    if turn is None or turn.ended is not None:
+    if turn is None or turn.end is not None:
         return None
     b = Builder(state.session_id, turn, ctx)
     events = b.fail(
@@ -206,7 +206,7 @@ def record_tool_call_ready(
 ) -> Decision[ChatState] | None:
     """The proposal of a tool call complete while the model still streams."""
     turn = state.active
-    if turn is None or not turn.awaiting_provider or turn.ended or turn.abort:
+    if turn is None or not turn.awaiting_provider or turn.end or turn.abort:
         return None
     if config.stage is not None or HookPoint.STREAM_RESPONSE in config.stage_hooks:
         # a stage, or a response interceptor, judges the whole response before any call

@@ -107,27 +107,26 @@ def next_step(
     if waiting:
         return [_park(state.session_id, turn, p, config, ctx) for p in waiting]
     b = Builder(state.session_id, turn, ctx)
-    if turn.ended is not None:
-        if turn.reply_to is not None and not turn.reply_settled:
+    if turn.end is not None:
+        if turn.reply_to is not None and not turn.end.reply_settled:
             # the reply goes first (the shell delivers it, `outbound.record` says so), or is
             # dropped past the hop limit; the turn closes after
             return _reply_dropped(b, turn, config)
-        return [b.make(SessionTurnEnd, SessionTurnEndData(status=turn.ended))]
+        return [b.make(SessionTurnEnd, SessionTurnEndData(status=turn.end.status))]
     if turn.abort is not None:
-        action, reason = turn.abort
-        failure = FailureClass.INTERRUPTED if action == "hard_abort" else FailureClass.POLICY_DENIED
+        hard = turn.abort.action == "hard_abort"
+        failure = FailureClass.INTERRUPTED if hard else FailureClass.POLICY_DENIED
         return b.fail(
             failure,
-            reason,
+            turn.abort.reason,
             "the turn was stopped by a hook; send a new "
             "message to continue (tool calls before the stop may have completed)",
         )
     if turn.interrupt is not None:
-        mode, sender, _ = turn.interrupt
-        if mode == "hard":
+        if turn.interrupt.mode == "hard":
             return b.fail(
                 FailureClass.INTERRUPTED,
-                f"hard interrupt from {sender}",
+                f"hard interrupt from {turn.interrupt.sender}",
                 "the turn was stopped at once; tool calls already running were cancelled and "
                 "may have had effects; send a new message to continue",
             )
@@ -189,7 +188,7 @@ def next_step(
                 if checked is not None and turn.interrupt is not None and not checked.parsed:
                     # a graceful interrupt mid-Act: no completion is asked for any more; the
                     # summary round's answer ends the Act
-                    if turn.iteration > turn.interrupt[2]:
+                    if turn.iteration > turn.interrupt.round:
                         stopped = checked.model_copy(
                             update={"outcome": "interrupted", "call_ids": [], "detail": None}
                         )
@@ -208,7 +207,7 @@ def next_step(
             refused = runtime_calls.refuse(b, state, turn, config, spawned)
             return refused or tool_step(b, turn, config)
         case Stage.TOOL_CALL, False:
-            if turn.interrupt is not None and turn.iteration > turn.interrupt[2]:
+            if turn.interrupt is not None and turn.iteration > turn.interrupt.round:
                 return [b.pre(Stage.RENDER)]  # the summary round is done: no more rounds
             return compose_or_stop(b, turn, config)
         case Stage.RENDER, True:
@@ -266,7 +265,8 @@ def _park(
 
 def _reply_dropped(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
     """A reply past the hop limit is not sent; nothing else is decided for it here."""
-    if turn.reply_to is None or turn.reply_settled or turn.hops + 1 <= config.max_hops:
+    settled = turn.end is not None and turn.end.reply_settled
+    if turn.reply_to is None or settled or turn.hops + 1 <= config.max_hops:
         return []
     data = MessageDroppedData(
         to=turn.reply_to, reason="hop_limit", hops=turn.hops + 1, cause="replyTo"

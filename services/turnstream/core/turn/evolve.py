@@ -95,6 +95,7 @@ from turnstream.core.turn.state import (
     ContextBlock,
     Message,
     ToolCall,
+    TurnEnd,
 )
 
 Family = Callable[[ChatState, Any], ChatState]
@@ -228,8 +229,13 @@ def _lifecycle(
             return turn_changed(state, event, rendered=True)
         case TurnEnded(data=data):
             # not the active turn's: e.g. the gateway's terminal event for rejected input
-            changes = {"failure": data.failure_class, "end_reason": data.reason}
-            return turn_changed(state, event, ended=data.status, **changes)
+            if not is_active(state, event):
+                return state
+            assert state.active is not None
+            before = state.active.end
+            settled = before is not None and before.reply_settled
+            end = TurnEnd(data.status, data.failure_class, data.reason, settled)
+            return turn_changed(state, event, end=end)
         case SessionTurnEnd():
             return _closed(state, event)
         case _:

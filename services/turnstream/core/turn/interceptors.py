@@ -80,7 +80,7 @@ class HookSubject:
 def hook_point(state: ChatState, config: TurnConfig) -> HookPoint | None:
     """The hook point the active turn stands at, hooks registered there or not."""
     turn = state.active
-    if turn is None or turn.ended or turn.abort or turn.awaiting_provider:
+    if turn is None or turn.end or turn.abort or turn.awaiting_provider:
         return None
     if config.stage is not None and config.stage.act.done:
         return None

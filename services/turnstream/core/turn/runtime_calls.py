@@ -61,7 +61,7 @@ def child_session_id(parent: str, invocation_id: str) -> str:
 def runtime_calls(turn: ActiveTurn, config: TurnConfig) -> list[ToolCallState]:
     """Approved `send_message`/`spawn` calls whose turn may run them now (in call order),
     once the tool hooks, if any, let them through."""
-    if turn.ended is not None or turn.abort is not None or turn.interrupt is not None:
+    if turn.end is not None or turn.abort is not None or turn.interrupt is not None:
         return []
     if turn.stage is not Stage.TOOL_CALL or not turn.stage_open:
         return []

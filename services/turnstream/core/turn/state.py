@@ -135,6 +135,38 @@ class ContextBlock:
     """After the prompt-cache prefix (at the end of the request), not in the system prompt."""
 
 
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    """An interrupt of the turn (`InterruptReceived`)."""
+
+    mode: Literal["graceful", "hard"]
+    sender: str
+    """Who sent it, as `<kind>:<id>`."""
+    round: int
+    """The round it arrived in (a graceful one's summary is the round after)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """A hook stopped the turn (`HookDecided`): the turn ends at its next step."""
+
+    action: Literal["abort_turn", "hard_abort"]
+    reason: str
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """The turn's end (`TurnEnded`): it closes (`SessionTurnEnd`) once its reply, if it owes
+    one, is recorded."""
+
+    status: TurnStatus
+    failure: FailureClass | None = None
+    """Why it did not complete."""
+    reason: str | None = None
+    reply_settled: bool = False
+    """The reply to `reply_to` is recorded (`MessageSent` or `MessageDropped`)."""
+
+
 @dataclass(frozen=True)
 class ActiveTurn:
     turn_id: str
@@ -159,17 +191,15 @@ class ActiveTurn:
     calls: tuple[ToolCallState, ...] = ()
     """This round's proposed calls, in the model's order."""
     tool_calls_made: int = 0
-    abort: tuple[Literal["abort_turn", "hard_abort"], str] | None = None
-    """A hook ended the turn: the action and its reason."""
+    abort: Abort | None = None
     rendered: bool = False
-    ended: TurnStatus | None = None
+    end: TurnEnd | None = None
     steering: tuple[str, ...] = ()
     history_start: int = 0
     """Index in the history of this turn's first message (compaction keeps it and after)."""
     compacted: bool = False
     """The history was compacted once for this turn (a prompt-too-long retry)."""
-    interrupt: tuple[Literal["graceful", "hard"], str, int] | None = None
-    """An interrupt: its mode, who sent it, and the round it arrived in."""
+    interrupt: Interrupt | None = None
     summary_asked: bool = False
     """A graceful interrupt's request to summarise has been injected."""
     input_key: str = ""
@@ -177,11 +207,6 @@ class ActiveTurn:
     hops: int = 0
     depth: int = 0
     budget: int | None = None
-    failure: FailureClass | None = None
-    """Set with `ended`: why the turn did not complete."""
-    end_reason: str | None = None
-    reply_settled: bool = False
-    """The reply to `reply_to` is recorded (`MessageSent` or `MessageDropped`)."""
     on_fallback: bool = False
     """The primary model failed for good once (`ProviderFallback`): the rest of the turn's
     calls go to the fallback model."""
