@@ -27,6 +27,7 @@ the session's chat takes after its sub-turns' (`turnstream.core.session.run.chat
 from __future__ import annotations
 
 from functools import partial
+from typing import assert_never
 
 from turnstream.core.costs import model_key
 from turnstream.core.events import (
@@ -107,6 +108,30 @@ def next_step(
     if waiting:
         return [_park(state.session_id, turn, p, config, ctx) for p in waiting]
     b = Builder(state.session_id, turn, ctx)
+    stopped = _ending(b, turn, config)
+    if stopped is not None:
+        return stopped
+    if config.stage is not None and config.stage.act.done:
+        return []  # the stage's Act is over: the workflow asserts and exits it
+    if turn.awaiting_provider:
+        # calls proposed while the model streams may run before the response ends
+        verdicts = approvals(b, turn, config)
+        if verdicts:
+            return verdicts
+        ready = executable(turn.calls) if not config.tool_hooks else []
+        return [requested(b, call, config, call.args) for call in ready]
+    point = hook_point(state, config)
+    if point is not None:
+        # the shell runs the hooks there first, then `on_stage_hooks`
+        return [] if point in config.stage_hooks else proceed(point, b, state, config)
+    if turn.provider_error and not turn.stage_open:
+        return _model_failed(b, turn)
+    return _in_stage(b, state, turn, config, spawned)
+
+
+def _ending(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event] | None:
+    """What ends (or has ended) the turn whatever its stage: its end recorded, a hook's
+    stop, an interrupt, its wall-time bound; None when nothing does."""
     if turn.end is not None:
         if turn.reply_to is not None and not turn.end.reply_settled:
             # the reply goes first (the shell delivers it, `outbound.record` says so), or is
@@ -136,7 +161,7 @@ def next_step(
             )
             return [b.make(SteeringInjected, steer)]
     if turn.started_at is not None:
-        elapsed = (ctx.now - turn.started_at).total_seconds()
+        elapsed = (b.ctx.now - turn.started_at).total_seconds()
         if elapsed > config.max_turn_seconds:
             return b.fail(
                 FailureClass.TIMEOUT,
@@ -145,79 +170,85 @@ def next_step(
                 "tool calls of this turn may have completed; send a follow-up to continue, "
                 "or raise TURNSTREAM_MAX_TURN_SECONDS",
             )
-    if config.stage is not None and config.stage.act.done:
-        return []  # the stage's Act is over: the workflow asserts and exits it
-    if turn.awaiting_provider:
-        # calls proposed while the model streams may run before the response ends
-        verdicts = approvals(b, turn, config)
-        if verdicts:
-            return verdicts
-        ready = executable(turn.calls) if not config.tool_hooks else []
-        return [requested(b, call, config, call.args) for call in ready]
-    point = hook_point(state, config)
-    if point is not None:
-        # the shell runs the hooks there first, then `on_stage_hooks`
-        return [] if point in config.stage_hooks else proceed(point, b, state, config)
-    stage, is_open = turn.stage, turn.stage_open
-    if turn.provider_error and not is_open:
-        if turn.compaction_veto is not None:
-            return b.fail(
-                FailureClass.PROVIDER_ERROR,
-                f"the request is too long for the model and compaction was vetoed "
-                f"({turn.compaction_veto})",
-                "start a new session, or change the compaction hook",
-            )
+    return None
+
+
+def _model_failed(b: Builder, turn: ActiveTurn) -> list[Event]:
+    """The model call failed for good (no compaction helps, or one was vetoed)."""
+    if turn.compaction_veto is not None:
         return b.fail(
             FailureClass.PROVIDER_ERROR,
-            f"the model provider failed ({turn.provider_error})",
-            "send the message again; if it keeps failing, check the provider's status "
-            "and TURNSTREAM_PROVIDER / TURNSTREAM_BASE_URL",
+            f"the request is too long for the model and compaction was vetoed "
+            f"({turn.compaction_veto})",
+            "start a new session, or change the compaction hook",
         )
-    match stage, is_open:
-        case Stage.RECEIVE_INPUT, False:
+    return b.fail(
+        FailureClass.PROVIDER_ERROR,
+        f"the model provider failed ({turn.provider_error})",
+        "send the message again; if it keeps failing, check the provider's status "
+        "and TURNSTREAM_PROVIDER / TURNSTREAM_BASE_URL",
+    )
+
+
+def _in_stage(
+    b: Builder, state: ChatState, turn: ActiveTurn, config: TurnConfig, spawned: Spawned
+) -> list[Event]:
+    """The step of the stage the turn is in (past its hook points: `hook_point`)."""
+    is_open = turn.stage_open
+    match turn.stage:
+        case Stage.RECEIVE_INPUT if not is_open:
             return compose_or_stop(b, turn, config)
-        case Stage.COMPOSE_REQUEST, True:
+        case Stage.COMPOSE_REQUEST if is_open:
             if awaiting_context(state, config) is not None:
                 return []  # the shell asks the context providers, then `on_context`
-            return [b.post(stage, "ok")]
-        case Stage.COMPOSE_REQUEST, False:
+            return [b.post(Stage.COMPOSE_REQUEST, "ok")]
+        case Stage.COMPOSE_REQUEST:
             return over_budget_end(b, state, config) or [b.pre(Stage.SEND_REQUEST)]
-        case Stage.STREAM_RESPONSE, False:
-            if config.stage is not None and config.stage.act.checked < turn.iteration:
-                checked = check_response(config.stage, turn.requested_calls, turn.iteration)
-                if checked is not None and turn.interrupt is not None and not checked.parsed:
-                    # a graceful interrupt mid-Act: no completion is asked for any more; the
-                    # summary round's answer ends the Act
-                    if turn.iteration > turn.interrupt.round:
-                        stopped = checked.model_copy(
-                            update={"outcome": "interrupted", "call_ids": [], "detail": None}
-                        )
-                        return [b.make(StageCompletionChecked, stopped)]
-                    checked = None
-                if checked is not None:
-                    return [b.make(StageCompletionChecked, checked)]
-            if config.stage is not None and not turn.requested_calls:
-                return compose_or_stop(b, turn, config)
-            if turn.requested_calls:
-                return [b.pre(Stage.TOOL_CALL)]
-            if continues(turn, config):
-                return compose_or_stop(b, turn, config)
-            return [b.pre(Stage.RENDER)]  # past its last round (or interrupted): no stop hook
-        case Stage.TOOL_CALL, True:
+        case Stage.STREAM_RESPONSE if not is_open:
+            return _responded(b, turn, config)
+        case Stage.TOOL_CALL if is_open:
             refused = runtime_calls.refuse(b, state, turn, config, spawned)
             return refused or tool_step(b, turn, config)
-        case Stage.TOOL_CALL, False:
+        case Stage.TOOL_CALL:
             if turn.interrupt is not None and turn.iteration > turn.interrupt.round:
                 return [b.pre(Stage.RENDER)]  # the summary round is done: no more rounds
             return compose_or_stop(b, turn, config)
-        case Stage.RENDER, True:
-            return [b.post(stage, "ok")]  # rendered (`hook_point` renders first)
-        case Stage.RENDER, False:
+        case Stage.RENDER if is_open:
+            return [b.post(Stage.RENDER, "ok")]  # rendered (`hook_point` renders first)
+        case Stage.RENDER:
             return [b.end("completed", reply=turn.reply)]
-        case _:
+        case Stage.RECEIVE_INPUT | Stage.SEND_REQUEST | Stage.STREAM_RESPONSE:
             # SEND_REQUEST closed without a result or STREAM_RESPONSE left open: the
             # response was lost (a crash between batches). Ask the provider again.
             return over_budget_end(b, state, config) or [b.pre(Stage.SEND_REQUEST)]
+        case _:
+            assert_never(turn.stage)
+
+
+def _responded(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    """The model's response is in: a stage judges it, calls are made, the model goes on,
+    or the turn renders."""
+    spec = config.stage
+    if spec is not None and spec.act.checked < turn.iteration:
+        checked = check_response(spec, turn.requested_calls, turn.iteration)
+        if checked is not None and turn.interrupt is not None and not checked.parsed:
+            # a graceful interrupt mid-Act: no completion is asked for any more; the
+            # summary round's answer ends the Act
+            if turn.iteration > turn.interrupt.round:
+                stopped = checked.model_copy(
+                    update={"outcome": "interrupted", "call_ids": [], "detail": None}
+                )
+                return [b.make(StageCompletionChecked, stopped)]
+            checked = None
+        if checked is not None:
+            return [b.make(StageCompletionChecked, checked)]
+    if spec is not None and not turn.requested_calls:
+        return compose_or_stop(b, turn, config)
+    if turn.requested_calls:
+        return [b.pre(Stage.TOOL_CALL)]
+    if continues(turn, config):
+        return compose_or_stop(b, turn, config)
+    return [b.pre(Stage.RENDER)]  # past its last round (or interrupted): no stop hook
 
 
 def _start_turn(state: ChatState, ctx: Context) -> list[Event]:
