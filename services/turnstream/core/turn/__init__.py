@@ -15,6 +15,7 @@ from turnstream.core.turn.answers import (
     on_tool_call_ready,
 )
 from turnstream.core.turn.decide import needs_provider_call
+from turnstream.core.turn.hooks import HookPoint, HookVerdict, StageHookVerdict
 from turnstream.core.turn.interceptors import (
     HookSubject,
     awaiting_stage_hooks,
@@ -31,11 +32,8 @@ from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
     Context,
-    HookPoint,
-    HookVerdict,
     Message,
     PendingInput,
-    StageHookVerdict,
     ToolCall,
     ToolCallState,
     ToolInfo,

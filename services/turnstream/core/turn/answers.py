@@ -35,6 +35,7 @@ from turnstream.core.turn.context import (
 from turnstream.core.turn.decide import decide_turn
 from turnstream.core.turn.evolve import fold
 from turnstream.core.turn.fallback import attempt_events
+from turnstream.core.turn.hooks import HookPoint, HookVerdict, StageHookVerdict
 from turnstream.core.turn.interceptors import (
     intercepted,
 )
@@ -47,9 +48,6 @@ from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ChatState,
     Context,
-    HookPoint,
-    HookVerdict,
-    StageHookVerdict,
     ToolCall,
     TurnConfig,
 )

@@ -16,7 +16,9 @@ workflow stage's lane), by the family the event is of:
     tool calls    proposed → approved → requested → succeeded | failed | cancelled, or
                   denied; HookDecided (`evolve_tools`)
     a stage       StageCompletionChecked, StageAssertOutcome (the run's other events are
-                  `turnstream.core.session`'s)
+                  `turnstream.core.session`'s; a stage's Act is its stage's: `StageRun.act`)
+
+(context, the model and a stage: `evolve_model`)
 
 Each family's function matches its events to the end (`assert_never`), and so does
 `_family`, which finds the family of each kind once for `evolve`: an event type that no
@@ -28,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, assert_never
 
-from turnstream.core.costs import Tokens, add_spent, model_key
 from turnstream.core.events import (
     AuditViolation,
     ContextCompacted,
@@ -84,17 +85,15 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
-from turnstream.core.turn.changes import is_active, joined, pending_dropped, turn_changed
-from turnstream.core.turn.context import running_summary
+from turnstream.core.turn.changes import is_active, pending_dropped, turn_changed
 from turnstream.core.turn.evolve_inputs import evolve_input, evolve_message, evolve_subturn
+from turnstream.core.turn.evolve_model import evolve_context, evolve_provider, evolve_stage
 from turnstream.core.turn.evolve_tools import evolve_call, evolve_hook
 from turnstream.core.turn.state import (
     ActiveTurn,
     CallStatus,
     ChatState,
-    ContextBlock,
     Message,
-    ToolCall,
     TurnEnd,
 )
 
@@ -135,14 +134,14 @@ def _family(event: Event) -> Family:
         ):
             return _lifecycle
         case ContextProvided() | ContextSkipped() | ContextCompacted():
-            return _context
+            return evolve_context
         case (
             ProviderRequestStarted()
             | ProviderRequestCompleted()
             | ProviderFallback()
             | ProviderRequestFailed()
         ):
-            return _provider
+            return evolve_provider
         case (
             ToolInvocationProposed()
             | ToolCallModeInvoked()
@@ -157,7 +156,7 @@ def _family(event: Event) -> Family:
         case HookDecided():
             return evolve_hook
         case StageCompletionChecked() | StageAssertOutcome():
-            return _stage
+            return evolve_stage
         case (
             WorkflowAttached()
             | StageEntered()
@@ -305,126 +304,6 @@ def _append_tool_results(state: ChatState) -> ChatState:
         for call in sorted(state.active.calls, key=lambda c: c.index)
     )
     return with_changes(state, history=state.history + results)
-
-
-# -- context and the model ----------------------------------------------------------------
-
-
-def _context(
-    state: ChatState, event: ContextProvided | ContextSkipped | ContextCompacted
-) -> ChatState:
-    match event:
-        case ContextProvided(data=data):
-            if not is_active(state, event):
-                return state
-            assert state.active is not None
-            block = ContextBlock(data.provider, data.content, data.volatile)
-            added = (*state.active.context, block)
-            return turn_changed(state, event, context=added)
-        case ContextSkipped():
-            return turn_changed(state, event)
-        case ContextCompacted(data=data):
-            if not is_active(state, event):
-                return state
-            assert state.active is not None
-            before = state.active.history_start
-            dropped = min(data.dropped_messages, before)
-            summary = running_summary(state.summary, state.history[:dropped], data.summary)
-            state = with_changes(state, history=state.history[dropped:], summary=summary)
-            return turn_changed(state, event, history_start=before - dropped, compacted=True)
-        case _:
-            assert_never(event)
-
-
-def _provider(
-    state: ChatState,
-    event: ProviderRequestStarted
-    | ProviderRequestCompleted
-    | ProviderFallback
-    | ProviderRequestFailed,
-) -> ChatState:
-    match event:
-        case ProviderRequestStarted():
-            if not is_active(state, event):
-                return state
-            state = with_changes(state, provider_calls=state.provider_calls + 1)
-            changes = {"awaiting_provider": True, "provider_error": None, "round_reply": None}
-            return turn_changed(state, event, **changes)
-        case ProviderRequestCompleted():
-            return _completed(state, event)
-        case ProviderFallback():
-            return turn_changed(state, event, on_fallback=True)
-        case ProviderRequestFailed(data=data):
-            error = f"{data.error_class}: {data.message}"
-            return turn_changed(state, event, awaiting_provider=False, provider_error=error)
-        case _:
-            assert_never(event)
-
-
-def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
-    if not is_active(state, event):
-        return state
-    assert state.active is not None
-    turn, data = state.active, event.data
-    message = data.message
-    calls = tuple(ToolCall.of(b) for b in message.tool_calls)
-    entry = Message("assistant", message.text, tool_calls=calls)
-    used, key = Tokens.of(data.usage), model_key(data.provider, data.model)
-    state = with_changes(
-        state, history=(*state.history, entry), spent=add_spent(state.spent, key, used)
-    )
-    # a new round (after tool calls, a stop hook's `iterate`) starts a new paragraph
-    # of the reply; a continuation (max_tokens) joins seamlessly
-    round_reply = (turn.reply, "" if turn.stop_reason == "max_tokens" else "\n\n")
-    return turn_changed(
-        state,
-        event,
-        awaiting_provider=False,
-        stop_reason=data.stop_reason,
-        reply=joined(round_reply, message.text),
-        round_reply=round_reply,
-        completions=turn.completions + 1,
-        requested_calls=calls,
-        spent=add_spent(turn.spent, key, used),
-    )
-
-
-# -- a workflow stage's turn ----------------------------------------------------------------
-
-
-def _stage(state: ChatState, event: StageCompletionChecked | StageAssertOutcome) -> ChatState:
-    match event:
-        case StageCompletionChecked():
-            return _completion_checked(state, event)
-        case StageAssertOutcome(data=data):
-            if data.verdict != "retry" or state.active is None:
-                return turn_changed(state, event)
-            # Act again (where the Act stands is the stage's: `core.session.fold`)
-            reason = data.reason or "the result did not pass; try again"
-            retry = f"Retry (attempt {data.attempt + 1}): {reason}"
-            return turn_changed(state, event, steering=(*state.active.steering, retry))
-        case _:
-            assert_never(event)
-
-
-def _completion_checked(state: ChatState, event: StageCompletionChecked) -> ChatState:
-    """A stage's completion channel judged a response: answer its calls, or steer (where
-    the Act stands is the stage's: `core.session.fold`)."""
-    if not is_active(state, event):
-        return state
-    assert state.active is not None
-    data = event.data
-    detail = data.detail or ""
-    if data.outcome == "no_call":
-        state = with_changes(state, history=(*state.history, Message("user", detail)))
-    else:
-        is_error = data.outcome != "accepted"
-        answers = tuple(
-            Message("tool", detail, tool_call_id=call_id, is_error=is_error)
-            for call_id in data.call_ids
-        )
-        state = with_changes(state, history=state.history + answers)
-    return turn_changed(state, event, requested_calls=())
 
 
 fold = projector(evolve)

@@ -33,14 +33,13 @@ from turnstream.core.events import (
 from turnstream.core.fold import Decision
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.evolve import fold
+from turnstream.core.turn.hooks import HookPoint, StageHookVerdict
 from turnstream.core.turn.provider import ProviderRequest
 from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
     Context,
-    HookPoint,
     Message,
-    StageHookVerdict,
     ToolCallState,
     TurnConfig,
 )

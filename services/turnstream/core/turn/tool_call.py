@@ -32,11 +32,11 @@ from turnstream.core.events import (
     ToolInvocationRequestedData,
 )
 from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.hooks import HookVerdict
 from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
-    HookVerdict,
     ToolCall,
     ToolCallState,
     TurnConfig,
