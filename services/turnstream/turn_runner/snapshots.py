@@ -26,8 +26,8 @@ MAX_BYTES = 900_000
 """Larger snapshots are not kept (a KV value must fit in one message)."""
 FORMAT = 2
 """The shape of the state a snapshot holds: one of another shape is not read (the log is
-replayed instead). 2: a stage's Act is its stage execution's (`StageRun.act`); a turn's
-end, interrupt and abort are records (`TurnEnd`, `Interrupt`, `Abort`)."""
+replayed instead). 2: a turn's phase (`core/turn/phases.py`), its interrupt and abort as
+records, a stage's Act its stage execution's (`StageRun.act`)."""
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,17 @@ from turnstream.core.turn.interceptors import (
     hook_point,
     proceed,
 )
+from turnstream.core.turn.phases import (
+    AwaitingModel,
+    CallingTools,
+    Composing,
+    Ended,
+    ModelFailed,
+    Receiving,
+    Rendering,
+    Requesting,
+    Responded,
+)
 from turnstream.core.turn.runtime_calls import NONE_SPAWNED, Spawned
 from turnstream.core.turn.state import (
     ActiveTurn,
@@ -124,9 +135,7 @@ def next_step(
     if point is not None:
         # the shell runs the hooks there first, then `on_stage_hooks`
         return [] if point in config.stage_hooks else proceed(point, b, state, config)
-    if turn.provider_error and not turn.stage_open:
-        return _model_failed(b, turn)
-    return _in_stage(b, state, turn, config, spawned)
+    return _in_phase(b, state, turn, config, spawned)
 
 
 def _ending(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event] | None:
@@ -173,56 +182,58 @@ def _ending(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event] | N
     return None
 
 
-def _model_failed(b: Builder, turn: ActiveTurn) -> list[Event]:
+def _model_failed(b: Builder, failed: ModelFailed) -> list[Event]:
     """The model call failed for good (no compaction helps, or one was vetoed)."""
-    if turn.compaction_veto is not None:
+    if failed.veto is not None:
         return b.fail(
             FailureClass.PROVIDER_ERROR,
-            f"the request is too long for the model and compaction was vetoed "
-            f"({turn.compaction_veto})",
+            f"the request is too long for the model and compaction was vetoed ({failed.veto})",
             "start a new session, or change the compaction hook",
         )
     return b.fail(
         FailureClass.PROVIDER_ERROR,
-        f"the model provider failed ({turn.provider_error})",
+        f"the model provider failed ({failed.error})",
         "send the message again; if it keeps failing, check the provider's status "
         "and TURNSTREAM_PROVIDER / TURNSTREAM_BASE_URL",
     )
 
 
-def _in_stage(
+def _in_phase(
     b: Builder, state: ChatState, turn: ActiveTurn, config: TurnConfig, spawned: Spawned
 ) -> list[Event]:
-    """The step of the stage the turn is in (past its hook points: `hook_point`)."""
-    is_open = turn.stage_open
-    match turn.stage:
-        case Stage.RECEIVE_INPUT if not is_open:
+    """The step of the phase the turn is in (past its hook points: `hook_point`)."""
+    match turn.phase:
+        case Receiving(open=False):
             return compose_or_stop(b, turn, config)
-        case Stage.COMPOSE_REQUEST if is_open:
+        case Composing(open=True):
             if awaiting_context(state, config) is not None:
                 return []  # the shell asks the context providers, then `on_context`
             return [b.post(Stage.COMPOSE_REQUEST, "ok")]
-        case Stage.COMPOSE_REQUEST:
+        case Composing():
             return over_budget_end(b, state, config) or [b.pre(Stage.SEND_REQUEST)]
-        case Stage.STREAM_RESPONSE if not is_open:
+        case Responded(open=False):
             return _responded(b, turn, config)
-        case Stage.TOOL_CALL if is_open:
+        case CallingTools(open=True):
             refused = runtime_calls.refuse(b, state, turn, config, spawned)
             return refused or tool_step(b, turn, config)
-        case Stage.TOOL_CALL:
+        case CallingTools():
             if turn.interrupt is not None and turn.iteration > turn.interrupt.round:
                 return [b.pre(Stage.RENDER)]  # the summary round is done: no more rounds
             return compose_or_stop(b, turn, config)
-        case Stage.RENDER if is_open:
+        case Rendering(open=True):
             return [b.post(Stage.RENDER, "ok")]  # rendered (`hook_point` renders first)
-        case Stage.RENDER:
+        case Rendering():
             return [b.end("completed", reply=turn.reply)]
-        case Stage.RECEIVE_INPUT | Stage.SEND_REQUEST | Stage.STREAM_RESPONSE:
+        case ModelFailed(open=False) as failed:
+            return _model_failed(b, failed)
+        case Receiving() | Requesting() | Responded() | ModelFailed():
             # SEND_REQUEST closed without a result or STREAM_RESPONSE left open: the
             # response was lost (a crash between batches). Ask the provider again.
             return over_budget_end(b, state, config) or [b.pre(Stage.SEND_REQUEST)]
+        case AwaitingModel() | Ended():
+            return []  # the model's answer, or the turn's close, is decided before
         case _:
-            assert_never(turn.stage)
+            assert_never(turn.phase)
 
 
 def _responded(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:

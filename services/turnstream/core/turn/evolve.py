@@ -80,6 +80,7 @@ from turnstream.core.events import (
     ToolInvocationStarted,
     ToolInvocationSucceeded,
     TurnEnded,
+    TurnEndedData,
     WorkflowAttached,
     WorkflowExit,
 )
@@ -89,12 +90,21 @@ from turnstream.core.turn.changes import is_active, pending_dropped, turn_change
 from turnstream.core.turn.evolve_inputs import evolve_input, evolve_message, evolve_subturn
 from turnstream.core.turn.evolve_model import evolve_context, evolve_provider, evolve_stage
 from turnstream.core.turn.evolve_tools import evolve_call, evolve_hook
+from turnstream.core.turn.phases import (
+    AwaitingModel,
+    Ended,
+    ModelFailed,
+    Phase,
+    Receiving,
+    Rendering,
+    closed,
+    opened,
+)
 from turnstream.core.turn.state import (
     ActiveTurn,
     CallStatus,
     ChatState,
     Message,
-    TurnEnd,
 )
 
 Family = Callable[[ChatState, Any], ChatState]
@@ -207,8 +217,11 @@ def _lifecycle(
             if not is_active(state, event):
                 return state
             changes: dict[str, object] = {}
+            assert state.active is not None
+            phase: Phase = state.active.phase
             if data.previous is not None:  # it stands for the stage's StagePostFired too
                 state, changes = _left(state, data.previous.stage)
+                phase = _closed_in(phase, data.previous.stage)
             assert state.active is not None
             if data.stage is Stage.COMPOSE_REQUEST and state.active.steering:
                 steered = tuple(Message("user", text) for text in state.active.steering)
@@ -216,7 +229,7 @@ def _lifecycle(
                 changes["steering"] = ()
             if data.stage is Stage.SEND_REQUEST:
                 changes["request_change"] = None  # each asks anew
-            changes.update(stage=data.stage, stage_open=True, iteration=data.iteration)
+            changes.update(phase=_entered(phase, data.stage), iteration=data.iteration)
             # one copy of the turn for all the event changes (it may stand for two events)
             return turn_changed(state, event, **changes)
         case StagePostFired(data=data):
@@ -225,16 +238,16 @@ def _lifecycle(
             state, changes = _left(state, data.stage)
             return turn_changed(state, event, **changes)
         case RenderEmitted():
-            return turn_changed(state, event, rendered=True)
+            turn = state.active
+            if turn is None or not isinstance(turn.phase, Rendering):
+                return turn_changed(state, event)
+            return turn_changed(state, event, phase=Rendering(turn.phase.open, rendered=True))
         case TurnEnded(data=data):
             # not the active turn's: e.g. the gateway's terminal event for rejected input
             if not is_active(state, event):
                 return state
             assert state.active is not None
-            before = state.active.end
-            settled = before is not None and before.reply_settled
-            end = TurnEnd(data.status, data.failure_class, data.reason, settled)
-            return turn_changed(state, event, end=end)
+            return turn_changed(state, event, phase=_ended(state.active.phase, data))
         case SessionTurnEnd():
             return _closed(state, event)
         case _:
@@ -250,8 +263,42 @@ def _left(state: ChatState, stage: Stage) -> tuple[ChatState, dict[str, object]]
         changes.update(calls=(), requested_calls=())
     if stage is Stage.COMPOSE_REQUEST:
         changes["context_gathered"] = True
-    changes.update(stage=stage, stage_open=False)
+    assert state.active is not None
+    changes["phase"] = _closed_in(state.active.phase, stage)
     return state, changes
+
+
+def _entered(phase: Phase, stage: Stage) -> Phase:
+    """The phase a `StagePreFired` of `stage` moves the turn to."""
+    match phase:
+        case Ended():
+            return phase
+        case AwaitingModel() if stage is Stage.STREAM_RESPONSE:
+            return AwaitingModel(stage)  # a tool call streamed complete opened it
+    return opened(stage)
+
+
+def _closed_in(phase: Phase, stage: Stage) -> Phase:
+    """The phase a `StagePostFired` of `stage` leaves the turn in."""
+    match phase:
+        case Ended():
+            return phase
+        case AwaitingModel():
+            return AwaitingModel(stage, open=False)
+        case ModelFailed():
+            return with_changes(phase, stage=stage, open=False)
+        case Rendering() if stage is Stage.RENDER:
+            return Rendering(open=False, rendered=phase.rendered)
+    return closed(stage)
+
+
+def _ended(phase: Phase, data: TurnEndedData) -> Ended:
+    """The turn's end (a repeated `TurnEnded` keeps its reply's settling)."""
+    settled = isinstance(phase, Ended) and phase.reply_settled
+    rendered = isinstance(phase, Rendering | Ended) and phase.rendered
+    return Ended(
+        data.status, phase.stage, data.failure_class, data.reason, settled, rendered=rendered
+    )
 
 
 def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
@@ -271,7 +318,7 @@ def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
         depth=started.depth if started else 0,
         budget=started.budget if started else None,
         started_at=event.time,
-        stage_open=False,
+        phase=Receiving(open=False),
         history_start=len(state.history),
     )
     return with_changes(

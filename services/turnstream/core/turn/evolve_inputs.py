@@ -118,7 +118,7 @@ def reply_settled(state: ChatState, event: MessageSent | MessageDropped) -> Chat
     turn = state.active
     if turn is None or turn.end is None:
         return turn_changed(state, event)
-    return turn_changed(state, event, end=with_changes(turn.end, reply_settled=True))
+    return turn_changed(state, event, phase=with_changes(turn.end, reply_settled=True))
 
 
 def evolve_subturn(

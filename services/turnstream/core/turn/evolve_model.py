@@ -21,6 +21,7 @@ from turnstream.core.events import (
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.changes import is_active, joined, turn_changed
 from turnstream.core.turn.context import running_summary
+from turnstream.core.turn.phases import AwaitingModel, Ended, ModelFailed, Phase, closed, opened
 from turnstream.core.turn.state import ChatState, ContextBlock, Message, ToolCall
 
 # -- context and the model ----------------------------------------------------------------
@@ -63,16 +64,25 @@ def evolve_provider(
         case ProviderRequestStarted():
             if not is_active(state, event):
                 return state
+            assert state.active is not None
+            phase = state.active.phase
             state = with_changes(state, provider_calls=state.provider_calls + 1)
-            changes = {"awaiting_provider": True, "provider_error": None, "round_reply": None}
-            return turn_changed(state, event, **changes)
+            if not isinstance(phase, Ended):
+                phase = AwaitingModel(phase.stage, phase.open)
+            return turn_changed(state, event, phase=phase, round_reply=None)
         case ProviderRequestCompleted():
             return _completed(state, event)
         case ProviderFallback():
             return turn_changed(state, event, on_fallback=True)
         case ProviderRequestFailed(data=data):
-            error = f"{data.error_class}: {data.message}"
-            return turn_changed(state, event, awaiting_provider=False, provider_error=error)
+            if not is_active(state, event):
+                return state
+            assert state.active is not None
+            phase = state.active.phase
+            if not isinstance(phase, Ended):
+                error = f"{data.error_class}: {data.message}"
+                phase = ModelFailed(error, phase.stage, phase.open)
+            return turn_changed(state, event, phase=phase)
         case _:
             assert_never(event)
 
@@ -95,7 +105,7 @@ def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
     return turn_changed(
         state,
         event,
-        awaiting_provider=False,
+        phase=_response_in(turn.phase),
         stop_reason=data.stop_reason,
         reply=joined(round_reply, message.text),
         round_reply=round_reply,
@@ -103,6 +113,14 @@ def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
         requested_calls=calls,
         spent=add_spent(turn.spent, key, used),
     )
+
+
+def _response_in(phase: Phase) -> Phase:
+    """The phase a recorded response leaves the turn in: the stage it stands in (STREAM_RESPONSE,
+    open) with the response."""
+    if isinstance(phase, Ended):
+        return phase
+    return opened(phase.stage) if phase.open else closed(phase.stage)
 
 
 # -- a workflow stage's turn ----------------------------------------------------------------

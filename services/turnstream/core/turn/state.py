@@ -10,7 +10,6 @@ from turnstream.core.approval import ApprovalConfig
 from turnstream.core.costs import Budget, Price, Spent
 from turnstream.core.events import (
     Attachment,
-    FailureClass,
     RequestChange,
     Sender,
     Stage,
@@ -20,6 +19,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.ids import IdFactory
 from turnstream.core.turn.hooks import HookPoint
+from turnstream.core.turn.phases import START, AwaitingModel, Ended, Phase
 
 
 @dataclass(frozen=True)
@@ -152,19 +152,6 @@ class Abort:
 
 
 @dataclass(frozen=True)
-class TurnEnd:
-    """The turn's end (`TurnEnded`): it closes (`SessionTurnEnd`) once its reply, if it owes
-    one, is recorded."""
-
-    status: TurnStatus
-    failure: FailureClass | None = None
-    """Why it did not complete."""
-    reason: str | None = None
-    reply_settled: bool = False
-    """The reply to `reply_to` is recorded (`MessageSent` or `MessageDropped`)."""
-
-
-@dataclass(frozen=True)
 class ActiveTurn:
     turn_id: str
     input_id: str
@@ -174,12 +161,9 @@ class ActiveTurn:
     reply_to: str | None
     last_event_id: str
     started_at: datetime | None = None
-    stage: Stage = Stage.RECEIVE_INPUT
-    stage_open: bool = True
+    phase: Phase = START
+    """Where the turn stands (`turnstream.core.turn.phases`)."""
     iteration: int = 0
-    awaiting_provider: bool = False
-    provider_error: str | None = None
-    """`class: message` of the last failed provider call of this round."""
     stop_reason: StopReason | None = None
     completions: int = 0
     reply: str = ""
@@ -189,8 +173,6 @@ class ActiveTurn:
     """This round's proposed calls, in the model's order."""
     tool_calls_made: int = 0
     abort: Abort | None = None
-    rendered: bool = False
-    end: TurnEnd | None = None
     steering: tuple[str, ...] = ()
     history_start: int = 0
     """Index in the history of this turn's first message (compaction keeps it and after)."""
@@ -218,8 +200,24 @@ class ActiveTurn:
     round_reply: tuple[str, str] | None = None
     """Set once this round's response is recorded: the reply before it and the separator
     its text joins with (a response interceptor's replacement joins the same way)."""
-    compaction_veto: str | None = None
-    """A compaction interceptor refused the compaction: which hook, and why."""
+
+    @property
+    def stage(self) -> Stage:
+        """The stage the turn stands in (the one its stage events name)."""
+        return self.phase.stage
+
+    @property
+    def stage_open(self) -> bool:
+        return self.phase.open
+
+    @property
+    def awaiting_provider(self) -> bool:
+        """The model call is in flight: the shell makes it."""
+        return isinstance(self.phase, AwaitingModel)
+
+    @property
+    def end(self) -> Ended | None:
+        return self.phase if isinstance(self.phase, Ended) else None
 
 
 @dataclass(frozen=True)
