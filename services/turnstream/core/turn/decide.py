@@ -124,7 +124,7 @@ def next_step(
         return stopped
     if config.stage is not None and config.stage.act.done:
         return []  # the stage's Act is over: the workflow asserts and exits it
-    if turn.awaiting_provider:
+    if type(turn.phase) is AwaitingModel:
         # calls proposed while the model streams may run before the response ends
         verdicts = approvals(b, turn, config)
         if verdicts:
@@ -141,12 +141,13 @@ def next_step(
 def _ending(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event] | None:
     """What ends (or has ended) the turn whatever its stage: its end recorded, a hook's
     stop, an interrupt, its wall-time bound; None when nothing does."""
-    if turn.end is not None:
-        if turn.reply_to is not None and not turn.end.reply_settled:
+    phase = turn.phase
+    if type(phase) is Ended:
+        if turn.reply_to is not None and not phase.reply_settled:
             # the reply goes first (the shell delivers it, `outbound.record` says so), or is
             # dropped past the hop limit; the turn closes after
             return _reply_dropped(b, turn, config)
-        return [b.make(SessionTurnEnd, SessionTurnEndData(status=turn.end.status))]
+        return [b.make(SessionTurnEnd, SessionTurnEndData(status=phase.status))]
     if turn.abort is not None:
         hard = turn.abort.action == "hard_abort"
         failure = FailureClass.INTERRUPTED if hard else FailureClass.POLICY_DENIED

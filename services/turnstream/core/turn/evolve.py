@@ -270,11 +270,11 @@ def _left(state: ChatState, stage: Stage) -> tuple[ChatState, dict[str, object]]
 
 def _entered(phase: Phase, stage: Stage) -> Phase:
     """The phase a `StagePreFired` of `stage` moves the turn to."""
-    match phase:
-        case Ended():
-            return phase
-        case AwaitingModel() if stage is Stage.STREAM_RESPONSE:
-            return AwaitingModel(stage)  # a tool call streamed complete opened it
+    kind = type(phase)
+    if kind is Ended:
+        return phase
+    if kind is AwaitingModel and stage is Stage.STREAM_RESPONSE:
+        return AwaitingModel(stage)  # a tool call streamed complete opened it
     return opened(stage)
 
 

@@ -87,7 +87,7 @@ class HookSubject:
 def hook_point(state: ChatState, config: TurnConfig) -> HookPoint | None:
     """The hook point the active turn stands at, hooks registered there or not."""
     turn = state.active
-    if turn is None or turn.end or turn.abort or turn.awaiting_provider:
+    if turn is None or turn.abort:  # an ended turn, or one awaiting the model: no case below
         return None
     if config.stage is not None and config.stage.act.done:
         return None

@@ -25,6 +25,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.subjects import is_reserved_session, is_session_id
 from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.phases import Ended
 from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
@@ -62,7 +63,7 @@ def child_session_id(parent: str, invocation_id: str) -> str:
 def runtime_calls(turn: ActiveTurn, config: TurnConfig) -> list[ToolCallState]:
     """Approved `send_message`/`spawn` calls whose turn may run them now (in call order),
     once the tool hooks, if any, let them through."""
-    if turn.end is not None or turn.abort is not None or turn.interrupt is not None:
+    if type(turn.phase) is Ended or turn.abort is not None or turn.interrupt is not None:
         return []
     if turn.stage is not Stage.TOOL_CALL or not turn.stage_open:
         return []

@@ -213,11 +213,12 @@ class ActiveTurn:
     @property
     def awaiting_provider(self) -> bool:
         """The model call is in flight: the shell makes it."""
-        return isinstance(self.phase, AwaitingModel)
+        return type(self.phase) is AwaitingModel
 
     @property
     def end(self) -> Ended | None:
-        return self.phase if isinstance(self.phase, Ended) else None
+        phase = self.phase
+        return phase if type(phase) is Ended else None
 
 
 @dataclass(frozen=True)
