@@ -18,10 +18,12 @@
       any failure or bound ─► TurnEnded{failed, class, reason, nextAction} ─► SessionTurnEnd
     InputAccepted while a turn is active ─► FollowUpQueued (message) | SteeringInjected (steer)
 
-A turn's position is derived from its last stage event, so `decide_turn` continues a turn
-from wherever the log left it. Pure: the clock and the id factory come in `Context`. The
-shell's answers (`on_*` above) are recorded in `answers`; `next_step` is one step, which
-the session's chat takes after its sub-turns' (`turnstream.core.session.run.chat_steps`).
+A turn's position is its phase (`turnstream.core.turn.phases`), folded from its events, so
+`decide_turn` continues a turn from wherever the log left it: `next_step` asks what ends the
+turn whatever its phase (`_ending`), then matches the phase to the end (`_in_phase`). Pure:
+the clock and the id factory come in `Context`. The shell's answers (`on_*` above) are
+recorded in `answers`; `next_step` is one step, which the session's chat takes after its
+sub-turns' (`turnstream.core.session.run.chat_steps`) and a stage's turn with its stage.
 """
 
 from __future__ import annotations

@@ -153,27 +153,40 @@ class Abort:
 
 @dataclass(frozen=True)
 class ActiveTurn:
+    """The chat's turn in progress: its identity, where it stands (`phase`), and what it
+    carries across its phases (its round, its reply so far, its calls, its bounds)."""
+
     turn_id: str
     input_id: str
+    """The `InputAccepted` it answers."""
     chat_id: str
     trace_id: str
     correlation_id: str
     reply_to: str | None
+    """The session its reply goes to (an agent's message), if any."""
     last_event_id: str
+    """Its last event: the next one's causation id."""
     started_at: datetime | None = None
+    """Its `SessionTurnStart`'s time (the wall-time bound counts from it)."""
     phase: Phase = START
     """Where the turn stands (`turnstream.core.turn.phases`)."""
     iteration: int = 0
+    """Its round: the model calls it made (COMPOSE_REQUEST counts them)."""
     stop_reason: StopReason | None = None
+    """Why the latest model response stopped."""
     completions: int = 0
+    """Model responses recorded (`max_tokens` continuations are bounded by them)."""
     reply: str = ""
+    """The reply so far: each round's text joined (`changes.joined`)."""
     requested_calls: tuple[ToolCall, ...] = ()
     """The tool calls of the latest model response, to be proposed in TOOL_CALL."""
     calls: tuple[ToolCallState, ...] = ()
     """This round's proposed calls, in the model's order."""
     tool_calls_made: int = 0
+    """Calls proposed in the whole turn (`maxToolCallsPerTurn`)."""
     abort: Abort | None = None
     steering: tuple[str, ...] = ()
+    """Texts to join the history as user messages at the next COMPOSE_REQUEST."""
     history_start: int = 0
     """Index in the history of this turn's first message (compaction keeps it and after)."""
     compacted: bool = False
@@ -184,8 +197,11 @@ class ActiveTurn:
     input_key: str = ""
     """The idempotency key of the turn's input (its reply is `inReplyTo` it)."""
     hops: int = 0
+    """Agent-to-agent deliveries its input took (`TURNSTREAM_MAX_HOPS`)."""
     depth: int = 0
+    """0 for a root turn; a sub-turn is one deeper than its parent."""
     budget: int | None = None
+    """Sub-turns its tree may start in all (None: a root turn's own bound)."""
     on_fallback: bool = False
     """The primary model failed for good once (`ProviderFallback`): the rest of the turn's
     calls go to the fallback model."""
@@ -208,6 +224,7 @@ class ActiveTurn:
 
     @property
     def stage_open(self) -> bool:
+        """Its stage is open (between its `StagePreFired` and `StagePostFired`)."""
         return self.phase.open
 
     @property
@@ -217,6 +234,7 @@ class ActiveTurn:
 
     @property
     def end(self) -> Ended | None:
+        """Its end, once `TurnEnded` is recorded."""
         phase = self.phase
         return phase if type(phase) is Ended else None
 
