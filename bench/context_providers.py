@@ -33,7 +33,7 @@ from turnstream.client import message_command, send_and_wait
 from turnstream.context import ContextRegistry, ContextSpec
 from turnstream.core.inputs import Tick
 from turnstream.core.session import SessionState, fold
-from turnstream.core.session.decider import decide
+from turnstream.core.session.decider import decide_session
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import Context, TurnConfig
 from turnstream.core.turn.context import ContextGathered, ContextRequest, GatherContext
@@ -66,12 +66,12 @@ async def own_share(n: int) -> float:
     for i in range(n):
         c = Context(now=accepted(1).time, new_id=lambda: f"e{time.perf_counter_ns()}", source="b")
         start = time.perf_counter()
-        decide(state, Tick(), plain, c)
+        decide_session(state, Tick(), plain, c)
         middle = time.perf_counter()
-        waiting = decide(state, Tick(), with_context, c)
+        waiting = decide_session(state, Tick(), with_context, c)
         (gather,) = [e for e in waiting.effects if isinstance(e, GatherContext)]
         found = await registry.gather(gather.request)
-        decide(waiting.state, ContextGathered(gather.turn_id, found), with_context, c)
+        decide_session(waiting.state, ContextGathered(gather.turn_id, found), with_context, c)
         end = time.perf_counter()
         if i >= 50:
             added.append(((end - middle) - (middle - start)) * 1000)

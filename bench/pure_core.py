@@ -38,9 +38,8 @@ from turnstream.core.approval import ApprovalConfig
 from turnstream.core.events import Event, ToolInvocationRequested
 from turnstream.core.immutable import with_changes
 from turnstream.core.inputs import Fact, Tick
-from turnstream.core.session import SessionState, decide, fold
-from turnstream.core.session.decider import ProviderDone
-from turnstream.core.session.decider import decide as decide_input
+from turnstream.core.session import SessionState, fold, follow_session
+from turnstream.core.session.decider import ProviderDone, decide_session
 from turnstream.core.turn import Context, ToolCall, ToolInfo, TurnConfig, on_provider_result
 from turnstream.core.turn.state import ActiveTurn
 from turnstream.runtime.clock import new_event_id, now
@@ -109,19 +108,19 @@ def one_tool_session(facts: list[tuple[Event, Event]]) -> SessionState:
     state = SessionState.of("s1")
     asked = replace(success("", "tool_use"), tool_calls=(READ,))
     for accepted_input, result in facts:
-        decision = decide_input(state, Fact(accepted_input), ONE_TOOL, runner_context())
+        decision = decide_session(state, Fact(accepted_input), ONE_TOOL, runner_context())
         turn = accepted_input.turn_id
         assert turn is not None and decision.state.chat.active is not None
-        decision = decide_input(
+        decision = decide_session(
             decision.state, ProviderDone(turn, asked), ONE_TOOL, runner_context()
         )
         run = next(e for e in decision.events if isinstance(e, ToolInvocationRequested))
         done = with_changes(
             result, data=with_changes(result.data, invocation_id=run.data.invocation_id)
         )
-        decision = decide_input(decision.state, Fact(done), ONE_TOOL, runner_context())
+        decision = decide_session(decision.state, Fact(done), ONE_TOOL, runner_context())
         replied = ProviderDone(turn, success("read file text"))
-        decision = decide_input(decision.state, replied, ONE_TOOL, runner_context())
+        decision = decide_session(decision.state, replied, ONE_TOOL, runner_context())
         state = decision.state
         assert (
             state.chat.active is None and state.chat.turns_ended == accepted_input.data.inbound_seq
@@ -162,7 +161,7 @@ def against(rev: str) -> None:
 def text_turn(state: SessionState, fold_again: bool) -> SessionState:
     """Decide a turn from its accepted input to its end, with one model reply."""
     config, c = TurnConfig(), ctx(Ids())
-    decided = decide(state, config, c)
+    decided = follow_session(state, config, c)
     state = fold(state, decided) if fold_again else decided.state
     outcome = on_provider_result(state.chat, success(), config, c)
     return fold(state, outcome) if fold_again else outcome.state
@@ -172,10 +171,10 @@ def text_turn_by_inputs(state: SessionState) -> SessionState:
     """The same turn as the runner's actor drives it now: inputs in, decisions with their
     effects out (`turnstream.core.session.decider`)."""
     config, c = TurnConfig(), ctx(Ids())
-    decided = decide_input(state, Tick(), config, c)
+    decided = decide_session(state, Tick(), config, c)
     assert decided.state.chat.active is not None
     done = ProviderDone(decided.state.chat.active.turn_id, success())
-    return decide_input(decided.state, done, config, c).state
+    return decide_session(decided.state, done, config, c).state
 
 
 if __name__ == "__main__":

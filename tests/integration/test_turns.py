@@ -207,3 +207,14 @@ async def test_a_reload_reads_the_snapshot_and_only_the_tail(bus: Bus, services)
     assert second.state == fold(
         SessionState.of("agent:snapshotted"), await events_of(bus, "agent:snapshotted")
     )
+    # a snapshot of a state of another shape (before `snapshots.FORMAT`) is not read
+    key = session_key("agent:snapshotted")
+    body = orjson.loads((await kv.get(key)).value)
+    del body["format"]
+    await kv.put(key, orjson.dumps(body))
+    third = SessionActor(runner.actor_context(), "agent:snapshotted")
+    before = runner.reloaded_events
+    await third.reload()
+    now = await events_of(bus, "agent:snapshotted")
+    assert runner.reloaded_events - before == len(now)  # the whole log
+    assert third.state == fold(SessionState.of("agent:snapshotted"), now)

@@ -20,8 +20,7 @@ from turnstream.core.events import (
 from turnstream.core.fold import Decision
 from turnstream.core.inputs import Tick
 from turnstream.core.session import SessionState, fold
-from turnstream.core.session.decider import Effect, Input, ProviderDone, Providers
-from turnstream.core.session.decider import decide as session_decide
+from turnstream.core.session.decider import Effect, Input, ProviderDone, Providers, decide_session
 from turnstream.core.turn import Context, ProviderFailure, ProviderSuccess, TurnConfig
 from turnstream.runtime.interpreter import run_until_quiet
 
@@ -166,7 +165,7 @@ class InMemory:
             self.decisions.append(list(events))
 
     async def commit(self, item: Input) -> Decision:
-        decision = session_decide(self.state, item, self.config, ctx(self.ids))
+        decision = decide_session(self.state, item, self.config, ctx(self.ids))
         self.apply(decision)
         return decision
 

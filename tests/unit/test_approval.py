@@ -9,7 +9,7 @@ from turnstream.core.approval import (
     AllowRule,
     ApprovalConfig,
     ApprovalState,
-    decide,
+    decide_approval,
     fold,
     next_deadline,
 )
@@ -81,7 +81,7 @@ class Approvals:
 
     def feed(self, *events, at=T0):
         self.state = fold(self.state, list(events))
-        out = decide(self.state, self.config, at, "approval/1")
+        out = decide_approval(self.state, self.config, at, "approval/1")
         self.state = fold(self.state, out)
         self.log += out
         return out
@@ -153,9 +153,9 @@ def test_replaying_the_log_gives_the_same_decisions_and_ids() -> None:
     a = Approvals(ApprovalConfig(default_mode="ask"))
     a.feed(proposed(1))
     replayed = fold(ApprovalState("s1"), [proposed(1), *a.log])
-    assert decide(replayed, a.config, T0, "approval/2") == []
+    assert decide_approval(replayed, a.config, T0, "approval/2") == []
     # a second decider seeing the same proposal derives the same event ids (log dedup)
-    again = decide(fold(ApprovalState("s1"), [proposed(1)]), a.config, T0, "approval/2")
+    again = decide_approval(fold(ApprovalState("s1"), [proposed(1)]), a.config, T0, "approval/2")
     assert [e.id for e in again] == [e.id for e in a.log]
 
 
@@ -179,7 +179,7 @@ def in_stage(n: int, tool: str, turn: str = "stage1") -> ToolInvocationProposed:
 
 def test_a_call_inside_the_stage_envelope_is_approved_by_the_workflow_not_the_mode() -> None:
     state = fold(ApprovalState("s1"), [in_stage(1, "read_file")])
-    events = decide(state, ApprovalConfig(default_mode="deny"), T0, "approval/1")
+    events = decide_approval(state, ApprovalConfig(default_mode="deny"), T0, "approval/1")
     assert [type(e) for e in events] == [ToolCallApproved]
     assert events[0].data.authority == "workflow"
 
@@ -187,23 +187,25 @@ def test_a_call_inside_the_stage_envelope_is_approved_by_the_workflow_not_the_mo
 def test_a_call_outside_the_envelope_asks_for_one_grant_and_runs_when_granted() -> None:
     state = fold(ApprovalState("s1"), [in_stage(1, "write_file")])
     config = ApprovalConfig(default_mode="auto")  # the mode gate never sees it
-    [asked] = decide(state, config, T0, "approval/1")
+    [asked] = decide_approval(state, config, T0, "approval/1")
     assert isinstance(asked, InteractionRequested) and asked.data.kind == "grantStageTool"
     assert "outside its allowed tools" in asked.data.prompt
     state = fold(state, [asked, answered(asked.data.interaction_id)])
-    events = decide(state, config, T0, "approval/1")
+    events = decide_approval(state, config, T0, "approval/1")
     assert [type(e) for e in events] == [StageGranted, ToolCallApproved]
 
 
 def test_a_denied_or_unanswered_grant_is_a_typed_grant_denied_result() -> None:
     config = ApprovalConfig(answer_timeout_s=10)
     state = fold(ApprovalState("s1"), [in_stage(1, "write_file")])
-    [asked] = decide(state, config, T0, "approval/1")
+    [asked] = decide_approval(state, config, T0, "approval/1")
     state = fold(state, [asked])
-    denied = decide(fold(state, [answered(asked.data.interaction_id, "deny")]), config, T0, "a/1")
+    denied = decide_approval(
+        fold(state, [answered(asked.data.interaction_id, "deny")]), config, T0, "a/1"
+    )
     assert isinstance(denied[0], ToolCallDenied)
     assert denied[0].data.reason.startswith("GrantDenied: ")
-    [late] = decide(state, config, T0 + timedelta(seconds=11), "approval/1")
+    [late] = decide_approval(state, config, T0 + timedelta(seconds=11), "approval/1")
     assert isinstance(late, ToolCallDenied) and late.data.timed_out
     assert late.data.reason.startswith("GrantDenied: no answer")
 
@@ -212,7 +214,7 @@ def test_proposals_of_parallel_stage_turns_are_all_kept() -> None:
     state = fold(
         ApprovalState("s1"), [in_stage(1, "write_file", "a"), in_stage(2, "read_file", "b")]
     )
-    events = decide(state, ApprovalConfig(), T0, "approval/1")
+    events = decide_approval(state, ApprovalConfig(), T0, "approval/1")
     kinds = sorted(type(e).__name__ for e in events)
     assert kinds == ["InteractionRequested", "ToolCallApproved"]
 

@@ -10,7 +10,7 @@ from turnstream.core.events import ContextCompacted, ContextCompactedData, Conte
 from turnstream.core.immutable import with_changes
 from turnstream.core.inputs import Tick
 from turnstream.core.session import SessionState, fold
-from turnstream.core.session.decider import ProviderDone, decide
+from turnstream.core.session.decider import ProviderDone, decide_session
 from turnstream.core.turn import TurnConfig, compose_request
 from turnstream.core.turn.context import (
     ContextGathered,
@@ -27,7 +27,7 @@ CONFIG = TurnConfig(system_prompt="Be brief.", context_providers=True, max_outpu
 def start() -> tuple[SessionState, list[Event], GatherContext]:
     c = ctx(Ids())
     state = fold(SessionState.of("s1"), [accepted(1, "what is in AGENTS.md?")])
-    decision = decide(state, Tick(), CONFIG, c)
+    decision = decide_session(state, Tick(), CONFIG, c)
     (gather,) = [e for e in decision.effects if isinstance(e, GatherContext)]
     return decision.state, list(decision), gather
 
@@ -42,7 +42,7 @@ def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> No
         Contributed("empty", ""),
         Contributed("datetime", "Now: 2026-01-01T00:00:00Z", truncated=True, volatile=True),
     )
-    decision = decide(
+    decision = decide_session(
         state, ContextGathered(gather.request.turn_id, results), CONFIG, ctx(Ids("b"))
     )
     kinds = [e.type for e in decision]
@@ -65,7 +65,7 @@ def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> No
     again_composed = compose_request(replayed.chat, CONFIG)
     assert (again_composed.system, again_composed.volatile) == (request.system, request.volatile)
     # the turn's next request carries it too, and asks no provider again
-    done = decide(
+    done = decide_session(
         decision.state,
         ProviderDone(gather.request.turn_id, success("part", "max_tokens")),
         CONFIG,
@@ -77,7 +77,11 @@ def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> No
     assert again.volatile == request.volatile
     # a late or repeated answer records nothing
     assert (
-        list(decide(done.state, ContextGathered(gather.request.turn_id, results), CONFIG, ctx()))
+        list(
+            decide_session(
+                done.state, ContextGathered(gather.request.turn_id, results), CONFIG, ctx()
+            )
+        )
         == []
     )
 
@@ -85,7 +89,7 @@ def test_a_turn_waits_at_compose_request_for_its_context_then_carries_it() -> No
 def test_without_providers_nothing_waits() -> None:
     config = replace(CONFIG, context_providers=False)
     state = fold(SessionState.of("s1"), [accepted(1)])
-    decision = decide(state, Tick(), config, ctx())
+    decision = decide_session(state, Tick(), config, ctx())
     assert "ProviderRequestStarted" in [e.type for e in decision]
     assert not any(isinstance(e, GatherContext) for e in decision.effects)
 
@@ -122,6 +126,6 @@ def test_compaction_keeps_a_running_summary_of_what_it_dropped() -> None:
 def test_a_runner_restarted_while_a_turn_waits_for_context_asks_again() -> None:
     _, log, gather = start()
     reloaded = fold(SessionState.of("s1"), [accepted(1, "what is in AGENTS.md?"), *log])
-    again = decide(reloaded, Tick(), CONFIG, ctx(Ids("r")))
+    again = decide_session(reloaded, Tick(), CONFIG, ctx(Ids("r")))
     assert list(again) == []  # nothing new to record: the turn still waits
     assert [e for e in again.effects if isinstance(e, GatherContext)] == [gather]

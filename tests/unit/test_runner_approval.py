@@ -26,7 +26,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.inputs import Fact, Tick
 from turnstream.core.session import SessionState, fold
-from turnstream.core.session.decider import ProviderDone, decide
+from turnstream.core.session.decider import ProviderDone, decide_session
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import ToolCall, ToolInfo, TurnConfig
 from turnstream.runtime.mailbox import Delivered
@@ -51,7 +51,7 @@ class Runner:
         self.input(Tick())
 
     def input(self, item: object) -> list:
-        decision = decide(self.state, item, self.cfg, self.c)  # type: ignore[arg-type]
+        decision = decide_session(self.state, item, self.cfg, self.c)  # type: ignore[arg-type]
         self.state = decision.state
         self.batches.append(list(decision.events))
         return self.batches[-1]
@@ -92,7 +92,7 @@ def test_the_runner_s_verdict_ids_are_the_approval_service_s() -> None:
     r = Runner(config("auto"))
     batch = r.model_calls(("write_file", {"path": "a"}), ("read_file", {"path": "b"}))
     proposals = [e for e in batch if isinstance(e, ToolInvocationProposed)]
-    theirs = approval.decide(
+    theirs = approval.decide_approval(
         approval.fold(ApprovalState("s1"), proposals), ApprovalConfig("auto"), T0, "approval/1"
     )
     ours = [e for e in batch if isinstance(e, ToolCallModeInvoked | ToolCallApproved)]

@@ -10,7 +10,7 @@ from turnstream.bus.full import Alarm, backoff_s, full_code, full_parts, is_log_
 from turnstream.core.events import TurnEnded
 from turnstream.core.inputs import Fact, Tick
 from turnstream.core.session import SessionState, fold
-from turnstream.core.session.decider import Providers, StorageRefused, decide
+from turnstream.core.session.decider import Providers, StorageRefused, decide_session
 from turnstream.core.turn import TurnConfig
 
 CONFIG = TurnConfig()
@@ -18,10 +18,12 @@ CONFIG = TurnConfig()
 
 def test_a_refused_turn_ends_once_failed_storage_full_and_the_next_input_runs() -> None:
     state = fold(SessionState.of("s1"), [accepted(1, "first")])
-    started = decide(state, Tick(), CONFIG, ctx(Ids()))
+    started = decide_session(state, Tick(), CONFIG, ctx(Ids()))
     assert started.state.chat.active is not None  # waiting on the model
-    queued = decide(started.state, Fact(accepted(2, "second")), CONFIG, ctx(Ids("q")))
-    ended = decide(queued.state, StorageRefused("maximum bytes exceeded"), CONFIG, ctx(Ids("e")))
+    queued = decide_session(started.state, Fact(accepted(2, "second")), CONFIG, ctx(Ids("q")))
+    ended = decide_session(
+        queued.state, StorageRefused("maximum bytes exceeded"), CONFIG, ctx(Ids("e"))
+    )
     [end] = [e for e in ended if isinstance(e, TurnEnded)]
     assert end.turn_id == started.state.chat.active.turn_id
     assert (end.data.status, end.data.failure_class) == ("failed", "storage_full")
@@ -33,12 +35,12 @@ def test_a_refused_turn_ends_once_failed_storage_full_and_the_next_input_runs() 
     [providers] = [e for e in ended.effects if isinstance(e, Providers)]
     assert providers.live == {second.turn_id}  # the ended turn's model call is cancelled
     # decided again (a retry), nothing more ends
-    again = decide(ended.state, StorageRefused("x"), CONFIG, ctx(Ids("f")))
+    again = decide_session(ended.state, StorageRefused("x"), CONFIG, ctx(Ids("f")))
     assert [e for e in again if isinstance(e, TurnEnded) and e.turn_id == end.turn_id] == []
 
 
 def test_a_quiet_session_decides_nothing_when_refused() -> None:
-    assert list(decide(SessionState.of("s1"), StorageRefused("x"), CONFIG, ctx())) == []
+    assert list(decide_session(SessionState.of("s1"), StorageRefused("x"), CONFIG, ctx())) == []
 
 
 def test_jetstreams_no_storage_answers_are_told_from_the_others() -> None:

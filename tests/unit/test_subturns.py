@@ -44,7 +44,7 @@ from turnstream.core.session.decider import (
     Input,
     ProviderDone,
     Published,
-    decide,
+    decide_session,
 )
 from turnstream.core.session.outbound import Outbound, reply_key
 from turnstream.core.session.subturns import waiting_on
@@ -81,7 +81,7 @@ class Shell:
 
     def feed(self, item: Input) -> list[Event]:
         ctx = Context(now=self.now, new_id=self.ids, source="test/1")
-        decision = decide(self.state, item, self.config, ctx)
+        decision = decide_session(self.state, item, self.config, ctx)
         if isinstance(item, Fact):
             self.log.append(item.event)
         self.state = decision.state
@@ -414,7 +414,7 @@ def test_tool_hooks_see_runtime_calls_before_they_run() -> None:
         assert shell.outbox == []  # the hooks first
         turn = shell.state.chat.active
         assert turn is not None
-        decision = decide(shell.state, Tick(), shell.config, Context(T0, shell.ids, "t/1"))
+        decision = decide_session(shell.state, Tick(), shell.config, Context(T0, shell.ids, "t/1"))
         [hooks] = [e for e in decision.effects if isinstance(e, RunToolHooks)]
         [call] = hooks.calls
         assert call.tool == "spawn"

@@ -23,7 +23,7 @@ from turnstream.core.events import (
     TurnEnded,
     unmerged,
 )
-from turnstream.core.session import SessionState, decide, evolve, fold
+from turnstream.core.session import SessionState, evolve, fold, follow_session
 from turnstream.core.turn import (
     TurnConfig,
     compose_request,
@@ -99,11 +99,11 @@ def test_text_turn_walks_every_stage_in_order() -> None:
 
 def test_decide_stops_to_wait_for_the_provider() -> None:
     state = with_input(accepted(1))
-    events = decide(state, TurnConfig(), ctx())
+    events = follow_session(state, TurnConfig(), ctx())
     assert isinstance(events[-1], ProviderRequestStarted)
     state = fold(state, events)
     assert needs_provider_call(state.chat)
-    assert list(decide(state, TurnConfig(), ctx())) == []
+    assert list(follow_session(state, TurnConfig(), ctx())) == []
 
 
 def test_events_carry_turn_identity_and_a_causation_chain() -> None:
@@ -119,7 +119,7 @@ def test_events_carry_turn_identity_and_a_causation_chain() -> None:
 def test_request_is_composed_from_the_history() -> None:
     state, _ = run_turn(with_input(accepted(1, "first")), [success("one")])
     state = evolve(state, accepted(2, "second"))
-    state = fold(state, decide(state, TurnConfig(system_prompt="be brief"), ctx(Ids("x"))))
+    state = fold(state, follow_session(state, TurnConfig(system_prompt="be brief"), ctx(Ids("x"))))
     request = compose_request(state.chat, TurnConfig(system_prompt="be brief"))
     assert [(m.role, m.text) for m in request.messages] == [
         ("user", "first"),
@@ -179,14 +179,14 @@ def test_max_iterations_ends_the_turn_with_limit_exceeded() -> None:
 def test_input_during_a_turn_is_queued_then_runs_as_the_next_turn() -> None:
     config, c = TurnConfig(), ctx()
     state = with_input(accepted(1, "first"))
-    state = fold(state, decide(state, config, c))
+    state = fold(state, follow_session(state, config, c))
     state = evolve(state, accepted(2, "second"))
-    parked = decide(state, config, c)
+    parked = follow_session(state, config, c)
     assert kinds(parked) == ["FollowUpQueued"]
     assert parked[0].turn_id == "turn2"
     assert isinstance(parked[0], FollowUpQueued) and parked[0].data.behind_turn_id == "turn1"
     state = fold(state, parked)
-    assert list(decide(state, config, c)) == []  # still waiting for the provider
+    assert list(follow_session(state, config, c)) == []  # still waiting for the provider
     after = on_provider_result(state.chat, success("one"), config, c)
     # turn 1 ends, then turn 2 starts in the same decision
     names = kinds(after)
@@ -198,9 +198,9 @@ def test_input_during_a_turn_is_queued_then_runs_as_the_next_turn() -> None:
 def test_steer_during_a_turn_is_injected_before_the_next_compose() -> None:
     config, c = TurnConfig(max_output_continuations=1), ctx()
     state = with_input(accepted(1, "first"))
-    state = fold(state, decide(state, config, c))
+    state = fold(state, follow_session(state, config, c))
     state = evolve(state, accepted(2, "go shorter", kind="steer"))
-    steer = decide(state, config, c)
+    steer = follow_session(state, config, c)
     assert kinds(steer) == ["SteeringInjected"]
     assert isinstance(steer[0], SteeringInjected) and steer[0].turn_id == "turn1"
     state = fold(state, steer)
@@ -222,7 +222,7 @@ def test_a_late_provider_result_is_ignored() -> None:
 
 def test_turn_ended_for_another_turn_does_not_touch_the_active_one() -> None:
     state = with_input(accepted(1))
-    state = fold(state, decide(state, TurnConfig(), ctx()))
+    state = fold(state, follow_session(state, TurnConfig(), ctx()))
     foreign = TurnEnded.model_validate(
         {
             **accepted(9).model_dump(by_alias=True, exclude={"type", "data"}),
@@ -256,7 +256,7 @@ def test_each_prefix_of_a_turn_continues_to_the_same_end() -> None:
 def test_every_input_gets_exactly_one_terminal_event(texts, stops, fail_at) -> None:
     state = with_input(*[accepted(i, t) for i, t in enumerate(texts, 1)])
     config, c = TurnConfig(max_iterations=3, max_output_continuations=1), ctx()
-    log = list(decide(state, config, c))
+    log = list(follow_session(state, config, c))
     state = fold(state, log)
     calls = 0
     while needs_provider_call(state.chat):
@@ -277,7 +277,7 @@ def test_state_survives_a_json_round_trip() -> None:
     from turnstream.core.session import state_from_json, state_to_json
 
     state = with_input(accepted(1), accepted(2))
-    state = fold(state, decide(state, TurnConfig(), ctx()))
+    state = fold(state, follow_session(state, TurnConfig(), ctx()))
     assert state_from_json(state_to_json(state)) == state
     assert replace(state, chat=replace(state.chat, provider_calls=9)) != state
 
@@ -332,16 +332,16 @@ def test_tools_are_not_offered_to_a_model_without_tool_calling() -> None:
     state = with_input(accepted(1))
     for offer, expected in ((True, 1), (False, 0)):
         config = TurnConfig(tools=tools, offer_tools=offer)
-        decided = fold(state, decide(state, config, ctx()))
+        decided = fold(state, follow_session(state, config, ctx()))
         assert len(compose_request(decided.chat, config).tools) == expected
 
 
 def test_the_steer_policy_steers_a_message_that_arrives_mid_turn() -> None:
     config, c = TurnConfig(followup_policy="steer"), ctx()
     state = with_input(accepted(1, "first"))
-    state = fold(state, decide(state, config, c))
+    state = fold(state, follow_session(state, config, c))
     state = evolve(state, accepted(2, "actually, shorter"))
-    parked = decide(state, config, c)
+    parked = follow_session(state, config, c)
     assert kinds(parked) == ["SteeringInjected"] and parked[0].turn_id == "turn1"
 
 

@@ -19,7 +19,7 @@ from turnstream.core.events import (
     ToolInvocationRequested,
     TurnEnded,
 )
-from turnstream.core.session import SessionState, decide, fold
+from turnstream.core.session import SessionState, fold, follow_session
 from turnstream.core.turn import (
     HookVerdict,
     ToolCall,
@@ -70,7 +70,7 @@ class Driver:
     def __init__(self, config: TurnConfig = CONFIG, *names: str) -> None:
         self.config, self.c = config, ctx(Ids())
         self.state = fold(SessionState.of("s1"), [accepted(1, "do it")])
-        self.log = self.step(decide(self.state, config, self.c))
+        self.log = self.step(follow_session(self.state, config, self.c))
         self.log += self.step(
             on_provider_result(self.state.chat, tool_reply(*names), config, self.c)
         )
@@ -83,7 +83,7 @@ class Driver:
         out = []
         for f in facts:
             self.state = fold(self.state, [f])
-            out += self.step(decide(self.state, self.config, self.c))
+            out += self.step(follow_session(self.state, self.config, self.c))
         self.log += out
         return out
 
@@ -105,7 +105,7 @@ def test_each_call_is_proposed_in_order_then_the_turn_waits() -> None:
     assert [p.data.index for p in props] == [0, 1]
     assert [p.data.read_only for p in props] == [True, False]
     assert d.log[-1].type == "ToolInvocationProposed"
-    assert list(decide(d.state, CONFIG, d.c)) == []
+    assert list(follow_session(d.state, CONFIG, d.c)) == []
 
 
 def test_consecutive_read_only_calls_are_requested_together() -> None:
@@ -199,11 +199,13 @@ def test_max_iterations_counts_tool_rounds() -> None:
 def test_the_turn_wall_time_bound_ends_a_waiting_turn() -> None:
     d = Driver(TurnConfig(tools=TOOLS, max_turn_seconds=60), "read_file")
     later = ctx(Ids("t"), at=T0 + timedelta(seconds=61))
-    out = decide(d.state, d.config, later)
+    out = follow_session(d.state, d.config, later)
     ended = [e for e in out if isinstance(e, TurnEnded)]
     assert ended and ended[0].data.failure_class is FailureClass.TIMEOUT
     assert out[0].type == "StagePostFired" and out[0].data.outcome == "failed"
-    assert list(decide(d.state, d.config, ctx(Ids("u"), at=T0 + timedelta(seconds=59)))) == []
+    assert (
+        list(follow_session(d.state, d.config, ctx(Ids("u"), at=T0 + timedelta(seconds=59)))) == []
+    )
 
 
 def test_hooks_see_approved_calls_before_they_are_requested() -> None:
@@ -274,7 +276,7 @@ def test_stage_hooks_gate_receive_input_and_render() -> None:
     )
     c = ctx(Ids())
     state = fold(SessionState.of("s1"), [accepted(1, "my password is hunter2")])
-    events = decide(state, config, c)
+    events = follow_session(state, config, c)
     state = fold(state, events)
     assert (
         events[-1].type == "StagePreFired"
@@ -301,7 +303,7 @@ def test_a_stage_guard_abort_ends_the_turn_before_the_model_is_called() -> None:
     config = TurnConfig(stage_hooks=frozenset({HookPoint.RECEIVE_INPUT}))
     c = ctx(Ids())
     state = fold(SessionState.of("s1"), [accepted(1, "")])
-    state = fold(state, decide(state, config, c))
+    state = fold(state, follow_session(state, config, c))
     empty = StageHookVerdict(
         HookPoint.RECEIVE_INPUT, "abort_turn", "not-empty", reason="empty input"
     )
@@ -319,7 +321,7 @@ def test_a_tool_call_complete_mid_stream_is_proposed_and_run_before_the_stream_e
 
     c = ctx(Ids())
     state = fold(SessionState.of("s1"), [accepted(1, "go")])
-    log = decide(state, CONFIG, c)
+    log = follow_session(state, CONFIG, c)
     state = fold(state, log)
     call = ToolCall("c0", "read_file", {"path": "p0"})
     early = on_tool_call_ready(state.chat, call, T0, CONFIG, c)
@@ -328,7 +330,7 @@ def test_a_tool_call_complete_mid_stream_is_proposed_and_run_before_the_stream_e
     assert list(on_tool_call_ready(state.chat, call, T0, CONFIG, c)) == []  # once
     inv = early[-1].data.invocation_id
     state = fold(state, [approve(inv)])
-    running = decide(state, CONFIG, c)
+    running = follow_session(state, CONFIG, c)
     assert requested(running) == ["read_file"]  # runs while the model still streams
     state = fold(state, [*running, succeed(inv, "file text")])
     reply = dc_replace(success("", "tool_use"), tool_calls=(call, ToolCall("c1", "grep", {})))
@@ -350,8 +352,8 @@ def test_a_hard_interrupt_ends_the_turn_at_once_even_mid_call() -> None:
     assert out[0].type == "StagePostFired" and out[0].data.outcome == "failed"
     c = ctx(Ids("q"))
     state = fold(SessionState.of("s1"), [accepted(1)])
-    state = fold(state, decide(state, CONFIG, c))  # now waiting for the model
-    out = decide(fold(state, [interrupt("hard")]), CONFIG, c)
+    state = fold(state, follow_session(state, CONFIG, c))  # now waiting for the model
+    out = follow_session(fold(state, [interrupt("hard")]), CONFIG, c)
     assert [e.type for e in out][-2:] == ["TurnEnded", "SessionTurnEnd"]
 
 

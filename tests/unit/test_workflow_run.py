@@ -41,8 +41,15 @@ from turnstream.core.events import (
 )
 from turnstream.core.inputs import Tick
 from turnstream.core.session import SessionState, evolve, state_from_json, state_to_json
-from turnstream.core.session.decider import Effect, Input, ProviderDone, Providers, effects_of
-from turnstream.core.session.run import lane_step, next_wakeup, on_assert, turn_views
+from turnstream.core.session.decider import (
+    Effect,
+    Input,
+    ProviderDone,
+    Providers,
+    WorkflowHookSaid,
+    effects_of,
+)
+from turnstream.core.session.run import next_wakeup, turn_views
 from turnstream.core.turn import (
     ChatState,
     Context,
@@ -51,7 +58,6 @@ from turnstream.core.turn import (
     ToolInfo,
     TurnConfig,
     compose_request,
-    on_provider_result,
 )
 from turnstream.core.workflow.definition import RetryPolicy, StageDef, Step, WorkflowDef
 
@@ -291,13 +297,12 @@ def test_retry_reenters_act_in_the_same_transcript_up_to_max_attempts() -> None:
     sim.config = replace(sim.config, workflow_hooks=frozenset({"Assert"}))
     sim.answer("plan", complete("submit_plan", summary="v1"))
     execution = sim.of(StageEntered)[0].data.stage_execution_id
-    c = sim.c
-    sim.apply(on_assert(sim.state, execution, "retry", sim.config, c, reason="too vague"))
+    sim.decide(WorkflowHookSaid(execution, "Assert", "retry", reason="too vague"))
     request = sim.request("plan")
     assert request.messages[-1].text == "Retry (attempt 2): too vague"
     assert any(m.tool_calls for m in request.messages)  # the same transcript
     sim.answer("plan", complete("submit_plan", summary="v2"))
-    sim.apply(on_assert(sim.state, execution, "retry", sim.config, sim.c, reason="still"))
+    sim.decide(WorkflowHookSaid(execution, "Assert", "retry", reason="still"))
     verdicts = [e.data.verdict for e in sim.of(StageAssertOutcome)]
     assert verdicts == ["retry", "fail"]  # maxAttempts=2: no third attempt
     assert "maxAttempts=2" in (sim.of(StageExited)[0].data.result.reason or "")
@@ -553,16 +558,7 @@ def test_an_attach_during_a_chat_turn_runs_before_messages_sent_after_it() -> No
     chat.decide()
     turn = chat.state.chat.active
     assert turn is not None and turn.awaiting_provider
-    c = chat.c
-    chat.apply(
-        lane_step(
-            chat.state,
-            turn.turn_id,
-            chat.config,
-            c,
-            lambda lane, cfg: on_provider_result(lane, success("reply 1"), cfg, c),
-        )
-    )
+    chat.decide(ProviderDone(turn.turn_id, success("reply 1")))
     order = [
         ("turn", e.data.text) if isinstance(e, SessionTurnStart) else ("stage", e.data.stage)
         for e in chat.log

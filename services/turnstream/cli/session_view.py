@@ -233,7 +233,8 @@ def print_status(console: Console, state: dict[str, Any], last_seq: int) -> None
     console.print(line)
     active = state.get("active")
     if active:
-        stage = active.get("stage", "?")
+        phase = active.get("phase") or {}
+        stage = phase.get("stage") or phase.get("kind", "?")  # `core/turn/phases.py`
         round_ = active.get("iteration", 0)
         waiting = [c for c in active.get("calls", []) if isinstance(c, dict)]
         console.print(f"  active turn:  {active.get('turn_id')} at {stage} (round {round_})")

@@ -23,7 +23,7 @@ deciders (or a redelivery) produce the same ids and the log keeps one copy.
 Two processes apply these rules: the turn-runner `judge`s each call in the decision that
 proposes it (all but the prompts), so an auto call runs with no hop to another process;
 the approval service (`decide_input`) asks a person, one open prompt per session, for what
-`needs_person`. `decide` is both parts at once (the reference they are tested by).
+`needs_person`. `decide_approval` is both parts at once (the reference they are tested by).
 """
 
 from __future__ import annotations
@@ -228,7 +228,9 @@ def needs_person(event: Event) -> bool:
             return True
 
 
-def decide(state: ApprovalState, config: ApprovalConfig, now: datetime, source: str) -> list[Event]:
+def decide_approval(
+    state: ApprovalState, config: ApprovalConfig, now: datetime, source: str
+) -> list[Event]:
     """Every approval event that follows from `state` at time `now`: the whole decider,
     the turn-runner's verdicts (`judge`) and the approval service's prompts together."""
     step = partial(_next_step, config=config, now=now, source=source, judging=True)

@@ -1,13 +1,13 @@
 """One session's actor: a small interpreter over the session's decider.
 
-Each mailbox item is an input for `turnstream.core.session.decider.decide`. The actor
+Each mailbox item is an input for `turnstream.core.session.decider.decide_session`. The actor
 appends the decision's events (as one batch, conditional on `last_seq`; on a conflict it
 reloads the session and decides the same input again), performs the effects the new
 state asks for (model calls, hooks, timers), and feeds a hook's answer back as the next
 input, until the session is quiet (`turnstream.runtime.interpreter.run_until_quiet`). A
 model call runs on a side task; its outcome (and each tool call it streams) comes back
 through the inbox, so an input that arrives meanwhile is handled (queued or steered)
-while the model streams. The actor knows one entry point of the core (`decide`, once per
+while the model streams. The actor knows one entry point of the core (`decide_session`, once per
 input); a decision that asks only in-process context providers is held (`holds`) and
 appended with the next one, which decides their answer.
 
@@ -55,7 +55,7 @@ from turnstream.core.session.decider import (
     TimeTurns,
     ToolCallReady,
     ToolHooksSaid,
-    decide,
+    decide_session,
 )
 from turnstream.core.session.outbound import Outbound
 from turnstream.core.session.subturns import waiting_on
@@ -263,7 +263,9 @@ class SessionActor:
                         item = _refold(item)
             if self.refused is not None:  # the turns in flight end first, and nothing else
                 item = StorageRefused(self.refused)
-            decision = decide(self.state, item, self.config, self.context()).after(self.held)
+            decision = decide_session(self.state, item, self.config, self.context()).after(
+                self.held
+            )
             if not decision and self.refused is not None:
                 self.refused, self.refusals = None, 0  # no turn was left in flight
             if not decision or self.holds(decision):

@@ -24,6 +24,10 @@ EVERY = 200
 """A reload that had to read more events than this writes a snapshot."""
 MAX_BYTES = 900_000
 """Larger snapshots are not kept (a KV value must fit in one message)."""
+FORMAT = 2
+"""The shape of the state a snapshot holds: one of another shape is not read (the log is
+replayed instead). 2: a turn's phase (`core/turn/phases.py`), its interrupt and abort as
+records, a stage's Act its stage execution's (`StageRun.act`)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ async def load(kv: Any, session_id: str) -> Snapshot | None:
         return None
     try:
         body = orjson.loads(entry.value)
+        if body.get("format") != FORMAT:
+            return None  # its state has another shape; the log is the truth
         if "security_mode" not in body["state"]:
             return None  # written before the runner judged calls: it lacks their proposals
         state = state_from_json(orjson.dumps(body["state"]))
@@ -57,7 +63,8 @@ async def load(kv: Any, session_id: str) -> Snapshot | None:
 
 
 async def save(kv: Any, state: SessionState, seq: int, events: int | None) -> None:
-    head = b'{"seq":%d,' % seq + (b'"events":%d,' % events if events is not None else b"")
+    head = b'{"format":%d,"seq":%d,' % (FORMAT, seq)
+    head += b'"events":%d,' % events if events is not None else b""
     body = head + b'"state":%s}' % state_to_json(state)
     if len(body) > MAX_BYTES:
         return

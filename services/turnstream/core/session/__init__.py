@@ -18,7 +18,7 @@ import orjson
 from pydantic import TypeAdapter
 
 from turnstream.core.session.fold import evolve, fold
-from turnstream.core.session.run import decide
+from turnstream.core.session.run import follow_session
 from turnstream.core.session.state import SessionState
 from turnstream.core.turn.state import ChatState
 
@@ -48,9 +48,9 @@ def state_from_json(data: bytes) -> SessionState:
 
 __all__ = [
     "SessionState",
-    "decide",
     "evolve",
     "fold",
+    "follow_session",
     "state_from_json",
     "state_to_json",
 ]

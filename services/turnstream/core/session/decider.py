@@ -56,13 +56,13 @@ from turnstream.core.session.outbound import Outbound
 from turnstream.core.session.run import (
     GATE,
     awaiting_workflow_hooks,
-    lane_step,
+    follow_session,
     next_wakeup,
-    on_assert,
-    on_gate,
+    record_assert,
+    record_gate,
+    record_on_turn,
     turn_views,
 )
-from turnstream.core.session.run import decide as decide_session
 from turnstream.core.session.state import SessionState
 from turnstream.core.turn import (
     ChatState,
@@ -127,7 +127,7 @@ class StageHooksSaid:
 @dataclass(frozen=True, slots=True)
 class WorkflowHookSaid:
     """What the first workflow hook that answered at `point` (`CheckGate` or `Assert`)
-    said about the stage execution; `decide` reads it as that point's outcome."""
+    said about the stage execution; `decide_session` reads it as that point's outcome."""
 
     execution_id: str
     point: str
@@ -228,14 +228,16 @@ SessionDecision = Decision[SessionState, Effect]
 """What the session's decider answers: the events, the state they fold to, its effects."""
 
 
-def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) -> SessionDecision:
+def decide_session(
+    state: SessionState, input: Input, config: TurnConfig, ctx: Context
+) -> SessionDecision:
     """The events that follow from `input` in `state`, the state they fold to, and the
     effects that state asks for."""
     if isinstance(input, Fact):
         state = evolve(state, input.event)
     config = with_agent(config, state.agent, state.security_mode)
     step = _step(state, input, config, ctx)
-    decided = decide_session(step.state, config, ctx).after(step)
+    decided = follow_session(step.state, config, ctx).after(step)
     # a stage left and the next entered are one event: it folds to the same state
     events = merged_stages(decided.events)
     return Decision(events, decided.state, effects_of(decided.state, config, ctx.now))
@@ -244,7 +246,8 @@ def decide(state: SessionState, input: Input, config: TurnConfig, ctx: Context) 
 def _step(
     state: SessionState, input: Input, config: TurnConfig, ctx: Context
 ) -> Decision[SessionState]:
-    """What `input` itself records; `decide` then decides what follows from it."""
+    """What `input` itself records; `decide_session` then decides what follows from it, once for
+    the whole session (a turn's answer records on its turn and decides nothing here)."""
     match input:
         case Fact() | Tick():
             return Decision((), state)  # the fact is folded in: what follows is all
@@ -253,35 +256,33 @@ def _step(
             sent += outbound.refused(state, dict(refused), config, ctx)
             return Decision(tuple(sent), fold(state, sent))
         case ProviderDone(turn_id=turn_id, outcome=result):
-            return lane_step(
-                state, turn_id, config, ctx, lambda s, c: record_provider_result(s, result, c, ctx)
+            return record_on_turn(
+                state, turn_id, config, lambda s, c: record_provider_result(s, result, c, ctx)
             )
         case ToolCallReady(turn_id=turn_id, call=call, first_byte_at=at):
-            return lane_step(
+            return record_on_turn(
                 state,
                 turn_id,
                 config,
-                ctx,
                 lambda s, c: record_tool_call_ready(s, call, at, c, ctx),
             )
         case ToolHooksSaid(turn_id=turn_id, verdicts=verdicts):
             said = list(verdicts)
-            return lane_step(
-                state, turn_id, config, ctx, lambda s, c: record_hook_verdicts(s, said, c, ctx)
+            return record_on_turn(
+                state, turn_id, config, lambda s, c: record_hook_verdicts(s, said, c, ctx)
             )
         case StageHooksSaid(turn_id=turn_id, verdict=stage_verdict):
-            return lane_step(
+            return record_on_turn(
                 state,
                 turn_id,
                 config,
-                ctx,
                 lambda s, c: record_stage_hooks(s, stage_verdict, c, ctx),
             )
         case WorkflowHookSaid():
             return _workflow_hook_said(state, input, config, ctx)
         case ContextGathered(turn_id=turn_id, results=results):
-            return lane_step(
-                state, turn_id, config, ctx, lambda s, c: record_context(s, results, c, ctx)
+            return record_on_turn(
+                state, turn_id, config, lambda s, c: record_context(s, results, c, ctx)
             )
         case StorageRefused(reason=reason):
             return _storage_refused(state, reason, config, ctx)
@@ -292,20 +293,20 @@ def _step(
 def _storage_refused(
     state: SessionState, reason: str, config: TurnConfig, ctx: Context
 ) -> Decision[SessionState]:
-    """Each turn live in `state` ended failed (`storage_full`), one after the other, and
-    what follows each end (a workflow's stage failing, the next queued input starting)."""
-    decided: Decision[SessionState] = Decision((), state)
+    """Each turn live in `state` ended failed (`storage_full`), one after the other (what
+    follows the ends, a workflow's stage failing or the next queued input starting, is
+    decided after them all)."""
+    recorded: Decision[SessionState] = Decision((), state)
     for view, _ in turn_views(state, config):
         assert view.active is not None
-        ended = lane_step(
-            decided.state,
+        ended = record_on_turn(
+            recorded.state,
             view.active.turn_id,
             config,
-            ctx,
             lambda s, _c: record_storage_refused(s, reason, ctx),
         )
-        decided = ended.after(decided)
-    return decided
+        recorded = ended.after(recorded)
+    return recorded
 
 
 def _workflow_hook_said(
@@ -315,9 +316,9 @@ def _workflow_hook_said(
     execution, hook, reason = said.execution_id, said.hook, said.reason
     if said.point == GATE:
         outcome = gate_outcome(said.verdict)
-        return on_gate(state, execution, outcome, config, ctx, gate=hook, reason=reason)
+        return record_gate(state, execution, outcome, ctx, gate=hook, reason=reason)
     verdict = assert_verdict(said.verdict)
-    return on_assert(state, execution, verdict, config, ctx, asserter=hook, reason=reason)
+    return record_assert(state, execution, verdict, ctx, asserter=hook, reason=reason)
 
 
 def effects_of(state: SessionState, config: TurnConfig, now: datetime) -> tuple[Effect, ...]:

@@ -41,7 +41,7 @@ from turnstream.core.session import subturns
 from turnstream.core.session.state import SessionState, Unanswered
 from turnstream.core.turn.changes import is_active
 from turnstream.core.turn.evolve import evolve as evolve_turn
-from turnstream.core.turn.state import ChatState
+from turnstream.core.turn.state import Act, ChatState
 from turnstream.core.workflow.definition import WorkflowDef
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 
@@ -221,33 +221,10 @@ def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
                 wait_until=data.retry_at,
                 status="act" if data.outcome == "pass" else "gate",
             )
-        case StageCompletionChecked(data=data):
-            checked = run.lane_of(data.stage_execution_id)
-            if checked is None:
-                return run
-            parsed = data.parsed if data.outcome == "accepted" else checked.parsed
-            lane = evolve_turn(checked.lane, event)
-            capped = data.outcome == "cap_hit"
-            return _replace(run, with_changes(checked, lane=lane, parsed=parsed, cap_hit=capped))
-        case StageAssertOutcome(data=data):
-            asserted = run.lane_of(data.stage_execution_id)
-            if asserted is None:
-                return run
-            lane = evolve_turn(asserted.lane, event)
-            if data.verdict != "retry":
-                final = with_changes(
-                    asserted, lane=lane, asserted=data.verdict, assert_reason=data.reason
-                )
-                return _replace(run, final)
-            retried = with_changes(
-                asserted,
-                lane=lane,
-                attempt=data.attempt + 1,
-                wait_until=data.retry_at,
-                parsed=None,
-                cap_hit=False,
-            )
-            return _replace(run, retried)
+        case StageCompletionChecked():
+            return _act_checked(run, event)
+        case StageAssertOutcome():
+            return _asserted(run, event)
         case StageCancelled(data=data):
             why = f"{data.cause}: {data.reason}"
             return _update(
@@ -267,6 +244,49 @@ def _evolve_run(run: WorkflowRun, event: Event) -> WorkflowRun | None:
                 return with_changes(_attached(run.queued[0]), queued=run.queued[1:])
             return with_changes(run, status=data.status, reason=data.reason)
     return None
+
+
+def _act_checked(run: WorkflowRun, event: StageCompletionChecked) -> WorkflowRun:
+    """The completion channel judged a stage's response: its result, or its Act's end."""
+    data = event.data
+    checked = run.lane_of(data.stage_execution_id)
+    if checked is None:
+        return run
+    parsed = data.parsed if data.outcome == "accepted" else checked.parsed
+    lane = evolve_turn(checked.lane, event)
+    capped = data.outcome == "cap_hit"
+    act = checked.act
+    if is_active(checked.lane, event):
+        done = data.outcome in ("accepted", "cap_hit", "interrupted")
+        act = Act(act.start, data.iteration, done)
+    changes = {"lane": lane, "parsed": parsed, "cap_hit": capped, "act": act}
+    return _replace(run, with_changes(checked, **changes))
+
+
+def _asserted(run: WorkflowRun, event: StageAssertOutcome) -> WorkflowRun:
+    """Assert's verdict on a stage: final (Exit follows), or Act again."""
+    data = event.data
+    asserted = run.lane_of(data.stage_execution_id)
+    if asserted is None:
+        return run
+    lane = evolve_turn(asserted.lane, event)
+    if data.verdict != "retry":
+        final = with_changes(asserted, lane=lane, asserted=data.verdict, assert_reason=data.reason)
+        return _replace(run, final)
+    act = asserted.act
+    turn = asserted.lane.active
+    if turn is not None and is_active(asserted.lane, event):
+        act = Act(turn.iteration, act.checked, False)  # Act again from this round
+    retried = with_changes(
+        asserted,
+        lane=lane,
+        act=act,
+        attempt=data.attempt + 1,
+        wait_until=data.retry_at,
+        parsed=None,
+        cap_hit=False,
+    )
+    return _replace(run, retried)
 
 
 def _role(run: WorkflowRun, stage_id: str, step: int) -> Literal["stage", "join"]:

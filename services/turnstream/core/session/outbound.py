@@ -17,72 +17,43 @@ not sent: `MessageDropped{hop_limit}` (and a `send_message` or `spawn` call fail
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
-
 import orjson
 
-from turnstream.core.commands import MAX_TEXT_CHARS
 from turnstream.core.events import (
     Event,
     FailureClass,
-    MessageCause,
     MessageDropped,
     MessageDroppedData,
     MessageSent,
     MessageSentData,
-    ParentRef,
     SubTurnSpawned,
-    SubTurnSpawnedData,
     ToolError,
     ToolInvocationFailed,
     ToolInvocationFailedData,
     ToolInvocationSucceeded,
     ToolInvocationSucceededData,
 )
-from turnstream.core.session.state import Child, SessionState, Unanswered
+from turnstream.core.session.messages import (
+    Outbound,
+    call_message,
+    interrupt_message,
+    rejection_message,
+    reply_key,
+    reply_message,
+)
+from turnstream.core.session.state import SessionState
 from turnstream.core.session.subturns import child_event, filed, find_child, spawned_by
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.runtime_calls import (
     budget_share,
-    child_session_id,
     judged_with_shares,
     problem,
 )
 from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
-    ActiveTurn,
     Context,
-    ToolCallState,
     TurnConfig,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Outbound:
-    """One message the session's state wants delivered."""
-
-    key: str
-    """Its idempotency key and `Nats-Msg-Id`."""
-    to: str
-    command: dict[str, Any]
-    """The inbound command, as JSON (`turnstream.core.commands`)."""
-    cause: MessageCause
-    kind: Literal["message", "interrupt"] = "message"
-    hops: int = 0
-    invocation_id: str | None = None
-    in_reply_to: str | None = None
-    spawned: SubTurnSpawnedData | None = None
-    expect_reply: bool = False
-    rejected: Unanswered | None = None
-    """A rejected input's reply (filed under the rejection's turn)."""
-
-    def payload(self) -> bytes:
-        return orjson.dumps(self.command)
-
-
-def reply_key(turn_id: str) -> str:
-    return f"reply:{turn_id}"
 
 
 def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
@@ -91,21 +62,21 @@ def wanted(state: SessionState, config: TurnConfig) -> list[Outbound]:
     turn = state.chat.active
     if turn is not None:
         if (
-            turn.ended is not None
+            turn.end is not None
             and turn.reply_to is not None
-            and not turn.reply_settled
+            and not turn.end.reply_settled
             and turn.hops + 1 <= config.max_hops
         ):
-            out.append(_reply(state, turn))
+            out.append(reply_message(state, turn))
         for call, error, share in judged_with_shares(turn, config, spawned_by(state)):
             if error is None:
-                out.append(_for_call(state, turn, call, config, share))
+                out.append(call_message(state, turn, call, config, share))
     for child in state.children:
         if child.interrupt is not None and not child.interrupt_sent and child.status == "running":
-            out.append(_interrupt(state, child))
+            out.append(interrupt_message(state, child))
     for rejected in state.unanswered:
         if rejected.hops + 1 <= config.max_hops:
-            out.append(_rejection(state, rejected))
+            out.append(rejection_message(state, rejected))
     return out
 
 
@@ -226,7 +197,7 @@ def _went_out(
             continue
         if problem(turn, call, config, spawned) is not None:
             continue
-        o = _for_call(state, turn, call, config, budget_share(turn, config, spawned, 0))
+        o = call_message(state, turn, call, config, budget_share(turn, config, spawned, 0))
         if o.key in keys and o.key not in listed:
             out.append(o)
     return out
@@ -238,179 +209,6 @@ def _succeeded(b: Builder, o: Outbound, output: str) -> Event:
         invocation_id=o.invocation_id, output=output, size=len(output), duration_ms=0.0
     )
     return b.make(ToolInvocationSucceeded, data)
-
-
-def _sender(state: SessionState) -> dict[str, str]:
-    return {"kind": "agent", "id": state.session_id}
-
-
-def _reply(state: SessionState, turn: ActiveTurn) -> Outbound:
-    assert turn.reply_to is not None and turn.ended is not None
-    if turn.ended == "completed":
-        text = turn.reply or "(the turn completed with no text)"
-    else:
-        why = f" ({turn.failure})" if turn.failure else ""
-        text = f"turn {turn.ended}{why}: {turn.end_reason or 'no reason given'}"
-    return _answer(
-        state,
-        turn.turn_id,
-        turn.reply_to,
-        turn.input_key,
-        turn.hops,
-        text,
-        turn.ended,
-        turn.failure,
-    )
-
-
-def _rejection(state: SessionState, rejected: Unanswered) -> Outbound:
-    return _answer(
-        state,
-        rejected.turn_id,
-        rejected.reply_to,
-        rejected.key,
-        rejected.hops,
-        f"turn failed (invalid_input): {rejected.reason}",
-        "failed",
-        FailureClass.INVALID_INPUT,
-        rejected,
-    )
-
-
-def _answer(
-    state: SessionState,
-    turn_id: str,
-    to: str,
-    in_reply_to: str,
-    hops: int,
-    text: str,
-    status: str,
-    failure: str | None,
-    rejected: Unanswered | None = None,
-) -> Outbound:
-    """The message that answers a turn's input at its `replyTo` (the turn's reply, or the
-    gateway's rejection of it), `inReplyTo` the input's key."""
-    key = reply_key(turn_id)
-    outcome = {"turnId": turn_id, "status": status, "failureClass": failure}
-    command = {
-        "type": "message",
-        "sessionId": to,
-        "chatId": to,
-        "sender": _sender(state),
-        "text": text[:MAX_TEXT_CHARS],
-        "idempotencyKey": key,
-        "inReplyTo": in_reply_to or None,
-        "hops": hops + 1,
-        "outcome": {k: v for k, v in outcome.items() if v is not None},
-    }
-    return Outbound(
-        key,
-        to,
-        _compact(command),
-        "replyTo",
-        hops=hops + 1,
-        in_reply_to=in_reply_to or None,
-        rejected=rejected,
-    )
-
-
-def _for_call(
-    state: SessionState,
-    turn: ActiveTurn,
-    call: ToolCallState,
-    config: TurnConfig,
-    share: int = 0,
-) -> Outbound:
-    args, hops = call.args, turn.hops + 1
-    if call.tool == "send_message":
-        to, expect = str(args["to"]), bool(args.get("expectReply", False))
-        key = f"msg:{call.invocation_id}"
-        command = {
-            "type": "message",
-            "sessionId": to,
-            "chatId": to,
-            "sender": _sender(state),
-            "text": args["text"],
-            "idempotencyKey": key,
-            "hops": hops,
-            "replyTo": state.session_id if expect else None,
-        }
-        return Outbound(
-            key,
-            to,
-            _compact(command),
-            "send_message",
-            hops=hops,
-            invocation_id=call.invocation_id,
-            expect_reply=expect,
-        )
-    child = child_session_id(state.session_id, call.invocation_id)
-    key = f"spawn:{call.invocation_id}"
-    agent = args.get("agent") or config.agent
-    depth = turn.depth + 1
-    spawned = SubTurnSpawnedData(
-        invocation_id=call.invocation_id,
-        child_session_id=child,
-        agent=agent,
-        mode=args.get("mode", "sync"),
-        depth=depth,
-        task=args["task"],
-        idempotency_key=key,
-        deadline_s=config.subturn_deadline_s,
-        budget=share,
-    )
-    parent = ParentRef(
-        session_id=state.session_id,
-        turn_id=turn.turn_id,
-        invocation_id=call.invocation_id,
-        depth=depth,
-        budget=share,
-    )
-    command = {
-        "type": "message",
-        "sessionId": child,
-        "chatId": child,
-        "sender": _sender(state),
-        "text": args["task"],
-        "idempotencyKey": key,
-        "hops": hops,
-        "replyTo": state.session_id,
-        "agent": agent,
-        "parent": parent.model_dump(mode="json", by_alias=True),
-    }
-    return Outbound(
-        key,
-        child,
-        _compact(command),
-        "subturn",
-        hops=hops,
-        invocation_id=call.invocation_id,
-        spawned=spawned,
-    )
-
-
-def _interrupt(state: SessionState, child: Child) -> Outbound:
-    key = f"interrupt:{child.invocation_id}"
-    command = {
-        "type": "interrupt",
-        "sessionId": child.session_id,
-        "chatId": child.session_id,
-        "sender": _sender(state),
-        "idempotencyKey": key,
-        "mode": child.interrupt,
-    }
-    return Outbound(
-        key,
-        child.session_id,
-        command,
-        "subturn",
-        kind="interrupt",
-        invocation_id=child.invocation_id,
-    )
-
-
-def _compact(command: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in command.items() if v is not None}
 
 
 __all__ = [

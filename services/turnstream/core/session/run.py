@@ -14,7 +14,7 @@
     when every sibling succeeded; a failed stage with an `onFail` branch runs it
     ─► WorkflowExit{completed | failed | cancelled}
 
-`decide` here and `evolve`/`fold` in `fold.py` are the session-level ones
+`follow_session` here and `evolve`/`fold` in `fold.py` are the session-level ones
 (`turnstream.core.session` exports them): without a workflow they are exactly the turn's.
 The events of each lifecycle step are built in `build.py`.
 """
@@ -30,16 +30,14 @@ from turnstream.core.events import (
     Event,
     FollowUpQueued,
     FollowUpQueuedData,
-    StageResult,
 )
 from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.immutable import with_changes
 from turnstream.core.session import outbound, subturns
 from turnstream.core.session.fold import fold
+from turnstream.core.session.run_steps import after_executions, enter_step
 from turnstream.core.session.state import SessionState
-from turnstream.core.turn.answers import then_decide
 from turnstream.core.turn.builder import Builder
-from turnstream.core.turn.decide import decide as decide_turn
 from turnstream.core.turn.decide import next_step
 from turnstream.core.turn.state import ChatState, Context, StageSpec, TurnConfig
 from turnstream.core.workflow.build import (
@@ -60,7 +58,7 @@ from turnstream.core.workflow.definition import ASSERT, GATE
 from turnstream.core.workflow.state import StageRun, WorkflowRun
 
 
-def decide(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
+def follow_session(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
     """Every event that follows from `state` without an outside effect, in order."""
     run = state.workflow
     if run is None or not run.open:
@@ -129,6 +127,7 @@ def lane_config(
         completion_tool=stage.completion_tool,
         completion_schema=stage.completion_schema,
         turn_cap=stage.turn_cap,
+        act=ex.act,
     )
     return with_changes(config, stage=spec, system_prompt=ex.system, stage_hooks=frozenset())
 
@@ -145,45 +144,36 @@ def turn_views(state: SessionState, config: TurnConfig) -> list[tuple[ChatState,
     return views
 
 
-class LaneStep(Protocol):
+class TurnRecord(Protocol):
     """What an answer to a turn (a provider result, hook verdicts, …) records on a chat: the
-    session's own, or a stage's lane (None: nothing; `turnstream.core.turn.decide`'s
-    `record_*`). What follows is decided by the chat's decider (`lane_step`)."""
+    session's own, or a stage's lane (None: nothing; `turnstream.core.turn.answers`'
+    `record_*`). What follows is the session's to decide, once (`follow_session`)."""
 
     def __call__(self, state: ChatState, config: TurnConfig, /) -> Decision[ChatState] | None: ...
 
 
-def lane_step(
-    state: SessionState,
-    turn_id: str,
-    config: TurnConfig,
-    ctx: Context,
-    step: LaneStep,
+def record_on_turn(
+    state: SessionState, turn_id: str, config: TurnConfig, record: TurnRecord
 ) -> Decision[SessionState]:
-    """Apply a turn-level step (a provider result, hook verdicts) to the turn `turn_id`,
-    the chat turn or a stage's, then decide what follows for the whole session."""
+    """What an answer to the turn `turn_id` (the chat's or a stage's) records, folded into
+    the session; nothing follows here (the session's decider decides that once)."""
     run = state.workflow
     ex = run.lane_of(turn_id) if run is not None else None
     if ex is None or run is None:
         if state.chat.active is None or state.chat.active.turn_id != turn_id:
             return Decision((), state)
-        own = chat_config(state, config)
-        recorded = step(state.chat, own)
+        recorded = record(state.chat, chat_config(state, config))
         if recorded is None:
             return Decision((), state)
         # `recorded` folded its events into the chat already, and the session's fold has
         # nothing of its own in them (provider, stage, hook, context and tool-call events)
-        chat = chat_steps(with_changes(state, chat=recorded.state), own, ctx).after(recorded)
-        if run is None or not run.open:
-            return chat  # the chat's decider has decided everything that follows
-        return decide(chat.state, config, ctx).after(chat)
+        return Decision(recorded.events, with_changes(state, chat=recorded.state))
     if ex.status != "act":
         return Decision((), state)
-    lane_cfg = lane_config(config, run, ex, state)
-    lane = then_decide(step(ex.lane, lane_cfg), ex.lane, lane_cfg, ctx)
-    if not lane:
+    recorded = record(ex.lane, lane_config(config, run, ex, state))
+    if recorded is None:
         return Decision((), state)
-    return decide(fold(state, lane), config, ctx).after(lane)
+    return Decision(recorded.events, fold(state, recorded.events))
 
 
 def awaiting_workflow_hooks(
@@ -199,13 +189,8 @@ def awaiting_workflow_hooks(
             continue
         if ex.status == "gate" and GATE in config.workflow_hooks:
             now_waiting.append((GATE, ex))
-        turn = ex.lane.active
-        if (
-            ex.status == "act"
-            and turn is not None
-            and turn.act_done
-            and ASSERT in config.workflow_hooks
-        ):
+        acted = ex.status == "act" and ex.lane.active is not None and ex.act.done
+        if acted and ASSERT in config.workflow_hooks:
             now_waiting.append((ASSERT, ex))
     return now_waiting
 
@@ -223,45 +208,44 @@ def next_wakeup(state: SessionState, now: datetime) -> datetime | None:
     return min(times) if times else None
 
 
-def on_gate(
+def record_gate(
     state: SessionState,
     execution_id: str,
     outcome: Literal["pass", "defer", "block"],
-    config: TurnConfig,
     ctx: Context,
     *,
     gate: str | None = None,
     reason: str | None = None,
 ) -> Decision[SessionState]:
-    """Record a gate's answer; `resolutionPolicy` says what defer and block do."""
+    """Record a gate's answer (`resolutionPolicy` says what defer and block do); what
+    follows is the session's decider's."""
     run = state.workflow
     ex = run.lane_of(execution_id) if run is not None else None
     if run is None or ex is None or ex.status != "gate":
         return Decision((), state)
     events = gate_events(run, ex, outcome, ctx, gate=gate, reason=reason)
-    return decide(fold(state, events), config, ctx).after(events)
+    return Decision(tuple(events), fold(state, events))
 
 
-def on_assert(
+def record_assert(
     state: SessionState,
     execution_id: str,
     verdict: Literal["ok", "retry", "fail"],
-    config: TurnConfig,
     ctx: Context,
     *,
     asserter: str | None = None,
     reason: str | None = None,
 ) -> Decision[SessionState]:
-    """Record an assert hook's verdict and what follows (Act again, or Exit)."""
+    """Record an assert hook's verdict (Act again, or Exit); what follows is the session's
+    decider's."""
     run = state.workflow
     ex = run.lane_of(execution_id) if run is not None else None
     if run is None or ex is None or ex.status != "act":
         return Decision((), state)
-    turn = ex.lane.active
-    if turn is None or not turn.act_done:
+    if ex.lane.active is None or not ex.act.done:
         return Decision((), state)
     events = assert_events(run, ex, verdict, reason, ctx, asserter=asserter)
-    return decide(fold(state, events), config, ctx).after(events)
+    return Decision(tuple(events), fold(state, events))
 
 
 def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequence[Event]:
@@ -275,7 +259,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequenc
     if run.status == "attached":
         if state.chat.active is not None:
             return []
-        return _enter_step(state, run, 0, (), ctx)
+        return enter_step(state, run, 0, (), ctx)
     repaired = _repair(state, run, ctx)
     if repaired:
         return repaired
@@ -289,7 +273,7 @@ def _next_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequenc
             events = _advance(state, run, ex, config, ctx)
             if events:
                 return events
-    return _after_executions(state, run, ctx)
+    return after_executions(state, run, ctx)
 
 
 def _park_inputs(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
@@ -313,28 +297,30 @@ def _advance(
         return []
     if ex.status == "gate":
         if GATE in config.workflow_hooks:
-            return []  # the shell asks the gate, then `on_gate`
+            return []  # the shell asks the gate, then `record_gate`
         return gate_events(run, ex, "pass", ctx)
     turn = ex.lane.active
     if turn is None:  # the stage's turn ended on its own: a provider error, a bound
         reason = f"the stage turn failed: {ex.failure or 'it ended'}"
         return exit_events(run, ex, result_of(ex, "fail", reason), ctx, run.last_event_id)
-    if turn.ended is not None:
-        return decide_turn(ex.lane, lane_config(config, run, ex, state), ctx).events
+    if turn.end is not None:
+        return next_step(ex.lane, lane_config(config, run, ex, state), ctx)
     if ex.asserted is not None:  # Assert is recorded, its Exit was not (a crash between)
         result = result_of(ex, ex.asserted, ex.assert_reason)
         return exit_events(run, ex, result, ctx, turn.last_event_id)
-    if turn.act_done:
+    if ex.act.done:
         if run.interrupt is not None and ex.parsed is None:  # summarised and stopped
             return cancel(run, [ex], "interrupted", "graceful interrupt", ctx)
         if ASSERT in config.workflow_hooks:
-            return []  # the shell asks the assert hook, then `on_assert`
+            return []  # the shell asks the assert hook, then `record_assert`
         if ex.parsed is not None and not ex.cap_hit:
             return assert_events(run, ex, "ok", None, ctx)
         stage = stage_of(run, ex)
         reason = f"turnCap={stage.turn_cap} rounds passed without a valid {stage.completion_tool}"
         return assert_events(run, ex, "fail", reason, ctx)
-    return decide_turn(ex.lane, lane_config(config, run, ex, state), ctx).events
+    # one step of the stage's turn: where its Act stands is the stage's (`StageRun.act`),
+    # which the session's fold moves on and `lane_config` hands the next step
+    return next_step(ex.lane, lane_config(config, run, ex, state), ctx)
 
 
 def _repair(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
@@ -359,100 +345,15 @@ def _repair(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
     return events
 
 
-def _after_executions(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
-    """Nothing to do inside a stage: move the step on, fail it, or end the run."""
-    current = run.current()
-    step = run.step_def()
-    failed = [ex for ex in current if ex.result is not None and not ex.succeeded]
-    running = [ex for ex in current if ex.running]
-    if running:
-        siblings = [ex for ex in failed if ex.role == "stage"]
-        others = [ex for ex in running if ex.role == "stage"]
-        if siblings and step.parallel and others:
-            first = siblings[0]
-            why = f"sibling {first.stage_id} failed: {_why(first)}"
-            return cancel(run, others, "ParallelSiblingFailure", why, ctx)
-        return []
-    recover = next((ex for ex in current if ex.role == "recover"), None)
-    if recover is not None:
-        if recover.succeeded:
-            return _next_workflow_step(state, run, ctx)
-        why = f"recover stage {recover.stage_id} failed too: {_why(recover)}"
-        return [exit_run(state.session_id, run, "failed", "StageFailed", why, ctx)]
-    if failed:
-        first = failed[0]
-        branch = run.definition.on_fail.get(first.stage_id)
-        if branch is not None and run.interrupt is None:
-            assert first.result is not None
-            return enter(
-                state.session_id, run, branch, run.step, (first.result,), ctx, recovers=first
-            )
-        if step.parallel and first.role == "stage":
-            kind = "ParallelSiblingFailure"
-        elif first.status == "init_failed":
-            kind = "StageInitFailed"
-        else:
-            kind = "StageFailed"
-        return [
-            exit_run(state.session_id, run, "failed", kind, f"{first.stage_id}: {_why(first)}", ctx)
-        ]
-    if step.join is not None and not any(ex.role == "join" for ex in current):
-        if run.interrupt is not None:
-            return [exit_run(state.session_id, run, "cancelled", "interrupted", "interrupted", ctx)]
-        results = _step_results(run, current)
-        return enter(state.session_id, run, step.join, run.step, results, ctx)
-    return _next_workflow_step(state, run, ctx)
-
-
-def _why(ex: StageRun) -> str:
-    return (ex.result.reason if ex.result else None) or "no reason given"
-
-
-def _step_results(run: WorkflowRun, current: list[StageRun]) -> tuple[StageResult, ...]:
-    """What a step hands on: the recover branch's, the join's, or the siblings' results."""
-    for role in ("recover", "join"):
-        found = [ex.result for ex in current if ex.role == role and ex.result is not None]
-        if found:
-            return (found[-1],)
-    step = run.step_def()
-    by_stage = {ex.stage_id: ex.result for ex in current if ex.result is not None}
-    return tuple(by_stage[s] for s in step.stages if s in by_stage)
-
-
-def _next_workflow_step(state: SessionState, run: WorkflowRun, ctx: Context) -> list[Event]:
-    if run.interrupt is not None:
-        return [exit_run(state.session_id, run, "cancelled", "interrupted", "interrupted", ctx)]
-    nxt = run.step + 1
-    if nxt >= len(run.definition.steps):
-        return [exit_run(state.session_id, run, "completed", None, None, ctx)]
-    return _enter_step(state, run, nxt, _step_results(run, run.current()), ctx)
-
-
-def _enter_step(
-    state: SessionState,
-    run: WorkflowRun,
-    index: int,
-    upstream: tuple[StageResult, ...],
-    ctx: Context,
-) -> list[Event]:
-    step = run.definition.steps[index]
-    if not step.parallel:
-        return enter(state.session_id, run, step.stages[0], index, upstream, ctx)
-    events: list[Event] = []
-    for stage_id in step.stages:  # siblings see no upstream
-        events += enter(state.session_id, run, stage_id, index, (), ctx)
-    return events
-
-
 __all__ = [
     "ASSERT",
     "GATE",
     "awaiting_workflow_hooks",
-    "decide",
+    "follow_session",
     "lane_config",
-    "lane_step",
     "next_wakeup",
-    "on_assert",
-    "on_gate",
+    "record_assert",
+    "record_gate",
+    "record_on_turn",
     "turn_views",
 ]

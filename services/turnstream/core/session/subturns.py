@@ -48,8 +48,9 @@ from turnstream.core.events import (
 from turnstream.core.immutable import with_changes
 from turnstream.core.session.state import Child, ChildResult, SessionState
 from turnstream.core.turn.evolve_inputs import pending_input
+from turnstream.core.turn.phases import Rendering
 from turnstream.core.turn.runtime_calls import NONE_SPAWNED, Spawned
-from turnstream.core.turn.state import Context, PendingInput
+from turnstream.core.turn.state import ActiveTurn, Context, PendingInput
 
 SUBTURN_INPUT = "subturn:"
 """`SteeringInjected.inputId` prefix of an async result with no input of its own."""
@@ -85,7 +86,7 @@ def parent_interrupted(state: SessionState, event: InterruptReceived) -> Session
     """The chat's turn is interrupted (if it runs, and was not already): its running
     children must be too."""
     current = state.chat.active
-    if current is None or current.ended or current.interrupt is not None:
+    if current is None or current.end or current.interrupt is not None:
         return state
     return interrupted(state, current.turn_id, event.data.mode)
 
@@ -127,7 +128,7 @@ def spawned(state: SessionState, event: SubTurnSpawned) -> SessionState:
     )
     turn = state.chat.active
     if turn is not None and turn.turn_id == child.turn_id and turn.interrupt is not None:
-        child = with_changes(child, interrupt=turn.interrupt[0])  # spawned as it was stopped
+        child = with_changes(child, interrupt=turn.interrupt.mode)  # spawned as it was stopped
     early = next((r for k, r in state.early if k == child.key), None)
     if early is not None:  # it answered before this record: its result is here already
         child = with_changes(child, result=early)
@@ -285,7 +286,7 @@ def _deliver(state: SessionState, child: Child, ctx: Context) -> list[Event]:
     r = child.result
     assert r is not None
     turn = state.chat.active
-    running = turn is not None and turn.turn_id == child.turn_id and turn.ended is None
+    running = turn is not None and turn.turn_id == child.turn_id and turn.end is None
     events: list[Event] = []
     if child.mode == "sync":
         call = None
@@ -296,7 +297,7 @@ def _deliver(state: SessionState, child: Child, ctx: Context) -> list[Event]:
             how = "tool_result"
         else:
             how = "dropped"
-    elif running and turn is not None and not turn.rendered:
+    elif running and turn is not None and not _rendered(turn):
         input_id = r.input.input_id if r.input is not None else SUBTURN_INPUT + child.invocation_id
         steer = SteeringInjectedData(input_id=input_id, text=result_text(child))
         events.append(child_event(child, SteeringInjected, steer, ctx))
@@ -375,3 +376,8 @@ def find_child(state: SessionState, invocation_id: str | None) -> Child | None:
 def _replace(state: SessionState, child: Child) -> SessionState:
     children = tuple(child if c.invocation_id == child.invocation_id else c for c in state.children)
     return with_changes(state, children=children)
+
+
+def _rendered(turn: ActiveTurn) -> bool:
+    """The turn's reply is rendered: a result can no longer steer it."""
+    return isinstance(turn.phase, Rendering) and turn.phase.rendered

@@ -1,9 +1,9 @@
-"""The turn state machine: a turn's stages as a fold (`evolve`) and steps (`decide`).
+"""The turn state machine: a turn's stages as a fold (`evolve`) and steps (`decide_turn`).
 
 The state here is a chat's (`ChatState`): the session's own, or a workflow stage's lane.
 The session-level state, fold and decider, which run a workflow's stage turns as lanes of
 these turns, are `turnstream.core.session`'s: import `SessionState`, `evolve`, `fold` and
-`decide` from there.
+`follow_session` from there (`decider.decide_session` takes the session's inputs).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from turnstream.core.turn.answers import (
     on_tool_call_ready,
 )
 from turnstream.core.turn.decide import needs_provider_call
+from turnstream.core.turn.hooks import HookPoint, HookVerdict, StageHookVerdict
 from turnstream.core.turn.interceptors import (
     HookSubject,
     awaiting_stage_hooks,
@@ -31,11 +32,8 @@ from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
     Context,
-    HookPoint,
-    HookVerdict,
     Message,
     PendingInput,
-    StageHookVerdict,
     ToolCall,
     ToolCallState,
     ToolInfo,

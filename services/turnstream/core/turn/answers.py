@@ -1,10 +1,11 @@
 """A turn's answers from outside: what each records (`record_*`: a provider's result, a
 tool call complete mid-stream, the tool hooks' and a hook point's verdicts, the context
 providers' answers; None when there is nothing to record), and `on_*`, which records it
-and then decides what follows (`decide`).
+and then decides what follows (`decide_turn`).
 
-The session decides what follows its own chat's record with its sub-turns
-(`turnstream.core.session.run.lane_step`); a stage's lane, with `then_decide`.
+In a session, `turnstream.core.session.run.record_on_turn` takes the `record_*` step of
+the turn an answer is for (the chat's or a stage's), and the session's decider decides
+what follows once; `on_*` serve a turn decided alone (tests, a chat with no session).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from turnstream.core.turn.context import (
     awaiting_context,
     context_events,
 )
-from turnstream.core.turn.decide import decide
+from turnstream.core.turn.decide import decide_turn
 from turnstream.core.turn.evolve import fold
 from turnstream.core.turn.fallback import attempt_events
+from turnstream.core.turn.hooks import HookPoint, HookVerdict, StageHookVerdict
 from turnstream.core.turn.interceptors import (
     intercepted,
 )
@@ -46,9 +48,6 @@ from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ChatState,
     Context,
-    HookPoint,
-    HookVerdict,
-    StageHookVerdict,
     ToolCall,
     TurnConfig,
 )
@@ -67,7 +66,7 @@ def then_decide(
     nothing to record, and nothing follows)."""
     if recorded is None:
         return Decision((), state)
-    return decide(recorded.state, config, ctx).after(recorded)
+    return decide_turn(recorded.state, config, ctx).after(recorded)
 
 
 def on_stage_hooks(
@@ -96,7 +95,7 @@ def record_provider_result(
 ) -> Decision[ChatState] | None:
     """The events that record a provider outcome."""
     turn = state.active
-    if turn is None or not turn.awaiting_provider or turn.ended:
+    if turn is None or not turn.awaiting_provider or turn.end:
         return None  # a late result for a turn that moved on: nothing to record
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = attempt_events(b, outcome, turn.iteration)
@@ -172,7 +171,7 @@ def record_storage_refused(
     """The log refused the turn's events for want of storage: end it failed
     (`storage_full`), closing its open stage. None when it has ended already."""
     turn = state.active
-    if turn is None or turn.ended is not None:
+    if turn is None or turn.end is not None:
         return None
     b = Builder(state.session_id, turn, ctx)
     events = b.fail(
@@ -205,7 +204,7 @@ def record_tool_call_ready(
 ) -> Decision[ChatState] | None:
     """The proposal of a tool call complete while the model still streams."""
     turn = state.active
-    if turn is None or not turn.awaiting_provider or turn.ended or turn.abort:
+    if turn is None or not turn.awaiting_provider or turn.end or turn.abort:
         return None
     if config.stage is not None or HookPoint.STREAM_RESPONSE in config.stage_hooks:
         # a stage, or a response interceptor, judges the whole response before any call

@@ -70,7 +70,7 @@ def tokens(text: str) -> int:
 def awaiting_context(state: ChatState, config: TurnConfig) -> ContextRequest | None:
     """The request for the providers when the turn waits for its context, else None."""
     turn = state.active
-    if not config.context_providers or turn is None or turn.ended or turn.abort:
+    if not config.context_providers or turn is None or turn.end or turn.abort:
         return None
     if turn.stage is not Stage.COMPOSE_REQUEST or not turn.stage_open or turn.context_gathered:
         return None

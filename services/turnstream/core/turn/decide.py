@@ -1,4 +1,4 @@
-"""`decide`: every event that follows from a chat's state, until it must wait.
+"""`decide_turn`: every event that follows from a chat's state, until it must wait.
 
     InputAccepted ──► pending ──(no active turn)──► SessionTurnStart
       RECEIVE_INPUT ─► COMPOSE_REQUEST ─► SEND_REQUEST ─► ProviderRequestStarted
@@ -18,15 +18,18 @@
       any failure or bound ─► TurnEnded{failed, class, reason, nextAction} ─► SessionTurnEnd
     InputAccepted while a turn is active ─► FollowUpQueued (message) | SteeringInjected (steer)
 
-A turn's position is derived from its last stage event, so `decide` continues a turn
-from wherever the log left it. Pure: the clock and the id factory come in `Context`. The
-shell's answers (`on_*` above) are recorded in `answers`; `next_step` is one step, which
-the session's chat takes after its sub-turns' (`turnstream.core.session.run.chat_steps`).
+A turn's position is its phase (`turnstream.core.turn.phases`), folded from its events, so
+`decide_turn` continues a turn from wherever the log left it: `next_step` asks what ends the
+turn whatever its phase (`_ending`), then matches the phase to the end (`_in_phase`). Pure:
+the clock and the id factory come in `Context`. The shell's answers (`on_*` above) are
+recorded in `answers`; `next_step` is one step, which the session's chat takes after its
+sub-turns' (`turnstream.core.session.run.chat_steps`) and a stage's turn with its stage.
 """
 
 from __future__ import annotations
 
 from functools import partial
+from typing import assert_never
 
 from turnstream.core.costs import model_key
 from turnstream.core.events import (
@@ -59,6 +62,17 @@ from turnstream.core.turn.interceptors import (
     hook_point,
     proceed,
 )
+from turnstream.core.turn.phases import (
+    AwaitingModel,
+    CallingTools,
+    Composing,
+    Ended,
+    ModelFailed,
+    Receiving,
+    Rendering,
+    Requesting,
+    Responded,
+)
 from turnstream.core.turn.runtime_calls import NONE_SPAWNED, Spawned
 from turnstream.core.turn.state import (
     ActiveTurn,
@@ -81,10 +95,11 @@ SUMMARY_REQUEST = (
 )
 
 
-def decide(state: ChatState, config: TurnConfig, ctx: Context) -> Decision[ChatState]:
+def decide_turn(state: ChatState, config: TurnConfig, ctx: Context) -> Decision[ChatState]:
     """Every event that follows from `state` without an outside effect, in order (a chat
     with no sub-turns: the session's own chat decides with its children,
-    `turnstream.core.session.run`)."""
+    `turnstream.core.session.run`; a stage's turn, step by step with its stage)."""
+    assert config.stage is None, "a stage's Act is its stage's: the session decides its turn"
     return until_quiet(state, partial(next_step, config=config, ctx=ctx), fold)
 
 
@@ -106,48 +121,12 @@ def next_step(
     if waiting:
         return [_park(state.session_id, turn, p, config, ctx) for p in waiting]
     b = Builder(state.session_id, turn, ctx)
-    if turn.ended is not None:
-        if turn.reply_to is not None and not turn.reply_settled:
-            # the reply goes first (the shell delivers it, `outbound.record` says so), or is
-            # dropped past the hop limit; the turn closes after
-            return _reply_dropped(b, turn, config)
-        return [b.make(SessionTurnEnd, SessionTurnEndData(status=turn.ended))]
-    if turn.abort is not None:
-        action, reason = turn.abort
-        failure = FailureClass.INTERRUPTED if action == "hard_abort" else FailureClass.POLICY_DENIED
-        return b.fail(
-            failure,
-            reason,
-            "the turn was stopped by a hook; send a new "
-            "message to continue (tool calls before the stop may have completed)",
-        )
-    if turn.interrupt is not None:
-        mode, sender, _ = turn.interrupt
-        if mode == "hard":
-            return b.fail(
-                FailureClass.INTERRUPTED,
-                f"hard interrupt from {sender}",
-                "the turn was stopped at once; tool calls already running were cancelled and "
-                "may have had effects; send a new message to continue",
-            )
-        if not turn.summary_asked:
-            steer = SteeringInjectedData(
-                input_id=f"{INTERRUPT_INPUT}{turn.turn_id}", text=SUMMARY_REQUEST
-            )
-            return [b.make(SteeringInjected, steer)]
-    if turn.started_at is not None:
-        elapsed = (ctx.now - turn.started_at).total_seconds()
-        if elapsed > config.max_turn_seconds:
-            return b.fail(
-                FailureClass.TIMEOUT,
-                f"the turn ran {elapsed:.0f} s, past its wall-time bound of "
-                f"{config.max_turn_seconds:.0f} s",
-                "tool calls of this turn may have completed; send a follow-up to continue, "
-                "or raise TURNSTREAM_MAX_TURN_SECONDS",
-            )
-    if config.stage is not None and turn.act_done:
+    stopped = _ending(b, turn, config)
+    if stopped is not None:
+        return stopped
+    if config.stage is not None and config.stage.act.done:
         return []  # the stage's Act is over: the workflow asserts and exits it
-    if turn.awaiting_provider:
+    if type(turn.phase) is AwaitingModel:
         # calls proposed while the model streams may run before the response ends
         verdicts = approvals(b, turn, config)
         if verdicts:
@@ -158,66 +137,132 @@ def next_step(
     if point is not None:
         # the shell runs the hooks there first, then `on_stage_hooks`
         return [] if point in config.stage_hooks else proceed(point, b, state, config)
-    stage, is_open = turn.stage, turn.stage_open
-    if turn.provider_error and not is_open:
-        if turn.compaction_veto is not None:
+    return _in_phase(b, state, turn, config, spawned)
+
+
+def _ending(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event] | None:
+    """What ends (or has ended) the turn whatever its stage: its end recorded, a hook's
+    stop, an interrupt, its wall-time bound; None when nothing does."""
+    phase = turn.phase
+    if type(phase) is Ended:
+        if turn.reply_to is not None and not phase.reply_settled:
+            # the reply goes first (the shell delivers it, `outbound.record` says so), or is
+            # dropped past the hop limit; the turn closes after
+            return _reply_dropped(b, turn, config)
+        return [b.make(SessionTurnEnd, SessionTurnEndData(status=phase.status))]
+    if turn.abort is not None:
+        hard = turn.abort.action == "hard_abort"
+        failure = FailureClass.INTERRUPTED if hard else FailureClass.POLICY_DENIED
+        return b.fail(
+            failure,
+            turn.abort.reason,
+            "the turn was stopped by a hook; send a new "
+            "message to continue (tool calls before the stop may have completed)",
+        )
+    if turn.interrupt is not None:
+        if turn.interrupt.mode == "hard":
             return b.fail(
-                FailureClass.PROVIDER_ERROR,
-                f"the request is too long for the model and compaction was vetoed "
-                f"({turn.compaction_veto})",
-                "start a new session, or change the compaction hook",
+                FailureClass.INTERRUPTED,
+                f"hard interrupt from {turn.interrupt.sender}",
+                "the turn was stopped at once; tool calls already running were cancelled and "
+                "may have had effects; send a new message to continue",
             )
+        if not turn.summary_asked:
+            steer = SteeringInjectedData(
+                input_id=f"{INTERRUPT_INPUT}{turn.turn_id}", text=SUMMARY_REQUEST
+            )
+            return [b.make(SteeringInjected, steer)]
+    if turn.started_at is not None:
+        elapsed = (b.ctx.now - turn.started_at).total_seconds()
+        if elapsed > config.max_turn_seconds:
+            return b.fail(
+                FailureClass.TIMEOUT,
+                f"the turn ran {elapsed:.0f} s, past its wall-time bound of "
+                f"{config.max_turn_seconds:.0f} s",
+                "tool calls of this turn may have completed; send a follow-up to continue, "
+                "or raise TURNSTREAM_MAX_TURN_SECONDS",
+            )
+    return None
+
+
+def _model_failed(b: Builder, failed: ModelFailed) -> list[Event]:
+    """The model call failed for good (no compaction helps, or one was vetoed)."""
+    if failed.veto is not None:
         return b.fail(
             FailureClass.PROVIDER_ERROR,
-            f"the model provider failed ({turn.provider_error})",
-            "send the message again; if it keeps failing, check the provider's status "
-            "and TURNSTREAM_PROVIDER / TURNSTREAM_BASE_URL",
+            f"the request is too long for the model and compaction was vetoed ({failed.veto})",
+            "start a new session, or change the compaction hook",
         )
-    match stage, is_open:
-        case Stage.RECEIVE_INPUT, False:
+    return b.fail(
+        FailureClass.PROVIDER_ERROR,
+        f"the model provider failed ({failed.error})",
+        "send the message again; if it keeps failing, check the provider's status "
+        "and TURNSTREAM_PROVIDER / TURNSTREAM_BASE_URL",
+    )
+
+
+def _in_phase(
+    b: Builder, state: ChatState, turn: ActiveTurn, config: TurnConfig, spawned: Spawned
+) -> list[Event]:
+    """The step of the phase the turn is in (past its hook points: `hook_point`)."""
+    match turn.phase:
+        case Receiving(open=False):
             return compose_or_stop(b, turn, config)
-        case Stage.COMPOSE_REQUEST, True:
+        case Composing(open=True):
             if awaiting_context(state, config) is not None:
                 return []  # the shell asks the context providers, then `on_context`
-            return [b.post(stage, "ok")]
-        case Stage.COMPOSE_REQUEST, False:
+            return [b.post(Stage.COMPOSE_REQUEST, "ok")]
+        case Composing():
             return over_budget_end(b, state, config) or [b.pre(Stage.SEND_REQUEST)]
-        case Stage.STREAM_RESPONSE, False:
-            if config.stage is not None and turn.checked_round < turn.iteration:
-                checked = check_response(config.stage, turn.requested_calls, turn.iteration)
-                if checked is not None and turn.interrupt is not None and not checked.parsed:
-                    # a graceful interrupt mid-Act: no completion is asked for any more; the
-                    # summary round's answer ends the Act
-                    if turn.iteration > turn.interrupt[2]:
-                        stopped = checked.model_copy(
-                            update={"outcome": "interrupted", "call_ids": [], "detail": None}
-                        )
-                        return [b.make(StageCompletionChecked, stopped)]
-                    checked = None
-                if checked is not None:
-                    return [b.make(StageCompletionChecked, checked)]
-            if config.stage is not None and not turn.requested_calls:
-                return compose_or_stop(b, turn, config)
-            if turn.requested_calls:
-                return [b.pre(Stage.TOOL_CALL)]
-            if continues(turn, config):
-                return compose_or_stop(b, turn, config)
-            return [b.pre(Stage.RENDER)]  # past its last round (or interrupted): no stop hook
-        case Stage.TOOL_CALL, True:
+        case Responded(open=False):
+            return _responded(b, turn, config)
+        case CallingTools(open=True):
             refused = runtime_calls.refuse(b, state, turn, config, spawned)
             return refused or tool_step(b, turn, config)
-        case Stage.TOOL_CALL, False:
-            if turn.interrupt is not None and turn.iteration > turn.interrupt[2]:
+        case CallingTools():
+            if turn.interrupt is not None and turn.iteration > turn.interrupt.round:
                 return [b.pre(Stage.RENDER)]  # the summary round is done: no more rounds
             return compose_or_stop(b, turn, config)
-        case Stage.RENDER, True:
-            return [b.post(stage, "ok")]  # rendered (`hook_point` renders first)
-        case Stage.RENDER, False:
+        case Rendering(open=True):
+            return [b.post(Stage.RENDER, "ok")]  # rendered (`hook_point` renders first)
+        case Rendering():
             return [b.end("completed", reply=turn.reply)]
-        case _:
+        case ModelFailed(open=False) as failed:
+            return _model_failed(b, failed)
+        case Receiving() | Requesting() | Responded() | ModelFailed():
             # SEND_REQUEST closed without a result or STREAM_RESPONSE left open: the
             # response was lost (a crash between batches). Ask the provider again.
             return over_budget_end(b, state, config) or [b.pre(Stage.SEND_REQUEST)]
+        case AwaitingModel() | Ended():
+            return []  # the model's answer, or the turn's close, is decided before
+        case _:
+            assert_never(turn.phase)
+
+
+def _responded(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+    """The model's response is in: a stage judges it, calls are made, the model goes on,
+    or the turn renders."""
+    spec = config.stage
+    if spec is not None and spec.act.checked < turn.iteration:
+        checked = check_response(spec, turn.requested_calls, turn.iteration)
+        if checked is not None and turn.interrupt is not None and not checked.parsed:
+            # a graceful interrupt mid-Act: no completion is asked for any more; the
+            # summary round's answer ends the Act
+            if turn.iteration > turn.interrupt.round:
+                stopped = checked.model_copy(
+                    update={"outcome": "interrupted", "call_ids": [], "detail": None}
+                )
+                return [b.make(StageCompletionChecked, stopped)]
+            checked = None
+        if checked is not None:
+            return [b.make(StageCompletionChecked, checked)]
+    if spec is not None and not turn.requested_calls:
+        return compose_or_stop(b, turn, config)
+    if turn.requested_calls:
+        return [b.pre(Stage.TOOL_CALL)]
+    if continues(turn, config):
+        return compose_or_stop(b, turn, config)
+    return [b.pre(Stage.RENDER)]  # past its last round (or interrupted): no stop hook
 
 
 def _start_turn(state: ChatState, ctx: Context) -> list[Event]:
@@ -265,7 +310,8 @@ def _park(
 
 def _reply_dropped(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
     """A reply past the hop limit is not sent; nothing else is decided for it here."""
-    if turn.reply_to is None or turn.reply_settled or turn.hops + 1 <= config.max_hops:
+    settled = turn.end is not None and turn.end.reply_settled
+    if turn.reply_to is None or settled or turn.hops + 1 <= config.max_hops:
         return []
     data = MessageDroppedData(
         to=turn.reply_to, reason="hop_limit", hops=turn.hops + 1, cause="replyTo"

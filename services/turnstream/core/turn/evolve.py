@@ -16,7 +16,9 @@ workflow stage's lane), by the family the event is of:
     tool calls    proposed → approved → requested → succeeded | failed | cancelled, or
                   denied; HookDecided (`evolve_tools`)
     a stage       StageCompletionChecked, StageAssertOutcome (the run's other events are
-                  `turnstream.core.session`'s)
+                  `turnstream.core.session`'s; a stage's Act is its stage's: `StageRun.act`)
+
+(context, the model and a stage: `evolve_model`)
 
 Each family's function matches its events to the end (`assert_never`), and so does
 `_family`, which finds the family of each kind once for `evolve`: an event type that no
@@ -28,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, assert_never
 
-from turnstream.core.costs import Tokens, add_spent, model_key
 from turnstream.core.events import (
     AuditViolation,
     ContextCompacted,
@@ -79,22 +80,31 @@ from turnstream.core.events import (
     ToolInvocationStarted,
     ToolInvocationSucceeded,
     TurnEnded,
+    TurnEndedData,
     WorkflowAttached,
     WorkflowExit,
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
-from turnstream.core.turn.changes import is_active, joined, pending_dropped, turn_changed
-from turnstream.core.turn.context import running_summary
+from turnstream.core.turn.changes import is_active, pending_dropped, turn_changed
 from turnstream.core.turn.evolve_inputs import evolve_input, evolve_message, evolve_subturn
+from turnstream.core.turn.evolve_model import evolve_context, evolve_provider, evolve_stage
 from turnstream.core.turn.evolve_tools import evolve_call, evolve_hook
+from turnstream.core.turn.phases import (
+    AwaitingModel,
+    Ended,
+    ModelFailed,
+    Phase,
+    Receiving,
+    Rendering,
+    closed,
+    opened,
+)
 from turnstream.core.turn.state import (
     ActiveTurn,
     CallStatus,
     ChatState,
-    ContextBlock,
     Message,
-    ToolCall,
 )
 
 Family = Callable[[ChatState, Any], ChatState]
@@ -134,14 +144,14 @@ def _family(event: Event) -> Family:
         ):
             return _lifecycle
         case ContextProvided() | ContextSkipped() | ContextCompacted():
-            return _context
+            return evolve_context
         case (
             ProviderRequestStarted()
             | ProviderRequestCompleted()
             | ProviderFallback()
             | ProviderRequestFailed()
         ):
-            return _provider
+            return evolve_provider
         case (
             ToolInvocationProposed()
             | ToolCallModeInvoked()
@@ -156,7 +166,7 @@ def _family(event: Event) -> Family:
         case HookDecided():
             return evolve_hook
         case StageCompletionChecked() | StageAssertOutcome():
-            return _stage
+            return evolve_stage
         case (
             WorkflowAttached()
             | StageEntered()
@@ -207,8 +217,11 @@ def _lifecycle(
             if not is_active(state, event):
                 return state
             changes: dict[str, object] = {}
+            assert state.active is not None
+            phase: Phase = state.active.phase
             if data.previous is not None:  # it stands for the stage's StagePostFired too
                 state, changes = _left(state, data.previous.stage)
+                phase = _closed_in(phase, data.previous.stage)
             assert state.active is not None
             if data.stage is Stage.COMPOSE_REQUEST and state.active.steering:
                 steered = tuple(Message("user", text) for text in state.active.steering)
@@ -216,7 +229,7 @@ def _lifecycle(
                 changes["steering"] = ()
             if data.stage is Stage.SEND_REQUEST:
                 changes["request_change"] = None  # each asks anew
-            changes.update(stage=data.stage, stage_open=True, iteration=data.iteration)
+            changes.update(phase=_entered(phase, data.stage), iteration=data.iteration)
             # one copy of the turn for all the event changes (it may stand for two events)
             return turn_changed(state, event, **changes)
         case StagePostFired(data=data):
@@ -225,11 +238,16 @@ def _lifecycle(
             state, changes = _left(state, data.stage)
             return turn_changed(state, event, **changes)
         case RenderEmitted():
-            return turn_changed(state, event, rendered=True)
+            turn = state.active
+            if turn is None or not isinstance(turn.phase, Rendering):
+                return turn_changed(state, event)
+            return turn_changed(state, event, phase=Rendering(turn.phase.open, rendered=True))
         case TurnEnded(data=data):
             # not the active turn's: e.g. the gateway's terminal event for rejected input
-            changes = {"failure": data.failure_class, "end_reason": data.reason}
-            return turn_changed(state, event, ended=data.status, **changes)
+            if not is_active(state, event):
+                return state
+            assert state.active is not None
+            return turn_changed(state, event, phase=_ended(state.active.phase, data))
         case SessionTurnEnd():
             return _closed(state, event)
         case _:
@@ -245,8 +263,42 @@ def _left(state: ChatState, stage: Stage) -> tuple[ChatState, dict[str, object]]
         changes.update(calls=(), requested_calls=())
     if stage is Stage.COMPOSE_REQUEST:
         changes["context_gathered"] = True
-    changes.update(stage=stage, stage_open=False)
+    assert state.active is not None
+    changes["phase"] = _closed_in(state.active.phase, stage)
     return state, changes
+
+
+def _entered(phase: Phase, stage: Stage) -> Phase:
+    """The phase a `StagePreFired` of `stage` moves the turn to."""
+    kind = type(phase)
+    if kind is Ended:
+        return phase
+    if kind is AwaitingModel and stage is Stage.STREAM_RESPONSE:
+        return AwaitingModel(stage)  # a tool call streamed complete opened it
+    return opened(stage)
+
+
+def _closed_in(phase: Phase, stage: Stage) -> Phase:
+    """The phase a `StagePostFired` of `stage` leaves the turn in."""
+    match phase:
+        case Ended():
+            return phase
+        case AwaitingModel():
+            return AwaitingModel(stage, open=False)
+        case ModelFailed():
+            return with_changes(phase, stage=stage, open=False)
+        case Rendering() if stage is Stage.RENDER:
+            return Rendering(open=False, rendered=phase.rendered)
+    return closed(stage)
+
+
+def _ended(phase: Phase, data: TurnEndedData) -> Ended:
+    """The turn's end (a repeated `TurnEnded` keeps its reply's settling)."""
+    settled = isinstance(phase, Ended) and phase.reply_settled
+    rendered = isinstance(phase, Rendering | Ended) and phase.rendered
+    return Ended(
+        data.status, phase.stage, data.failure_class, data.reason, settled, rendered=rendered
+    )
 
 
 def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
@@ -266,7 +318,7 @@ def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
         depth=started.depth if started else 0,
         budget=started.budget if started else None,
         started_at=event.time,
-        stage_open=False,
+        phase=Receiving(open=False),
         history_start=len(state.history),
     )
     return with_changes(
@@ -299,132 +351,6 @@ def _append_tool_results(state: ChatState) -> ChatState:
         for call in sorted(state.active.calls, key=lambda c: c.index)
     )
     return with_changes(state, history=state.history + results)
-
-
-# -- context and the model ----------------------------------------------------------------
-
-
-def _context(
-    state: ChatState, event: ContextProvided | ContextSkipped | ContextCompacted
-) -> ChatState:
-    match event:
-        case ContextProvided(data=data):
-            if not is_active(state, event):
-                return state
-            assert state.active is not None
-            block = ContextBlock(data.provider, data.content, data.volatile)
-            added = (*state.active.context, block)
-            return turn_changed(state, event, context=added)
-        case ContextSkipped():
-            return turn_changed(state, event)
-        case ContextCompacted(data=data):
-            if not is_active(state, event):
-                return state
-            assert state.active is not None
-            before = state.active.history_start
-            dropped = min(data.dropped_messages, before)
-            summary = running_summary(state.summary, state.history[:dropped], data.summary)
-            state = with_changes(state, history=state.history[dropped:], summary=summary)
-            return turn_changed(state, event, history_start=before - dropped, compacted=True)
-        case _:
-            assert_never(event)
-
-
-def _provider(
-    state: ChatState,
-    event: ProviderRequestStarted
-    | ProviderRequestCompleted
-    | ProviderFallback
-    | ProviderRequestFailed,
-) -> ChatState:
-    match event:
-        case ProviderRequestStarted():
-            if not is_active(state, event):
-                return state
-            state = with_changes(state, provider_calls=state.provider_calls + 1)
-            changes = {"awaiting_provider": True, "provider_error": None, "round_reply": None}
-            return turn_changed(state, event, **changes)
-        case ProviderRequestCompleted():
-            return _completed(state, event)
-        case ProviderFallback():
-            return turn_changed(state, event, on_fallback=True)
-        case ProviderRequestFailed(data=data):
-            error = f"{data.error_class}: {data.message}"
-            return turn_changed(state, event, awaiting_provider=False, provider_error=error)
-        case _:
-            assert_never(event)
-
-
-def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
-    if not is_active(state, event):
-        return state
-    assert state.active is not None
-    turn, data = state.active, event.data
-    message = data.message
-    calls = tuple(ToolCall.of(b) for b in message.tool_calls)
-    entry = Message("assistant", message.text, tool_calls=calls)
-    used, key = Tokens.of(data.usage), model_key(data.provider, data.model)
-    state = with_changes(
-        state, history=(*state.history, entry), spent=add_spent(state.spent, key, used)
-    )
-    # a new round (after tool calls, a stop hook's `iterate`) starts a new paragraph
-    # of the reply; a continuation (max_tokens) joins seamlessly
-    round_reply = (turn.reply, "" if turn.stop_reason == "max_tokens" else "\n\n")
-    return turn_changed(
-        state,
-        event,
-        awaiting_provider=False,
-        stop_reason=data.stop_reason,
-        reply=joined(round_reply, message.text),
-        round_reply=round_reply,
-        completions=turn.completions + 1,
-        requested_calls=calls,
-        spent=add_spent(turn.spent, key, used),
-    )
-
-
-# -- a workflow stage's turn ----------------------------------------------------------------
-
-
-def _stage(state: ChatState, event: StageCompletionChecked | StageAssertOutcome) -> ChatState:
-    match event:
-        case StageCompletionChecked():
-            return _completion_checked(state, event)
-        case StageAssertOutcome(data=data):
-            if data.verdict != "retry" or state.active is None:
-                return turn_changed(state, event)
-            reason = data.reason or "the result did not pass; try again"
-            return turn_changed(
-                state,
-                event,
-                act_done=False,
-                act_start=state.active.iteration,
-                steering=(*state.active.steering, f"Retry (attempt {data.attempt + 1}): {reason}"),
-            )
-        case _:
-            assert_never(event)
-
-
-def _completion_checked(state: ChatState, event: StageCompletionChecked) -> ChatState:
-    """A stage's completion channel judged a response: answer its calls, or steer."""
-    if not is_active(state, event):
-        return state
-    assert state.active is not None
-    data = event.data
-    detail = data.detail or ""
-    if data.outcome == "no_call":
-        state = with_changes(state, history=(*state.history, Message("user", detail)))
-    else:
-        is_error = data.outcome != "accepted"
-        answers = tuple(
-            Message("tool", detail, tool_call_id=call_id, is_error=is_error)
-            for call_id in data.call_ids
-        )
-        state = with_changes(state, history=state.history + answers)
-    done = data.outcome in ("accepted", "cap_hit", "interrupted")
-    return turn_changed(
-        state, event, checked_round=data.iteration, act_done=done, requested_calls=()
-    )
 
 
 fold = projector(evolve)

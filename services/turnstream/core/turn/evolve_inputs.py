@@ -23,7 +23,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.changes import call_changed, pending_dropped, turn_changed
-from turnstream.core.turn.state import ChatState, PendingInput
+from turnstream.core.turn.state import ChatState, Interrupt, PendingInput
 
 INTERRUPT_INPUT = "interrupt:"
 """`SteeringInjected.inputId` prefix of a graceful interrupt's request to summarise."""
@@ -84,11 +84,11 @@ def pending_input(event: InputAccepted) -> PendingInput:
 
 def _interrupted(state: ChatState, event: InterruptReceived) -> ChatState:
     current = state.active
-    if current is None or current.ended or current.interrupt is not None:
+    if current is None or current.end or current.interrupt is not None:
         return state  # nothing to interrupt, or already interrupted
     data = event.data
     sender = f"{data.sender.kind}:{data.sender.id}"
-    interrupt = (data.mode, sender, current.iteration)
+    interrupt = Interrupt(data.mode, sender, current.iteration)
     return with_changes(state, active=with_changes(current, interrupt=interrupt))
 
 
@@ -100,17 +100,25 @@ def evolve_message(state: ChatState, event: MessageSent | MessageDropped) -> Cha
             if sent.kind == "interrupt":
                 return state  # to a sub-turn: the session's (`turnstream.core.session.subturns`)
             if sent.cause == "replyTo":
-                return turn_changed(state, event, reply_settled=True)
+                return reply_settled(state, event)
             if sent.cause == "send_message" and sent.invocation_id:
                 invocation = sent.invocation_id
                 return call_changed(state, event, invocation, {"approved"}, status="requested")
             return turn_changed(state, event)
         case MessageDropped(data=dropped):
             if dropped.cause == "replyTo":
-                return turn_changed(state, event, reply_settled=True)
+                return reply_settled(state, event)
             return turn_changed(state, event)
         case _:
             assert_never(event)
+
+
+def reply_settled(state: ChatState, event: MessageSent | MessageDropped) -> ChatState:
+    """The ended turn's reply is recorded: it may close."""
+    turn = state.active
+    if turn is None or turn.end is None:
+        return turn_changed(state, event)
+    return turn_changed(state, event, phase=with_changes(turn.end, reply_settled=True))
 
 
 def evolve_subturn(

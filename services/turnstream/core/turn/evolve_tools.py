@@ -24,7 +24,8 @@ from turnstream.core.events import (
 )
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.changes import call_changed, denied, is_active, joined, turn_changed
-from turnstream.core.turn.state import ChatState, Message, ToolCall, ToolCallState
+from turnstream.core.turn.phases import ModelFailed
+from turnstream.core.turn.state import Abort, ChatState, Message, ToolCall, ToolCallState
 
 ToolFact = (
     ToolInvocationProposed
@@ -127,9 +128,13 @@ def evolve_hook(state: ChatState, event: HookDecided) -> ChatState:
     data = event.data
     why = data.reason or "no reason given"
     if data.action in ("abort_turn", "hard_abort"):
-        return turn_changed(state, event, abort=(data.action, f"hook {data.hook}: {why}"))
+        return turn_changed(state, event, abort=Abort(data.action, f"hook {data.hook}: {why}"))
     if data.action == "veto":
-        return turn_changed(state, event, compaction_veto=f"hook {data.hook}: {why}")
+        phase = state.active.phase if state.active is not None else None
+        if not isinstance(phase, ModelFailed):
+            return turn_changed(state, event)  # a veto is taken where a compaction would help
+        vetoed = with_changes(phase, veto=f"hook {data.hook}: {why}")
+        return turn_changed(state, event, phase=vetoed)
     if data.action == "iterate" and data.text is not None and state.active is not None:
         return turn_changed(state, event, steering=(*state.active.steering, data.text))
     if data.action == "deny_tool" and data.invocation_id:

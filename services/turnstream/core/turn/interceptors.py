@@ -2,7 +2,7 @@
 what they see there, and what their answer records.
 
 Each point sits just before the event that would move the turn on; with no hook there,
-`decide` emits that event at once (`proceed`). With hooks, the shell runs them and hands
+`decide_turn` emits that event at once (`proceed`). With hooks, the shell runs them and hands
 back one `StageHookVerdict`; `intercepted` records what they changed as `HookDecided` (the
 log says exactly what changed, so a replay folds the same turn) and then moves on:
 
@@ -33,14 +33,21 @@ from turnstream.core.events import (
 from turnstream.core.fold import Decision
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.evolve import fold
+from turnstream.core.turn.hooks import HookPoint, StageHookVerdict
+from turnstream.core.turn.phases import (
+    CallingTools,
+    ModelFailed,
+    Receiving,
+    Rendering,
+    Requesting,
+    Responded,
+)
 from turnstream.core.turn.provider import ProviderRequest
 from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
     Context,
-    HookPoint,
     Message,
-    StageHookVerdict,
     ToolCallState,
     TurnConfig,
 )
@@ -80,28 +87,26 @@ class HookSubject:
 def hook_point(state: ChatState, config: TurnConfig) -> HookPoint | None:
     """The hook point the active turn stands at, hooks registered there or not."""
     turn = state.active
-    if turn is None or turn.ended or turn.abort or turn.awaiting_provider:
+    if turn is None or turn.abort:  # an ended turn, or one awaiting the model: no case below
         return None
-    if config.stage is not None and turn.act_done:
+    if config.stage is not None and config.stage.act.done:
         return None
-    stage, is_open = turn.stage, turn.stage_open
-    if turn.provider_error and not is_open:
-        compactable = turn.provider_error.startswith("prompt_too_long") and not turn.compacted
-        if compactable and turn.compaction_veto is None and compaction_cut(state, turn):
-            return HookPoint.COMPACT
-        return None
-    match stage, is_open:
-        case Stage.RECEIVE_INPUT, True:
+    match turn.phase:
+        case ModelFailed(open=False) as failed:
+            compactable = failed.error.startswith("prompt_too_long") and not turn.compacted
+            if compactable and failed.veto is None and compaction_cut(state, turn):
+                return HookPoint.COMPACT
+        case Receiving(open=True):
             return HookPoint.RECEIVE_INPUT
-        case Stage.SEND_REQUEST, True:
+        case Requesting(open=True) | ModelFailed(stage=Stage.SEND_REQUEST, open=True):
             return HookPoint.SEND_REQUEST
-        case Stage.STREAM_RESPONSE, True if turn.round_reply is not None:
+        case Responded(open=True) if turn.round_reply is not None:
             return HookPoint.STREAM_RESPONSE
-        case Stage.STREAM_RESPONSE, False if _would_stop(turn, config):
+        case Responded(open=False) if _would_stop(turn, config):
             return HookPoint.STOP
-        case Stage.TOOL_CALL, True if _results_in(turn):
+        case CallingTools(open=True) if _results_in(turn):
             return HookPoint.TOOL_RESULT
-        case Stage.RENDER, True if not turn.rendered:
+        case Rendering(open=True, rendered=False):
             return HookPoint.RENDER
     return None
 
@@ -176,7 +181,7 @@ def intercepted(
     after = fold(state, decided)
     assert after.active is not None
     if verdict.action in ("abort_turn", "hard_abort", "veto"):
-        # `decide` ends the turn (a veto: as the failed request would have)
+        # `decide_turn` ends the turn (a veto: as the failed request would have)
         return Decision(tuple(decided), after)
     if verdict.action == "iterate":
         moved = compose_or_stop(b, after.active, config)

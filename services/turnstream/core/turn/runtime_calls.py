@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from turnstream.core.commands import AGENT_NAME_PATTERN, MAX_TEXT_CHARS
 from turnstream.core.events import (
@@ -24,6 +25,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.subjects import is_reserved_session, is_session_id
 from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.phases import Ended
 from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
@@ -61,7 +63,7 @@ def child_session_id(parent: str, invocation_id: str) -> str:
 def runtime_calls(turn: ActiveTurn, config: TurnConfig) -> list[ToolCallState]:
     """Approved `send_message`/`spawn` calls whose turn may run them now (in call order),
     once the tool hooks, if any, let them through."""
-    if turn.ended is not None or turn.abort is not None or turn.interrupt is not None:
+    if type(turn.phase) is Ended or turn.abort is not None or turn.interrupt is not None:
         return []
     if turn.stage is not Stage.TOOL_CALL or not turn.stage_open:
         return []
@@ -120,16 +122,6 @@ def problem(
     """Why an approved runtime call cannot be run (a tool failure the model sees);
     `spawned`: the turn's sub-turns so far, `spawning`: those about to start before it,
     `spent`: their cost."""
-    args = call.args
-
-    def invalid(detail: str) -> ToolError:
-        return ToolError(
-            error_class=FailureClass.INVALID_INPUT, kind="invalid_arguments", detail=detail
-        )
-
-    def limit(kind: str, detail: str) -> ToolError:
-        return ToolError(error_class=FailureClass.LIMIT_EXCEEDED, kind=kind, detail=detail)
-
     if config.stage is not None:  # a stage's lane has no outbox: its envelope is the workflow's
         return ToolError(
             error_class=FailureClass.POLICY_DENIED,
@@ -137,53 +129,80 @@ def problem(
             detail=f"{call.tool} is not available inside a workflow stage",
         )
     if call.tool == "send_message":
-        to, text = args.get("to"), args.get("text")
-        if not isinstance(to, str) or not is_session_id(to) or is_reserved_session(to):
-            return invalid(f"`to` must be a session id (1-128 of [A-Za-z0-9_:-]), not {to!r}")
-        if not isinstance(text, str) or not text.strip():
-            return invalid("`text` is required: the message to send")
-        if len(text) > MAX_TEXT_CHARS:
-            return invalid(f"`text` is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
-        if not isinstance(args.get("expectReply", False), bool):
-            return invalid("`expectReply` must be true or false")
+        found = _message_problem(call.args)
     else:
-        task, agent, mode = args.get("task"), args.get("agent"), args.get("mode", "sync")
-        if not isinstance(task, str) or not task.strip():
-            return invalid("`task` is required: what the sub-turn must do")
-        if len(task) > MAX_TEXT_CHARS:
-            return invalid(f"`task` is {len(task)} characters; the limit is {MAX_TEXT_CHARS}")
-        if mode not in ("sync", "async"):
-            return invalid(f"`mode` must be sync or async, not {mode!r}")
-        if agent is not None and (not isinstance(agent, str) or not _AGENT.match(agent)):
-            return invalid(f"`agent` must be an agent profile's name, not {agent!r}")
-        if agent is not None and config.agents is not None and agent not in config.agents:
-            known = ", ".join(sorted(config.agents)) or "none"
-            return invalid(f"there is no agent {agent!r}; known: {known}")
-        if turn.depth + 1 > config.max_subturn_depth:
-            return limit(
-                "depth_limit",
-                f"a sub-turn here would be at depth {turn.depth + 1}; "
-                f"TURNSTREAM_MAX_SUBTURN_DEPTH={config.max_subturn_depth}: do the task yourself",
-            )
-        running = spawning + spawned.running
-        if running >= config.max_subturns:
-            return limit(
-                "subturn_limit",
-                f"{running} sub-turns of this turn are running; TURNSTREAM_MAX_SUBTURNS="
-                f"{config.max_subturns}: wait for one to end (spawn sync) or do it yourself",
-            )
-        if budget_left(turn, config, spawned, spent) < 1:
-            return limit(
-                "tree_limit",
-                "this turn's tree of sub-turns has started all it may "
-                f"(TURNSTREAM_MAX_SUBTURNS_PER_ROOT={config.max_subturns_per_root}): "
-                "do the task yourself",
-            )
-    if turn.hops + 1 > config.max_hops:
-        return limit(
+        found = _spawn_problem(turn, call.args, config, spawned, spawning, spent)
+    if found is None and turn.hops + 1 > config.max_hops:
+        return _limit(
             "hop_limit",
             f"this message would be delivery {turn.hops + 1} of its chain; "
             f"TURNSTREAM_MAX_HOPS={config.max_hops}",
+        )
+    return found
+
+
+def _invalid(detail: str) -> ToolError:
+    return ToolError(
+        error_class=FailureClass.INVALID_INPUT, kind="invalid_arguments", detail=detail
+    )
+
+
+def _limit(kind: str, detail: str) -> ToolError:
+    return ToolError(error_class=FailureClass.LIMIT_EXCEEDED, kind=kind, detail=detail)
+
+
+def _message_problem(args: dict[str, Any]) -> ToolError | None:
+    to, text = args.get("to"), args.get("text")
+    if not isinstance(to, str) or not is_session_id(to) or is_reserved_session(to):
+        return _invalid(f"`to` must be a session id (1-128 of [A-Za-z0-9_:-]), not {to!r}")
+    if not isinstance(text, str) or not text.strip():
+        return _invalid("`text` is required: the message to send")
+    if len(text) > MAX_TEXT_CHARS:
+        return _invalid(f"`text` is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+    if not isinstance(args.get("expectReply", False), bool):
+        return _invalid("`expectReply` must be true or false")
+    return None
+
+
+def _spawn_problem(
+    turn: ActiveTurn,
+    args: dict[str, Any],
+    config: TurnConfig,
+    spawned: Spawned,
+    spawning: int,
+    spent: int,
+) -> ToolError | None:
+    task, agent, mode = args.get("task"), args.get("agent"), args.get("mode", "sync")
+    if not isinstance(task, str) or not task.strip():
+        return _invalid("`task` is required: what the sub-turn must do")
+    if len(task) > MAX_TEXT_CHARS:
+        return _invalid(f"`task` is {len(task)} characters; the limit is {MAX_TEXT_CHARS}")
+    if mode not in ("sync", "async"):
+        return _invalid(f"`mode` must be sync or async, not {mode!r}")
+    if agent is not None and (not isinstance(agent, str) or not _AGENT.match(agent)):
+        return _invalid(f"`agent` must be an agent profile's name, not {agent!r}")
+    if agent is not None and config.agents is not None and agent not in config.agents:
+        known = ", ".join(sorted(config.agents)) or "none"
+        return _invalid(f"there is no agent {agent!r}; known: {known}")
+    if turn.depth + 1 > config.max_subturn_depth:
+        return _limit(
+            "depth_limit",
+            f"a sub-turn here would be at depth {turn.depth + 1}; "
+            f"TURNSTREAM_MAX_SUBTURN_DEPTH={config.max_subturn_depth}: do the task yourself",
+        )
+    running = spawning + spawned.running
+    if running >= config.max_subturns:
+        return _limit(
+            "subturn_limit",
+            f"{running} sub-turns of this turn are running; TURNSTREAM_MAX_SUBTURNS="
+            f"{config.max_subturns}: wait for one to end (spawn sync) or do it yourself",
+        )
+    if budget_left(turn, config, spawned, spent) < 1:
+        return _limit(
+            "tree_limit",
+            "this turn's tree of sub-turns has started all it may "
+            f"(TURNSTREAM_MAX_SUBTURNS_PER_ROOT={config.max_subturns_per_root}): "
+            "do the task yourself",
         )
     return None
 

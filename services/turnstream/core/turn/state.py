@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, Literal
 
 from turnstream.core.approval import ApprovalConfig
 from turnstream.core.costs import Budget, Price, Spent
 from turnstream.core.events import (
     Attachment,
-    CompactionChange,
-    FailureClass,
-    HookAction,
     RequestChange,
-    ResponseChange,
     Sender,
     Stage,
     StopReason,
@@ -23,6 +18,8 @@ from turnstream.core.events import (
     TurnStatus,
 )
 from turnstream.core.ids import IdFactory
+from turnstream.core.turn.hooks import HookPoint
+from turnstream.core.turn.phases import START, AwaitingModel, Ended, Phase
 
 
 @dataclass(frozen=True)
@@ -135,59 +132,76 @@ class ContextBlock:
     """After the prompt-cache prefix (at the end of the request), not in the system prompt."""
 
 
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    """An interrupt of the turn (`InterruptReceived`)."""
+
+    mode: Literal["graceful", "hard"]
+    sender: str
+    """Who sent it, as `<kind>:<id>`."""
+    round: int
+    """The round it arrived in (a graceful one's summary is the round after)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """A hook stopped the turn (`HookDecided`): the turn ends at its next step."""
+
+    action: Literal["abort_turn", "hard_abort"]
+    reason: str
+
+
 @dataclass(frozen=True)
 class ActiveTurn:
+    """The chat's turn in progress: its identity, where it stands (`phase`), and what it
+    carries across its phases (its round, its reply so far, its calls, its bounds)."""
+
     turn_id: str
     input_id: str
+    """The `InputAccepted` it answers."""
     chat_id: str
     trace_id: str
     correlation_id: str
     reply_to: str | None
+    """The session its reply goes to (an agent's message), if any."""
     last_event_id: str
+    """Its last event: the next one's causation id."""
     started_at: datetime | None = None
-    stage: Stage = Stage.RECEIVE_INPUT
-    stage_open: bool = True
+    """Its `SessionTurnStart`'s time (the wall-time bound counts from it)."""
+    phase: Phase = START
+    """Where the turn stands (`turnstream.core.turn.phases`)."""
     iteration: int = 0
-    awaiting_provider: bool = False
-    provider_error: str | None = None
-    """`class: message` of the last failed provider call of this round."""
+    """Its round: the model calls it made (COMPOSE_REQUEST counts them)."""
     stop_reason: StopReason | None = None
+    """Why the latest model response stopped."""
     completions: int = 0
+    """Model responses recorded (`max_tokens` continuations are bounded by them)."""
     reply: str = ""
+    """The reply so far: each round's text joined (`changes.joined`)."""
     requested_calls: tuple[ToolCall, ...] = ()
     """The tool calls of the latest model response, to be proposed in TOOL_CALL."""
     calls: tuple[ToolCallState, ...] = ()
     """This round's proposed calls, in the model's order."""
     tool_calls_made: int = 0
-    abort: tuple[Literal["abort_turn", "hard_abort"], str] | None = None
-    """A hook ended the turn: the action and its reason."""
-    rendered: bool = False
-    ended: TurnStatus | None = None
+    """Calls proposed in the whole turn (`maxToolCallsPerTurn`)."""
+    abort: Abort | None = None
     steering: tuple[str, ...] = ()
+    """Texts to join the history as user messages at the next COMPOSE_REQUEST."""
     history_start: int = 0
     """Index in the history of this turn's first message (compaction keeps it and after)."""
     compacted: bool = False
     """The history was compacted once for this turn (a prompt-too-long retry)."""
-    interrupt: tuple[Literal["graceful", "hard"], str, int] | None = None
-    """An interrupt: its mode, who sent it, and the round it arrived in."""
+    interrupt: Interrupt | None = None
     summary_asked: bool = False
     """A graceful interrupt's request to summarise has been injected."""
-    act_start: int = 0
-    """A workflow stage: the round its current Act attempt started after (turnCap counts on)."""
-    checked_round: int = 0
-    """A workflow stage: the last round whose response the completion channel judged."""
-    act_done: bool = False
-    """A workflow stage: Act ended (a valid completion or the cap); Assert decides next."""
     input_key: str = ""
     """The idempotency key of the turn's input (its reply is `inReplyTo` it)."""
     hops: int = 0
+    """Agent-to-agent deliveries its input took (`TURNSTREAM_MAX_HOPS`)."""
     depth: int = 0
+    """0 for a root turn; a sub-turn is one deeper than its parent."""
     budget: int | None = None
-    failure: FailureClass | None = None
-    """Set with `ended`: why the turn did not complete."""
-    end_reason: str | None = None
-    reply_settled: bool = False
-    """The reply to `reply_to` is recorded (`MessageSent` or `MessageDropped`)."""
+    """Sub-turns its tree may start in all (None: a root turn's own bound)."""
     on_fallback: bool = False
     """The primary model failed for good once (`ProviderFallback`): the rest of the turn's
     calls go to the fallback model."""
@@ -202,8 +216,27 @@ class ActiveTurn:
     round_reply: tuple[str, str] | None = None
     """Set once this round's response is recorded: the reply before it and the separator
     its text joins with (a response interceptor's replacement joins the same way)."""
-    compaction_veto: str | None = None
-    """A compaction interceptor refused the compaction: which hook, and why."""
+
+    @property
+    def stage(self) -> Stage:
+        """The stage the turn stands in (the one its stage events name)."""
+        return self.phase.stage
+
+    @property
+    def stage_open(self) -> bool:
+        """Its stage is open (between its `StagePreFired` and `StagePostFired`)."""
+        return self.phase.open
+
+    @property
+    def awaiting_provider(self) -> bool:
+        """The model call is in flight: the shell makes it."""
+        return type(self.phase) is AwaitingModel
+
+    @property
+    def end(self) -> Ended | None:
+        """Its end, once `TurnEnded` is recorded."""
+        phase = self.phase
+        return phase if type(phase) is Ended else None
 
 
 @dataclass(frozen=True)
@@ -229,9 +262,24 @@ class ChatState:
     """The tokens its model calls used, per `<provider>/<model>` (budgets)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Act:
+    """Where a workflow stage's Act stands: the stage's, not its turn's (the stage execution
+    keeps it, `turnstream.core.workflow.state.StageRun`, and hands it to its turn in its
+    `StageSpec`); a chat turn has none."""
+
+    start: int = 0
+    """The round the current Act attempt started after (turnCap counts on from it)."""
+    checked: int = 0
+    """The last round whose response the completion channel judged."""
+    done: bool = False
+    """Act ended (a valid completion, the cap, an interrupt's summary): Assert decides next."""
+
+
 @dataclass(frozen=True)
 class StageSpec:
-    """A turn that is a workflow stage execution: its envelope and completion channel."""
+    """A turn that is a workflow stage execution: its envelope and completion channel, and
+    where its Act stands."""
 
     run_id: str
     stage_id: str
@@ -240,6 +288,7 @@ class StageSpec:
     completion_tool: str
     completion_schema: dict[str, Any]
     turn_cap: int
+    act: Act = Act()
 
 
 @dataclass(frozen=True)
@@ -306,71 +355,3 @@ class Context:
     now: datetime
     new_id: IdFactory
     source: str
-
-
-class HookPoint(StrEnum):
-    """Where guard and transform hooks hold a turn (besides TOOL_CALL pre, per call): each
-    just before the event that would move the turn on, which a hook may change or stop.
-
-    The value is the name a hook registers with as its `stage` (with `point` below), except
-    TOOL_RESULT, which is `TOOL_CALL` at `post`.
-    """
-
-    RECEIVE_INPUT = "RECEIVE_INPUT"
-    """pre: the input (rewrite it; stop the turn)."""
-    SEND_REQUEST = "SEND_REQUEST"
-    """pre, the LLM interceptor: the request (messages, system, model, tools; stop)."""
-    STREAM_RESPONSE = "STREAM_RESPONSE"
-    """post, the LLM interceptor: the response (replace it; stop) before the turn acts."""
-    TOOL_RESULT = "TOOL_RESULT"
-    """TOOL_CALL post, the tool interceptor: each executed call's result, before the model
-    sees it."""
-    COMPACT = "COMPACT"
-    """Before a compaction: allow, change (what is dropped, its summary), veto."""
-    STOP = "STOP"
-    """The turn would end (the model answered without tool calls): one more round?"""
-    RENDER = "RENDER"
-    """pre: the reply (rewrite it; stop the turn)."""
-
-    @property
-    def stage(self) -> str:
-        return "TOOL_CALL" if self is HookPoint.TOOL_RESULT else self.value
-
-    @property
-    def point(self) -> Literal["pre", "post"]:
-        return "post" if self in (HookPoint.STREAM_RESPONSE, HookPoint.TOOL_RESULT) else "pre"
-
-
-@dataclass(frozen=True)
-class StageHookVerdict:
-    """What the hooks at a hook point said (the shell runs them, `on_stage_hooks` records)."""
-
-    stage: HookPoint
-    action: HookAction
-    hook: str = ""
-    kind: Literal["transform", "guard", "observer"] = "guard"
-    reason: str | None = None
-    text: str | None = None
-    """RECEIVE_INPUT / RENDER: the text instead; STOP with `iterate`: what the model is told."""
-    timed_out: bool = False
-    request: RequestChange | None = None
-    response: ResponseChange | None = None
-    compaction: CompactionChange | None = None
-    results: tuple[HookVerdict, ...] = ()
-    """TOOL_RESULT: what the hooks said about each executed call's result."""
-
-
-@dataclass(frozen=True)
-class HookVerdict:
-    """What the tool hooks said about one approved call (the shell runs them)."""
-
-    invocation_id: str
-    action: HookAction
-    hook: str = ""
-    kind: Literal["transform", "guard", "observer"] = "guard"
-    reason: str | None = None
-    args: dict[str, Any] | None = None
-    timed_out: bool = False
-    output: str | None = None
-    """TOOL_RESULT with `modify`: the result the model sees instead (`is_error` with it)."""
-    is_error: bool | None = None

@@ -1,4 +1,4 @@
-"""The steps that move a turn on at its hook points, shared by `decide` (no hooks there)
+"""The steps that move a turn on at its hook points, shared by `decide_turn` (no hooks there)
 and `interceptors` (after the hooks said so): the model request and its start, the
 response's close, a compaction, the reply."""
 
@@ -170,7 +170,7 @@ def continues(turn: ActiveTurn, config: TurnConfig) -> bool:
 def compose_or_stop(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
     """Another round, unless the turn (or a workflow stage's Act) has used its bound."""
     spec = config.stage
-    if spec is not None and turn.iteration - turn.act_start >= spec.turn_cap:
+    if spec is not None and turn.iteration - spec.act.start >= spec.turn_cap:
         capped = StageCompletionCheckedData(
             stage=spec.stage_id,
             stage_execution_id=spec.execution_id,

@@ -32,11 +32,11 @@ from turnstream.core.events import (
     ToolInvocationRequestedData,
 )
 from turnstream.core.turn.builder import Builder
+from turnstream.core.turn.hooks import HookVerdict
 from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
     ActiveTurn,
     ChatState,
-    HookVerdict,
     ToolCall,
     ToolCallState,
     TurnConfig,
@@ -46,7 +46,7 @@ from turnstream.core.turn.state import (
 def awaiting_hooks(state: ChatState, config: TurnConfig) -> list[ToolCallState]:
     """Approved calls ready to go that the tool hooks must see first (the shell runs them)."""
     turn = state.active
-    if not config.tool_hooks or turn is None or turn.ended or turn.abort:
+    if not config.tool_hooks or turn is None or turn.end or turn.abort:
         return []
     streaming = turn.stage is Stage.STREAM_RESPONSE and turn.awaiting_provider
     if not (turn.stage is Stage.TOOL_CALL or streaming) or not turn.stage_open:

@@ -147,7 +147,7 @@ def end_lane(b: Builder, ex: StageRun, result: StageResult | None) -> list[Event
         return []
     ok = result is not None and result.verdict in ("ok", "skip")
     events: list[Event] = []
-    if turn.ended is None:
+    if turn.end is None:
         if ok and result is not None:
             events.append(b.end("completed", reply=_summary(result)))
         else:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from turnstream.core.events import StageResult, WorkflowAttached
-from turnstream.core.turn.state import ChatState
+from turnstream.core.turn.state import Act, ChatState
 from turnstream.core.workflow.definition import Step, WorkflowDef
 
 StageStatus = Literal["gate", "act", "exited", "cancelled", "init_failed"]
@@ -34,6 +34,8 @@ class StageRun:
     gate_checks: int = 0
     wait_until: datetime | None = None
     """A deferred gate or a retry's backoff: nothing happens before then."""
+    act: Act = field(default_factory=Act)
+    """Where its Act stands (its turn sees it in its `StageSpec`)."""
     parsed: dict[str, Any] | None = None
     cap_hit: bool = False
     failure: str | None = None
