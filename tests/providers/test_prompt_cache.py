@@ -217,3 +217,32 @@ async def test_the_scripted_provider_bills_usage_like_the_messages_api() -> None
     )
     short = await usages("5m", system="Be brief.")
     assert all(u.cache_write_tokens == u.cache_read_tokens == 0 for u in short)
+
+
+def test_the_scripted_billing_remembers_a_session_and_bills_it_the_same() -> None:
+    """A runner's history grows by the same `Message` objects: billed from the blocks it
+    remembers, each call is billed as if the whole request were read again."""
+    from dataclasses import replace
+
+    from turnstream.providers import scripted_usage
+    from turnstream.providers.scripted_usage import ScriptedBilling
+
+    remembered, fresh = ScriptedBilling("5m"), ScriptedBilling("5m")
+    history: tuple[Message, ...] = ()
+    for turn in range(1, 8):
+        history += (Message("user", f"question {turn}"),)
+        grown = ProviderRequest("s1", f"t{turn}", 1, turn, SYSTEM, history, TOOLS)
+        copied = replace(grown, messages=tuple(replace(m) for m in history))
+        before = remembered.usage(grown, "ok")
+        assert before == fresh.usage(copied, "ok")
+        fresh.sessions.clear()  # every call read whole
+        history += (Message("assistant", f"answer {turn}"),)
+    # an earlier message changed (a compaction's rewrite): billed from there on
+    edited = (Message("user", "question one, again"), *history[1:])
+    usage = remembered.usage(ProviderRequest("s1", "t9", 1, 9, SYSTEM, edited, TOOLS), "ok")
+    # the tools and the system prompt read, the whole history written again
+    assert 6000 < usage.cache_read_tokens < before.cache_read_tokens
+    assert usage.cache_write_tokens > before.cache_write_tokens
+    for n in range(scripted_usage.SESSIONS + 100):
+        remembered.usage(ProviderRequest(f"s{n}", "t", 1, 0, "hi", history[:1], TOOLS), "ok")
+    assert len(remembered.sessions) == scripted_usage.SESSIONS

@@ -41,7 +41,8 @@ def _compact(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
-def _chain(previous: bytes, part: bytes) -> bytes:
+def chain_block(previous: bytes, part: bytes) -> bytes:
+    """The hash of a prefix one block longer."""
     return hashlib.sha256(previous + part).digest()
 
 
@@ -66,16 +67,30 @@ class AnthropicCache:
     grow with every session it served); unset: every entry until it expires."""
 
     def bill(self, body: dict[str, Any]) -> Billed:
-        blocks = _anthropic_blocks(body)
         hashes, totals, marks = [], [], []
         chain, total = b"", 0
-        for part, mark in blocks:
-            chain, total = _chain(chain, part), total + estimate_tokens(part)
+        for part, mark in _anthropic_blocks(body):
+            chain, total = chain_block(chain, part), total + estimate_tokens(part)
             hashes.append(chain)
             totals.append(total)
             marks.append(mark)
+        return self.bill_blocks(hashes, totals, marks, total)
+
+    def bill_blocks(
+        self,
+        hashes: list[bytes],
+        totals: list[int],
+        marks: list[str | None],
+        total: int,
+        breakpoints: list[int] | None = None,
+    ) -> Billed:
+        """Bill a request given as its blocks: the hash of the prefix ending at each, the
+        tokens up to each, each one's breakpoint TTL (None: no breakpoint), and the
+        request's tokens in all (blocks after the last one included); `breakpoints`, the
+        indexes of the marked blocks, if the caller knows them."""
         now = self.clock()
-        breakpoints = [i for i, mark in enumerate(marks) if mark is not None]
+        if breakpoints is None:
+            breakpoints = [i for i, mark in enumerate(marks) if mark is not None]
         if not breakpoints:
             return Billed(input_tokens=total)
         hit = -1

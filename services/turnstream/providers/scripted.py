@@ -32,9 +32,9 @@ from turnstream.core.turn import (
     ToolCall,
 )
 from turnstream.providers.base import DeltaSink, ToolCallSink
-from turnstream.providers.cache_billing import AnthropicCache, estimate_tokens
 from turnstream.providers.retry import RetryPolicy, with_retries
-from turnstream.providers.wire import PromptCache, anthropic_request
+from turnstream.providers.scripted_usage import ScriptedBilling
+from turnstream.providers.wire import PromptCache
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)(?::(\d+))?\}")
 _KNOWN = {"input", "call", "last_tool_result"}
@@ -136,11 +136,6 @@ def _render(template: str, request: ProviderRequest) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
-BILLING_ENTRIES = 4096
-"""Prompt-cache entries the scripted provider remembers (a real cache keeps more; a runner's
-memory must not grow with every session it served)."""
-
-
 def _chunks(text: str, mode: str) -> list[str]:
     if mode == "whole" or not text:
         return [text] if text else []
@@ -163,8 +158,7 @@ class ScriptedProvider:
         self.model = model
         self.retry = retry
         """Retries of a `retryable` scripted error (the deployment's policy); None: none."""
-        self.cache = cache
-        self.billing = AnthropicCache(max_entries=BILLING_ENTRIES)
+        self.billing = ScriptedBilling(cache)
         """Usage is billed as the Messages API would bill the request it would be sent."""
 
     async def close(self) -> None:
@@ -188,17 +182,8 @@ class ScriptedProvider:
         return await with_retries(attempt, self.retry)
 
     def _usage(self, request: ProviderRequest, text: str, calls: list[ScriptToolCall]) -> Usage:
-        """Input as the Messages API would bill this request against the prompt cache
-        (writes and reads apart, nothing cached under the model's minimum), output as the
-        characters of the reply / 4."""
-        billed = self.billing.bill(anthropic_request(request, self.model, 1024, self.cache))
         said = text + "".join(call.name + orjson.dumps(call.arguments).decode() for call in calls)
-        return Usage(
-            input_tokens=billed.input_tokens,
-            output_tokens=estimate_tokens(said),
-            cache_write_tokens=billed.cache_write_tokens,
-            cache_read_tokens=billed.cache_read_tokens,
-        )
+        return self.billing.usage(request, said)
 
     async def _attempt(
         self, reply: ScriptReply, attempt: int, request: ProviderRequest, on_delta: DeltaSink
