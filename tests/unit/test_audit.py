@@ -251,13 +251,27 @@ def test_written_summaries_beyond_those_changed_last_are_forgotten_with_their_en
     auditor = fold(tool_run("s1", "t1", "late"), auditor)  # s1 changed since: not written
     assert auditor.forget(keep=4) == ["s2"]  # the one changed least recently
     assert list(auditor.summaries) == ["s3", "s4", "s5", "s1"]
-    assert auditor.forget(keep=2) == ["s4", "s5"]  # s3 has its turn open, s1 is dirty
+    assert auditor.forget(keep=1) == ["s3", "s4", "s5"]  # s1 is dirty: not written yet
     auditor.take_dirty()
-    assert auditor.forget(keep=1) == ["s1"]
-    assert auditor.forget(keep=0) == []
-    assert list(auditor.summaries) == ["s3"]
-    assert set(auditor.checks.turns) == {("s3", "t3")}  # the open turn stays, for the timer
+    assert auditor.forget(keep=0) == ["s1"]
+    assert auditor.summaries == {}
+    # s3's summary went (the bucket has it), not its open turn: the timer needs it
+    assert set(auditor.checks.turns) == {("s3", "t3")}
     assert auditor.checks.approved == set()
+
+
+def test_a_session_with_work_open_leaves_its_summary_and_keeps_its_checks() -> None:
+    """A turn queued or running: its summary is read back when its session comes again,
+    and what the checks keep of its open work stays (its approvals judge its tools)."""
+    run = tool_run("s1", "t1", "call")
+    approved = fold([start("s1", "t1"), *run[:2]])  # approved, not started yet
+    (written,) = approved.take_dirty()
+    assert approved.forget(keep=0) == ["s1"] and approved.summaries == {}
+    approved.remember(SessionSummary.from_json(written.to_json()))
+    approved = fold([*run[2:], ended("s1", "t1")], approved)
+    assert kinds(approved) == []  # its tool ran approved, its turn ended once
+    never = fold([start("s1", "t1"), *run, ended("s1", "t1")])
+    assert approved.summaries["s1"] == never.summaries["s1"]
 
 
 def test_a_remembered_summary_goes_on_where_it_was_written_and_its_last_end_still_counts() -> None:

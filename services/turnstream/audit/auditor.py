@@ -90,21 +90,26 @@ class Auditor:
 
     def forget(self, keep: int) -> list[str]:
         """Forget the summaries of all but the `keep` sessions changed last, and what the
-        checks kept of their ended turns; returns the sessions forgotten. A session whose
-        summary is not written yet (dirty), that has a turn open, or whose summary the
-        bucket does not take (`is_session_id`) is kept: nothing but this has its state."""
+        checks kept of their settled work; returns the sessions forgotten. A session whose
+        summary is not written yet (dirty) or whose summary the bucket does not take
+        (`is_session_id`) is kept: nothing but this has its state. One with work open (a
+        turn queued or running) leaves its summary, which the bucket has, and keeps its
+        checks' facts (its open turn, approvals, prompts): a burst of 10⁵ queued sessions
+        would otherwise hold 10⁵ summaries until their turns end."""
         excess = len(self.summaries) - keep
         gone: list[str] = []
+        settled: set[str] = set()
         for session, summary in self.summaries.items():  # the least recently changed first
             if len(gone) >= excess:
                 break
-            if session in self.dirty or summary.status == "active" or summary.open_turn:
+            if session in self.dirty or not is_session_id(session):
                 continue
-            if is_session_id(session):
-                gone.append(session)
+            gone.append(session)
+            if summary.status != "active" and not summary.open_turn:
+                settled.add(session)
         for session in gone:
             del self.summaries[session]
-        self.checks.forget(set(gone))
+        self.checks.forget(settled)
         return gone
 
     def remember(self, summary: SessionSummary) -> None:
