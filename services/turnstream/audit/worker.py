@@ -52,7 +52,7 @@ from turnstream.runtime.memory import QuietTrim
 
 log = logging.getLogger("turnstream.audit")
 DURABLE = AUDIT.name
-BATCH = 2000
+BATCH = 500
 LINGER_S = 0.05
 """How long a batch gathers: a turn's start and end reach its summary this much later."""
 COUNTERS_S = 1.0
