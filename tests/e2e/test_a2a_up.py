@@ -92,10 +92,10 @@ async def test_an_outside_client_over_each_binding(
         )
         done = await send(client, message("approve", context=context, task=waiting.id))
         assert done.status.state == S.TASK_STATE_COMPLETED, done
-        image = message("", context=context)
-        image.parts.append(Part(raw=b"\x89PNG", media_type="image/png"))
+        program = message("", context=context)  # images and PDFs are taken (attachments)
+        program.parts.append(Part(raw=b"MZ", media_type="application/x-msdownload"))
         with pytest.raises(ERRORS) as refused:
-            await send(client, image)
+            await send(client, program)
         assert type(refused.value).__name__ == "ContentTypeNotSupportedError"
     for _ in range(100):
         if len(posts) >= 2:
