@@ -174,6 +174,12 @@ class Upload:
         )
         return True
 
+    async def attach(self, name: str, media_type: str) -> dict[str, Any]:
+        """Name the bytes written `att/<sha256>` and describe them as a `message` command's
+        attachment (by reference: no bytes)."""
+        await self.finish(ATTACHMENT_PREFIX + self.sha256)
+        return {"name": name, "mediaType": media_type, "size": self.size, "sha256": self.sha256}
+
 
 async def attachment_chunks(bus: Bus, info: Any, per_read: int = 8) -> AsyncIterator[bytes]:
     """The object's bytes, a few chunks at a time (a download need not hold it whole);

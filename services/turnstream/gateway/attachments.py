@@ -19,7 +19,6 @@ from turnstream.core.events import Attachment
 from turnstream.gateway.check import Rejection, fields_of
 
 DEFAULT_POLICY = AttachmentPolicy()
-__all__ = ["DEFAULT_POLICY", "AttachmentPolicy", "recorded", "refused"]
 
 
 def refused(command: MessageCommand, policy: AttachmentPolicy) -> Rejection | None:

@@ -19,6 +19,7 @@ from turnstream.core.commands import (
     AnswerCommand,
     AttachCommand,
     AttachmentIn,
+    AttachmentPolicy,
     InboundCommand,
     InterruptCommand,
     MessageCommand,
@@ -41,7 +42,7 @@ from turnstream.core.events import (
     stamp,
 )
 from turnstream.core.workflow.definition import WorkflowDef
-from turnstream.gateway.attachments import DEFAULT_POLICY, AttachmentPolicy, recorded, refused
+from turnstream.gateway.attachments import DEFAULT_POLICY, recorded, refused
 from turnstream.gateway.check import CommandIds, Inbound, Rejection, check, fields_of, rejected
 
 E = TypeVar("E", bound=EventBase)

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from turnstream.bus.objects import Upload
 from turnstream.core.commands import MAX_ATTACHMENTS
-from turnstream.core.events import ATTACHMENT_PREFIX, FailureClass
+from turnstream.core.events import FailureClass
 from turnstream.http.commands import MessageIn, command
 from turnstream.http.context import HttpContext
 from turnstream.http.fast import query_of
@@ -244,15 +244,7 @@ class Body:
 
     async def _end(self, part: Part) -> None:
         if part.upload is not None:
-            await part.upload.finish(ATTACHMENT_PREFIX + part.upload.sha256)
-            self.files.append(
-                {
-                    "name": part.filename,
-                    "mediaType": part.media_type,
-                    "size": part.upload.size,
-                    "sha256": part.upload.sha256,
-                }
-            )
+            self.files.append(await part.upload.attach(part.filename or "", part.media_type))
         elif part.filename is None:
             self.texts[part.name] = part.text
 

@@ -19,7 +19,6 @@ from google.protobuf.json_format import MessageToDict  # type: ignore[import-unt
 
 from turnstream.bus.objects import Upload
 from turnstream.core.commands import MAX_ATTACHMENTS
-from turnstream.core.events import ATTACHMENT_PREFIX
 from turnstream.http.context import HttpContext
 from turnstream.http.egress import outside_client
 from turnstream.settings import Settings
@@ -61,18 +60,13 @@ async def attachments_of(message: Message, ctx: HttpContext) -> list[dict[str, A
         _bounded(name, len(data), ctx.settings)
         upload = Upload(ctx.bus)
         await upload.write(data)
-        out.append(await _named(upload, name, media_type))
+        out.append(await upload.attach(name, media_type))
     return out
 
 
 def _bounded(name: str, size: int, settings: Settings, *, so_far: bool = False) -> None:
     if why := settings.attachment_policy().oversize(size, so_far=so_far):
         raise InvalidParamsError(message=f"file {name!r}: {why}")
-
-
-async def _named(upload: Upload, name: str, media_type: str) -> dict[str, Any]:
-    await upload.finish(ATTACHMENT_PREFIX + upload.sha256)
-    return {"name": name, "mediaType": media_type, "size": upload.size, "sha256": upload.sha256}
 
 
 async def _fetched(part: Part, n: int, ctx: HttpContext) -> dict[str, Any]:
@@ -108,7 +102,7 @@ async def _fetched(part: Part, n: int, ctx: HttpContext) -> dict[str, Any]:
                 await upload.write(chunk)
     except httpx.HTTPError as exc:
         raise InvalidParamsError(message=f"file {name!r}: not fetched from {host}: {exc}") from None
-    return await _named(upload, name, media_type)
+    return await upload.attach(name, media_type)
 
 
 def without_bytes(sent: dict[str, Any]) -> dict[str, Any]:
