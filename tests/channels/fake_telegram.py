@@ -391,12 +391,4 @@ async def _params(request: web.Request) -> dict[str, Any]:
     return out
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    """`check()` once it is truthy."""
-    async with asyncio.timeout(timeout):
-        while not (found := check()):  # noqa: ASYNC110 (polls a fake's state, not an event)
-            await asyncio.sleep(0.05)
-        return found
-
-
 Waiter = Callable[[], Awaitable[None]]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.channels.conftest import channel_process, wait_polling
-from tests.channels.fake_telegram import FakeTelegram, eventually
+from tests.channels.fake_telegram import FakeTelegram
 from tests.integration.conftest import settings_for
+from tests.polling import eventually
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 

@@ -22,6 +22,7 @@ pytest.importorskip("slack_bolt")
 
 from tests.channels.fake_slack import FakeSlack
 from tests.integration.conftest import events_of, running_services, settings_for
+from tests.polling import eventually
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.channels.slack_mrkdwn import to_mrkdwn
@@ -102,18 +103,10 @@ async def deployment(
             assert "Traceback" not in log
 
 
-async def until(check: Any, timeout: float = 60) -> None:
-    async with asyncio.timeout(timeout):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.05)
-
-
 async def restart(slack: FakeSlack, channel: Channel) -> None:
     connects = slack.socket.connects
     channel.start()
-    await until(lambda: slack.socket.connects > connects)
+    await eventually(lambda: slack.socket.connects > connects, 60)
 
 
 async def turn_ended(bus: Bus, session: str) -> list[Any]:
@@ -134,13 +127,13 @@ async def test_killed_mid_stream_the_reply_completes_in_the_same_message(
 ) -> None:
     async with deployment(nats_server, bus, tmp_path) as (slack, channel):
         _event, root = await slack.user_says("D0DM", "U0ALICE", "tell me a lot")
-        await until(lambda: slack.calls_of("chat.appendStream"))
+        await eventually(lambda: slack.calls_of("chat.appendStream"), 60)
         channel.kill9()
         [streaming] = slack.bot_messages("D0DM")
         assert streaming.streaming and streaming.text != REPLY
         await restart(slack, channel)
         events = await turn_ended(bus, session_of("D0DM", root))
-        await until(lambda: slack.calls_of("chat.stopStream"))
+        await eventually(lambda: slack.calls_of("chat.stopStream"), 60)
         [reply] = slack.bot_messages("D0DM")
         assert reply.ts == streaming.ts and reply.text == REPLY and not reply.streaming
         assert len(slack.calls_of("chat.startStream")) == 1
@@ -162,7 +155,7 @@ async def test_killed_after_a_post_before_its_record_it_is_found_by_metadata(
         held.released.set()
         await restart(slack, channel)
         await turn_ended(bus, session_of("D0DM", root))
-        await until(lambda: slack.bot_messages("D0DM")[0].text == to_mrkdwn(REPLY))
+        await eventually(lambda: slack.bot_messages("D0DM")[0].text == to_mrkdwn(REPLY), 60)
         await asyncio.sleep(1.0)
         [reply] = slack.bot_messages("D0DM")
         assert reply.metadata is not None and reply.metadata["event_payload"]["tag"].endswith(":0")
@@ -182,7 +175,7 @@ async def test_killed_after_a_stream_started_before_its_record_it_is_taken_up(
         held.released.set()
         await restart(slack, channel)
         await turn_ended(bus, session_of("D0DM", root))
-        await until(lambda: slack.calls_of("chat.stopStream"))
+        await eventually(lambda: slack.calls_of("chat.stopStream"), 60)
         await asyncio.sleep(1.0)
         [reply] = slack.bot_messages("D0DM")
         assert reply.text == REPLY and not reply.streaming and reply.metadata is not None
@@ -201,7 +194,7 @@ async def test_killed_after_the_stream_stopped_before_its_record_it_is_not_poste
         held.released.set()
         await restart(slack, channel)
         await turn_ended(bus, session_of("D0DM", root))
-        await until(lambda: slack.calls_of("chat.stopStream", ok_only=False)[1:])
+        await eventually(lambda: slack.calls_of("chat.stopStream", ok_only=False)[1:], 60)
         await asyncio.sleep(1.0)
         [reply] = slack.bot_messages("D0DM")
         # the stream showed it all, or the rest was in the stop: as it is, or edited to it
@@ -231,12 +224,12 @@ async def test_killed_after_a_prompt_was_posted_before_its_record_it_is_found(
         channel.kill9()
         held.released.set()
         await restart(slack, channel)
-        await until(lambda: slack.calls_of("conversations.replies"))
+        await eventually(lambda: slack.calls_of("conversations.replies"), 60)
         [prompt] = [m for m in slack.bot_messages("D0DM") if m.blocks and len(m.blocks) > 1]
         value = prompt.blocks[1]["elements"][0]["value"]
         await slack.press("U0ALICE", "D0DM", prompt.ts, "turnstream:approve", value)
         events = await turn_ended(bus, session_of("D0DM", root))
         assert [e.data.status for e in events if isinstance(e, TurnEnded)] == ["completed"]
-        await until(lambda: len(prompt.blocks) == 1)
+        await eventually(lambda: len(prompt.blocks) == 1, 60)
         prompts = [c for c in slack.calls_of("chat.postMessage") if "prompt:" in str(c.args)]
         assert len(prompts) == 1, "the prompt was found by its metadata, not posted again"

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.channels.conftest import channel_process, wait_polling
-from tests.channels.fake_telegram import FakeTelegram, eventually
+from tests.channels.fake_telegram import FakeTelegram
 from tests.integration.conftest import events_of, running_services, settings_for
+from tests.polling import eventually
 from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.channels.conftest import channel_process, wait_polling
-from tests.channels.fake_telegram import FakeTelegram, Posted, eventually
+from tests.channels.fake_telegram import FakeTelegram, Posted
 from tests.integration.conftest import anthropic_settings, events_of, running_services
 from tests.integration.test_attachments import PDF, PNG
+from tests.polling import eventually
 from tests.providers.fake_servers import FakeAnthropic, Text
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.channels.conftest import channel_process
-from tests.channels.fake_telegram import FakeTelegram, eventually
+from tests.channels.fake_telegram import FakeTelegram
 from tests.channels.fake_telegram_webhook import post_update
 from tests.channels.slack_harness import free_port, listening, until
 from tests.integration.conftest import events_of, running_services, settings_for
+from tests.polling import eventually
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.core.events import InputAccepted, TurnEnded

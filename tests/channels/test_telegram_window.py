@@ -16,8 +16,9 @@ import orjson
 import pytest
 
 from tests.channels.conftest import channel_process, wait_polling
-from tests.channels.fake_telegram import FakeTelegram, eventually
+from tests.channels.fake_telegram import FakeTelegram
 from tests.integration.conftest import running_services, settings_for
+from tests.polling import eventually
 from turnstream.bus import Bus
 from turnstream.bus.embedded import EmbeddedServer
 

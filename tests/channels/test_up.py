@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.channels.conftest import TOKEN, wait_polling
-from tests.channels.fake_telegram import FakeTelegram, eventually
+from tests.channels.fake_telegram import FakeTelegram
 from tests.e2e.processes import running_up
+from tests.polling import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 

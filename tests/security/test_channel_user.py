@@ -19,9 +19,10 @@ import pytest
 from nats.js import api
 
 from tests.channels.conftest import channel_process, fake, wait_polling
-from tests.channels.fake_telegram import FakeTelegram, eventually
+from tests.channels.fake_telegram import FakeTelegram
 from tests.channels.test_telegram_files import BIG_PDF
 from tests.integration.conftest import running_services
+from tests.polling import eventually
 from tests.security.conftest import SecureServer, apply_as_operator
 from tests.security.test_identities import as_user, settings, streams
 from turnstream.bus.objects import put_new_attachment, read_attachment
