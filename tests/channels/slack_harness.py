@@ -106,11 +106,11 @@ async def until(check: Any, timeout: float = 60) -> None:
             await asyncio.sleep(0.05)
 
 
-async def ended(bus: Bus, session: str, turns: int = 1) -> list[Any]:
+async def ended(bus: Bus, session: str, turns: int = 1, timeout: float = 60) -> list[Any]:
     async def done() -> bool:
         return sum(isinstance(e, TurnEnded) for e in await events_of(bus, session)) >= turns
 
-    await until(done)
+    await until(done, timeout)
     return await events_of(bus, session)
 
 

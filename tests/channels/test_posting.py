@@ -5,8 +5,11 @@ metadata lets it) and left open where it cannot (Telegram), 429s and failures.""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import uuid_utils
@@ -125,6 +128,40 @@ async def test_the_window_is_closed_where_the_platform_finds_the_post(
     texts = [m.text for m in platform.messages]
     assert texts == (["Hello"] if finds else ["Hel", "Hello"])
     assert (await found.turn(t) or {}).get("done")
+
+
+async def test_a_live_token_streamed_while_the_turn_is_tracked_keeps_its_sender(
+    bus: Bus,
+) -> None:
+    """Live tokens do not wait for the log: the first one's `stream` may read the turn's
+    record before `track` has written it, and write it back after. The sender (who may
+    answer the turn's prompts) must survive that; once it was written over, and the
+    asker's own press was refused."""
+    opened = await records(bus)
+    read, created = asyncio.Event(), asyncio.Event()
+
+    class Racing(Records):
+        async def turn(self, turn_id: str) -> dict[str, Any] | None:
+            found = await super().turn(turn_id)
+            read.set()
+            if not created.is_set():  # the stream's read: let the track's write come between
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(created.wait(), 0.5)
+            return found
+
+        async def create_turn(self, turn_id: str, value: dict[str, Any]) -> bool:
+            made = await super().create_turn(turn_id, value)
+            created.set()
+            return made
+
+    platform, found, t = ListPlatform(), Racing(opened.kv, opened.js, opened.bucket), turn()
+    poster = Poster(platform, found)
+    streamed = asyncio.ensure_future(poster.stream(t, CHAT, "Hel"))
+    await read.wait()  # the stream has read the record first, as a token can
+    await poster.track(t, "s", CHAT, "alice")
+    await streamed
+    record = await found.turn(t) or {}
+    assert record.get("sender") == "alice" and record["parts"][0]["ref"] == "0"
 
 
 async def test_a_prompt_in_the_window_is_found_again_not_posted_twice(bus: Bus) -> None:

@@ -83,9 +83,16 @@ class Poster:
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
     async def track(self, turn_id: str, session_id: str, chat: Chat, sender: str) -> None:
-        """The turn's record, made once: its chat and who asked (they answer its prompts)."""
-        record = {"session": session_id, "chat": chat.token(), "sender": sender, "parts": []}
-        await self.records.create_turn(turn_id, record)
+        """The turn's record, made once: its chat and who asked (they answer its prompts).
+        Live tokens do not wait for the log, so a `stream` may have made the record first:
+        then these are added to it. Under the turn's lock, as `stream` writes it."""
+        asker = {"session": session_id, "chat": chat.token(), "sender": sender}
+        async with self.lock(turn_id):
+            if await self.records.create_turn(turn_id, {**asker, "parts": []}):
+                return
+            found = await self.records.turn(turn_id) or {"parts": []}
+            if found.get("sender") != sender or found.get("session") != session_id:
+                await self.records.put_turn(turn_id, {**found, **asker})
 
     async def show(
         self,
