@@ -6,6 +6,8 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from turnstream.bus import kv
 
 
@@ -89,3 +91,32 @@ async def test_streams_the_cluster_cannot_place_yet_are_asked_for_again(monkeypa
     monkeypatch.setattr(connection, "ensure_durables", ensure_durables)
     await connection._ensure_within(None, Subjects("ts"), StreamLimits(), 5)
     assert len(tries) == 3
+
+
+async def test_a_stream_the_cluster_cannot_place_is_not_taken_for_one_that_exists() -> None:
+    """`add_stream` answers 400 both for "exists" (then update it) and for "cannot place"
+    (then the update finds no stream: 404, which no retry waits for). The second must reach
+    `retried` as it came."""
+    from nats.js.errors import BadRequestError
+
+    from turnstream.bus.retry import cannot_place
+    from turnstream.bus.streams import StreamLimits, ensure_streams
+    from turnstream.core.subjects import Subjects
+
+    updated: list[Any] = []
+
+    class Js:
+        async def stream_info(self, name: str) -> Any:
+            from nats.js.errors import NotFoundError
+
+            raise NotFoundError
+
+        async def add_stream(self, config: Any) -> Any:
+            raise BadRequestError(code=400, err_code=10005, description="no suitable peers")
+
+        async def update_stream(self, config: Any) -> Any:
+            updated.append(config)
+
+    with pytest.raises(BadRequestError) as raised:
+        await ensure_streams(Js(), Subjects("ts"), StreamLimits())
+    assert cannot_place(raised.value) and updated == []

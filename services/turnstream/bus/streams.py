@@ -13,6 +13,7 @@ from nats.js import api
 from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 
 from turnstream.bus.kv import open_or_create
+from turnstream.bus.retry import cannot_place
 from turnstream.core.subjects import Subjects
 
 DAY_S = 86_400.0
@@ -315,7 +316,9 @@ async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> N
     for config in stream_configs(subjects, limits):
         try:
             await js.add_stream(config=config)
-        except BadRequestError:
+        except BadRequestError as exc:
+            if cannot_place(exc):
+                raise  # not "it exists": a cluster still forming, which `retried` waits for
             await js.update_stream(config=config)
     for kv_config in bucket_configs(subjects, limits):
         await open_or_create(js, kv_config)
