@@ -90,7 +90,7 @@ export function sessionView(root, { session, params, toast }) {
       /* the spend is a nicety: the lanes still show the tokens */
     }
   }, 400);
-  let turnsEnded = -1;
+  let turnsEnded = 0; // nothing is spent before a turn ends (and a new session has no row yet)
 
   // attachments' bytes, fetched once with the key (an <img> cannot send it) and kept as
   // object URLs while the view is open: a lane drawn again shows them at once
