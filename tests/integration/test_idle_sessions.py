@@ -62,9 +62,12 @@ async def test_many_one_turn_sessions_leave_no_actor_and_no_lease(
                 await all_ended.wait()
             (runner,) = runners
             assert len(runner.mailboxes.boxes) > 0  # the actors were there for the turns
-            # their leases are released within a renewal round or two, the actors with them
+            # their leases are released within a renewal round or two, the actors with them, and
+            # each actor's worker ends when it next runs
             async with asyncio.timeout(30):
-                while runner.leases.held or runner.mailboxes.boxes:  # noqa: ASYNC110
+                while (  # noqa: ASYNC110
+                    runner.leases.held or runner.mailboxes.boxes or runner.mailboxes.workers
+                ):
                     await asyncio.sleep(0.05)
             mailboxes = runner.mailboxes
             assert not mailboxes.rested and not mailboxes.workers and not len(mailboxes.kept)
