@@ -24,10 +24,11 @@ EVERY = 200
 """A reload that had to read more events than this writes a snapshot."""
 MAX_BYTES = 900_000
 """Larger snapshots are not kept (a KV value must fit in one message)."""
-FORMAT = 2
+FORMAT = 3
 """The shape of the state a snapshot holds: one of another shape is not read (the log is
 replayed instead). 2: a turn's phase (`core/turn/phases.py`), its interrupt and abort as
-records, a stage's Act its stage execution's (`StageRun.act`)."""
+records, a stage's Act its stage execution's (`StageRun.act`). 3: the request an
+interceptor changed is its phase's (`Requesting.change`, `AwaitingModel.change`)."""
 
 
 @dataclass(frozen=True)

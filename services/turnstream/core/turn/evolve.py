@@ -227,8 +227,6 @@ def _lifecycle(
                 steered = tuple(Message("user", text) for text in state.active.steering)
                 state = with_changes(state, history=state.history + steered)
                 changes["steering"] = ()
-            if data.stage is Stage.SEND_REQUEST:
-                changes["request_change"] = None  # each asks anew
             changes.update(phase=_entered(phase, data.stage), iteration=data.iteration)
             # one copy of the turn for all the event changes (it may stand for two events)
             return turn_changed(state, event, **changes)
@@ -274,7 +272,8 @@ def _entered(phase: Phase, stage: Stage) -> Phase:
     if kind is Ended:
         return phase
     if kind is AwaitingModel and stage is Stage.STREAM_RESPONSE:
-        return AwaitingModel(stage)  # a tool call streamed complete opened it
+        assert isinstance(phase, AwaitingModel)
+        return AwaitingModel(stage, change=phase.change)  # a tool call streamed complete
     return opened(stage)
 
 
@@ -284,7 +283,7 @@ def _closed_in(phase: Phase, stage: Stage) -> Phase:
         case Ended():
             return phase
         case AwaitingModel():
-            return AwaitingModel(stage, open=False)
+            return AwaitingModel(stage, open=False, change=phase.change)
         case ModelFailed():
             return with_changes(phase, stage=stage, open=False)
         case Rendering() if stage is Stage.RENDER:

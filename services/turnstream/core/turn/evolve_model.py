@@ -21,7 +21,15 @@ from turnstream.core.events import (
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.changes import is_active, joined, turn_changed
 from turnstream.core.turn.context import running_summary
-from turnstream.core.turn.phases import AwaitingModel, Ended, ModelFailed, Phase, closed, opened
+from turnstream.core.turn.phases import (
+    AwaitingModel,
+    Ended,
+    ModelFailed,
+    Phase,
+    Requesting,
+    closed,
+    opened,
+)
 from turnstream.core.turn.state import ChatState, ContextBlock, Message, ToolCall
 
 # -- context and the model ----------------------------------------------------------------
@@ -68,7 +76,8 @@ def evolve_provider(
             phase = state.active.phase
             state = with_changes(state, provider_calls=state.provider_calls + 1)
             if not isinstance(phase, Ended):
-                phase = AwaitingModel(phase.stage, phase.open)
+                change = phase.change if isinstance(phase, Requesting | AwaitingModel) else None
+                phase = AwaitingModel(phase.stage, phase.open, change)
             return turn_changed(state, event, phase=phase, round_reply=None)
         case ProviderRequestCompleted():
             return _completed(state, event)

@@ -24,7 +24,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.changes import call_changed, denied, is_active, joined, turn_changed
-from turnstream.core.turn.phases import ModelFailed
+from turnstream.core.turn.phases import ModelFailed, Requesting
 from turnstream.core.turn.state import Abort, ChatState, Message, ToolCall, ToolCallState
 
 ToolFact = (
@@ -153,7 +153,10 @@ def _modified(state: ChatState, event: HookDecided) -> ChatState:
     if data.stage == Stage.TOOL_CALL and data.point == "post":
         return _result_changed(state, event)
     if data.request is not None:
-        return turn_changed(state, event, request_change=data.request)
+        phase = state.active.phase if is_active(state, event) and state.active else None
+        if not isinstance(phase, Requesting):
+            return turn_changed(state, event)  # asked while no request is made: nothing to change
+        return turn_changed(state, event, phase=with_changes(phase, change=data.request))
     if data.response is not None:
         return _response_changed(state, event)
     if data.invocation_id and data.args is not None:

@@ -18,10 +18,11 @@ stage they stand in (SEND_REQUEST, or STREAM_RESPONSE once a streamed tool call 
 it). `Ended` keeps the end until the turn closes (`SessionTurnEnd`): its reply is settled
 first. An `Ended` phase is never left: a late event of an ended turn moves nothing.
 
-Data of one round that several phases share (the calls, the reply so far, the request an
-interceptor changed, the round's reply before its response) stays on `ActiveTurn` for
-now, as do the turn's bounds and its interrupt. `ActiveTurn.stage`, `.stage_open`,
-`.awaiting_provider` and `.end` read the phase (the event builder, the answers' records).
+The request an interceptor changed lives in the two phases it is valid in (`Requesting`,
+`AwaitingModel`): a new SEND_REQUEST asks anew. Data of a round that more phases share
+(the calls, the reply before the round's response) stays on `ActiveTurn` for now, as do
+the turn's bounds and its interrupt. `ActiveTurn.stage`, `.stage_open`,
+`.awaiting_provider`, `.request_change` and `.end` read the phase.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from turnstream.core.events import FailureClass, Stage, TurnStatus
+from turnstream.core.events import FailureClass, RequestChange, Stage, TurnStatus
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class Requesting:
     Closed without a call (a crash between batches): the call is asked again."""
 
     open: bool = True
+    change: RequestChange | None = None
+    """What an LLM interceptor changed in this round's request (its `modify`)."""
     kind: Literal["requesting"] = "requesting"
 
     @property
@@ -78,6 +81,8 @@ class AwaitingModel:
 
     stage: Stage = Stage.SEND_REQUEST
     open: bool = True
+    change: RequestChange | None = None
+    """The request as an interceptor changed it (`Requesting.change`): the shell's call."""
     kind: Literal["awaiting_model"] = "awaiting_model"
 
 

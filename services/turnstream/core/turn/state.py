@@ -19,7 +19,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.ids import IdFactory
 from turnstream.core.turn.hooks import HookPoint
-from turnstream.core.turn.phases import START, AwaitingModel, Ended, Phase
+from turnstream.core.turn.phases import START, AwaitingModel, Ended, Phase, Requesting
 
 
 @dataclass(frozen=True)
@@ -211,8 +211,6 @@ class ActiveTurn:
     """The tokens this turn's model calls used, per `<provider>/<model>` (budgets)."""
     context_gathered: bool = False
     """The turn's first COMPOSE_REQUEST is over: its context is in (or there was none)."""
-    request_change: RequestChange | None = None
-    """What an LLM interceptor changed in this round's model request (SEND_REQUEST pre)."""
     round_reply: tuple[str, str] | None = None
     """Set once this round's response is recorded: the reply before it and the separator
     its text joins with (a response interceptor's replacement joins the same way)."""
@@ -231,6 +229,12 @@ class ActiveTurn:
     def awaiting_provider(self) -> bool:
         """The model call is in flight: the shell makes it."""
         return type(self.phase) is AwaitingModel
+
+    @property
+    def request_change(self) -> RequestChange | None:
+        """What an LLM interceptor changed in this round's model request (SEND_REQUEST pre)."""
+        phase = self.phase
+        return phase.change if type(phase) is Requesting or type(phase) is AwaitingModel else None
 
     @property
     def end(self) -> Ended | None:
