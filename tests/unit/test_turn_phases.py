@@ -8,7 +8,12 @@ from dataclasses import replace
 import pytest
 
 from tests.unit.factories import accepted, failure, run_turn, success
-from turnstream.core.events import ProviderRequestStarted, Stage, unmerged
+from turnstream.core.events import (
+    ProviderRequestStarted,
+    RequestChange,
+    Stage,
+    unmerged,
+)
 from turnstream.core.session import SessionState, evolve, fold, state_from_json, state_to_json
 from turnstream.core.turn.phases import (
     AwaitingModel,
@@ -21,8 +26,13 @@ from turnstream.core.turn.phases import (
     Rendering,
     Requesting,
     Responded,
+    Response,
+    ToolCall,
 )
 from turnstream.core.turn.state import ActiveTurn
+
+READ = ToolCall("c0", "read_file", {"path": "p0"})
+ANSWER = Response((READ,), ("so far", "\n\n"))
 
 
 def phases(state: SessionState, log: list) -> list[str]:
@@ -89,6 +99,10 @@ def test_an_ended_turn_is_moved_by_no_late_event() -> None:
         ModelFailed("prompt_too_long: too long", veto="hook h: no"),
         Responded(),
         CallingTools(open=False),
+        Requesting(open=False, change=RequestChange(model="small"), response=ANSWER),
+        AwaitingModel(change=RequestChange(tools=["grep"])),
+        Responded(open=False, response=ANSWER),
+        CallingTools(asked=(READ,)),
         Rendering(open=True, rendered=True),
         Ended("failed", Stage.TOOL_CALL, reply_settled=True),
     ],

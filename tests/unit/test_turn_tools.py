@@ -18,6 +18,7 @@ from turnstream.core.events import (
     ToolInvocationProposed,
     ToolInvocationRequested,
     TurnEnded,
+    unmerged,
 )
 from turnstream.core.session import SessionState, fold, follow_session
 from turnstream.core.turn import (
@@ -384,3 +385,25 @@ def test_a_graceful_interrupt_skips_remaining_tools_and_asks_for_a_summary() -> 
 def test_an_interrupt_with_no_turn_running_changes_nothing() -> None:
     state = SessionState.of("s1")
     assert fold(state, [interrupt("hard")]) == state
+
+
+def test_the_calls_a_response_asks_for_are_held_by_its_phases_until_they_are_made() -> None:
+    """The round's response (its calls, the reply before it) is held by STREAM_RESPONSE;
+    the calls go on into TOOL_CALL; once their results are in, no phase holds them."""
+    d = Driver(CONFIG, "read_file")
+    seen = fold(SessionState.of("s1"), [accepted(1, "do it")])
+    held = []
+    for event in unmerged(d.log):
+        seen = fold(seen, [event])
+        turn = seen.chat.active
+        assert turn is not None
+        held.append((turn.phase.kind, turn.requested_calls, turn.round_reply is not None))
+    asked = calls("read_file")
+    assert held[0] == ("receiving", (), False)
+    assert ("responded", asked, True) in held and ("calling_tools", asked, False) in held
+    assert all(c == () and not r for k, c, r in held if k not in ("responded", "calling_tools"))
+    d.feed(approve(d.inv(0)))
+    d.feed(succeed(d.inv(0)))
+    turn = d.state.chat.active
+    assert turn is not None and turn.phase.kind != "calling_tools"
+    assert turn.requested_calls == () and turn.round_reply is None

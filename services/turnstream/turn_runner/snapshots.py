@@ -27,8 +27,8 @@ MAX_BYTES = 900_000
 FORMAT = 3
 """The shape of the state a snapshot holds: one of another shape is not read (the log is
 replayed instead). 2: a turn's phase (`core/turn/phases.py`), its interrupt and abort as
-records, a stage's Act its stage execution's (`StageRun.act`). 3: the request an
-interceptor changed is its phase's (`Requesting.change`, `AwaitingModel.change`)."""
+records, a stage's Act its stage execution's (`StageRun.act`). 3: a round's data is
+its phases' (the request an interceptor changed, the response and the calls it asks for)."""
 
 
 @dataclass(frozen=True)

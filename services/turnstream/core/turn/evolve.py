@@ -92,11 +92,15 @@ from turnstream.core.turn.evolve_model import evolve_context, evolve_provider, e
 from turnstream.core.turn.evolve_tools import evolve_call, evolve_hook
 from turnstream.core.turn.phases import (
     AwaitingModel,
+    CallingTools,
     Ended,
     ModelFailed,
     Phase,
     Receiving,
     Rendering,
+    Requesting,
+    Responded,
+    Response,
     closed,
     opened,
 )
@@ -258,7 +262,7 @@ def _left(state: ChatState, stage: Stage) -> tuple[ChatState, dict[str, object]]
     changes: dict[str, object] = {}
     if stage is Stage.TOOL_CALL:
         state = _append_tool_results(state)
-        changes.update(calls=(), requested_calls=())
+        changes["calls"] = ()
     if stage is Stage.COMPOSE_REQUEST:
         changes["context_gathered"] = True
     assert state.active is not None
@@ -267,13 +271,17 @@ def _left(state: ChatState, stage: Stage) -> tuple[ChatState, dict[str, object]]
 
 
 def _entered(phase: Phase, stage: Stage) -> Phase:
-    """The phase a `StagePreFired` of `stage` moves the turn to."""
-    kind = type(phase)
-    if kind is Ended:
-        return phase
-    if kind is AwaitingModel and stage is Stage.STREAM_RESPONSE:
-        assert isinstance(phase, AwaitingModel)
-        return AwaitingModel(stage, change=phase.change)  # a tool call streamed complete
+    """The phase a `StagePreFired` of `stage` moves the turn to (the round's response, or
+    the calls it asks for, carried into it)."""
+    match phase:
+        case Ended():
+            return phase
+        case AwaitingModel() if stage is Stage.STREAM_RESPONSE:
+            return AwaitingModel(stage, change=phase.change)  # a tool call streamed complete
+        case Requesting(response=Response() as response) if stage is Stage.STREAM_RESPONSE:
+            return Responded(response=response)
+        case Responded(response=Response() as response) if stage is Stage.TOOL_CALL:
+            return CallingTools(asked=response.calls)
     return opened(stage)
 
 
@@ -288,6 +296,10 @@ def _closed_in(phase: Phase, stage: Stage) -> Phase:
             return with_changes(phase, stage=stage, open=False)
         case Rendering() if stage is Stage.RENDER:
             return Rendering(open=False, rendered=phase.rendered)
+        case Requesting(response=Response() as response) if stage is Stage.SEND_REQUEST:
+            return Requesting(open=False, response=response)
+        case Responded(response=Response() as response) if stage is Stage.STREAM_RESPONSE:
+            return Responded(open=False, response=response)
     return closed(stage)
 
 

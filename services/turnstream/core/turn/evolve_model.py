@@ -27,8 +27,11 @@ from turnstream.core.turn.phases import (
     ModelFailed,
     Phase,
     Requesting,
+    Responded,
+    Response,
     closed,
     opened,
+    with_response,
 )
 from turnstream.core.turn.state import ChatState, ContextBlock, Message, ToolCall
 
@@ -78,7 +81,7 @@ def evolve_provider(
             if not isinstance(phase, Ended):
                 change = phase.change if isinstance(phase, Requesting | AwaitingModel) else None
                 phase = AwaitingModel(phase.stage, phase.open, change)
-            return turn_changed(state, event, phase=phase, round_reply=None)
+            return turn_changed(state, event, phase=phase)
         case ProviderRequestCompleted():
             return _completed(state, event)
         case ProviderFallback():
@@ -110,26 +113,27 @@ def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
     )
     # a new round (after tool calls, a stop hook's `iterate`) starts a new paragraph
     # of the reply; a continuation (max_tokens) joins seamlessly
-    round_reply = (turn.reply, "" if turn.stop_reason == "max_tokens" else "\n\n")
+    before = (turn.reply, "" if turn.stop_reason == "max_tokens" else "\n\n")
     return turn_changed(
         state,
         event,
-        phase=_response_in(turn.phase),
+        phase=_response_in(turn.phase, Response(calls, before)),
         stop_reason=data.stop_reason,
-        reply=joined(round_reply, message.text),
-        round_reply=round_reply,
+        reply=joined(before, message.text),
         completions=turn.completions + 1,
-        requested_calls=calls,
         spent=add_spent(turn.spent, key, used),
     )
 
 
-def _response_in(phase: Phase) -> Phase:
-    """The phase a recorded response leaves the turn in: the stage it stands in (STREAM_RESPONSE,
-    open) with the response."""
+def _response_in(phase: Phase, response: Response) -> Phase:
+    """The phase a recorded response leaves the turn in: the stage it stands in (SEND_REQUEST,
+    or STREAM_RESPONSE once a streamed call opened it), holding the response."""
     if isinstance(phase, Ended):
         return phase
-    return opened(phase.stage) if phase.open else closed(phase.stage)
+    stood = opened(phase.stage) if phase.open else closed(phase.stage)
+    if isinstance(stood, Requesting | Responded):
+        return with_changes(stood, response=response)
+    return stood
 
 
 # -- a workflow stage's turn ----------------------------------------------------------------
@@ -167,4 +171,6 @@ def _completion_checked(state: ChatState, event: StageCompletionChecked) -> Chat
             for call_id in data.call_ids
         )
         state = with_changes(state, history=state.history + answers)
-    return turn_changed(state, event, requested_calls=())
+    assert state.active is not None
+    answered = with_response(state.active.phase, lambda r: with_changes(r, calls=()))
+    return turn_changed(state, event, phase=answered)

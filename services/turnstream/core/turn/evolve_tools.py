@@ -24,7 +24,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.immutable import with_changes
 from turnstream.core.turn.changes import call_changed, denied, is_active, joined, turn_changed
-from turnstream.core.turn.phases import ModelFailed, Requesting
+from turnstream.core.turn.phases import ModelFailed, Requesting, Response, with_response
 from turnstream.core.turn.state import Abort, ChatState, Message, ToolCall, ToolCallState
 
 ToolFact = (
@@ -202,10 +202,11 @@ def _response_changed(state: ChatState, event: HookDecided) -> ChatState:
     stop = "tool_use" if calls else turn.stop_reason
     if stop == "tool_use" and not calls:
         stop = "end_turn"
+    before = turn.round_reply
     return turn_changed(
         state,
         event,
-        reply=joined(turn.round_reply, data.response.text),
-        requested_calls=calls,
+        reply=joined(before, data.response.text),
+        phase=with_response(turn.phase, lambda _: Response(calls, before)),
         stop_reason=stop,
     )

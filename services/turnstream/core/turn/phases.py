@@ -18,21 +18,55 @@ stage they stand in (SEND_REQUEST, or STREAM_RESPONSE once a streamed tool call 
 it). `Ended` keeps the end until the turn closes (`SessionTurnEnd`): its reply is settled
 first. An `Ended` phase is never left: a late event of an ended turn moves nothing.
 
-The request an interceptor changed lives in the two phases it is valid in (`Requesting`,
-`AwaitingModel`): a new SEND_REQUEST asks anew. Data of a round that more phases share
-(the calls, the reply before the round's response) stays on `ActiveTurn` for now, as do
-the turn's bounds and its interrupt. `ActiveTurn.stage`, `.stage_open`,
-`.awaiting_provider`, `.request_change` and `.end` read the phase.
+Round data lives in the phases it is valid in: the request an interceptor changed in
+`Requesting` and `AwaitingModel` (a new SEND_REQUEST asks anew), the round's `Response`
+in `Requesting` once recorded and in `Responded`, the calls it asks for in `CallingTools`
+(`_entered` in `evolve` carries them on; a phase after holds none). The calls proposed
+so far, the turn's bounds and its interrupt stay on `ActiveTurn`. `ActiveTurn.stage`,
+`.stage_open`, `.awaiting_provider`, `.request_change`, `.requested_calls`,
+`.round_reply` and `.end` read the phase.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from turnstream.core.events import FailureClass, RequestChange, Stage, TurnStatus
+from turnstream.core.events import FailureClass, RequestChange, Stage, ToolUseBlock, TurnStatus
+from turnstream.core.immutable import with_changes
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call as the model made it."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+    @classmethod
+    def of(cls, block: ToolUseBlock) -> ToolCall:
+        """The call a `tool_use` block of a recorded response names."""
+        return cls(block.id, block.name, block.input)
+
+    def block(self) -> ToolUseBlock:
+        """The call as a `tool_use` block, as responses are recorded."""
+        return ToolUseBlock(id=self.id, name=self.name, input=self.arguments)
+
+
+@dataclass(frozen=True)
+class Response:
+    """The round's model response as the turn acts on it (`ProviderRequestCompleted`, or a
+    response interceptor's replacement): from it being recorded until its calls are made."""
+
+    calls: tuple[ToolCall, ...] = ()
+    """The tool calls it asks for (a stage's completion call answered: none left)."""
+    reply_before: tuple[str, str] = ("", "")
+    """The turn's reply before this round and the separator the round's text joins with (a
+    replacement joins the same way)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +101,8 @@ class Requesting:
     open: bool = True
     change: RequestChange | None = None
     """What an LLM interceptor changed in this round's request (its `modify`)."""
+    response: Response | None = None
+    """The response, once recorded (STREAM_RESPONSE opens next)."""
     kind: Literal["requesting"] = "requesting"
 
     @property
@@ -103,9 +139,11 @@ class ModelFailed:
 @dataclass(frozen=True)
 class Responded:
     """STREAM_RESPONSE: the response is in; its interceptor may replace it (open); then the
-    turn calls tools, goes on, or renders (closed)."""
+    turn calls tools, goes on, or renders (closed). No response: it was lost (a crash
+    between batches), and the model is asked again."""
 
     open: bool = True
+    response: Response | None = None
     kind: Literal["responded"] = "responded"
 
     @property
@@ -119,6 +157,8 @@ class CallingTools:
     the history as it closes."""
 
     open: bool = True
+    asked: tuple[ToolCall, ...] = ()
+    """The calls the response asked for (`ActiveTurn.calls` are those proposed so far)."""
     kind: Literal["calling_tools"] = "calling_tools"
 
     @property
@@ -203,3 +243,11 @@ _CLOSED: dict[Stage, Staged] = {
     Stage.TOOL_CALL: CallingTools(open=False),
     Stage.RENDER: Rendering(open=False),
 }
+
+
+def with_response(phase: Phase, change: Callable[[Response], Response]) -> Phase:
+    """`phase` with its response changed (a stage's completion answered, an interceptor's
+    replacement); a phase without one is left as it is."""
+    if isinstance(phase, Requesting | Responded) and phase.response is not None:
+        return with_changes(phase, response=change(phase.response))
+    return phase

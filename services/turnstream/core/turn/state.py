@@ -14,30 +14,20 @@ from turnstream.core.events import (
     Sender,
     Stage,
     StopReason,
-    ToolUseBlock,
     TurnStatus,
 )
 from turnstream.core.ids import IdFactory
 from turnstream.core.turn.hooks import HookPoint
-from turnstream.core.turn.phases import START, AwaitingModel, Ended, Phase, Requesting
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A tool call as the model made it."""
-
-    id: str
-    name: str
-    arguments: dict[str, Any]
-
-    @classmethod
-    def of(cls, block: ToolUseBlock) -> ToolCall:
-        """The call a `tool_use` block of a recorded response names."""
-        return cls(block.id, block.name, block.input)
-
-    def block(self) -> ToolUseBlock:
-        """The call as a `tool_use` block, as responses are recorded."""
-        return ToolUseBlock(id=self.id, name=self.name, input=self.arguments)
+from turnstream.core.turn.phases import (
+    START,
+    AwaitingModel,
+    CallingTools,
+    Ended,
+    Phase,
+    Requesting,
+    Responded,
+)
+from turnstream.core.turn.phases import ToolCall as ToolCall  # the turn's records, from here
 
 
 @dataclass(frozen=True)
@@ -178,8 +168,6 @@ class ActiveTurn:
     """Model responses recorded (`max_tokens` continuations are bounded by them)."""
     reply: str = ""
     """The reply so far: each round's text joined (`changes.joined`)."""
-    requested_calls: tuple[ToolCall, ...] = ()
-    """The tool calls of the latest model response, to be proposed in TOOL_CALL."""
     calls: tuple[ToolCallState, ...] = ()
     """This round's proposed calls, in the model's order."""
     tool_calls_made: int = 0
@@ -211,9 +199,6 @@ class ActiveTurn:
     """The tokens this turn's model calls used, per `<provider>/<model>` (budgets)."""
     context_gathered: bool = False
     """The turn's first COMPOSE_REQUEST is over: its context is in (or there was none)."""
-    round_reply: tuple[str, str] | None = None
-    """Set once this round's response is recorded: the reply before it and the separator
-    its text joins with (a response interceptor's replacement joins the same way)."""
 
     @property
     def stage(self) -> Stage:
@@ -229,6 +214,27 @@ class ActiveTurn:
     def awaiting_provider(self) -> bool:
         """The model call is in flight: the shell makes it."""
         return type(self.phase) is AwaitingModel
+
+    @property
+    def requested_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls of the round's response, from its record until TOOL_CALL closes."""
+        phase = self.phase
+        if type(phase) is CallingTools:
+            return phase.asked
+        if type(phase) is Responded or type(phase) is Requesting:
+            response = phase.response
+            return response.calls if response is not None else ()
+        return ()
+
+    @property
+    def round_reply(self) -> tuple[str, str] | None:
+        """Once the round's response is recorded (until STREAM_RESPONSE closes): the reply
+        before it and the separator its text joins with."""
+        phase = self.phase
+        if type(phase) is Responded or type(phase) is Requesting:
+            response = phase.response
+            return response.reply_before if response is not None else None
+        return None
 
     @property
     def request_change(self) -> RequestChange | None:
