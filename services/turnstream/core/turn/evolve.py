@@ -100,7 +100,6 @@ from turnstream.core.turn.phases import (
     Rendering,
     Requesting,
     Responded,
-    Response,
     closed,
     opened,
 )
@@ -273,15 +272,18 @@ def _left(state: ChatState, stage: Stage) -> tuple[ChatState, dict[str, object]]
 def _entered(phase: Phase, stage: Stage) -> Phase:
     """The phase a `StagePreFired` of `stage` moves the turn to (the round's response, or
     the calls it asks for, carried into it)."""
-    match phase:
-        case Ended():
-            return phase
-        case AwaitingModel() if stage is Stage.STREAM_RESPONSE:
-            return AwaitingModel(stage, change=phase.change)  # a tool call streamed complete
-        case Requesting(response=Response() as response) if stage is Stage.STREAM_RESPONSE:
-            return Responded(response=response)
-        case Responded(response=Response() as response) if stage is Stage.TOOL_CALL:
-            return CallingTools(asked=response.calls)
+    # `type() is` rather than a match with class patterns: this runs for every stage event
+    if type(phase) is Ended:
+        return phase
+    if type(phase) is AwaitingModel:
+        if stage is Stage.STREAM_RESPONSE:  # a tool call streamed complete opened it
+            return AwaitingModel(stage, change=phase.change)
+    elif type(phase) is Requesting:
+        if stage is Stage.STREAM_RESPONSE and phase.response is not None:
+            return Responded(response=phase.response)
+    elif type(phase) is Responded:
+        if stage is Stage.TOOL_CALL and phase.response is not None:
+            return CallingTools(asked=phase.response.calls)
     return opened(stage)
 
 
@@ -296,10 +298,10 @@ def _closed_in(phase: Phase, stage: Stage) -> Phase:
             return with_changes(phase, stage=stage, open=False)
         case Rendering() if stage is Stage.RENDER:
             return Rendering(open=False, rendered=phase.rendered)
-        case Requesting(response=Response() as response) if stage is Stage.SEND_REQUEST:
-            return Requesting(open=False, response=response)
-        case Responded(response=Response() as response) if stage is Stage.STREAM_RESPONSE:
-            return Responded(open=False, response=response)
+        case Requesting() if stage is Stage.SEND_REQUEST and phase.response is not None:
+            return Requesting(open=False, response=phase.response)
+        case Responded() if stage is Stage.STREAM_RESPONSE and phase.response is not None:
+            return Responded(open=False, response=phase.response)
     return closed(stage)
 
 
