@@ -25,15 +25,12 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import web
-from telegram import Update
+from telegram import Bot, Update
 
-from turnstream.channels.platform import Delivery
-
-if TYPE_CHECKING:
-    from turnstream.channels.telegram import Telegram
+from turnstream.channels.platform import Delivery, Incoming, Press
 
 log = logging.getLogger("turnstream.channels.telegram")
 HEADER = "X-Telegram-Bot-Api-Secret-Token"
@@ -60,6 +57,16 @@ class Webhook:
                 "TURNSTREAM_TELEGRAM_WEBHOOK_SECRET must be 1-256 characters of A-Z, a-z, "
                 "0-9, _ and - (Telegram's secret_token)"
             )
+
+
+class Telegram(Protocol):
+    """What the webhook needs of the channel's Telegram platform (`channels.telegram`)."""
+
+    bot: Bot
+
+    def parse(self, update: Update) -> Incoming | Press | None: ...
+
+    async def webhook_set(self, url: str, secret: str, allowed: list[str]) -> None: ...
 
 
 async def deliveries(telegram: Telegram, hook: Webhook) -> AsyncIterator[Delivery]:
