@@ -39,6 +39,6 @@ To add a platform (Discord, Matrix, …), write one module `channels/<platform>.
 2. has `main()` reading its token with `Settings.secret(...)` and calling
    `runtime.process.run_service(f"channel-{name}", ...)` over `serve_channel`;
 3. is added to `bus.streams.CHANNEL_PLATFORMS` (its bucket and durable), given a
-   `ChannelSettings` field and URL in `settings.py`, a NATS user `channel-<name>` in
+   `ChannelSettings` field and URL in `settings/__init__.py`, a NATS user `channel-<name>` in
    ops/accounts.conf (copy `channel-telegram`'s), and a line in `cli/up.py`.
 """

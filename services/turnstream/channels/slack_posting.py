@@ -23,7 +23,7 @@ from turnstream.channels.posting import Poster
 from turnstream.channels.records import Records
 
 if TYPE_CHECKING:
-    from turnstream.channels.slack import SlackPlatform
+    from turnstream.channels.slack_platform import SlackPlatform
 
 log = logging.getLogger("turnstream.channels.slack")
 STATUS_MARK = "🔧 "

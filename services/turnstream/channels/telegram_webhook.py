@@ -25,7 +25,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 from telegram import Bot, Update
@@ -39,16 +39,6 @@ STORE_WAIT_S = 30.0
 SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 """What Telegram takes as a webhook's `secret_token`."""
 ALLOWED_UPDATES = ["message", "callback_query"]
-
-
-class Receiver(Protocol):
-    """What the webhook needs of the Telegram channel (`channels.telegram.Telegram`)."""
-
-    bot: Bot
-
-    def parse(self, update: Update) -> Incoming | Press | None: ...
-
-    async def webhook_set(self, url: str, secret: str, allowed: list[str]) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +59,17 @@ class Webhook:
             )
 
 
-async def deliveries(telegram: Receiver, hook: Webhook) -> AsyncIterator[Delivery]:
+class Telegram(Protocol):
+    """What the webhook needs of the channel's Telegram platform (`channels.telegram`)."""
+
+    bot: Bot
+
+    def parse(self, update: Update) -> Incoming | Press | None: ...
+
+    async def webhook_set(self, url: str, secret: str, allowed: list[str]) -> None: ...
+
+
+async def deliveries(telegram: Telegram, hook: Webhook) -> AsyncIterator[Delivery]:
     """Updates as Telegram POSTs them to `hook`, each acknowledged (answered 200) only in
     its `Delivery.ack`; the server runs and the webhook is set until the caller stops."""
     queue: asyncio.Queue[Delivery] = asyncio.Queue()

@@ -150,23 +150,9 @@ def send(
         raise typer.Exit(2)
     if agent is not None:
         require_known_agent(agent, settings.agents)
-    from turnstream.cli.send import attachments_of, run_send
-    from turnstream.client import message_command
+    from turnstream.cli.send import message_of, run_send
 
-    kind, _, sender_id = sender.partition(":")
-    command = message_command(
-        session,
-        text,
-        chat_id=chat,
-        sender_kind=kind,
-        sender_id=sender_id or kind,
-        idempotency_key=key,
-        reply_to=reply_to,
-        kind="steer" if steer else "message",
-        agent=agent,
-    )
-    if attach:
-        command["attachments"] = attachments_of(attach)
+    command = message_of(session, text, chat, sender, key, reply_to, steer, agent, attach)
     run_send(settings, command, quiet=quiet, timeout=timeout)
 
 

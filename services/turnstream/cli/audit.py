@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -212,39 +213,8 @@ def sessions(
 ) -> None:
     """The session summaries the audit service keeps in the sessions KV bucket: the ones
     changed last (`--limit`), with how many there are in all."""
-    from turnstream.bus.kv import current_values, recent_values
-    from turnstream.core.summary import SessionSummary
-
     after = _since(since)
-
-    def summary_of(key: str, value: bytes) -> SessionSummary | None:
-        try:
-            return SessionSummary.from_json(value)
-        except (ValueError, TypeError):
-            err.print(f"[yellow]skipped an unreadable summary under {key}[/]")
-            return None
-
-    def wanted(summary: SessionSummary | None) -> bool:
-        return (
-            summary is not None
-            and (status is None or summary.status == status)
-            and (after is None or (summary.updated_at is not None and summary.updated_at >= after))
-        )
-
-    async def read(bus: Bus) -> tuple[list[SessionSummary], int]:
-        # by message gets, not a KV watch: a watch creates a consumer, which the admin (and
-        # any user but the setup operator) may not
-        bucket = bus.subjects.sessions_bucket
-        if every:
-            values = await current_values(bus.nc, bucket)
-            found = [summary_of(key, value) for key, value in values.items()]
-            kept = [s for s in found if wanted(s) and s is not None]
-            return sorted(kept, key=lambda s: s.session_id), len(values)
-        recent, total = await recent_values(
-            bus.nc, bucket, lambda key, value: wanted(summary_of(key, value)), limit
-        )
-        return [s for _, v in recent if (s := summary_of("", v)) is not None], total
-
+    read = partial(_summaries, every=every, limit=limit, status=status, after=after)
     settings = settings_of(nats_url, data_dir)
     summaries, total = run_on_bus(settings, read)
     if as_json:
@@ -264,6 +234,44 @@ def sessions(
             f"[dim]{len(summaries)} changed last of {total} session(s); "
             "--limit N for more, --all for every one, --status / --since to filter[/]"
         )
+
+
+async def _summaries(
+    bus: Bus, every: bool, limit: int, status: str | None, after: datetime | None
+) -> tuple[list[SessionSummary], int]:
+    """The summaries `turnstream audit sessions` shows (the `limit` changed last, or
+    `every` one by id) of those in `status` changed `after`, and how many there are."""
+    from turnstream.bus.kv import current_values, recent_values
+
+    def wanted(summary: SessionSummary | None) -> bool:
+        return (
+            summary is not None
+            and (status is None or summary.status == status)
+            and (after is None or (summary.updated_at is not None and summary.updated_at >= after))
+        )
+
+    # by message gets, not a KV watch: a watch creates a consumer, which the admin (and
+    # any user but the setup operator) may not
+    bucket = bus.subjects.sessions_bucket
+    if every:
+        values = await current_values(bus.nc, bucket)
+        found = [_summary_of(key, value) for key, value in values.items()]
+        kept = [s for s in found if wanted(s) and s is not None]
+        return sorted(kept, key=lambda s: s.session_id), len(values)
+    recent, total = await recent_values(
+        bus.nc, bucket, lambda key, value: wanted(_summary_of(key, value)), limit
+    )
+    return [s for _, v in recent if (s := _summary_of("", v)) is not None], total
+
+
+def _summary_of(key: str, value: bytes) -> SessionSummary | None:
+    from turnstream.core.summary import SessionSummary
+
+    try:
+        return SessionSummary.from_json(value)
+    except (ValueError, TypeError):
+        err.print(f"[yellow]skipped an unreadable summary under {key}[/]")
+        return None
 
 
 def _since(text: str | None) -> datetime | None:

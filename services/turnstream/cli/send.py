@@ -13,6 +13,7 @@ import contextlib
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -175,40 +176,8 @@ def run_send(
     screen = SendScreen(session, quiet, answer_source(quiet), timeout)
     started = time.perf_counter()
 
-    async def work(bus: Bus) -> TurnOutcome | Unfollowed | InteractionRequested:
-        stuck = screen.prompts.stuck()
-        try:
-            async with asyncio.timeout(timeout) as screen.deadline.timeout:
-                following = asyncio.ensure_future(
-                    send_and_wait(
-                        bus,
-                        command,
-                        on_event=lambda event: screen.on_event(event, bus),
-                        on_delta=screen.on_delta,
-                        timeout=None,
-                    )
-                )
-                try:
-                    either: set[asyncio.Future[Any]] = {following, stuck}
-                    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    if not following.done():
-                        following.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await following
-                if following.done() and not following.cancelled():
-                    return following.result()
-                return stuck.result()
-        except PermissionDenied as denied:
-            if denied.action != "subscription":
-                raise
-            # a user that may send commands but not read the log (`client`): send it only
-            return Unfollowed(await publish_command(bus, session, command), denied)
-        finally:
-            screen.deadline.timeout = None  # exited: a prompt ending now must not touch it
-            await screen.prompts.close()
-
     try:
+        work = partial(_follow, command=command, screen=screen, timeout=timeout)
         outcome = run_on_bus(settings, work, stop_when_refused=False)
     except TimeoutError:
         screen.end_tokens()
@@ -228,6 +197,50 @@ def run_send(
         console.print(f"[green]✔ sent[/] [dim]inbound seq {outcome.seq}[/]")
         err.print(f"[yellow]not followed:[/] {escape(explain(outcome.why))}")
         return
+    _show_outcome(outcome, screen, quiet, started)
+
+
+async def _follow(
+    bus: Bus, command: dict[str, Any], screen: SendScreen, timeout: float
+) -> TurnOutcome | Unfollowed | InteractionRequested:
+    """Send `command` and follow its turn on `screen` until it ends, or a prompt nobody
+    here can answer is left waiting (`Prompts.stuck`)."""
+    stuck = screen.prompts.stuck()
+    try:
+        async with asyncio.timeout(timeout) as screen.deadline.timeout:
+            following = asyncio.ensure_future(
+                send_and_wait(
+                    bus,
+                    command,
+                    on_event=lambda event: screen.on_event(event, bus),
+                    on_delta=screen.on_delta,
+                    timeout=None,
+                )
+            )
+            try:
+                either: set[asyncio.Future[Any]] = {following, stuck}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not following.done():
+                    following.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await following
+            if following.done() and not following.cancelled():
+                return following.result()
+            return stuck.result()
+    except PermissionDenied as denied:
+        if denied.action != "subscription":
+            raise
+        # a user that may send commands but not read the log (`client`): send it only
+        return Unfollowed(await publish_command(bus, command["sessionId"], command), denied)
+    finally:
+        screen.deadline.timeout = None  # exited: a prompt ending now must not touch it
+        await screen.prompts.close()
+
+
+def _show_outcome(outcome: TurnOutcome, screen: SendScreen, quiet: bool, started: float) -> None:
+    """How the followed turn ended: its reply or a line that says so; exit 1 when it did
+    not complete."""
     elapsed = (time.perf_counter() - started - screen.prompts.waited_s) * 1000
     screen.end_tokens()
     if outcome.completed:
@@ -247,6 +260,37 @@ def run_send(
     elif outcome.next_action:
         err.print(f"[yellow]next:[/] {escape(outcome.next_action)}")
     raise typer.Exit(1)
+
+
+def message_of(
+    session: str,
+    text: str,
+    chat: str | None,
+    sender: str,
+    key: str | None,
+    reply_to: str | None,
+    steer: bool,
+    agent: str | None,
+    attach: list[Path] | None,
+) -> dict[str, Any]:
+    """`turnstream send`'s inbound command (its options as the CLI takes them)."""
+    from turnstream.client import message_command
+
+    kind, _, sender_id = sender.partition(":")
+    command = message_command(
+        session,
+        text,
+        chat_id=chat,
+        sender_kind=kind,
+        sender_id=sender_id or kind,
+        idempotency_key=key,
+        reply_to=reply_to,
+        kind="steer" if steer else "message",
+        agent=agent,
+    )
+    if attach:
+        command["attachments"] = attachments_of(attach)
+    return command
 
 
 def attachments_of(paths: list[Path]) -> list[dict[str, Any]]:

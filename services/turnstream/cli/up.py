@@ -213,66 +213,16 @@ def run_up(settings: Settings, console: Console, *, secure: bool = False) -> Non
 
 
 def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
-    server: EmbeddedServer | None = None
-    url = settings.nats_url
-    users: Passwords | None = None
     mark = settings.data_dir / SECURE_MARK
     mark.unlink(missing_ok=True)  # said again below by a --secure one
-    if secure:
-        if url is not None:
-            raise ValueError("--secure runs the embedded server: drop --nats-url")
-        users = load_passwords(settings.data_dir / DEV_SECRETS, os.environ)
-        server = SecureServer(
-            settings.data_dir / "nats",
-            stable_port(settings),
-            users.of,
-            subjects=settings.subjects,
-        )
-        server.detached = True
-        server.start()
-        url = server.url
-        mark.write_text("ops/accounts.conf: commands connect as admin unless told\n")
-        settings.url_file.write_text(url + "\n")
-        (settings.data_dir / PORT_FILE).write_text(f"{server.port}\n")
-    elif url is None:
-        server = EmbeddedServer(
-            settings.data_dir / "nats",
-            stable_port(settings),
-            log_file=settings.data_dir / "nats-server.log",
-            subjects=settings.subjects,
-        )
-        server.detached = True
-        server.start()
-        url = server.url
-        settings.url_file.write_text(url + "\n")
-        (settings.data_dir / PORT_FILE).write_text(f"{server.port}\n")
+    server, url, users = _start_server(settings, secure, mark)
     passwords = users.of if users else None
     supervisor = Supervisor(url, settings, console, passwords)
     try:
         setup(settings, url, passwords)
         supervisor.start_all()
         wait_until_up(settings, url, passwords, supervisor, console)
-        where = "embedded" if server else "external"
-        console.print(f"[bold green]turnstream is up[/] on {url} ({where})")
-        if users is not None:
-            print_access(console, users)
-        elif server is not None:
-            console.print(
-                "  access:    [yellow]open[/]: no authentication, loopback only "
-                "(`turnstream up --secure` for per-service identities)"
-            )
-        console.print(f"  data:      {_abs(settings)}")
-        if server is not None and (other := other_mode_log(settings, secure)):
-            print_other_mode(console, settings, secure, other)
-        console.print(f"  workspace: {settings.workspace.resolve()}")
-        console.print(f"  services:  {', '.join(supervisor.services)}")
-        console.print(f"  provider:  {settings.provider} (TURNSTREAM_PROVIDER)")
-        console.print(f"  approvals: {settings.security_mode} (TURNSTREAM_SECURITY_MODE)")
-        console.print(f"  console:   http://{settings.http_addr}/")
-        console.print(f"  http:      http://{settings.http_addr}/docs (TURNSTREAM_HTTP_ADDR)")
-        console.print(f"  a2a:       http://{settings.http_addr}/.well-known/agent-card.json")
-        console.print(f'  try:       [bold]{command_name()} send demo "hello"[/]')
-        console.print("  Ctrl-C stops everything")
+        _print_up(console, settings, url, server, users, supervisor, secure)
         while True:
             time.sleep(0.5)
             supervisor.check()
@@ -285,6 +235,73 @@ def _run_locked(settings: Settings, console: Console, secure: bool) -> None:
             settings.url_file.unlink(missing_ok=True)
             mark.unlink(missing_ok=True)
         console.print("stopped")
+
+
+def _start_server(
+    settings: Settings, secure: bool, mark: Path
+) -> tuple[EmbeddedServer | None, str, Passwords | None]:
+    """The embedded server started (`--secure`: with ops/accounts.conf's users), its URL
+    written for other commands; none with `nats_url` (the URL given)."""
+    url = settings.nats_url
+    users: Passwords | None = None
+    if secure:
+        if url is not None:
+            raise ValueError("--secure runs the embedded server: drop --nats-url")
+        users = load_passwords(settings.data_dir / DEV_SECRETS, os.environ)
+        server: EmbeddedServer = SecureServer(
+            settings.data_dir / "nats",
+            stable_port(settings),
+            users.of,
+            subjects=settings.subjects,
+        )
+    elif url is not None:
+        return None, url, None
+    else:
+        server = EmbeddedServer(
+            settings.data_dir / "nats",
+            stable_port(settings),
+            log_file=settings.data_dir / "nats-server.log",
+            subjects=settings.subjects,
+        )
+    server.detached = True
+    server.start()
+    if users is not None:
+        mark.write_text("ops/accounts.conf: commands connect as admin unless told\n")
+    settings.url_file.write_text(server.url + "\n")
+    (settings.data_dir / PORT_FILE).write_text(f"{server.port}\n")
+    return server, server.url, users
+
+
+def _print_up(
+    console: Console,
+    settings: Settings,
+    url: str,
+    server: EmbeddedServer | None,
+    users: Passwords | None,
+    supervisor: Supervisor,
+    secure: bool,
+) -> None:
+    where = "embedded" if server else "external"
+    console.print(f"[bold green]turnstream is up[/] on {url} ({where})")
+    if users is not None:
+        print_access(console, users)
+    elif server is not None:
+        console.print(
+            "  access:    [yellow]open[/]: no authentication, loopback only "
+            "(`turnstream up --secure` for per-service identities)"
+        )
+    console.print(f"  data:      {_abs(settings)}")
+    if server is not None and (other := other_mode_log(settings, secure)):
+        print_other_mode(console, settings, secure, other)
+    console.print(f"  workspace: {settings.workspace.resolve()}")
+    console.print(f"  services:  {', '.join(supervisor.services)}")
+    console.print(f"  provider:  {settings.provider} (TURNSTREAM_PROVIDER)")
+    console.print(f"  approvals: {settings.security_mode} (TURNSTREAM_SECURITY_MODE)")
+    console.print(f"  console:   http://{settings.http_addr}/")
+    console.print(f"  http:      http://{settings.http_addr}/docs (TURNSTREAM_HTTP_ADDR)")
+    console.print(f"  a2a:       http://{settings.http_addr}/.well-known/agent-card.json")
+    console.print(f'  try:       [bold]{command_name()} send demo "hello"[/]')
+    console.print("  Ctrl-C stops everything")
 
 
 def print_access(console: Console, users: Passwords) -> None:

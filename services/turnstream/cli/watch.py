@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from turnstream.bus import Bus
     from turnstream.client import Replayed
     from turnstream.core.events import Event
+    from turnstream.core.session import SessionState
 
 
 def tail(
@@ -130,7 +131,7 @@ def replay(
     from turnstream.cli.workflow import print_run
     from turnstream.client import live_state, replay_session
     from turnstream.core.projection import build_view
-    from turnstream.core.session import state_from_json, state_to_json
+    from turnstream.core.session import state_to_json
 
     cutoff = at_time.replace(tzinfo=at_time.tzinfo or UTC) if at_time else None
 
@@ -145,15 +146,7 @@ def replay(
         raise typer.Exit(1)
     if verify:
         assert live is not None
-        if b'"error"' in live[:20]:
-            err.print(f"[red]error:[/] the turn-runner could not answer: {live.decode()}")
-            raise typer.Exit(2)
-        if state_from_json(live) != state:
-            err.print("[red]✘ the state rebuilt from the log differs from the live state[/]")
-            err.print(f"log:  {state_to_json(state).decode()}")
-            err.print(f"live: {live.decode()}")
-            raise typer.Exit(1)
-        console.print(f"[green]✔ rebuilt state equals the live state[/] ({len(events)} events)")
+        _verify(state, live, len(events))
         return
     if as_json:
         sys.stdout.write(state_to_json(state).decode() + "\n")
@@ -164,6 +157,21 @@ def replay(
     print_session(console, build_view(session, events), events, prices_or_exit(settings))
     if state.workflow is not None:
         print_run(console, state.workflow)
+
+
+def _verify(state: SessionState, live: bytes, events: int) -> None:
+    """`replay --verify`: exit 1 unless the state rebuilt from the log is the live one."""
+    from turnstream.core.session import state_from_json, state_to_json
+
+    if b'"error"' in live[:20]:
+        err.print(f"[red]error:[/] the turn-runner could not answer: {live.decode()}")
+        raise typer.Exit(2)
+    if state_from_json(live) != state:
+        err.print("[red]✘ the state rebuilt from the log differs from the live state[/]")
+        err.print(f"log:  {state_to_json(state).decode()}")
+        err.print(f"live: {live.decode()}")
+        raise typer.Exit(1)
+    console.print(f"[green]✔ rebuilt state equals the live state[/] ({events} events)")
 
 
 def status(

@@ -145,51 +145,55 @@ def build_view(session_id: str, events: Iterable[Event]) -> SessionView:
         if first is not None and event.turn_id not in view.turns:
             # an async child's result that became a follow-up turn: its input first
             _accepted(view.turn(event.turn_id), first)
-        turn = view.turn(event.turn_id)
-        match event:
-            case InputAccepted():
-                _accepted(turn, event)
-            case SubTurnSpawned(data=data):
-                child = ChildView(data.child_session_id, data.agent, data.mode, event.time)
-                spawned[data.idempotency_key] = turn.children[data.invocation_id] = child
-            case SubTurnEnded(data=data) if data.invocation_id in turn.children:
-                child = turn.children[data.invocation_id]
-                child.ended_at, child.status = event.time, data.status
-                child.failure_class = data.failure_class
-            case SubTurnResultDelivered(data=data) if data.invocation_id in turn.children:
-                turn.children[data.invocation_id].delivered_as = data.delivered_as
-            case MessageSent(data=data) if data.cause != "subturn":
-                turn.messages.append(f"→ {data.to} ({data.cause}, {data.kind})")
-            case MessageDropped(data=data):
-                turn.messages.append(f"✗ {data.to} dropped ({data.reason}, hops {data.hops})")
-            case InputRejected(data=data):
-                turn.input_text, turn.received_at = data.excerpt, event.time
-            case FollowUpQueued():
-                turn.queued = True
-            case SessionTurnStart():
-                turn.started_at = event.time
-            case StagePreFired(data=data):
-                if (left := data.previous) is not None:  # it carries the stage it left
-                    _stage_ended(turn, left.stage, left.ended_at or event.time, left.outcome)
-                turn.stages.append(StageSpan(data.stage, data.iteration, event.time))
-            case StagePostFired(data=data):
-                _stage_ended(turn, data.stage, event.time, data.outcome)
-            case ProviderRequestStarted():
-                turn.provider_calls += 1
-            case ProviderRequestCompleted(data=data):
-                turn.input_tokens += data.usage.input_tokens
-                turn.output_tokens += data.usage.output_tokens
-                turn.cache_write_tokens += data.usage.cache_write_tokens
-                turn.cache_read_tokens += data.usage.cache_read_tokens
-                add_usage(turn.models, model_key(data.provider, data.model), data.usage)
-            case TurnEnded(data=data):
-                view.terminal_events += 1
-                turn.ended_at, turn.status = event.time, data.status
-                turn.failure_class, turn.reason = data.failure_class, data.reason
-                turn.next_action, turn.reply = data.next_action, data.reply
-            case _:
-                pass
+        _fold(view, view.turn(event.turn_id), event, spawned)
     return view
+
+
+def _fold(view: SessionView, turn: TurnView, event: Event, spawned: dict[str, ChildView]) -> None:
+    """What one event of a turn adds to its view (and to the session's)."""
+    match event:
+        case InputAccepted():
+            _accepted(turn, event)
+        case SubTurnSpawned(data=data):
+            child = ChildView(data.child_session_id, data.agent, data.mode, event.time)
+            spawned[data.idempotency_key] = turn.children[data.invocation_id] = child
+        case SubTurnEnded(data=data) if data.invocation_id in turn.children:
+            child = turn.children[data.invocation_id]
+            child.ended_at, child.status = event.time, data.status
+            child.failure_class = data.failure_class
+        case SubTurnResultDelivered(data=data) if data.invocation_id in turn.children:
+            turn.children[data.invocation_id].delivered_as = data.delivered_as
+        case MessageSent(data=data) if data.cause != "subturn":
+            turn.messages.append(f"→ {data.to} ({data.cause}, {data.kind})")
+        case MessageDropped(data=data):
+            turn.messages.append(f"✗ {data.to} dropped ({data.reason}, hops {data.hops})")
+        case InputRejected(data=data):
+            turn.input_text, turn.received_at = data.excerpt, event.time
+        case FollowUpQueued():
+            turn.queued = True
+        case SessionTurnStart():
+            turn.started_at = event.time
+        case StagePreFired(data=data):
+            if (left := data.previous) is not None:  # it carries the stage it left
+                _stage_ended(turn, left.stage, left.ended_at or event.time, left.outcome)
+            turn.stages.append(StageSpan(data.stage, data.iteration, event.time))
+        case StagePostFired(data=data):
+            _stage_ended(turn, data.stage, event.time, data.outcome)
+        case ProviderRequestStarted():
+            turn.provider_calls += 1
+        case ProviderRequestCompleted(data=data):
+            turn.input_tokens += data.usage.input_tokens
+            turn.output_tokens += data.usage.output_tokens
+            turn.cache_write_tokens += data.usage.cache_write_tokens
+            turn.cache_read_tokens += data.usage.cache_read_tokens
+            add_usage(turn.models, model_key(data.provider, data.model), data.usage)
+        case TurnEnded(data=data):
+            view.terminal_events += 1
+            turn.ended_at, turn.status = event.time, data.status
+            turn.failure_class, turn.reason = data.failure_class, data.reason
+            turn.next_action, turn.reply = data.next_action, data.reply
+        case _:
+            pass
 
 
 def _accepted(turn: TurnView, event: InputAccepted) -> None:

@@ -71,9 +71,8 @@ class OpenAIProvider(SdkProvider):
             timeout=timeout_s,
         )
 
-    async def _attempt(
-        self, request: ProviderRequest, on_delta: DeltaSink, on_tool_call: ToolCallSink
-    ) -> ProviderOutcome:
+    def _params(self, request: ProviderRequest) -> dict[str, Any]:
+        """The streamed Chat Completions request for `request`."""
         params: dict[str, Any] = {
             "model": request.model or self.model,  # an LLM interceptor may ask for another
             "messages": openai_messages(
@@ -89,6 +88,12 @@ class OpenAIProvider(SdkProvider):
             params["prompt_cache_key"] = request.session_id
         if self.temperature is not None:
             params["temperature"] = self.temperature
+        return params
+
+    async def _attempt(
+        self, request: ProviderRequest, on_delta: DeltaSink, on_tool_call: ToolCallSink
+    ) -> ProviderOutcome:
+        params = self._params(request)
         text: list[str] = []
         calls: dict[int, _Call] = {}
         finish, usage = "stop", Usage()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,15 +50,14 @@ from turnstream.core.events import (
     StageEntered,
     ToolCallApproved,
     ToolCallDenied,
-    ToolCallModeInvoked,
     ToolInvocationFailed,
     ToolInvocationProposed,
     ToolInvocationSucceeded,
     TurnEnded,
     WorkflowAttached,
     WorkflowExit,
-    decode,
 )
+from turnstream.runtime import otel_spans
 from turnstream.runtime.mailbox import Delivered
 from turnstream.runtime.otel_genai import GenAIClient, json_of, ns_of
 from turnstream.runtime.trace_ids import (
@@ -361,28 +359,7 @@ class Telemetry:
     # audit
 
     def audited(self, msgs: Sequence[Any]) -> None:
-        end = time.time_ns()
-        for msg in msgs:
-            if not msg.subject.endswith(".TurnEnded"):
-                continue
-            try:
-                event = decode(msg.data)
-            except ValueError:
-                continue
-            if not isinstance(event, TurnEnded) or event.turn_id is None:
-                continue
-            span = self.tracer.start_span(
-                "audit_turn",
-                context=self.parent_of(event, msg.headers),
-                kind=SpanKind.CONSUMER,
-                attributes={
-                    "gen_ai.conversation.id": event.session_id,
-                    "turnstream.turn.id": event.turn_id,
-                    "turnstream.turn.status": event.data.status,
-                },
-                start_time=min(ns_of(event.time), end),
-            )
-            span.end(end_time=end)
+        otel_spans.audited(self.tracer, self.parent_of, msgs)
 
     # approval
 
@@ -403,37 +380,5 @@ class Telemetry:
         mode: str | None,
         headers: Mapping[str, str] | None,
     ) -> None:
-        """An `await_approval` span from each proposal to its verdict in `events` (the
-        runner's verdicts, or the approval service's)."""
-        verdicts = [e for e in events if isinstance(e, ToolCallApproved | ToolCallDenied)]
-        if not verdicts:
-            return
-        modes = {
-            e.data.invocation_id: e.data.mode for e in events if isinstance(e, ToolCallModeInvoked)
-        }
-        for verdict in verdicts:
-            proposal = proposals.get(verdict.data.invocation_id)
-            if proposal is None:
-                continue
-            tool = proposal.data.tool
-            approved = isinstance(verdict, ToolCallApproved)
-            span = self.tracer.start_span(
-                f"await_approval {tool}",
-                context=self.parent_of(proposal, headers),
-                kind=SpanKind.INTERNAL,
-                attributes={
-                    "gen_ai.conversation.id": proposal.session_id,
-                    "gen_ai.tool.name": tool,
-                    "gen_ai.tool.call.id": proposal.data.call_id,
-                    "turnstream.invocation.id": proposal.data.invocation_id,
-                    "turnstream.approval.decision": "approved" if approved else "denied",
-                    "turnstream.approval.authority": verdict.data.authority,
-                    "turnstream.approval.mode": modes.get(proposal.data.invocation_id)
-                    or mode
-                    or "",
-                    "turnstream.approval.timed_out": isinstance(verdict, ToolCallDenied)
-                    and verdict.data.timed_out,
-                },
-                start_time=ns_of(proposal.time),
-            )
-            span.end(end_time=max(ns_of(verdict.time), ns_of(proposal.time)))
+        """An `await_approval` span from each proposal to its verdict in `events`."""
+        otel_spans.verdict_spans(self.tracer, self.parent_of, events, proposals, mode, headers)

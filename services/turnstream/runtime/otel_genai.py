@@ -91,20 +91,7 @@ class GenAIClient:
             "gen_ai.provider.name": provider.name,
             "gen_ai.request.model": model,
         }
-        attributes = {
-            **common,
-            "gen_ai.conversation.id": request.session_id,
-            "turnstream.turn.id": request.turn_id,
-            "turnstream.iteration": request.iteration,
-        }
-        if self.capture:
-            attributes["gen_ai.input.messages"] = json_of(
-                [message_parts(m) for m in request.messages]
-            )
-            if request.system:
-                attributes["gen_ai.system_instructions"] = json_of(
-                    [{"type": "text", "content": request.system}]
-                )
+        attributes = self._chat_attributes(request, common)
         parent = self.turn_context(request.trace_id or request.session_id, request.turn_id)
         span = self.tracer.start_span(
             f"chat {model}", context=parent, kind=SpanKind.CLIENT, attributes=attributes
@@ -120,6 +107,33 @@ class GenAIClient:
             self.duration.record(time.perf_counter() - began, {**common, "error.type": error})
             span.end()
             raise
+        self._chat_outcome(span, outcome, common, began)
+        if outcome.fallback is not None:  # the fallback model answered (ProviderFallback)
+            span.set_attribute("gen_ai.response.model", outcome.fallback.to_model.split("/", 1)[-1])
+        span.end()
+        return outcome
+
+    def _chat_attributes(self, request: ProviderRequest, common: dict[str, Any]) -> dict[str, Any]:
+        attributes = {
+            **common,
+            "gen_ai.conversation.id": request.session_id,
+            "turnstream.turn.id": request.turn_id,
+            "turnstream.iteration": request.iteration,
+        }
+        if self.capture:
+            attributes["gen_ai.input.messages"] = json_of(
+                [message_parts(m) for m in request.messages]
+            )
+            if request.system:
+                attributes["gen_ai.system_instructions"] = json_of(
+                    [{"type": "text", "content": request.system}]
+                )
+        return attributes
+
+    def _chat_outcome(
+        self, span: Span, outcome: ProviderOutcome, common: dict[str, Any], began: float
+    ) -> None:
+        """The usage or the error of a model call on its span, and the client metrics."""
         match outcome:
             case ProviderSuccess(usage=usage):
                 # the conventions' input count includes what was read from or written to
@@ -147,10 +161,6 @@ class GenAIClient:
                 self.duration.record(
                     time.perf_counter() - began, {**common, "error.type": error_class}
                 )
-        if outcome.fallback is not None:  # the fallback model answered (ProviderFallback)
-            span.set_attribute("gen_ai.response.model", outcome.fallback.to_model.split("/", 1)[-1])
-        span.end()
-        return outcome
 
     @contextmanager
     def tool_span(self, request: ToolInvocationRequested, msg: Any) -> Iterator[None]:

@@ -7,7 +7,7 @@ definition in one pass (`turnstream workflow validate DIR`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -207,42 +207,14 @@ def _stage(
         bad("id", f"{stage_id!r} must equal the file name {path.stem!r}", "rename one of them")
     if "name" in raw and not (isinstance(raw["name"], str) and raw["name"]):
         bad("name", "must be a non-empty string", "give the stage a label")
-    tools = raw.get("allowedTools")
-    if "allowedTools" in raw:
-        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
-            bad("allowedTools", "must be a list of tool names", "e.g. [read_file, grep]")
-            tools = []
-        for tool in tools:
-            if tool not in live:
-                bad(
-                    "allowedTools",
-                    f"{tool!r} is not a live tool (known: {', '.join(sorted(live)) or 'none'})",
-                    "fix the name or install the package that provides it",
-                )
+    tools = _allowed_tools(raw, live, bad)
     completion = raw.get("completionTool")
     if "completionTool" in raw:
         if not isinstance(completion, str) or not TOOL_NAME.match(completion):
             bad("completionTool", f"{completion!r} is not a tool name", "e.g. submit_plan")
         elif clash := completion_tool_clash(completion, live, mcp_servers):
             bad("completionTool", clash, "pick a name no tool has, e.g. submit_<stage>")
-    for key in ("completionSchema", "inputsSchema"):
-        schema = raw.get(key)
-        if key not in raw or (schema is None and key == "inputsSchema"):
-            continue
-        if not isinstance(schema, dict):
-            bad(key, "must be a JSON Schema object", "e.g. {type: object, required: [summary]}")
-            continue
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            bad(key, f"invalid JSON Schema: {exc.message}", "fix the schema")
-            continue
-        if key == "completionSchema" and schema.get("type") != "object":
-            bad(
-                key,
-                f"type is {schema.get('type')!r}: tool arguments are always an object",
-                "use type: object with the result's fields as properties",
-            )
+    _check_schemas(raw, bad)
     retry = _retry(raw.get("retryPolicy"), bad) if "retryPolicy" in raw else None
     cap = raw.get("turnCap")
     if "turnCap" in raw and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
@@ -275,6 +247,48 @@ def _stage(
         file=path.name,
         budget=budget,
     )
+
+
+Bad = Callable[[str, str, str], None]
+"""Notes a problem of a stage file's field: (field, message, fix)."""
+
+
+def _allowed_tools(raw: dict[str, Any], live: set[str], bad: Bad) -> Any:
+    """The stage's `allowedTools` as written (none when it is not a list of names)."""
+    tools = raw.get("allowedTools")
+    if "allowedTools" in raw:
+        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+            bad("allowedTools", "must be a list of tool names", "e.g. [read_file, grep]")
+            tools = []
+        for tool in tools:
+            if tool not in live:
+                bad(
+                    "allowedTools",
+                    f"{tool!r} is not a live tool (known: {', '.join(sorted(live)) or 'none'})",
+                    "fix the name or install the package that provides it",
+                )
+    return tools
+
+
+def _check_schemas(raw: dict[str, Any], bad: Bad) -> None:
+    for key in ("completionSchema", "inputsSchema"):
+        schema = raw.get(key)
+        if key not in raw or (schema is None and key == "inputsSchema"):
+            continue
+        if not isinstance(schema, dict):
+            bad(key, "must be a JSON Schema object", "e.g. {type: object, required: [summary]}")
+            continue
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            bad(key, f"invalid JSON Schema: {exc.message}", "fix the schema")
+            continue
+        if key == "completionSchema" and schema.get("type") != "object":
+            bad(
+                key,
+                f"type is {schema.get('type')!r}: tool arguments are always an object",
+                "use type: object with the result's fields as properties",
+            )
 
 
 def _retry(raw: Any, bad: Any) -> RetryPolicy | None:

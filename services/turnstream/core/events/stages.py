@@ -29,7 +29,7 @@ from turnstream.core.events.lifecycle import (
 from turnstream.core.ids import derived_id
 
 if TYPE_CHECKING:
-    from turnstream.core.events import Event
+    from turnstream.core.events.codec import Event
 
 
 def merged_stages(events: Sequence[Event]) -> tuple[Event, ...]:

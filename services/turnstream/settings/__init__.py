@@ -1,4 +1,8 @@
-"""The one settings model: `turnstream.yaml` (optional), overridden by `TURNSTREAM_*` env vars."""
+"""The one settings model: `turnstream.yaml` (optional), overridden by `TURNSTREAM_*` env vars.
+
+Its nested sections are `settings.sections`'; reading secrets and putting NATS credentials
+in a URL is `settings.credentials`'.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,132 +24,29 @@ from turnstream.core.commands import ATTACHMENT_TYPES, AttachmentPolicy
 from turnstream.core.costs import Budget, Price
 from turnstream.core.subjects import Subjects
 from turnstream.core.turn import TurnConfig
+from turnstream.settings.credentials import (
+    DEV_SECRETS,
+    SECURE_MARK,
+    dev_password_variable,
+    nats_url,
+    read_secret,
+    redacted_values,
+)
+from turnstream.settings.sections import (
+    CHANNEL_TOKENS,
+    AllowRuleSetting,
+    ChannelSettings,
+    ContextProviderSetting,
+    ContextSettings,
+    DmPolicy,
+    McpHttpServer,
+    McpSettings,
+    McpStdioServer,
+    SessionOverride,
+    SessionScope,
+)
 
 CONFIG_FILE_ENV = "TURNSTREAM_CONFIG"
-DEV_SECRETS = "dev-secrets.env"
-"""In the data dir: the passwords `turnstream up --secure` generated, `TS_<USER>_PASSWORD=`."""
-SECURE_MARK = "nats.secure"
-"""In the data dir, beside `nats.url`: the `up` running there is `--secure` (its server wants
-a user: a command given none connects as `admin`, with the development secrets)."""
-DEV_USER = "admin"
-
-
-def dev_password_variable(user: str) -> str:
-    """The environment variable ops/accounts.conf reads `user`'s password from."""
-    return "TS_" + user.upper().replace("-", "_") + "_PASSWORD"
-
-
-class AllowRuleSetting(BaseModel):
-    tool: str
-    args: dict[str, str] = Field(default_factory=dict)
-
-
-class SessionOverride(BaseModel):
-    """Provider settings for the sessions whose id matches a pattern (deployment config:
-    a sender cannot choose where model calls go, or with which key)."""
-
-    provider: Literal["scripted", "anthropic", "openai"] | None = None
-    model: str | None = None
-    base_url: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    tool_calling: Literal["hard", "soft", "none"] | None = None
-    followup_policy: Literal["collect", "steer"] | None = None
-
-
-class McpStdioServer(BaseModel):
-    """An MCP server run as a subprocess, spoken to over its stdin/stdout."""
-
-    model_config = {"extra": "forbid"}
-    command: str
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    """Added to a minimal environment; values may be `${secret:NAME}` or `${env:NAME}`."""
-    timeout_s: float = Field(default=30, gt=0)
-    """Connecting, and each call, give up after this long (the call fails, then reconnects)."""
-
-
-class McpHttpServer(BaseModel):
-    """An MCP server over streamable HTTP."""
-
-    model_config = {"extra": "forbid"}
-    url: str
-    headers: dict[str, str] = Field(default_factory=dict)
-    """Values may be `${secret:NAME}` or `${env:NAME}` (e.g. `Bearer ${secret:API_TOKEN}`)."""
-    timeout_s: float = Field(default=30, gt=0)
-
-
-class McpSettings(BaseModel):
-    servers: dict[str, McpStdioServer | McpHttpServer] = Field(default_factory=dict)
-    """`{<name>: {command, args, env} | {url, headers}}`; tools appear as `<name>__<tool>`."""
-
-
-class ContextProviderSetting(BaseModel):
-    """One context provider: a built-in (`agents_md`, `datetime`, `summary`), an installed
-    one (entry point) to adjust, or a remote one (`subject`)."""
-
-    model_config = {"extra": "forbid"}
-    subject: str | None = None
-    """Remote: the NATS subject that answers `{sessionId, turnId, input, summary, …}` with
-    `{"content": "<text>" | null}`."""
-    priority: int = 100
-    """Lower comes first in the system prompt."""
-    timeout_ms: int = Field(default=1000, ge=1, le=60_000)
-    max_tokens: int = Field(default=1000, ge=1)
-    """Token budget (characters / 4): a longer answer is cut to it."""
-    volatile: bool | None = None
-    """Its answer changes from turn to turn, so it goes after the prompt-cache prefix (at the
-    end of the request) instead of in the system prompt; unset: true for `datetime` only."""
-
-
-class ContextSettings(BaseModel):
-    providers: dict[str, ContextProviderSetting] = Field(default_factory=dict)
-    """`{agents_md: {}, datetime: {priority: 10}, team: {subject: ctx.team}}`: each turn's
-    requests carry what they say (`ContextProvided` in the log)."""
-
-
-DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
-SessionScope = Literal["thread", "chat", "user"]
-CHANNEL_TOKENS = (
-    "TURNSTREAM_TELEGRAM_BOT_TOKEN",
-    "TURNSTREAM_TELEGRAM_WEBHOOK_SECRET",
-    "TURNSTREAM_SLACK_BOT_TOKEN",
-    "TURNSTREAM_SLACK_APP_TOKEN",
-    "TURNSTREAM_SLACK_SIGNING_SECRET",
-)
-"""The chat platforms' tokens (docs/channels.md): secrets, read with `Settings.secret` (the
-environment, else the secrets file), redacted from every log line and tool result."""
-
-
-class ChannelSettings(BaseModel):
-    """Who may talk to the agent on one chat platform, and how its chats map to sessions
-    (`turnstream.channels`; env `TURNSTREAM_TELEGRAM__DM_POLICY=open`, or YAML
-    `telegram: {dm_policy: open}`)."""
-
-    model_config = {"extra": "forbid"}
-    dm_policy: DmPolicy = "pairing"
-    """Direct messages from a sender not in `allow_from`: `pairing` answers with a one-time
-    code the owner approves (`turnstream channels pairing approve CODE`), `allowlist`
-    refuses, `open` takes them, `disabled` refuses every direct message."""
-    allow_from: list[str] = Field(default_factory=list)
-    """Platform user ids that may always talk to the agent (in direct messages and in
-    allowed groups)."""
-    groups: list[str] = Field(default_factory=list)
-    """Group chats (Telegram chat ids, Slack channel ids) the agent answers in; `*`: any."""
-    require_mention: bool = True
-    """In a group, only a message that mentions the bot (or replies to it) is taken."""
-    session_scope: SessionScope | None = None
-    """One session per `thread`, per `chat` (or forum topic), or per `user`; unset: the
-    platform's default (Telegram `chat`, Slack `thread`)."""
-    approvers: list[str] = Field(default_factory=list)
-    """User ids that may answer any approval prompt, beside the turn's own sender."""
-    bot_chats: list[str] = Field(default_factory=list)
-    """Chats where messages from other bots are taken (bot-loop protection ignores them
-    elsewhere; the channel's own are always ignored)."""
-    pairing_ttl_s: float = Field(default=3600, gt=0)
-    """How long a pairing code can be approved."""
-    stream_interval_s: float = Field(default=1.0, ge=0.05)
-    """The least time between two updates of a reply being streamed (platform rate limits)."""
 
 
 class Settings(BaseSettings):
@@ -376,36 +277,14 @@ class Settings(BaseSettings):
 
     def secret(self, name: str) -> str | None:
         """A secret from the environment, else from the secrets file."""
-        if os.environ.get(name):
-            return os.environ[name]
-        if self.secrets_file is None:
-            return None
-        try:
-            lines = self.secrets_file.read_text().splitlines()
-        except OSError as exc:
-            raise ValueError(
-                f"cannot read the secrets file {self.secrets_file}: {exc} "
-                "(check TURNSTREAM_SECRETS_FILE)"
-            ) from exc
-        for line in lines:
-            key, sep, value = line.strip().partition("=")
-            if sep and key.strip() == name:
-                return value.strip().strip('"').strip("'")
-        return None
+        return read_secret(name, self.secrets_file)
 
     def secret_values(self) -> list[str]:
         """Values to redact from tool results: `redact`, the values of `redact_env`'s
-        variables, and every value of the secrets file (values under 4 characters are
-        left, they would blank out ordinary text)."""
-        values = list(self.redact)
-        values += [os.environ[name] for name in self.redact_env if os.environ.get(name)]
-        values += [os.environ[name] for name in CHANNEL_TOKENS if os.environ.get(name)]
-        if self.secrets_file is not None and self.secrets_file.exists():
-            for line in self.secrets_file.read_text().splitlines():
-                key, sep, value = line.strip().partition("=")
-                if sep and not key.startswith("#"):
-                    values.append(value.strip().strip('"').strip("'"))
-        return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+        variables (and the channels' tokens), and every value of the secrets file (values
+        under 4 characters are left, they would blank out ordinary text)."""
+        variables = [*self.redact_env, *CHANNEL_TOKENS]
+        return redacted_values(self.redact, variables, self.secrets_file)
 
     def log_secrets(self) -> list[str]:
         """Values no log line may show: `secret_values`, and this process's NATS password."""
@@ -485,54 +364,6 @@ class Settings(BaseSettings):
             answer_timeout_s=self.answer_timeout_s,
         )
 
-    def _with_credentials(self, url: str, given: dict[str, str] | None = None) -> str:
-        if not self.nats_user:
-            return url
-        password = (given or {}).get("TURNSTREAM_NATS_PASSWORD") or self.secret(
-            "TURNSTREAM_NATS_PASSWORD"
-        )
-        if password is None:
-            raise ValueError(
-                f"TURNSTREAM_NATS_USER is {self.nats_user!r} but no TURNSTREAM_NATS_PASSWORD: "
-                "set it in the environment or the secrets file (TURNSTREAM_SECRETS_FILE)"
-            )
-        if any(c in password + self.nats_user for c in "/,#?@ "):
-            # nats-py reads credentials from the URL as they are (no %-decoding)
-            raise ValueError(
-                f"the NATS password of {self.nats_user!r} (or the user name) has one of "
-                "/ , # ? @ or a space: use letters and digits (`turnstream up --secure` does)"
-            )
-        userinfo = f"{self.nats_user}:{password}@"
-        servers = []
-        for server in url.split(","):
-            scheme, sep, rest = server.strip().rpartition("://")
-            if "@" not in rest:
-                rest = userinfo + rest
-            servers.append(f"{scheme}{sep}{rest}")
-        return ",".join(servers)
-
-    def _with_dev_credentials(self, url: str) -> str:
-        """The server of a `turnstream up --secure` on this data dir: as `nats_user`
-        (default `admin`), with its password from `TURNSTREAM_NATS_PASSWORD`, else
-        `TS_<USER>_PASSWORD`, else the development secrets file `up` wrote."""
-        user = self.nats_user or DEV_USER
-        variable = dev_password_variable(user)
-        password = self.secret("TURNSTREAM_NATS_PASSWORD") if self.nats_user else None
-        password = password or os.environ.get(variable)
-        secrets_file = self.data_dir / DEV_SECRETS
-        if password is None and secrets_file.exists():
-            for line in secrets_file.read_text().splitlines():
-                key, sep, value = line.partition("=")
-                if sep and key.strip() == variable:
-                    password = value.strip()
-        if password is None:
-            raise ValueError(
-                f"the server `turnstream up --secure` runs here wants a user: no password of "
-                f"{user!r} in TURNSTREAM_NATS_PASSWORD, {variable} or {secrets_file}"
-            )
-        env = {"TURNSTREAM_NATS_PASSWORD": password}
-        return self.model_copy(update={"nats_user": user})._with_credentials(url, env)
-
     @property
     def url_file(self) -> Path:
         """Where `turnstream up` writes the URL of its embedded server for other commands."""
@@ -541,14 +372,24 @@ class Settings(BaseSettings):
     def resolved_nats_url(self) -> str:
         """The server to talk to: explicit, else the one a running `turnstream up` started;
         with `nats_user`, its credentials are put in each server URL that has none."""
-        if self.nats_url:
-            return self._with_credentials(self.nats_url)
-        if self.url_file.exists():
-            url = self.url_file.read_text().strip()
-            if (self.data_dir / SECURE_MARK).exists():
-                return self._with_dev_credentials(url)
-            return self._with_credentials(url)
-        raise RuntimeError(
-            f"no NATS server: set TURNSTREAM_NATS_URL, pass --nats-url, or start "
-            f"`turnstream up` first (it writes {self.url_file})"
-        )
+        return nats_url(self.nats_url, self.url_file, self.nats_user, self.secret)
+
+
+__all__ = [
+    "CHANNEL_TOKENS",
+    "CONFIG_FILE_ENV",
+    "DEV_SECRETS",
+    "SECURE_MARK",
+    "AllowRuleSetting",
+    "ChannelSettings",
+    "ContextProviderSetting",
+    "ContextSettings",
+    "DmPolicy",
+    "McpHttpServer",
+    "McpSettings",
+    "McpStdioServer",
+    "SessionOverride",
+    "SessionScope",
+    "Settings",
+    "dev_password_variable",
+]
