@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from turnstream.bus import Bus
+from turnstream.bus.errors import JetStreamError, KeyChanged, KeyMissing
 from turnstream.bus.store import WRONG_LAST_SEQUENCE
 from turnstream.bus.streams import channel_bucket, existing_bucket
 from turnstream.channels.pairing import Book, Request
@@ -62,7 +62,7 @@ class Records:
             headers["Nats-Expected-Last-Subject-Sequence"] = "0"
         try:
             await self.js.publish(f"$KV.{self.bucket}.{key}", orjson.dumps(value), headers=headers)
-        except APIError as exc:
+        except JetStreamError as exc:
             if create and exc.err_code in WRONG_LAST_SEQUENCE:
                 return False
             raise
@@ -71,7 +71,7 @@ class Records:
     async def get(self, key: str) -> dict[str, Any] | None:
         try:
             entry = await self.kv.get(key)
-        except KeyNotFoundError:
+        except KeyMissing:
             return None
         return orjson.loads(entry.value) if entry.value else None
 
@@ -82,7 +82,7 @@ class Records:
         """Write `value` unless `key` has one; False if it had."""
         try:
             await self.kv.create(key, orjson.dumps(value))
-        except KeyWrongLastSequenceError:
+        except KeyChanged:
             return False
         return True
 
@@ -129,7 +129,7 @@ class Records:
         """The pairing book and its revision (0: none yet)."""
         try:
             entry = await self.kv.get(PAIRING)
-        except KeyNotFoundError:
+        except KeyMissing:
             return Book(), 0
         return Book.of_json(orjson.loads(entry.value)) if entry.value else Book(), entry.revision
 
@@ -144,7 +144,7 @@ class Records:
                     await self.kv.create(PAIRING, value)
                 else:
                     await self.kv.update(PAIRING, value, last=revision)
-            except KeyWrongLastSequenceError:
+            except KeyChanged:
                 await asyncio.sleep(0.01)
                 continue
             return changed

@@ -105,9 +105,7 @@ def run_on_bus(
     JetStream request would otherwise look like a service that does not answer);
     `stop_when_refused=False` leaves a refusal to `work` (`send` as a user that may send
     but not read the log)."""
-    import nats.errors
-    import nats.js.errors
-
+    from turnstream.bus.errors import BusTimeout, JetStreamError, NoResponders
     from turnstream.bus.permissions import PermissionDenied
     from turnstream.cli.roles import explain
     from turnstream.runtime import connect_client
@@ -133,7 +131,7 @@ def run_on_bus(
                 raise refused.result()
             try:
                 return doing.result()
-            except (nats.errors.TimeoutError, TimeoutError, nats.errors.NoRespondersError):
+            except (BusTimeout, TimeoutError, NoResponders):
                 denied = bus.refusals.latest()  # refused, then timed out: say the refusal
                 if denied is not None:
                     raise denied from None
@@ -154,7 +152,7 @@ def run_on_bus(
     except PermissionDenied as exc:  # before the timeout it would otherwise look like
         err.print(f"[red]error:[/] {escape(explain(exc))}")
         raise typer.Exit(2) from exc
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+    except (BusTimeout, NoResponders) as exc:
         # a request to a service (approval, turn-runner) that is down or busy
         err.print(
             f"[red]error:[/] no answer from the service ({escape(str(exc))}); "
@@ -164,7 +162,7 @@ def run_on_bus(
     except (ConnectionError, RuntimeError, ValueError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
-    except nats.js.errors.APIError as exc:
+    except JetStreamError as exc:
         from turnstream.bus.full import is_log_full
 
         if not is_log_full(exc):

@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 import orjson
-from nats.js.errors import APIError
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
+from turnstream.bus.errors import JetStreamError
 from turnstream.bus.full import ALARM, noted
 from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import FailureClass, InputRejected, InteractionRequested, decode
@@ -99,7 +99,7 @@ async def publish(
         ack = await bus.js.publish(
             bus.subjects.inbound(session_id), payload, headers={"Nats-Msg-Id": key}
         )
-    except APIError as exc:
+    except JetStreamError as exc:
         if not noted(exc, bus.subjects.inbound(session_id)):
             raise
         raise full_problem(

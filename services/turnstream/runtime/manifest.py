@@ -14,9 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from nats.js.errors import KeyNotFoundError
-
 from turnstream.bus import Bus
+from turnstream.bus.errors import KeyMissing
 from turnstream.bus.kv import watch
 from turnstream.bus.retry import retried
 from turnstream.bus.streams import existing_bucket, tools_bucket
@@ -45,7 +44,7 @@ async def publish(bus: Bus, registry: ToolRegistry) -> str:
         current = await kv.get(KEY)
         if current.value and json.loads(current.value).get("digest") == value["digest"]:
             return str(value["digest"])
-    except KeyNotFoundError:
+    except KeyMissing:
         pass
     await kv.put(KEY, json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
     log.info("tool manifest %s: %d tools", value["digest"], len(value["tools"]))

@@ -18,9 +18,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from nats.js.errors import KeyNotFoundError
 
 from turnstream.bus import Bus
+from turnstream.bus.errors import KeyMissing
 from turnstream.bus.kv import KvWrites
 from turnstream.bus.scan import scan_log
 from turnstream.core.events import FailureClass, ToolInvocationRequested
@@ -62,7 +62,7 @@ class Claims:
         """Whether the invocation was claimed (and its claim still kept)."""
         try:
             entry = await self.kv.get(invocation_id)
-        except KeyNotFoundError:
+        except KeyMissing:
             return False
         return entry.value is not None  # an expired key reads as None (DESIGN §10)
 

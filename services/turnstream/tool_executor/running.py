@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from nats.js.errors import ObjectNotFoundError
-
 from turnstream.bus import Bus
+from turnstream.bus.errors import ObjectMissing
 from turnstream.core.events import (
     FailureClass,
     ToolInvocationFailed,
@@ -137,7 +136,7 @@ class ResultBlobs:
                 try:
                     await self.store.get_info(name)
                     return None
-                except ObjectNotFoundError:
+                except ObjectMissing:
                     await self.store.put(name, output.encode())
         except Exception as exc:
             log.warning("cannot keep result %s in the object store: %r", name, exc)

@@ -22,9 +22,9 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict, ParseDict  # type: ignore[import-untyped]
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from turnstream.bus import Bus
+from turnstream.bus.errors import BadRequest, KeyChanged, KeyMissing
 from turnstream.http.a2a.push_index import interaction_key
 from turnstream.http.a2a.store import LazyBucket, push_bucket_name, valid_key
 from turnstream.http.a2a.tasks import Tasks
@@ -71,7 +71,7 @@ class PushStore:
             return None
         try:
             entry = await (await self.kv()).get(task_id)
-        except KeyNotFoundError:
+        except KeyMissing:
             return None
         if not entry.value:
             return None
@@ -87,7 +87,7 @@ class PushStore:
                 )
             else:
                 entry.revision = await kv.create(entry.view.turn_id, entry.to_json())
-        except (KeyWrongLastSequenceError, BadRequestError):
+        except (KeyChanged, BadRequest):
             return False
         return True
 
@@ -123,7 +123,7 @@ class PushStore:
     async def task_of_interaction(self, interaction_id: str) -> str | None:
         try:
             entry = await (await self.kv()).get(interaction_key(interaction_id))
-        except KeyNotFoundError:
+        except KeyMissing:
             return None
         return bytes(entry.value).decode() if entry.value else None
 
