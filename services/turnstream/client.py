@@ -266,7 +266,7 @@ async def _publish(
         payload = command
     headers = {"Nats-Msg-Id": idempotency_key} if idempotency_key else None
     subject = bus.subjects.inbound_through(session_id, door)
-    return await bus.refusals.publish(bus.js, subject, payload, headers=headers)
+    return await bus.publish_permitted(subject, payload, headers=headers)
 
 
 CATCH_UP_AFTER_S = 1.0

@@ -22,8 +22,8 @@ from typing import Any
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext, api
-from nats.js.kv import KeyValue
-from nats.js.object_store import ObjectStore
+from nats.js.kv import KeyValue as KeyValue  # typed handles the services hold
+from nats.js.object_store import ObjectStore as ObjectStore
 
 from turnstream.bus import consume, full, ordered, streams
 from turnstream.bus.durables import Durable, bound_config

@@ -26,8 +26,9 @@ import orjson
 
 from turnstream.bus import Bus
 from turnstream.bus.errors import JetStreamError, KeyChanged, KeyMissing
+from turnstream.bus.port import KeyValue
 from turnstream.bus.store import WRONG_LAST_SEQUENCE
-from turnstream.bus.streams import channel_bucket, existing_bucket
+from turnstream.bus.streams import channel_bucket
 from turnstream.channels.pairing import Book, Request
 
 PAIRING = "pairing"
@@ -45,14 +46,14 @@ def key_token(value: str) -> str:
 class Records:
     """The records of the channel of one platform."""
 
-    def __init__(self, kv: Any, js: Any, bucket: str) -> None:
-        self.kv, self.js, self.bucket = kv, js, bucket
+    def __init__(self, kv: KeyValue, bus: Bus, bucket: str) -> None:
+        self.kv, self.bus, self.bucket = kv, bus, bucket
 
     @classmethod
     async def open(cls, bus: Bus, platform: str) -> Records:
         """The platform's bucket, which the setup step made."""
         bucket = channel_bucket(bus.subjects.prefix, platform)
-        return cls(await existing_bucket(bus.js, bucket), bus.js, bucket)
+        return cls(await bus.existing_bucket(bucket), bus, bucket)
 
     async def _expiring(self, key: str, value: dict[str, Any], *, create: bool = False) -> bool:
         """`value` at `key` for `POSTED_TTL_S` (`create`: unless the key has one; False if
@@ -61,7 +62,7 @@ class Records:
         if create:
             headers["Nats-Expected-Last-Subject-Sequence"] = "0"
         try:
-            await self.js.publish(f"$KV.{self.bucket}.{key}", orjson.dumps(value), headers=headers)
+            await self.bus.publish(f"$KV.{self.bucket}.{key}", orjson.dumps(value), headers=headers)
         except JetStreamError as exc:
             if create and exc.err_code in WRONG_LAST_SEQUENCE:
                 return False
@@ -131,7 +132,9 @@ class Records:
             entry = await self.kv.get(PAIRING)
         except KeyMissing:
             return Book(), 0
-        return Book.of_json(orjson.loads(entry.value)) if entry.value else Book(), entry.revision
+        return Book.of_json(
+            orjson.loads(entry.value)
+        ) if entry.value else Book(), entry.revision or 0
 
     async def change_book(self, change: Callable[[Book], Book]) -> Book:
         """Apply `change` to the pairing book by compare-and-set, again on a conflict."""

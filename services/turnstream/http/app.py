@@ -141,7 +141,7 @@ async def readyz(ctx: Ctx) -> Response:
     else:
         for stream in (bus.subjects.inbound_stream, *bus.subjects.log_streams):
             try:
-                await bus.js.stream_info(stream)
+                await bus.stream_info(stream)
             except NotFound:
                 problems.append(f"stream {stream} missing")
             except Exception as exc:

@@ -233,7 +233,7 @@ def _workflows(folder: Path, mcp_servers: list[str]) -> list[dict[str, Any]]:
 
 async def _sessions_kv(ctx: Any) -> Any:
     try:
-        return await ctx.bus.js.key_value(ctx.bus.subjects.sessions_bucket)
+        return await ctx.bus.key_value(ctx.bus.subjects.sessions_bucket)
     except BucketMissing:
         raise Problem(
             503, "unavailable", "No projection", "the sessions bucket does not exist yet"

@@ -96,7 +96,7 @@ async def publish(
     bus = ctx.bus
     await ctx.storage.refuse_when_full(key)
     try:
-        ack = await bus.js.publish(
+        ack = await bus.publish(
             bus.subjects.inbound(session_id), payload, headers={"Nats-Msg-Id": key}
         )
     except JetStreamError as exc:

@@ -18,7 +18,7 @@ from turnstream.bus import Bus
 from turnstream.bus.errors import KeyMissing
 from turnstream.bus.kv import watch
 from turnstream.bus.retry import retried
-from turnstream.bus.streams import existing_bucket, tools_bucket
+from turnstream.bus.streams import tools_bucket
 from turnstream.core.turn import ToolInfo
 from turnstream.tools.manifest import infos, manifest
 from turnstream.tools.registry import ToolRegistry
@@ -33,7 +33,7 @@ def bucket_name(bus: Bus) -> str:
 
 async def tools_kv(bus: Bus) -> Any:
     """The manifest bucket (the setup step creates it)."""
-    return await existing_bucket(bus.js, bucket_name(bus))
+    return await bus.existing_bucket(bucket_name(bus))
 
 
 async def publish(bus: Bus, registry: ToolRegistry) -> str:

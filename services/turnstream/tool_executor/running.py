@@ -117,7 +117,7 @@ class ResultBlobs:
         """The blobs bucket, or None when it is missing or not permitted (a result over the
         budget then fails with a reason; everything else goes on)."""
         try:
-            self.store = await self.bus.js.object_store(self.bucket)
+            self.store = await self.bus.object_store(self.bucket)
         except Exception as exc:
             log.warning("object store %s unavailable: %s", self.bucket, exc)
             self.store = None

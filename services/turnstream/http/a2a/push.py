@@ -33,6 +33,8 @@ from turnstream.http.auth import Principal
 from turnstream.http.egress import literal_blocked
 from turnstream.settings import Settings
 
+TOKEN_HEADER = "X-A2A-Notification-Token"
+
 
 @dataclass
 class PushEntry:
@@ -211,3 +213,18 @@ class PushConfigs:
     async def _entry(self, task_id: str, who: Principal) -> PushEntry:
         record = await self.tasks.load(task_id, who)
         return await self.store.get(task_id) or PushEntry(record.view)
+
+
+def due(entry: PushEntry, seq: int) -> list[str]:
+    """The configs the update at `seq` is still to be sent to (a config sent it, or given
+    up on it, before its event came again is not)."""
+    return [config_id for config_id in sorted(entry.configs) if entry.sent.get(config_id, 0) < seq]
+
+
+def headers_for(config: Any) -> dict[str, str]:
+    """The client's token back, and its credentials if it gave any (as the SDK's sender)."""
+    headers = {TOKEN_HEADER: config.token} if config.token else {}
+    auth = config.authentication
+    if config.HasField("authentication") and auth.scheme and auth.credentials:
+        headers["Authorization"] = f"{auth.scheme} {auth.credentials}"
+    return headers

@@ -41,7 +41,7 @@ class ConfigWatch:
         self.stream = f"KV_{push_bucket_name(bus)}"
 
     async def last_seq(self) -> int:
-        info = await self.bus.js.stream_info(self.stream)
+        info = await self.bus.stream_info(self.stream)
         return int(info.state.last_seq)
 
     async def trusted(self) -> bool:

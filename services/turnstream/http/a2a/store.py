@@ -19,7 +19,7 @@ import orjson
 
 from turnstream.bus import Bus
 from turnstream.bus.errors import BadRequest, KeyChanged, KeyMissing, NoKeys
-from turnstream.bus.streams import a2a_push_bucket, a2a_tasks_bucket, existing_bucket
+from turnstream.bus.streams import a2a_push_bucket, a2a_tasks_bucket
 from turnstream.http.a2a.view import TurnView
 
 MESSAGE_KEY = "msg."
@@ -49,7 +49,7 @@ class LazyBucket:
         if self._kv is None:
             async with self._lock:
                 if self._kv is None:
-                    self._kv = await existing_bucket(self.bus.js, self.name)
+                    self._kv = await self.bus.existing_bucket(self.name)
         return self._kv
 
 
