@@ -17,6 +17,7 @@ from rich.markup import escape
 
 if TYPE_CHECKING:  # imported where used: `turnstream --help` starts without them
     from turnstream.bus import Bus
+    from turnstream.bus.errors import JetStreamError
     from turnstream.core.costs import PriceTable
     from turnstream.settings import Settings
 
@@ -112,35 +113,9 @@ def run_on_bus(
 
     async def main() -> T:
         bus = await connect_client(settings, "cli")
-        refused: asyncio.Future[PermissionDenied] = asyncio.get_running_loop().create_future()
-
-        def on_refusal(denied: PermissionDenied) -> None:
-            if not refused.done():
-                refused.set_result(denied)
-
-        if stop_when_refused:
-            bus.refusals.listeners.append(on_refusal)
-        doing = asyncio.ensure_future(work(bus))
         try:
-            waiting: set[asyncio.Future[Any]] = {doing, refused}
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if not doing.done():
-                doing.cancel()
-                with contextlib.suppress(BaseException):
-                    await doing
-                raise refused.result()
-            try:
-                return doing.result()
-            except (BusTimeout, TimeoutError, NoResponders):
-                denied = bus.refusals.latest()  # refused, then timed out: say the refusal
-                if denied is not None:
-                    raise denied from None
-                raise
+            return await _work_until_refused(bus, work, stop_when_refused)
         finally:
-            if not doing.done():  # Ctrl-C: the work ends (and cleans up) before the close
-                doing.cancel()
-                with contextlib.suppress(BaseException):
-                    await doing
             await _close(bus)
 
     quiet_refusals()
@@ -163,15 +138,59 @@ def run_on_bus(
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     except JetStreamError as exc:
-        from turnstream.bus.full import is_log_full
+        _exit_if_log_full(exc)
+        raise
 
-        if not is_log_full(exc):
-            raise
+
+def _exit_if_log_full(exc: JetStreamError) -> None:
+    """Exit 2 saying so when JetStream refused a write because the log is full."""
+    from turnstream.bus.full import is_log_full
+
+    if is_log_full(exc):
         err.print(
             f"[red]error:[/] the log is full: JetStream refused it ({exc.description}); "
             "nothing was stored. See `turnstream status` and docs/operations.md, 'The log full'"
         )
         raise typer.Exit(2) from exc
+
+
+async def _work_until_refused(
+    bus: Bus, work: Callable[[Bus], Awaitable[T]], stop_when_refused: bool
+) -> T:
+    """`work(bus)`; with `stop_when_refused`, ended by the first refusal (raised as it), and a
+    timeout that follows a refusal raised as that refusal."""
+    from turnstream.bus.errors import BusTimeout, NoResponders
+    from turnstream.bus.permissions import PermissionDenied
+
+    refused: asyncio.Future[PermissionDenied] = asyncio.get_running_loop().create_future()
+
+    def on_refusal(denied: PermissionDenied) -> None:
+        if not refused.done():
+            refused.set_result(denied)
+
+    if stop_when_refused:
+        bus.refusals.listeners.append(on_refusal)
+    doing = asyncio.ensure_future(work(bus))
+    try:
+        waiting: set[asyncio.Future[Any]] = {doing, refused}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not doing.done():
+            doing.cancel()
+            with contextlib.suppress(BaseException):
+                await doing
+            raise refused.result()
+        try:
+            return doing.result()
+        except (BusTimeout, TimeoutError, NoResponders):
+            denied = bus.refusals.latest()  # refused, then timed out: say the refusal
+            if denied is not None:
+                raise denied from None
+            raise
+    finally:
+        if not doing.done():  # Ctrl-C: the work ends (and cleans up) before the close
+            doing.cancel()
+            with contextlib.suppress(BaseException):
+                await doing
 
 
 async def unless_refused(bus: Bus, asking: Awaitable[T], *, otherwise: T) -> T:
