@@ -106,6 +106,11 @@ class Bus:
         """`stream_usage` and every running process's alarm (`full.storage_usage`)."""
         return await full.storage_usage(self.nc, self.js, self.subjects)
 
+    async def noted_at_limit(self, streams: list[str], subject: str) -> bool:
+        """Whether a stream of `streams` or the account is at its storage limit, the alarm
+        raised if so (`full.noted_at_limit`)."""
+        return await full.noted_at_limit(self.js, streams, subject)
+
     async def log_push(
         self, durable: Durable, on_msg: OnMsg, *, partitions: Iterable[int] | None = None
     ) -> consume.Subscriptions:
