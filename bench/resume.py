@@ -24,9 +24,9 @@ from pathlib import Path
 from rich.console import Console
 
 from turnstream.bus import Bus, connect
+from turnstream.bus.contract import LOG_START
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.scan import subject_counts
-from turnstream.bus.store import LOG_START
 from turnstream.bus.streams import StreamLimits
 from turnstream.core.events import (
     Sender,

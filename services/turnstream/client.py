@@ -17,11 +17,10 @@ from typing import Any, NamedTuple
 
 import orjson
 import uuid_utils
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeoutError
 
 from turnstream.bus import Bus
 from turnstream.bus.archive import read_archived
+from turnstream.bus.errors import BusTimeout, NoResponders
 from turnstream.bus.objects import put_new_attachment
 from turnstream.bus.permissions import answered
 from turnstream.core.events import (
@@ -138,7 +137,7 @@ async def replay_session(
     return Replayed(fold(SessionState.of(session_id), events), events, last, head)
 
 
-class NoAnswer(NatsTimeoutError):
+class NoAnswer(BusTimeout):
     """A request to a turnstream service (`ts.api.*`) that no instance answered in time."""
 
     def __init__(self, what: str) -> None:
@@ -185,7 +184,7 @@ async def pending_prompts(
                     raise NoAnswer(f"no approval service answered in {timeout:g} s") from None
                 return list(found.values())
             if msg.headers and msg.headers.get("Status") == "503":
-                raise NoRespondersError
+                raise NoResponders
             body = orjson.loads(msg.data)
             if "error" in body:
                 raise RuntimeError(f"approval service: {body['error']}")
@@ -267,7 +266,7 @@ async def _publish(
         payload = command
     headers = {"Nats-Msg-Id": idempotency_key} if idempotency_key else None
     subject = bus.subjects.inbound_through(session_id, door)
-    return await bus.refusals.publish(bus.js, subject, payload, headers=headers)
+    return await bus.publish_permitted(subject, payload, headers=headers)
 
 
 CATCH_UP_AFTER_S = 1.0

@@ -154,7 +154,7 @@ async def test_a_live_token_streamed_while_the_turn_is_tracked_keeps_its_sender(
             created.set()
             return made
 
-    platform, found, t = ListPlatform(), Racing(opened.kv, opened.js, opened.bucket), turn()
+    platform, found, t = ListPlatform(), Racing(opened.kv, opened.bus, opened.bucket), turn()
     poster = Poster(platform, found)
     streamed = asyncio.ensure_future(poster.stream(t, CHAT, "Hel"))
     await read.wait()  # the stream has read the record first, as a token can

@@ -20,9 +20,9 @@ from turnstream.core.events import (
     encode,
 )
 from turnstream.http.a2a.card import agent_card, card_body, card_version
-from turnstream.http.a2a.push import PushEntry, merged_sent, webhook_of
+from turnstream.http.a2a.mapping import status_update
+from turnstream.http.a2a.push import PushEntry, due, headers_for, merged_sent, webhook_of
 from turnstream.http.a2a.push_index import PushIndex, interaction_key, wanted
-from turnstream.http.a2a.pusher import due, headers_for, status_update
 from turnstream.http.a2a.view import TurnView
 from turnstream.settings import Settings
 

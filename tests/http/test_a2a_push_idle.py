@@ -143,7 +143,7 @@ async def test_a_consumer_the_server_will_not_move_is_left_to_be_fetched(
     await bus.js.add_consumer(stream, config=unmovable)
     last = (await bus.js.stream_info(stream)).state.last_seq
     try:
-        assert not await skip_to(bus.nc, bus.js, stream, "a2a-push-unmovable", last + 100)
+        assert not await skip_to(bus, stream, "a2a-push-unmovable", last + 100)
         info = await bus.js.consumer_info(stream, "a2a-push-unmovable")
         assert info.delivered.stream_seq <= last
     finally:

@@ -11,7 +11,9 @@ import pytest
 from tests.unit.factories import T0
 from turnstream.bus import AppendConflict, Bus
 from turnstream.bus.appender import AppendError
-from turnstream.bus.store import EventStore, InMemoryEventStore, JetStreamEventStore
+from turnstream.bus.contract import EventStore
+from turnstream.bus.memory import InMemoryEventStore
+from turnstream.bus.store import JetStreamEventStore
 from turnstream.core.events import SessionTurnEnd, SessionTurnEndData
 
 _ids = itertools.count(1)

@@ -228,9 +228,9 @@ async def test_the_http_face_may_move_its_push_consumer_forward(
     bus = await as_user(secure_server, "http")
     try:
         stream = SUBJECTS.log_stream
-        sub = await bind(bus.js, SUBJECTS, a2a_push(10.0), stream)  # made by the setup step
+        sub = await bind(bus, a2a_push(10.0), stream)  # made by the setup step
         last = (await bus.js.stream_info(stream)).state.last_seq
-        assert await skip_to(bus.nc, bus.js, stream, DURABLE, last + 10)
+        assert await skip_to(bus, stream, DURABLE, last + 10)
         assert (await bus.js.consumer_info(stream, DURABLE)).delivered.stream_seq == last + 9
         await sub.unsubscribe()
     finally:

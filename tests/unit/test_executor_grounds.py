@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.unit.test_justification import answer, attached, configured, event, prompt
-from turnstream.bus.store import StoredEvent
+from turnstream.bus.contract import StoredEvent
 from turnstream.core.approval import AllowRule, ApprovalConfig
 from turnstream.core.events import Event, ToolInvocationRequested, ToolInvocationRequestedData
 from turnstream.core.justification import Justified, Unjustified

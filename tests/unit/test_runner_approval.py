@@ -9,8 +9,9 @@ from typing import Any
 
 from tests.unit.factories import T0, Ids, accepted, ctx, fact, success
 from turnstream.approval.app import CONSUMES
+from turnstream.bus.contract import StoredEvent
 from turnstream.bus.leases import Ownership
-from turnstream.bus.store import InMemoryEventStore, StoredEvent
+from turnstream.bus.memory import InMemoryEventStore
 from turnstream.core import approval
 from turnstream.core.approval import AllowRule, ApprovalConfig, ApprovalState
 from turnstream.core.events import (

@@ -19,7 +19,8 @@ import logging
 from typing import Any
 
 import orjson
-from nats.js import api
+
+from turnstream.bus.consume import pull_next_subject
 
 log = logging.getLogger("turnstream.audit")
 ANSWER_S = 2.0
@@ -37,7 +38,7 @@ class Intake:
 
     def __init__(self, nc: Any, stream: str, durable: str) -> None:
         self.nc = nc
-        self.next_subject = f"{api.DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self.next_subject = pull_next_subject(stream, durable)
         self.inbox: str = nc.new_inbox()
         self.msgs: list[Any] = []
         """Delivered and not yet handed out, in stream order."""

@@ -7,8 +7,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-
+from turnstream.bus.errors import KeyChanged, KeyMissing
 from turnstream.core.subjects import is_session_id, session_key
 from turnstream.core.summary import SessionSummary
 
@@ -58,7 +57,7 @@ async def _put_if_newer(kv: Any, summary: SessionSummary) -> bool:
                 return False
             await kv.update(key, value, last=revision)
             return True
-        except KeyWrongLastSequenceError:
+        except KeyChanged:
             continue  # written meanwhile: look again
 
 
@@ -67,7 +66,7 @@ async def read_summary(kv: Any, key: str) -> tuple[SessionSummary | None, int] |
     when it cannot be read (whoever writes next overwrites it)."""
     try:
         entry = await kv.get(key)
-    except KeyNotFoundError:
+    except KeyMissing:
         return None
     if entry.value is None:  # nats-py: a TTL-expired key may come back without a value
         return None

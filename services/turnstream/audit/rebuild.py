@@ -12,7 +12,6 @@ from turnstream.audit.checks import CheckConfig
 from turnstream.audit.fold import fold_message
 from turnstream.audit.projections import put_newer
 from turnstream.bus import Bus
-from turnstream.bus.scan import scan_log
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +36,13 @@ async def rebuild(bus: Bus, config: CheckConfig, now: datetime) -> Rebuilt:
     """Fold the whole log, partition by partition (sequences are per partition: one fold
     each), and write each session's summary unless the bucket has a newer one."""
     start = time.perf_counter()
-    kv = await bus.js.key_value(bus.subjects.sessions_bucket)
+    kv = await bus.key_value(bus.subjects.sessions_bucket)
     events = last = sessions = written = in_log = unreported = 0
     for stream in bus.subjects.log_streams:
         auditor = Auditor.with_config(config)
         count = [0]
         fold = partial(_fold, auditor, count)
-        last = max(last, await scan_log(bus.js, bus.subjects, fold, stream=stream))
+        last = max(last, await bus.store.scan(fold, stream=stream))
         auditor.tick(now)
         written += await put_newer(kv, auditor.take_dirty())
         events += count[0]

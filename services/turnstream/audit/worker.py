@@ -41,10 +41,10 @@ from turnstream.audit.journal import Journal
 from turnstream.audit.projections import put_all, read_summary
 from turnstream.audit.report import NotOwner, report_once
 from turnstream.bus import Bus
-from turnstream.bus.durables import AUDIT, bound_config
+from turnstream.bus.durables import AUDIT
 from turnstream.bus.full import ALARM, backoff_s, noted
 from turnstream.bus.retry import retried, stoppable
-from turnstream.bus.scan import log_last_seq, scan_log, stream_seq
+from turnstream.bus.scan import stream_seq
 from turnstream.core.subjects import is_session_id, session_key
 from turnstream.core.summary import SessionSummary
 from turnstream.runtime import now, source_name, telemetry
@@ -108,11 +108,8 @@ class PartitionAudit:
         try:
             if not await self._open_journal(stop):
                 return
-            last = await scan_log(
-                self.bus.js,
-                subjects,
-                partial(fold_message, self.auditor, self.journal),
-                stream=self.stream,
+            last = await self.bus.store.scan(
+                partial(fold_message, self.auditor, self.journal), stream=self.stream
             )
             self.auditor.tick(self.clock())
             if not await self._flush(stop):
@@ -127,7 +124,7 @@ class PartitionAudit:
             self._forget()
             # the setup step made the durable (a new one starts at the log's first event:
             # what the scan read comes again once, and is passed over)
-            bound = bound_config(self.bus.js, subjects, AUDIT, self.stream, self.partition)
+            bound = self.bus.bound_config(AUDIT, self.stream, self.partition)
             if await stoppable(bound, stop) is None:
                 return
             intake = await Intake(self.bus.nc, self.stream, DURABLE).start()
@@ -141,7 +138,7 @@ class PartitionAudit:
             self.journal.close()
 
     async def _sessions_kv(self) -> Any:
-        return await self.bus.js.key_value(self.bus.subjects.sessions_bucket)
+        return await self.bus.key_value(self.bus.subjects.sessions_bucket)
 
     async def _open_journal(self, stop: asyncio.Event) -> bool:
         """Open the partition's audit file (waiting while another process of this data
@@ -151,7 +148,7 @@ class PartitionAudit:
                 return False
             log.info("%s is open in another process; waiting", self.journal.path)
             await asyncio.sleep(RETRY_S)
-        log_last = await log_last_seq(self.bus.js, self.bus.subjects, stream=self.stream)
+        log_last = await self.bus.store.last_seq_on(stream=self.stream)
         if self.journal.last_seq > log_last:
             # the file records a log that is gone (e.g. a new server store): keep it, and
             # start a new chain for this log
@@ -206,9 +203,7 @@ class PartitionAudit:
         False: stopping before it was folded in."""
         after = self.auditor.last_seq
         missed: list[tuple[int, str, bytes]] = []
-        last = await scan_log(
-            self.bus.js,
-            self.bus.subjects,
+        last = await self.bus.store.scan(
             lambda seq, subject, data: missed.append((seq, subject, data)),
             after_seq=after,
             stream=self.stream,

@@ -22,10 +22,10 @@ from datetime import datetime
 import orjson
 from nats.js.errors import NotFoundError
 
-from turnstream.bus.connection import Bus
+from turnstream.bus.contract import StoredEvent
 from turnstream.bus.objects import read_object
+from turnstream.bus.port import Bus
 from turnstream.bus.scan import open_sessions, subject_counts
-from turnstream.bus.store import StoredEvent
 from turnstream.core.events import decode
 from turnstream.core.subjects import session_key
 
@@ -87,7 +87,7 @@ async def _last_time(bus: Bus, session_id: str) -> datetime | None:
         )
     except NotFoundError:
         return None
-    return decode(msg.data).time
+    return decode(msg.data or b"").time
 
 
 async def _archive(bus: Bus, session_id: str, stored: list[StoredEvent]) -> None:

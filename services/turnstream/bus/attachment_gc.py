@@ -20,10 +20,10 @@ import orjson
 from nats.js.errors import NotFoundError
 
 from turnstream.bus.archive import ARCHIVE_PREFIX
-from turnstream.bus.connection import Bus
+from turnstream.bus.contract import LOG_START
 from turnstream.bus.objects import read_object
+from turnstream.bus.port import Bus
 from turnstream.bus.scan import subject_counts
-from turnstream.bus.store import LOG_START
 from turnstream.core.events import ATTACHMENT_PREFIX, Event, InputAccepted, decode
 
 
@@ -87,11 +87,11 @@ async def prune_attachments(
     for info in infos:
         if not info.name.startswith(ATTACHMENT_PREFIX) or info.name in keep:
             continue
-        if stored_at(info.mtime) >= older_than:
+        if stored_at(info.mtime or "") >= older_than:
             continue
         if not dry_run:
             await store.delete(info.name)
-        gone.append(Unnamed(info.name, info.size, info.mtime))
+        gone.append(Unnamed(info.name, info.size or 0, info.mtime or ""))
     return gone
 
 

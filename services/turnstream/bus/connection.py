@@ -8,11 +8,9 @@ pays, installed by `connect` (`install_header_parse`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,8 +19,8 @@ from nats.aio.client import Client
 
 from turnstream.bus.durables import ensure_durables
 from turnstream.bus.permissions import Refusals
+from turnstream.bus.port import Bus
 from turnstream.bus.retry import retried
-from turnstream.bus.store import JetStreamEventStore
 from turnstream.bus.streams import StreamLimits, check_streams, ensure_streams
 from turnstream.core.subjects import Subjects
 
@@ -134,47 +132,6 @@ def inbox_of(user: str | None) -> str:
     return f"_INBOX.{user}" if user else "_INBOX"
 
 
-@dataclass
-class Bus:
-    """One NATS connection with its JetStream context and the event store over it."""
-
-    nc: Client
-    js: Any
-    subjects: Subjects
-    refusals: Refusals = field(default_factory=lambda: Refusals(None))
-    """What the server refused this connection's user (a publish, a subscription)."""
-    store: JetStreamEventStore = field(init=False)
-    _blobs: Any = field(default=None, init=False, repr=False)
-    _attachments: Any = field(default=None, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.store = JetStreamEventStore(self.nc, self.js, self.subjects)
-
-    async def blobs(self) -> Any:
-        """The object store of large results and archived sessions (looked up once)."""
-        if self._blobs is None:
-            self._blobs = await self.js.object_store(self.subjects.blobs_bucket)
-        return self._blobs
-
-    async def attachments(self) -> Any:
-        """The object store of the files messages carry (looked up once)."""
-        if self._attachments is None:
-            self._attachments = await self.js.object_store(self.subjects.attachments_bucket)
-        return self._attachments
-
-    async def close(self) -> None:
-        """Drain and close; with the broker away (no drain possible), just close."""
-        if self.nc.is_closed:
-            return
-        if self.nc.is_connecting or self.nc.is_reconnecting:
-            # nats-py writes what it buffered for the server to the lost socket on close
-            # and raises for it; the connection is closed all the same
-            with contextlib.suppress(OSError):
-                await self.nc.close()
-            return
-        await self.nc.drain()
-
-
 async def connect(
     url: str,
     subjects: Subjects,
@@ -194,9 +151,33 @@ async def connect(
     A server that refuses the credentials ends the attempt at once with an error naming
     the user (nats-py would otherwise retry forever)."""
     install_header_parse()
+    refusals = Refusals(user_of(url))
+    nc = await _open(url, name, connect_timeout, inbox_prefix, refusals)
+    js = nc.jetstream(publish_async_max_pending=8192)
+    try:
+        if ensure is not None:
+            await _ensure_within(js, subjects, ensure, ENSURE_WITHIN_S, refusals)
+        if check:
+            await _check_within(js, subjects, check_within, refusals)
+    except nats.errors.TimeoutError as exc:
+        await nc.close()
+        denied = refusals.latest()  # not a slow cluster: this user may not ask that
+        if denied is not None:
+            raise denied from exc
+        raise
+    except BaseException:
+        await nc.close()
+        raise
+    return Bus(nc, js, subjects, refusals)
+
+
+async def _open(
+    url: str, name: str, connect_timeout: float, inbox_prefix: str | None, refusals: Refusals
+) -> Client:
+    """The connection; `ConnectionError` when the server cannot be reached or refuses the
+    credentials (said at once, not retried)."""
     refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    user = user_of(url)
-    refusals = Refusals(user)
+    user = refusals.user
 
     async def on_error(exc: Exception) -> None:
         text = str(exc)
@@ -236,7 +217,7 @@ async def connect(
                 "TURNSTREAM_NATS_USER / TURNSTREAM_NATS_PASSWORD, the secrets file, or the "
                 "credentials in TURNSTREAM_NATS_URL)"
             )
-        nc = connecting.result()
+        return connecting.result()
     except ConnectionError:
         raise
     except Exception as exc:  # nats-py raises several unrelated types here
@@ -244,22 +225,6 @@ async def connect(
             f"cannot reach NATS at {without_password(url)} ({exc}); start `turnstream up` "
             "or fix TURNSTREAM_NATS_URL / --nats-url"
         ) from exc
-    js = nc.jetstream(publish_async_max_pending=8192)
-    try:
-        if ensure is not None:
-            await _ensure_within(js, subjects, ensure, ENSURE_WITHIN_S, refusals)
-        if check:
-            await _check_within(js, subjects, check_within, refusals)
-    except nats.errors.TimeoutError as exc:
-        await nc.close()
-        denied = refusals.latest()  # not a slow cluster: this user may not ask that
-        if denied is not None:
-            raise denied from exc
-        raise
-    except BaseException:
-        await nc.close()
-        raise
-    return Bus(nc, js, subjects, refusals)
 
 
 async def _ensure_within(

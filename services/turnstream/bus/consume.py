@@ -54,6 +54,11 @@ async def define_pull(
     await define_durable(js, stream, config)
 
 
+def pull_next_subject(stream: str, durable: str) -> str:
+    """Where a pull request for the next messages of `durable` on `stream` goes."""
+    return f"{api.DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{stream}.{durable}"
+
+
 async def durable_pull(js: Any, stream: str, durable: str, subjects: Sequence[str]) -> Any:
     """A shared durable pull consumer, bound. Every instance of a service binds to the same
     durable, so adding instances shares the work."""

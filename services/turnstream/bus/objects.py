@@ -21,7 +21,7 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 from nats.nuid import NUID
 
-from turnstream.bus.connection import Bus
+from turnstream.bus.port import Bus
 from turnstream.core.events import ATTACHMENT_PREFIX
 
 

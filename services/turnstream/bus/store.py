@@ -1,22 +1,20 @@
-"""The event store: append to and read back the log, on JetStream or in memory.
-
-Both stores keep one contract (tests/integration/test_event_store.py runs the same suite
-against each): sequences grow, a session's events come back in append order, and an
-append with `expected_last_seq` fails with `AppendConflict` when the session moved on.
+"""The event store on JetStream: append to and read back the log (the contract it keeps:
+`bus/contract.py`); also the log's scans and counts that the services need beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 from nats.js import api
 from nats.js.errors import NotFoundError
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
+from turnstream.bus.contract import AppendConflict, StoredEvent
 from turnstream.bus.ordered import ordered_subscribe
 from turnstream.bus.scan import (
     DirectGetError,
@@ -46,75 +44,6 @@ READ_CONCURRENCY = 64
 DIRECT_RETRIES_S = (0.2, 1.0)
 """Pauses before a session's direct read that timed out is asked again, before it is read
 through a consumer (which costs the server more, the last thing to add under load)."""
-
-
-class StoredEvent(NamedTuple):
-    seq: int
-    event: Event
-
-
-class AppendConflict(Exception):
-    """The session's log moved past `expected_last_seq`: reload and decide again."""
-
-    def __init__(self, session_id: str, expected: int, detail: str = "") -> None:
-        super().__init__(f"session {session_id}: expected last seq {expected}; {detail}")
-        self.session_id = session_id
-        self.expected = expected
-
-
-class EventStore(Protocol):
-    async def append(self, session_id: str, events: Sequence[EventBase]) -> list[int]:
-        """Append in order; return each event's sequence."""
-        ...
-
-    async def append_decision(
-        self, session_id: str, events: Sequence[EventBase], *, expected_last_seq: int
-    ) -> int:
-        """Append a decider's events in order if the session's last sequence is still
-        `expected_last_seq` (else `AppendConflict`, nothing appended); return the last
-        one's sequence. Any other failure may leave a prefix of them in the log."""
-        ...
-
-    async def append_facts(self, events: Sequence[EventBase]) -> list[int]:
-        """Append unconditionally, pipelined, events of any sessions, in order."""
-        ...
-
-    async def read_session(
-        self,
-        session_id: str,
-        *,
-        after_seq: int = 0,
-        known: Mapping[int, Event] | None = None,
-        at_least: int = 0,
-        latest: bool = False,
-        events_before: int | None = None,
-    ) -> list[StoredEvent]:
-        """The session's events after `after_seq`, in order. `known`: events the caller has
-        decoded already, by sequence (a delivered fact), taken as they are. The read goes
-        at least up to the last of them, up to `at_least` (a sequence the caller knows the
-        session has: a reader must never see less than it saw) and, if `latest`, up to the
-        session's last event on the stream's leader now (one request more), or fails
-        (`TimeoutError`). Where `events_before` (how many it has up to `after_seq`) is
-        known or `after_seq` is 0, its events are counted first (one request) and the log
-        is asked for exactly them: a read asking for more than remain costs the server
-        the rest of the stream."""
-        ...
-
-    async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
-        """Every event after `after_seq`, in order."""
-        ...
-
-    async def last_seq(self, session_id: str) -> int:
-        """Sequence of the session's last event; 0 for a session with none."""
-        ...
-
-    async def read_kind(self, event_type: str, *, since: datetime) -> list[StoredEvent]:
-        """Every event of one kind, across sessions, appended at or after `since`."""
-        ...
-
-
-LOG_START = datetime(1970, 1, 1, tzinfo=UTC)
-"""`read_kind(..., since=LOG_START)` reads a kind from the start of the log."""
 
 
 class JetStreamEventStore:
@@ -190,6 +119,29 @@ class JetStreamEventStore:
             subjects,
             subjects.log_session(session_id),
             stream=subjects.log_stream_of(session_id),
+        )
+
+    async def last_seq_on(self, subject: str | None = None, *, stream: str | None = None) -> int:
+        """`scan.log_last_seq` on this store's log: the last sequence on `subject` (default
+        the whole log) of `stream` (which may be left out when the log is one stream)."""
+        return await log_last_seq(self.js, self.subjects, subject, stream=stream)
+
+    async def count(self, subject: str, *, stream: str) -> int:
+        """`scan.log_count`: how many events of `stream` are on `subject`."""
+        return await log_count(self.js, self.subjects, subject, stream=stream)
+
+    async def scan(
+        self,
+        on_event: Callable[[int, str, bytes], None],
+        *,
+        after_seq: int = 0,
+        subject: str | None = None,
+        stream: str | None = None,
+    ) -> int:
+        """`scan.scan_log` of this store's log: every event after `after_seq` (on `subject`)
+        up to the last one now, to `on_event(seq, subject, data)`; the last sequence."""
+        return await scan_log(
+            self.js, self.subjects, on_event, after_seq=after_seq, subject=subject, stream=stream
         )
 
     async def read_session(
@@ -364,62 +316,3 @@ class JetStreamEventStore:
         finally:
             await sub.unsubscribe()
         return out
-
-
-class InMemoryEventStore:
-    """The same contract in a list: for unit tests and for tools that need no server."""
-
-    def __init__(self) -> None:
-        self.log: list[StoredEvent] = []
-        self._ids: dict[str, int] = {}
-        self._last: dict[str, int] = {}
-
-    async def append(self, session_id: str, events: Sequence[EventBase]) -> list[int]:
-        seqs = []
-        for event in events:
-            if event.id in self._ids:  # same dedup as Nats-Msg-Id
-                seqs.append(self._ids[event.id])
-                continue
-            seq = len(self.log) + 1
-            self.log.append(StoredEvent(seq, event))  # type: ignore[arg-type]
-            self._ids[event.id] = seq
-            self._last[session_id] = seq
-            seqs.append(seq)
-        return seqs
-
-    async def append_decision(
-        self, session_id: str, events: Sequence[EventBase], *, expected_last_seq: int
-    ) -> int:
-        if not events:
-            raise ValueError("a decision appends at least one event")
-        current = self._last.get(session_id, 0)
-        if expected_last_seq != current and events[0].id not in self._ids:
-            raise AppendConflict(session_id, expected_last_seq, f"last is {current}")
-        return (await self.append(session_id, events))[-1]
-
-    async def append_facts(self, events: Sequence[EventBase]) -> list[int]:
-        seqs = []
-        for event in events:
-            seqs.extend(await self.append(event.session_id, [event]))
-        return seqs
-
-    async def read_session(
-        self,
-        session_id: str,
-        *,
-        after_seq: int = 0,
-        known: Mapping[int, Event] | None = None,
-        at_least: int = 0,
-        latest: bool = False,
-        events_before: int | None = None,
-    ) -> list[StoredEvent]:
-        return [s for s in self.log[after_seq:] if s.event.session_id == session_id]
-
-    async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
-        return self.log[after_seq:]
-
-    async def read_kind(self, event_type: str, *, since: datetime) -> list[StoredEvent]:
-        return [s for s in self.log if s.event.type == event_type and s.event.time >= since]
-
-    async def last_seq(self, session_id: str) -> int:
-        return self._last.get(session_id, 0)

@@ -23,11 +23,12 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from turnstream.bus import Bus
+from turnstream.bus.errors import JetStreamError, KeyChanged, KeyMissing
+from turnstream.bus.port import KeyValue
 from turnstream.bus.store import WRONG_LAST_SEQUENCE
-from turnstream.bus.streams import channel_bucket, existing_bucket
+from turnstream.bus.streams import channel_bucket
 from turnstream.channels.pairing import Book, Request
 
 PAIRING = "pairing"
@@ -45,14 +46,14 @@ def key_token(value: str) -> str:
 class Records:
     """The records of the channel of one platform."""
 
-    def __init__(self, kv: Any, js: Any, bucket: str) -> None:
-        self.kv, self.js, self.bucket = kv, js, bucket
+    def __init__(self, kv: KeyValue, bus: Bus, bucket: str) -> None:
+        self.kv, self.bus, self.bucket = kv, bus, bucket
 
     @classmethod
     async def open(cls, bus: Bus, platform: str) -> Records:
         """The platform's bucket, which the setup step made."""
         bucket = channel_bucket(bus.subjects.prefix, platform)
-        return cls(await existing_bucket(bus.js, bucket), bus.js, bucket)
+        return cls(await bus.existing_bucket(bucket), bus, bucket)
 
     async def _expiring(self, key: str, value: dict[str, Any], *, create: bool = False) -> bool:
         """`value` at `key` for `POSTED_TTL_S` (`create`: unless the key has one; False if
@@ -61,8 +62,8 @@ class Records:
         if create:
             headers["Nats-Expected-Last-Subject-Sequence"] = "0"
         try:
-            await self.js.publish(f"$KV.{self.bucket}.{key}", orjson.dumps(value), headers=headers)
-        except APIError as exc:
+            await self.bus.publish(f"$KV.{self.bucket}.{key}", orjson.dumps(value), headers=headers)
+        except JetStreamError as exc:
             if create and exc.err_code in WRONG_LAST_SEQUENCE:
                 return False
             raise
@@ -71,7 +72,7 @@ class Records:
     async def get(self, key: str) -> dict[str, Any] | None:
         try:
             entry = await self.kv.get(key)
-        except KeyNotFoundError:
+        except KeyMissing:
             return None
         return orjson.loads(entry.value) if entry.value else None
 
@@ -82,7 +83,7 @@ class Records:
         """Write `value` unless `key` has one; False if it had."""
         try:
             await self.kv.create(key, orjson.dumps(value))
-        except KeyWrongLastSequenceError:
+        except KeyChanged:
             return False
         return True
 
@@ -129,9 +130,11 @@ class Records:
         """The pairing book and its revision (0: none yet)."""
         try:
             entry = await self.kv.get(PAIRING)
-        except KeyNotFoundError:
+        except KeyMissing:
             return Book(), 0
-        return Book.of_json(orjson.loads(entry.value)) if entry.value else Book(), entry.revision
+        return Book.of_json(
+            orjson.loads(entry.value)
+        ) if entry.value else Book(), entry.revision or 0
 
     async def change_book(self, change: Callable[[Book], Book]) -> Book:
         """Apply `change` to the pairing book by compare-and-set, again on a conflict."""
@@ -144,7 +147,7 @@ class Records:
                     await self.kv.create(PAIRING, value)
                 else:
                     await self.kv.update(PAIRING, value, last=revision)
-            except KeyWrongLastSequenceError:
+            except KeyChanged:
                 await asyncio.sleep(0.01)
                 continue
             return changed

@@ -14,7 +14,7 @@ from typing import Any, assert_never
 import orjson
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import kept_in_progress, log_push
+from turnstream.bus.consume import kept_in_progress
 from turnstream.bus.durables import channel
 from turnstream.channels import files, inbound, outbound
 from turnstream.channels.pairing import Request, new_code
@@ -72,7 +72,7 @@ class ChannelService:
             async with asyncio.TaskGroup() as tasks:
                 self.tasks = tasks
                 live = await self.bus.nc.subscribe(subjects.live_all, cb=self._on_live)
-                subs = await log_push(self.bus.js, subjects, self.durable, self._on_log)
+                subs = await self.bus.log_push(self.durable, self._on_log)
                 name = self.platform.name
                 log.info("%s channel: following the log as %s", name, self.durable.name)
                 running = [tasks.create_task(self._receive()), tasks.create_task(self._tick())]

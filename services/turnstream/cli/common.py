@@ -17,6 +17,7 @@ from rich.markup import escape
 
 if TYPE_CHECKING:  # imported where used: `turnstream --help` starts without them
     from turnstream.bus import Bus
+    from turnstream.bus.errors import JetStreamError
     from turnstream.core.costs import PriceTable
     from turnstream.settings import Settings
 
@@ -105,44 +106,16 @@ def run_on_bus(
     JetStream request would otherwise look like a service that does not answer);
     `stop_when_refused=False` leaves a refusal to `work` (`send` as a user that may send
     but not read the log)."""
-    import nats.errors
-    import nats.js.errors
-
+    from turnstream.bus.errors import BusTimeout, JetStreamError, NoResponders
     from turnstream.bus.permissions import PermissionDenied
     from turnstream.cli.roles import explain
     from turnstream.runtime import connect_client
 
     async def main() -> T:
         bus = await connect_client(settings, "cli")
-        refused: asyncio.Future[PermissionDenied] = asyncio.get_running_loop().create_future()
-
-        def on_refusal(denied: PermissionDenied) -> None:
-            if not refused.done():
-                refused.set_result(denied)
-
-        if stop_when_refused:
-            bus.refusals.listeners.append(on_refusal)
-        doing = asyncio.ensure_future(work(bus))
         try:
-            waiting: set[asyncio.Future[Any]] = {doing, refused}
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if not doing.done():
-                doing.cancel()
-                with contextlib.suppress(BaseException):
-                    await doing
-                raise refused.result()
-            try:
-                return doing.result()
-            except (nats.errors.TimeoutError, TimeoutError, nats.errors.NoRespondersError):
-                denied = bus.refusals.latest()  # refused, then timed out: say the refusal
-                if denied is not None:
-                    raise denied from None
-                raise
+            return await _work_until_refused(bus, work, stop_when_refused)
         finally:
-            if not doing.done():  # Ctrl-C: the work ends (and cleans up) before the close
-                doing.cancel()
-                with contextlib.suppress(BaseException):
-                    await doing
             await _close(bus)
 
     quiet_refusals()
@@ -154,7 +127,7 @@ def run_on_bus(
     except PermissionDenied as exc:  # before the timeout it would otherwise look like
         err.print(f"[red]error:[/] {escape(explain(exc))}")
         raise typer.Exit(2) from exc
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+    except (BusTimeout, NoResponders) as exc:
         # a request to a service (approval, turn-runner) that is down or busy
         err.print(
             f"[red]error:[/] no answer from the service ({escape(str(exc))}); "
@@ -164,16 +137,60 @@ def run_on_bus(
     except (ConnectionError, RuntimeError, ValueError) as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
-    except nats.js.errors.APIError as exc:
-        from turnstream.bus.full import is_log_full
+    except JetStreamError as exc:
+        _exit_if_log_full(exc)
+        raise
 
-        if not is_log_full(exc):
-            raise
+
+def _exit_if_log_full(exc: JetStreamError) -> None:
+    """Exit 2 saying so when JetStream refused a write because the log is full."""
+    from turnstream.bus.full import is_log_full
+
+    if is_log_full(exc):
         err.print(
             f"[red]error:[/] the log is full: JetStream refused it ({exc.description}); "
             "nothing was stored. See `turnstream status` and docs/operations.md, 'The log full'"
         )
         raise typer.Exit(2) from exc
+
+
+async def _work_until_refused(
+    bus: Bus, work: Callable[[Bus], Awaitable[T]], stop_when_refused: bool
+) -> T:
+    """`work(bus)`; with `stop_when_refused`, ended by the first refusal (raised as it), and a
+    timeout that follows a refusal raised as that refusal."""
+    from turnstream.bus.errors import BusTimeout, NoResponders
+    from turnstream.bus.permissions import PermissionDenied
+
+    refused: asyncio.Future[PermissionDenied] = asyncio.get_running_loop().create_future()
+
+    def on_refusal(denied: PermissionDenied) -> None:
+        if not refused.done():
+            refused.set_result(denied)
+
+    if stop_when_refused:
+        bus.refusals.listeners.append(on_refusal)
+    doing = asyncio.ensure_future(work(bus))
+    try:
+        waiting: set[asyncio.Future[Any]] = {doing, refused}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not doing.done():
+            doing.cancel()
+            with contextlib.suppress(BaseException):
+                await doing
+            raise refused.result()
+        try:
+            return doing.result()
+        except (BusTimeout, TimeoutError, NoResponders):
+            denied = bus.refusals.latest()  # refused, then timed out: say the refusal
+            if denied is not None:
+                raise denied from None
+            raise
+    finally:
+        if not doing.done():  # Ctrl-C: the work ends (and cleans up) before the close
+            doing.cancel()
+            with contextlib.suppress(BaseException):
+                await doing
 
 
 async def unless_refused(bus: Bus, asking: Awaitable[T], *, otherwise: T) -> T:

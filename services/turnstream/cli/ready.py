@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection
-from typing import Any
 
 from rich.console import Console
 
+from turnstream.bus.port import Bus
 from turnstream.core.subjects import Subjects
 
 DURABLES = {
@@ -29,19 +29,18 @@ SLOW_S = 15.0
 """After this long, `up` names the services it still waits for (it keeps waiting)."""
 
 
-async def waiting_for(
-    js: Any, subjects: Subjects, services: Collection[str], http_base: str | None
-) -> list[str]:
+async def waiting_for(bus: Bus, services: Collection[str], http_base: str | None) -> list[str]:
     """The services of `services` that do not serve yet."""
     waiting = []
     for service in services:
         durable = DURABLES.get(service)
         if durable is None:
             continue
+        subjects = bus.subjects
         streams = [subjects.inbound_stream] if service == "gateway" else subjects.log_streams
         for stream in streams:
             try:
-                info = await js.consumer_info(stream, durable, timeout=2)
+                info = await bus.consumer_info(stream, durable, timeout=2)
             except Exception:  # not made yet, or the server is busy: ask again
                 waiting.append(service)
                 break
@@ -81,7 +80,7 @@ async def wait_until_serving(
     try:
         while True:
             check()
-            waiting = await waiting_for(bus.js, subjects, services(), http_base)
+            waiting = await waiting_for(bus, services(), http_base)
             if not waiting:
                 return
             if not named and time.monotonic() - started > SLOW_S:

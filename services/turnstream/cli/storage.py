@@ -19,10 +19,8 @@ def show_storage(settings: Settings, as_json: bool) -> bool:
     full (a process's appends are refused, or a stream or the account is at its limit)."""
     import orjson
 
-    from turnstream.bus.full import storage_usage
-
     async def work(bus: Bus) -> dict[str, Any]:
-        return await storage_usage(bus.nc, bus.js, bus.subjects)
+        return await bus.storage_usage()
 
     usage = run_on_bus(settings, work)
     refusing = [p for p in usage["processes"] if p.get("full")]

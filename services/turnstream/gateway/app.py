@@ -15,12 +15,11 @@ from typing import Any, assert_never
 from turnstream import agents
 from turnstream.bus import Bus
 from turnstream.bus.appender import LogFull
-from turnstream.bus.consume import BATCH, bind_push, kept_in_progress
+from turnstream.bus.consume import BATCH, kept_in_progress
 from turnstream.bus.durables import GATEWAY
 from turnstream.bus.full import backoff_s
 from turnstream.bus.kv import KvWrites
 from turnstream.bus.retry import retried, stoppable
-from turnstream.bus.streams import existing_bucket
 from turnstream.core.events import EventBase, InputRejected, SessionConfigured
 from turnstream.core.subjects import Subjects
 from turnstream.core.workflow.definition import WorkflowDef
@@ -70,7 +69,7 @@ async def serve(
     """Consume `<prefix>.in.>` until `stop` is set."""
     async with service_bus(settings, "gateway", bus) as bus:
         bucket = bus.subjects.idempotency_bucket
-        opened = retried(f"bucket {bucket}", lambda: existing_bucket(bus.js, bucket))
+        opened = retried(f"bucket {bucket}", lambda: bus.existing_bucket(bucket))
         claims = await stoppable(opened, stop)  # NATS slow: asked again until it answers
         if claims is None:
             return  # stopped before NATS answered
@@ -209,7 +208,7 @@ class Gateway:
 
         stopping = asyncio.ensure_future(stop.wait())
         stopping.add_done_callback(lambda _: woken.set())
-        binding = bind_push(self.bus.js, subjects, GATEWAY, subjects.inbound_stream, None, on_msg)
+        binding = self.bus.bind_push(GATEWAY, subjects.inbound_stream, None, on_msg)
         sub = await stoppable(binding, stop)  # NATS slow: asked again until it answers
         if sub is None:
             stopping.cancel()

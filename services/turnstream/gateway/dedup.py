@@ -26,8 +26,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-
+from turnstream.bus.errors import KeyChanged, KeyMissing
 from turnstream.bus.kv import KvWrites
 from turnstream.core.subjects import session_key
 
@@ -66,10 +65,10 @@ async def first_time(kv: Any, session_id: str, idempotency_key: str, seq: int) -
         try:
             await kv.create(key, mine)
             return True
-        except KeyWrongLastSequenceError:
+        except KeyChanged:
             try:
                 entry = await kv.get(key)
-            except KeyNotFoundError:
+            except KeyMissing:
                 continue
         if entry.value is None:  # nats-py's expired entry (DESIGN §9)
             continue

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 from turnstream.bus import Bus
 from turnstream.bus.objects import digest_of, object_info
-from turnstream.bus.scan import scan_log
 from turnstream.core.commands import INLINE_MAX_BYTES, AttachmentIn
 from turnstream.core.events import InteractionRequested, SessionConfigured, decode
 
@@ -45,7 +44,7 @@ async def _requested_now(bus: Bus, session_id: str, wanted: str) -> bool:
     subjects = bus.subjects
     subject = subjects.log(session_id, "InteractionRequested")
     stream = subjects.log_stream_of(session_id)
-    await scan_log(bus.js, subjects, on_event, subject=subject, stream=stream)
+    await bus.store.scan(on_event, subject=subject, stream=stream)
     return found
 
 
@@ -60,7 +59,7 @@ async def session_agent(bus: Bus, session_id: str) -> str | None:
 
     subject = bus.subjects.log(session_id, "SessionConfigured")
     stream = bus.subjects.log_stream_of(session_id)
-    await scan_log(bus.js, bus.subjects, on_event, subject=subject, stream=stream)
+    await bus.store.scan(on_event, subject=subject, stream=stream)
     return found[0] if found else None
 
 

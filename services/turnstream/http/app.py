@@ -19,13 +19,13 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
-from nats.js.errors import NotFoundError
 from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnstream import console
 from turnstream.bus import Bus
+from turnstream.bus.errors import NotFound
 from turnstream.http import a2a, commands, docs, downloads, reads, replay, sse
 from turnstream.http.auth import Authenticator, check_bind, load_keys
 from turnstream.http.context import Caller, Ctx, HttpContext, Options, session_id
@@ -141,8 +141,8 @@ async def readyz(ctx: Ctx) -> Response:
     else:
         for stream in (bus.subjects.inbound_stream, *bus.subjects.log_streams):
             try:
-                await bus.js.stream_info(stream)
-            except NotFoundError:
+                await bus.stream_info(stream)
+            except NotFound:
                 problems.append(f"stream {stream} missing")
             except Exception as exc:
                 problems.append(f"stream {stream}: {type(exc).__name__}")

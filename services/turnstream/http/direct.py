@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from typing import NamedTuple
 
 from turnstream.bus import Bus
-from turnstream.bus.scan import DIRECT_BATCH, DirectReads, log_count
+from turnstream.bus.scan import DIRECT_BATCH, DirectReads
 
 MAX_BATCH = 1000
 
@@ -62,7 +62,7 @@ class DirectGets:
         stream = subjects.log_stream_of(session_id)
         subject = subjects.log(session_id, kind) if kind else subjects.log_session(session_id)
         if left is None and after == 0:
-            left = await log_count(self.bus.js, subjects, subject, stream=stream)
+            left = await self.bus.store.count(subject, stream=stream)
         size = max(1, min(limit, MAX_BATCH))
         if left is not None:
             if left <= 0:

@@ -29,12 +29,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from nats.js import api
-from nats.js.errors import NotFoundError
-
 from turnstream.bus import Bus
 from turnstream.bus.consume import Subscriptions
-from turnstream.bus.ordered import ordered_subscribe
+from turnstream.bus.errors import NotFound
 from turnstream.bus.scan import stream_seq
 from turnstream.http.direct import DirectGets, LogRecord
 from turnstream.http.problems import Problem
@@ -141,7 +138,7 @@ class Hub:
                 if kinds not in self._sources:
                     self._sources[kinds] = await self._subscribe(kinds)
                     self._idle(kinds)  # started ahead of any feed (a stream's early 503)
-            except NotFoundError:
+            except NotFound:
                 raise Problem(
                     503,
                     "not_ready",
@@ -157,7 +154,7 @@ class Hub:
         """An ordered consumer of `kinds` on each log stream (one, or one a partition)."""
         subjects = self.bus.subjects
         if not self.log_replicas:
-            info = await self.bus.js.stream_info(subjects.log_stream_at(0))
+            info = await self.bus.stream_info(subjects.log_stream_at(0))
             self.log_replicas = int(info.config.num_replicas or 1)
 
         async def on_log(msg: Any) -> None:
@@ -171,21 +168,14 @@ class Hub:
 
         subs = Subscriptions()
         try:
+            filtered = None if kinds is None else sorted(subjects.log_kind(k) for k in kinds)
             for stream in subjects.log_streams:
-                if kinds is None:
-                    config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW)
-                else:
-                    config = api.ConsumerConfig(
-                        deliver_policy=api.DeliverPolicy.NEW,
-                        filter_subjects=sorted(subjects.log_kind(kind) for kind in kinds),
-                    )
                 subs.append(
-                    await ordered_subscribe(
-                        self.bus.js,
-                        subjects.log_all if kinds is None else None,
-                        stream=stream,
-                        cb=on_log,
-                        config=config,
+                    await self.bus.follow(
+                        stream,
+                        on_log,
+                        subject=subjects.log_all if kinds is None else None,
+                        filter_subjects=filtered,
                         pending_msgs_limit=1_000_000,
                         pending_bytes_limit=512 * 1024 * 1024,
                     )

@@ -11,10 +11,10 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError
 from pydantic.alias_generators import to_camel
 from starlette.responses import Response
 
+from turnstream.bus.errors import BucketMissing, KeyMissing, NoKeys
 from turnstream.bus.kv import recent_values
 from turnstream.client import pending_prompts
 from turnstream.core import approval
@@ -76,7 +76,7 @@ async def list_sessions(
         return json({"items": items, "total": total, "next": None})
     try:
         keys = await kv.keys()
-    except NoKeysError:
+    except NoKeys:
         keys = []
     ids = sorted(k.replace("=", ":") for k in keys)
     total = len(ids)
@@ -233,8 +233,8 @@ def _workflows(folder: Path, mcp_servers: list[str]) -> list[dict[str, Any]]:
 
 async def _sessions_kv(ctx: Any) -> Any:
     try:
-        return await ctx.bus.js.key_value(ctx.bus.subjects.sessions_bucket)
-    except BucketNotFoundError:
+        return await ctx.bus.key_value(ctx.bus.subjects.sessions_bucket)
+    except BucketMissing:
         raise Problem(
             503, "unavailable", "No projection", "the sessions bucket does not exist yet"
         ) from None
@@ -243,7 +243,7 @@ async def _sessions_kv(ctx: Any) -> Any:
 async def _summary(kv: Any, session_id: str) -> bytes | None:
     try:
         entry = await kv.get(session_key(session_id))
-    except KeyNotFoundError:
+    except KeyMissing:
         return None
     value: bytes | None = entry.value
     if not value:

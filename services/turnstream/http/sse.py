@@ -25,7 +25,6 @@ from fastapi.sse import format_sse_event
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from turnstream.bus.scan import log_last_seq
 from turnstream.http.context import HttpContext, SessionId, context
 from turnstream.http.direct import LogRecord
 from turnstream.http.hub import Closed, Feed
@@ -77,13 +76,7 @@ async def replay(ctx: HttpContext, session_id: str, after: int) -> AsyncIterator
         async for record in hub.direct.records(session_id, after=after, limit=limit):
             yield record
         return
-    subjects = bus.subjects
-    target = await log_last_seq(
-        bus.js,
-        subjects,
-        subjects.log_session(session_id),
-        stream=subjects.log_stream_of(session_id),
-    )
+    target = await bus.store.last_seq(session_id)
     deadline = time.monotonic() + CATCH_UP_S
     while after < target:
         page, more = await hub.direct.page(session_id, after=after, limit=limit)

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from turnstream.bus import Bus
-from turnstream.bus.full import ALARM, stream_usage
+from turnstream.bus.full import ALARM
 from turnstream.core.events import FailureClass
 from turnstream.http.problems import Problem
 
@@ -44,7 +44,7 @@ class Storage:
             if self.usage is None or time.monotonic() - self.read_at > FRESH_S:
                 subjects = self.bus.subjects
                 names = [subjects.inbound_stream, *subjects.log_streams]
-                self.usage = await stream_usage(self.bus.js, subjects, names)
+                self.usage = await self.bus.stream_usage(names)
                 self.read_at = time.monotonic()
         face = ALARM.snapshot()
         return {**self.usage, "face": face, "full": bool(self.usage["atLimit"] or face["full"])}

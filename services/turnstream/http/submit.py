@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 import orjson
-from nats.js.errors import APIError
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
+from turnstream.bus.errors import JetStreamError
 from turnstream.bus.full import ALARM, noted
 from turnstream.core.commands import COMMAND_ADAPTER
 from turnstream.core.events import FailureClass, InputRejected, InteractionRequested, decode
@@ -96,10 +96,10 @@ async def publish(
     bus = ctx.bus
     await ctx.storage.refuse_when_full(key)
     try:
-        ack = await bus.js.publish(
+        ack = await bus.publish(
             bus.subjects.inbound(session_id), payload, headers={"Nats-Msg-Id": key}
         )
-    except APIError as exc:
+    except JetStreamError as exc:
         if not noted(exc, bus.subjects.inbound(session_id)):
             raise
         raise full_problem(

@@ -16,11 +16,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nats.errors import Error as NatsError
 from pydantic import ValidationError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from turnstream.bus.errors import BusError
 from turnstream.bus.objects import Upload
 from turnstream.core.commands import MAX_ATTACHMENTS
 from turnstream.core.events import FailureClass
@@ -102,7 +102,7 @@ async def _message(
     body = Body(ctx)
     try:
         await body.read(boundary, receive)
-    except (NatsError, TimeoutError) as exc:  # the store refused a chunk, or NATS is away
+    except (BusError, TimeoutError) as exc:  # the store refused a chunk, or NATS is away
         raise Problem(
             503,
             "storage",

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import beat, log_push
+from turnstream.bus.consume import beat
 from turnstream.bus.durables import SESSION_ACK_WAIT_S, Durable
 from turnstream.bus.retry import stoppable
 from turnstream.bus.scan import stream_seq
@@ -316,7 +316,6 @@ async def serve_sessions(
     `resume` runs once the mailboxes take items: it wakes the sessions that need it after
     a restart (their state is in the log; the consumer only brings what is new).
     """
-    subjects = bus.subjects
 
     async def on_msg(msg: Any) -> None:
         event = decode(msg.data)
@@ -327,7 +326,7 @@ async def serve_sessions(
         await asyncio.sleep(0)  # the mailboxes take items from here on
         tasks.create_task(resume())
         # bound once NATS answers (`bus.retry`), or not at all if `stop` comes first
-        sub = await stoppable(log_push(bus.js, subjects, durable, on_msg), stop)
+        sub = await stoppable(bus.log_push(durable, on_msg), stop)
         await stop.wait()
         if sub is not None:
             await sub.unsubscribe()

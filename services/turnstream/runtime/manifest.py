@@ -14,12 +14,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from nats.js.errors import KeyNotFoundError
-
 from turnstream.bus import Bus
+from turnstream.bus.errors import KeyMissing
 from turnstream.bus.kv import watch
 from turnstream.bus.retry import retried
-from turnstream.bus.streams import existing_bucket, tools_bucket
+from turnstream.bus.streams import tools_bucket
 from turnstream.core.turn import ToolInfo
 from turnstream.tools.manifest import infos, manifest
 from turnstream.tools.registry import ToolRegistry
@@ -34,7 +33,7 @@ def bucket_name(bus: Bus) -> str:
 
 async def tools_kv(bus: Bus) -> Any:
     """The manifest bucket (the setup step creates it)."""
-    return await existing_bucket(bus.js, bucket_name(bus))
+    return await bus.existing_bucket(bucket_name(bus))
 
 
 async def publish(bus: Bus, registry: ToolRegistry) -> str:
@@ -45,7 +44,7 @@ async def publish(bus: Bus, registry: ToolRegistry) -> str:
         current = await kv.get(KEY)
         if current.value and json.loads(current.value).get("digest") == value["digest"]:
             return str(value["digest"])
-    except KeyNotFoundError:
+    except KeyMissing:
         pass
     await kv.put(KEY, json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
     log.info("tool manifest %s: %d tools", value["digest"], len(value["tools"]))

@@ -37,4 +37,4 @@ async def watch_hooks(
             return
         hooks.set_remote(entry.key, value)
 
-    await watch(lambda: bus.js.key_value(bus.subjects.hooks_bucket), stop, apply, "hooks")
+    await watch(lambda: bus.key_value(bus.subjects.hooks_bucket), stop, apply, "hooks")

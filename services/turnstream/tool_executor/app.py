@@ -26,7 +26,7 @@ from typing import Any
 
 from turnstream.bus import Bus
 from turnstream.bus.appender import LogFull
-from turnstream.bus.consume import InProgress, log_push
+from turnstream.bus.consume import InProgress
 from turnstream.bus.durables import TOOL_EXECUTOR
 from turnstream.bus.full import backoff_s
 from turnstream.bus.retry import retried, stoppable
@@ -121,7 +121,7 @@ class Executor:
                     else:
                         await msg.ack()
 
-                bound = log_push(self.bus.js, subjects, TOOL_EXECUTOR, on_msg)
+                bound = self.bus.log_push(TOOL_EXECUTOR, on_msg)
                 sub = await stoppable(bound, stop)  # NATS slow: asked again until it answers
                 await stop.wait()
                 if sub is not None:

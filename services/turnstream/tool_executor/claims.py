@@ -18,11 +18,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from nats.js.errors import KeyNotFoundError
 
 from turnstream.bus import Bus
+from turnstream.bus.errors import KeyMissing
 from turnstream.bus.kv import KvWrites
-from turnstream.bus.scan import scan_log
 from turnstream.core.events import FailureClass, ToolInvocationRequested
 from turnstream.tool_executor.outcome import Facts
 from turnstream.tool_executor.writes import until_done
@@ -55,14 +54,14 @@ class Claims:
 
     async def open(self) -> Any:
         """The invocations bucket, as `kv`."""
-        self.kv = await self.bus.js.key_value(self.bus.subjects.invocations_bucket)
+        self.kv = await self.bus.key_value(self.bus.subjects.invocations_bucket)
         return self.kv
 
     async def claimed(self, invocation_id: str) -> bool:
         """Whether the invocation was claimed (and its claim still kept)."""
         try:
             entry = await self.kv.get(invocation_id)
-        except KeyNotFoundError:
+        except KeyMissing:
             return False
         return entry.value is not None  # an expired key reads as None (DESIGN §10)
 
@@ -134,5 +133,5 @@ class Claims:
         stream = subjects.log_stream_of(request.session_id)
         for kind in RESULTS:
             subject = subjects.log(request.session_id, kind)
-            await scan_log(self.bus.js, subjects, on_event, subject=subject, stream=stream)
+            await self.bus.store.scan(on_event, subject=subject, stream=stream)
         return found

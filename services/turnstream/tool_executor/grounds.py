@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from turnstream.bus.store import StoredEvent
+from turnstream.bus.contract import StoredEvent
 from turnstream.core.approval import ApprovalConfig
 from turnstream.core.events import (
     Event,

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from nats.js.errors import ObjectNotFoundError
-
 from turnstream.bus import Bus
+from turnstream.bus.errors import ObjectMissing
 from turnstream.core.events import (
     FailureClass,
     ToolInvocationFailed,
@@ -118,7 +117,7 @@ class ResultBlobs:
         """The blobs bucket, or None when it is missing or not permitted (a result over the
         budget then fails with a reason; everything else goes on)."""
         try:
-            self.store = await self.bus.js.object_store(self.bucket)
+            self.store = await self.bus.object_store(self.bucket)
         except Exception as exc:
             log.warning("object store %s unavailable: %s", self.bucket, exc)
             self.store = None
@@ -137,7 +136,7 @@ class ResultBlobs:
                 try:
                     await self.store.get_info(name)
                     return None
-                except ObjectNotFoundError:
+                except ObjectMissing:
                     await self.store.put(name, output.encode())
         except Exception as exc:
             log.warning("cannot keep result %s in the object store: %r", name, exc)

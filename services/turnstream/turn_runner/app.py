@@ -127,7 +127,7 @@ class Runner:
     async def snapshots(self) -> Any:
         """The snapshots bucket (opened once)."""
         if self._snapshots is None:
-            self._snapshots = await self.bus.js.key_value(self.bus.subjects.snapshots_bucket)
+            self._snapshots = await self.bus.key_value(self.bus.subjects.snapshots_bucket)
         return self._snapshots
 
     def for_session(self, session_id: str) -> tuple[Provider, TurnConfig]:
@@ -195,9 +195,7 @@ class Runner:
         gateway takes only a `message` or an `interrupt` there); `PermissionDenied` when the
         server refuses it."""
         subject = self.bus.subjects.inbound_agent(session_id)
-        await self.bus.refusals.publish(
-            self.bus.js, subject, payload, headers={"Nats-Msg-Id": msg_id}
-        )
+        await self.bus.publish_permitted(subject, payload, headers={"Nats-Msg-Id": msg_id})
 
     async def close(self) -> None:
         providers = [

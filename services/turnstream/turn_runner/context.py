@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from turnstream.bus.store import EventStore
+from turnstream.bus.contract import EventStore
 from turnstream.context import ContextRegistry
 from turnstream.core.events import Event, SessionConfiguredData
 from turnstream.core.ids import IdFactory

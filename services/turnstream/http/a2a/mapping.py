@@ -6,11 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from a2a.types.a2a_pb2 import Artifact, Message, Part, Role, Task, TaskState, TaskStatus
+from a2a.types.a2a_pb2 import (
+    Artifact,
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict, ParseDict  # type: ignore[import-untyped]
 
 from turnstream.http.a2a.store import TaskRecord
+from turnstream.http.a2a.view import TurnView
 
 STATES = {
     "submitted": TaskState.TASK_STATE_SUBMITTED,
@@ -99,3 +109,12 @@ def token_text(data: bytes, turn_id: str) -> str:
         return ""
     delta = token.get("delta")
     return delta if isinstance(delta, str) else ""
+
+
+def status_update(view: TurnView, seq: int) -> TaskStatusUpdateEvent:
+    """The update a webhook is sent: the task's status now, its id (`updateId`, the task
+    and the log sequence of the change) and sequence in `metadata`."""
+    task = to_task(TaskRecord(view))
+    update = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+    update.metadata.update({"updateId": f"{task.id}:{seq}", "seq": seq})
+    return update

@@ -22,9 +22,9 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict, ParseDict  # type: ignore[import-untyped]
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from turnstream.bus import Bus
+from turnstream.bus.errors import BadRequest, KeyChanged, KeyMissing
 from turnstream.http.a2a.push_index import interaction_key
 from turnstream.http.a2a.store import LazyBucket, push_bucket_name, valid_key
 from turnstream.http.a2a.tasks import Tasks
@@ -32,6 +32,8 @@ from turnstream.http.a2a.view import TurnView
 from turnstream.http.auth import Principal
 from turnstream.http.egress import literal_blocked
 from turnstream.settings import Settings
+
+TOKEN_HEADER = "X-A2A-Notification-Token"
 
 
 @dataclass
@@ -71,7 +73,7 @@ class PushStore:
             return None
         try:
             entry = await (await self.kv()).get(task_id)
-        except KeyNotFoundError:
+        except KeyMissing:
             return None
         if not entry.value:
             return None
@@ -87,7 +89,7 @@ class PushStore:
                 )
             else:
                 entry.revision = await kv.create(entry.view.turn_id, entry.to_json())
-        except (KeyWrongLastSequenceError, BadRequestError):
+        except (KeyChanged, BadRequest):
             return False
         return True
 
@@ -123,7 +125,7 @@ class PushStore:
     async def task_of_interaction(self, interaction_id: str) -> str | None:
         try:
             entry = await (await self.kv()).get(interaction_key(interaction_id))
-        except KeyNotFoundError:
+        except KeyMissing:
             return None
         return bytes(entry.value).decode() if entry.value else None
 
@@ -211,3 +213,18 @@ class PushConfigs:
     async def _entry(self, task_id: str, who: Principal) -> PushEntry:
         record = await self.tasks.load(task_id, who)
         return await self.store.get(task_id) or PushEntry(record.view)
+
+
+def due(entry: PushEntry, seq: int) -> list[str]:
+    """The configs the update at `seq` is still to be sent to (a config sent it, or given
+    up on it, before its event came again is not)."""
+    return [config_id for config_id in sorted(entry.configs) if entry.sent.get(config_id, 0) < seq]
+
+
+def headers_for(config: Any) -> dict[str, str]:
+    """The client's token back, and its credentials if it gave any (as the SDK's sender)."""
+    headers = {TOKEN_HEADER: config.token} if config.token else {}
+    auth = config.authentication
+    if config.HasField("authentication") and auth.scheme and auth.credentials:
+        headers["Authorization"] = f"{auth.scheme} {auth.credentials}"
+    return headers

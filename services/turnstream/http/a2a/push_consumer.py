@@ -18,9 +18,9 @@ from typing import Any
 
 import orjson
 
-from turnstream.bus.durables import Durable, bound_config
+from turnstream.bus.durables import Durable
+from turnstream.bus.port import Bus
 from turnstream.bus.retry import stoppable
-from turnstream.core.subjects import Subjects
 
 log = logging.getLogger("turnstream.http.push")
 RESET_TIMEOUT_S = 5.0
@@ -36,36 +36,35 @@ async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
     return True
 
 
-async def bind_when_ready(
-    js: Any, subjects: Subjects, durable: Durable, stream: str, stop: asyncio.Event
-) -> Any:
+async def bind_when_ready(bus: Bus, durable: Durable, stream: str, stop: asyncio.Event) -> Any:
     """`bind`, once the setup step has made the durable and NATS answers; None if `stop`
     came first."""
     while not stop.is_set():
         try:  # NATS slow: `bound_config` asks again, until `stop`
-            return await stoppable(bind(js, subjects, durable, stream), stop)
+            return await stoppable(bind(bus, durable, stream), stop)
         except Exception as exc:
             log.info("push delivery waits for its consumer (%s)", exc)
             await stopped_within(stop, 1.0)
     return None
 
 
-async def bind(js: Any, subjects: Subjects, durable: Durable, stream: str) -> Any:
+async def bind(bus: Bus, durable: Durable, stream: str) -> Any:
     """Bind to the shared durable pull consumer the setup step made (`bus.durables`:
     starting at the stream's next message when made)."""
-    partition = subjects.log_streams.index(stream)
-    await bound_config(js, subjects, durable, stream, partition)
-    return await js.pull_subscribe_bind(durable.name, stream=stream)
+    partition = bus.subjects.log_streams.index(stream)
+    await bus.bound_config(durable, stream, partition)
+    return await bus.pull_bind(durable.name, stream)
 
 
-async def skip_to(nc: Any, js: Any, stream: str, durable: str, seq: int) -> bool:
+async def skip_to(bus: Bus, stream: str, durable: str, seq: int) -> bool:
     """Move the consumer to deliver from `seq` on, if nothing after `seq - 1` was delivered
     yet (so nothing in any replica's hands is delivered again); True if it moved."""
-    info = await js.consumer_info(stream, durable)
-    if info.delivered.stream_seq >= seq - 1 or seq <= (info.config.opt_start_seq or 0):
+    info = await bus.consumer_info(stream, durable)
+    delivered = info.delivered.stream_seq if info.delivered is not None else 0
+    if delivered >= seq - 1 or seq <= (info.config.opt_start_seq or 0):
         return False
     try:
-        reply = await nc.request(
+        reply = await bus.nc.request(
             f"$JS.API.CONSUMER.RESET.{stream}.{durable}",
             orjson.dumps({"seq": seq}),
             timeout=RESET_TIMEOUT_S,
@@ -76,5 +75,5 @@ async def skip_to(nc: Any, js: Any, stream: str, durable: str, seq: int) -> bool
     if error is not None:  # the events are fetched and acknowledged instead
         log.warning("push delivery: consumer %s not moved to seq %d: %s", durable, seq, error)
         return False
-    log.info("push delivery: passed over seq %d-%d", info.delivered.stream_seq + 1, seq - 1)
+    log.info("push delivery: passed over seq %d-%d", delivered + 1, seq - 1)
     return True

@@ -18,9 +18,8 @@ import asyncio
 import logging
 from typing import Any
 
-from nats.errors import TimeoutError as NatsTimeoutError
-
 from turnstream.bus import Bus
+from turnstream.bus.errors import BusTimeout
 from turnstream.http.a2a.push import PushStore
 from turnstream.http.a2a.push_index import PushIndex
 from turnstream.http.a2a.store import push_bucket_name
@@ -42,7 +41,7 @@ class ConfigWatch:
         self.stream = f"KV_{push_bucket_name(bus)}"
 
     async def last_seq(self) -> int:
-        info = await self.bus.js.stream_info(self.stream)
+        info = await self.bus.stream_info(self.stream)
         return int(info.state.last_seq)
 
     async def trusted(self) -> bool:
@@ -93,7 +92,7 @@ class ConfigWatch:
             while not stop.is_set():
                 try:
                     entry: Any = await watcher.updates(timeout=0.5)
-                except (TimeoutError, NatsTimeoutError):
+                except (TimeoutError, BusTimeout):
                     continue
                 if entry is None:  # the end of the current values
                     index.caught_up(start)

@@ -62,19 +62,23 @@ from turnstream.core.events import (
     stamp,
 )
 from turnstream.core.ids import derived_id
-from turnstream.http.a2a.mapping import to_task
-from turnstream.http.a2a.push import PushEntry, PushStore, allowed_url, webhook_of
+from turnstream.http.a2a.mapping import status_update
+from turnstream.http.a2a.push import (
+    PushEntry,
+    PushStore,
+    allowed_url,
+    due,
+    headers_for,
+    webhook_of,
+)
 from turnstream.http.a2a.push_consumer import bind_when_ready, skip_to, stopped_within
 from turnstream.http.a2a.push_index import wanted
 from turnstream.http.a2a.push_watch import ConfigWatch
-from turnstream.http.a2a.store import TaskRecord
-from turnstream.http.a2a.view import TurnView
 from turnstream.http.egress import outside_client
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.http.push")
 DURABLE = "a2a-push"  # bus.durables.a2a_push
-TOKEN_HEADER = "X-A2A-Notification-Token"
 PUSHED_KINDS = frozenset(A2A_PUSH_KINDS)
 """The kinds a task's state changes on: `TurnView`'s, but for the stage markers (a
 one-tool turn has nine, and its `SessionTurnStart` makes it `working` first): the
@@ -101,30 +105,6 @@ async def _settle(acknowledgement: Any) -> None:
         await acknowledgement
     except Exception as exc:
         log.warning("push delivery: acknowledgement lost (%s); the event comes again", exc)
-
-
-def status_update(view: TurnView, seq: int) -> TaskStatusUpdateEvent:
-    """The update a webhook is sent: the task's status now, its id (`updateId`, the task
-    and the log sequence of the change) and sequence in `metadata`."""
-    task = to_task(TaskRecord(view))
-    update = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
-    update.metadata.update({"updateId": f"{task.id}:{seq}", "seq": seq})
-    return update
-
-
-def due(entry: PushEntry, seq: int) -> list[str]:
-    """The configs the update at `seq` is still to be sent to (a config sent it, or given
-    up on it, before its event came again is not)."""
-    return [config_id for config_id in sorted(entry.configs) if entry.sent.get(config_id, 0) < seq]
-
-
-def headers_for(config: Any) -> dict[str, str]:
-    """The client's token back, and its credentials if it gave any (as the SDK's sender)."""
-    headers = {TOKEN_HEADER: config.token} if config.token else {}
-    auth = config.authentication
-    if config.HasField("authentication") and auth.scheme and auth.credentials:
-        headers["Authorization"] = f"{auth.scheme} {auth.credentials}"
-    return headers
 
 
 class Pusher:
@@ -175,7 +155,7 @@ class Pusher:
             await self._ready(stream)
 
         while not stop.is_set():
-            sub = await bind_when_ready(self.bus.js, self.bus.subjects, self.durable, stream, stop)
+            sub = await bind_when_ready(self.bus, self.durable, stream, stop)
             if sub is None:
                 return
             self._bound.add(stream)
@@ -205,7 +185,7 @@ class Pusher:
         folded into the view of every task in it of this stream (each config's task was
         folded that far when it was set, or since). Not trusted: nothing is passed over."""
         subjects = self.bus.subjects
-        last = int((await self.bus.js.stream_info(stream)).state.last_seq)
+        last = int((await self.bus.stream_info(stream)).state.last_seq or 0)
         if not await self.watch.trusted():
             return
         entries = await asyncio.gather(*(self.store.get(t) for t in self.watch.index.tasks))
@@ -214,7 +194,7 @@ class Pusher:
             for e in entries
             if e is not None and e.configs and subjects.log_stream_of(e.view.session_id) == stream
         ]
-        await skip_to(self.bus.nc, self.bus.js, stream, DURABLE, min([last, *views]) + 1)
+        await skip_to(self.bus, stream, DURABLE, min([last, *views]) + 1)
 
     async def _on_batch(self, msgs: list[Any]) -> None:
         """Ack the events of tasks without configs (once the index is trusted for this

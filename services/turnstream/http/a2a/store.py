@@ -16,15 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from nats.js.errors import (
-    BadRequestError,
-    KeyNotFoundError,
-    KeyWrongLastSequenceError,
-    NoKeysError,
-)
 
 from turnstream.bus import Bus
-from turnstream.bus.streams import a2a_push_bucket, a2a_tasks_bucket, existing_bucket
+from turnstream.bus.errors import BadRequest, KeyChanged, KeyMissing, NoKeys
+from turnstream.bus.streams import a2a_push_bucket, a2a_tasks_bucket
 from turnstream.http.a2a.view import TurnView
 
 MESSAGE_KEY = "msg."
@@ -54,7 +49,7 @@ class LazyBucket:
         if self._kv is None:
             async with self._lock:
                 if self._kv is None:
-                    self._kv = await existing_bucket(self.bus.js, self.name)
+                    self._kv = await self.bus.existing_bucket(self.name)
         return self._kv
 
 
@@ -92,7 +87,7 @@ class TaskStore:
         kv = await self.kv()
         try:
             entry = await kv.get(task_id)
-        except KeyNotFoundError:
+        except KeyMissing:
             return None
         if not entry.value:  # nats-py: an expired key reads as a `None` value
             return None
@@ -103,7 +98,7 @@ class TaskStore:
         kv = await self.kv()
         try:
             keys = await kv.keys()
-        except NoKeysError:
+        except NoKeys:
             return []
         tasks = [key for key in keys if not key.startswith(MESSAGE_KEY)]
         found = await asyncio.gather(*(self.get(key) for key in tasks))
@@ -117,7 +112,7 @@ class TaskStore:
         key = MESSAGE_KEY + hashlib.sha256(message_id.encode()).hexdigest()
         try:
             await kv.create(key, session.encode())
-        except (BadRequestError, KeyWrongLastSequenceError):  # the key exists: a retry
+        except (BadRequest, KeyChanged):  # the key exists: a retry
             entry = await kv.get(key)
             if entry.value:
                 return bytes(entry.value).decode(), False
@@ -154,9 +149,9 @@ class TaskStore:
                 record.revision = await kv.update(key, record.to_json(), last=record.revision)
             else:
                 record.revision = await kv.create(key, record.to_json())
-        except KeyWrongLastSequenceError:
+        except KeyChanged:
             return False
-        except BadRequestError:  # create: the key exists (a retried SendMessage)
+        except BadRequest:  # create: the key exists (a retried SendMessage)
             return False
         return True
 
