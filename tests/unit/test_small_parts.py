@@ -25,8 +25,6 @@ LONG_MODULES = {
 # MAX_FUNCTION_LINES. A flat dispatch table (one `match` with a line or two per case) may
 # be listed here for good, with a comment that says so.
 LONG_FUNCTIONS = {
-    "bus/scan.py:scan_log",  # the typed bus port
-    "bus/store.py:JetStreamEventStore._read",  # the typed bus port
     "core/turn/evolve.py:_family",  # for good: a flat dispatch, one case a family
 }
 

@@ -98,27 +98,7 @@ async def scan_log(
         last = min(last, until_seq)  # a message at or past it exists: the scan ends there
     if last <= after_seq:
         return after_seq
-    done = asyncio.get_running_loop().create_future()
-    progress = [0]
-    handed = [after_seq]
-
-    async def on_msg(msg: Any) -> None:
-        seq = stream_seq(msg)
-        progress[0] = seq
-        if done.done():
-            return
-        if seq > last:
-            done.set_result(None)
-            return
-        try:
-            on_event(seq, msg.subject, msg.data)
-        except Exception as exc:  # stop the scan; the caller sees why
-            done.set_exception(exc)
-            return
-        handed[0] = seq
-        if seq == last:
-            done.set_result(None)
-
+    handover = _Handover(on_event, after_seq, last)
     config = api.ConsumerConfig(
         deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1
     )
@@ -126,21 +106,55 @@ async def scan_log(
         js,
         subject,
         stream=stream,
-        cb=on_msg,
+        cb=handover.on_msg,
         config=config,
         pending_msgs_limit=1_000_000,
         pending_bytes_limit=1024 * 1024 * 1024,
     )
     try:
-        while not done.done():
-            seen = progress[0]
-            await asyncio.wait([done], timeout=IDLE_TIMEOUT_S)
-            if not done.done() and progress[0] == seen:
-                raise TimeoutError(f"log scan stalled at seq {seen} of {last}")
-        done.result()
+        await handover.finished()
     finally:
         await sub.unsubscribe()
-    return handed[0]
+    return handover.handed
+
+
+class _Handover:
+    """A scan's delivery callback: each event up to `last` handed to `on_event` in order,
+    the scan done at `last` (or at the first error `on_event` raises)."""
+
+    def __init__(self, on_event: Callable[[int, str, bytes], None], after: int, last: int):
+        self.on_event, self.last = on_event, last
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.progress = 0
+        self.handed = after
+        """The last sequence handed over."""
+
+    async def on_msg(self, msg: Any) -> None:
+        seq = stream_seq(msg)
+        self.progress = seq
+        done = self.done
+        if done.done():
+            return
+        if seq > self.last:
+            done.set_result(None)
+            return
+        try:
+            self.on_event(seq, msg.subject, msg.data)
+        except Exception as exc:  # stop the scan; the caller sees why
+            done.set_exception(exc)
+            return
+        self.handed = seq
+        if seq == self.last:
+            done.set_result(None)
+
+    async def finished(self) -> None:
+        """Until the scan is done; a `TimeoutError` when nothing comes for a while."""
+        while not self.done.done():
+            seen = self.progress
+            await asyncio.wait([self.done], timeout=IDLE_TIMEOUT_S)
+            if not self.done.done() and self.progress == seen:
+                raise TimeoutError(f"log scan stalled at seq {seen} of {self.last}")
+        self.done.result()
 
 
 DIRECT_BATCH = 500

@@ -252,37 +252,49 @@ class JetStreamEventStore:
             await scan()
             return out
         async with self._reads:
-            for retry_s in (*DIRECT_RETRIES_S, None):
-                try:
-                    last = await self.direct.read(
-                        stream, subject, keep, after_seq=after_seq, count=expected
-                    )
-                    if last >= floor:
-                        return out
-                    # a direct get may be answered by a replica that has not applied the
-                    # latest appends yet (R3): the read missed what the caller knows is there
-                    log.info("direct read of %s ended at %d, behind %d", subject, last, floor)
-                    break
-                except TimeoutError as exc:
-                    out.clear()
-                    if retry_s is None:  # the server stays too busy to answer it
-                        log.warning(
-                            "direct read of %s timed out (%r); with a consumer", subject, exc
-                        )
-                        break
-                    # a busy server: the same cheap read again, not a consumer per session
-                    log.info("direct read of %s timed out; again in %.1f s", subject, retry_s)
-                    await asyncio.sleep(retry_s)
-                except DirectGetError as exc:
-                    # an error status (say 503: a log without `allow_direct`): the slower
-                    # way, which costs a consumer, still works
-                    log.warning(
-                        "direct read of %s failed (%r); reading with a consumer", subject, exc
-                    )
-                    break
+            if await self._direct(stream, subject, keep, out, after_seq, expected, floor):
+                return out
             out.clear()
             await scan()  # up to the leader's last sequence
         return out
+
+    async def _direct(
+        self,
+        stream: str,
+        subject: str,
+        keep: Callable[[int, str, bytes], None],
+        out: list[StoredEvent],
+        after_seq: int,
+        expected: int | None,
+        floor: int,
+    ) -> bool:
+        """A session's read with batched direct gets into `out`, asked again while the
+        server is too busy to answer; False: read it with a consumer instead."""
+        for retry_s in (*DIRECT_RETRIES_S, None):
+            try:
+                last = await self.direct.read(
+                    stream, subject, keep, after_seq=after_seq, count=expected
+                )
+                if last >= floor:
+                    return True
+                # a direct get may be answered by a replica that has not applied the latest
+                # appends yet (R3): the read missed what the caller knows is there
+                log.info("direct read of %s ended at %d, behind %d", subject, last, floor)
+                return False
+            except TimeoutError as exc:
+                out.clear()
+                if retry_s is None:  # the server stays too busy to answer it
+                    log.warning("direct read of %s timed out (%r); with a consumer", subject, exc)
+                    return False
+                # a busy server: the same cheap read again, not a consumer per session
+                log.info("direct read of %s timed out; again in %.1f s", subject, retry_s)
+                await asyncio.sleep(retry_s)
+            except DirectGetError as exc:
+                # an error status (say 503: a log without `allow_direct`): the slower way,
+                # which costs a consumer, still works
+                log.warning("direct read of %s failed (%r); reading with a consumer", subject, exc)
+                return False
+        return False
 
     async def _consume(
         self, stream: str, subject: str, config: api.ConsumerConfig
