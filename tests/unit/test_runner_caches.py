@@ -54,6 +54,7 @@ def _timed_actor() -> tuple[SessionActor, list[asyncio.TimerHandle], list[object
         deliver_later=deliver_later,
         session=lambda _: (None, TurnConfig(max_turn_seconds=600)),
         now=lambda: datetime.now(UTC),
+        leases=None,  # never asked: these tests hand the actor no delivery
     )
     return SessionActor(ctx, "s-1"), timers, delivered
 

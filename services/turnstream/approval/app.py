@@ -24,16 +24,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from functools import partial
-from typing import Any, assert_never
+from typing import Any
 
 import orjson
 
 from turnstream.bus import Bus
-from turnstream.bus.appender import LogFull
 from turnstream.bus.durables import APPROVAL
-from turnstream.bus.full import backoff_s
-from turnstream.bus.leases import LeaseTable, Ownership
+from turnstream.bus.leases import LeaseTable
 from turnstream.bus.retry import retried, stoppable
 from turnstream.core import approval
 from turnstream.core.approval import ApprovalConfig, ApprovalDecision, ApprovalState
@@ -41,8 +38,9 @@ from turnstream.core.events import Event, ToolCallModeInvoked, TurnEnded
 from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.runtime import now, run_service, service_bus, source_name, telemetry
 from turnstream.runtime.interpreter import run_until_quiet
-from turnstream.runtime.leasing import LeasePolicy, keep_leases
-from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
+from turnstream.runtime.leased import LeasedActor, Served, SessionLeases
+from turnstream.runtime.leasing import LeasePolicy
+from turnstream.runtime.mailbox import Delivered, Mailboxes
 from turnstream.settings import Settings
 
 log = logging.getLogger("turnstream.approval")
@@ -55,19 +53,18 @@ CONSUMES = APPROVAL.kinds or ()
 Item = Delivered | Tick
 
 
-class LeaseLost(Exception):
-    """Another instance holds the session's approval lease now: stop acting for it."""
+class ApprovalActor(LeasedActor[Item]):
+    log = logging.getLogger("turnstream.approval")
+    lease: SessionLeases
 
-
-class ApprovalActor:
     def __init__(self, service: ApprovalService, session_id: str) -> None:
         self.service = service
         self.session_id = session_id
+        self.lease = service.leases
         self.state = ApprovalState(session_id)
         self.loaded = False
         self.timer: asyncio.TimerHandle | None = None
         self.refusals = 0
-        """Tries refused in a row for storage (the log full): the backoff's count."""
 
     def busy(self) -> bool:
         """A prompt's deadline to time, or a full log's backoff (`refusals`) under way."""
@@ -75,10 +72,7 @@ class ApprovalActor:
 
     async def failed(self, item: Item) -> None:
         self.loaded = False
-        if isinstance(item, Delivered):
-            await item.msg.nak(delay=1)
-        else:  # a deadline's wake-up: nobody else would bring it back
-            self.service.mailboxes.deliver_later(self.session_id, item, 1.0)
+        await self.again(item, 1.0)
 
     async def handle(self, item: Item) -> None:
         """Handle `item` if this instance holds the session's approval lease (taking it if
@@ -88,37 +82,8 @@ class ApprovalActor:
                 self.loaded = False  # what was loaded misses this end: a later load reads it
             await item.msg.ack()
             return
-        try:
-            await self._handle(item)
+        if await self.leased(item):
             self.refusals = 0
-        except LogFull:
-            # the store is full: the item comes again later, backing off (the alarm said
-            # so once at ERROR; this is not a failure of this item)
-            self.loaded = False
-            self.refusals += 1
-            delay = backoff_s(self.refusals)
-            if isinstance(item, Delivered):
-                await item.msg.nak(delay=delay)
-            else:
-                self.service.mailboxes.deliver_later(self.session_id, item, delay)
-
-    async def _handle(self, item: Item) -> None:
-        owned = await self.service.leases.ensure(self.session_id)
-        log.debug("%s: %s, %s", self.session_id, item, owned.value)
-        match owned:
-            case Ownership.ELSEWHERE:
-                await self.let_go(item)
-                return
-            case Ownership.NEW:
-                self.loaded = False  # another instance may have decided since: the log knows
-            case Ownership.KEPT:
-                pass
-            case _:
-                assert_never(owned)
-        try:
-            await self.step(item)
-        except LeaseLost:
-            await self.let_go(item)
 
     def unread(self, event: Event) -> bool:
         """Whether a delivered fact is acked without loading the session or its lease: a
@@ -128,12 +93,10 @@ class ApprovalActor:
             return True
         if not isinstance(event, TurnEnded):
             return False
-        service = self.service
-        if self.loaded and service.leases.holds(self.session_id):
+        if self.loaded and self.lease.holds(self.session_id):
             return False
-        if service.holders.get(self.session_id) not in (None, service.leases.owner):
-            return False  # the holder's open prompt ends with the turn: it must hear of it
-        return True
+        # the holder's open prompt ends with the turn: it must hear of it
+        return not self.lease.elsewhere(self.session_id)
 
     async def step(self, item: Item) -> None:
         """Decide `item` under the lease, on the session read again from the log when what
@@ -166,31 +129,22 @@ class ApprovalActor:
         self.state = approval.fold(ApprovalState(self.session_id), [s.event for s in stored])
         self.loaded = True
 
-    async def let_go(self, item: Item) -> None:
-        """Another instance holds the session: forget it (its holder times its prompts) and
-        hand a fact back to the consumer, to be redelivered until the holder takes it."""
-        self.loaded = False
+    def unload(self) -> None:
+        """Let go (`LeasedActor.let_go`): its holder times its prompts now."""
         self.state = ApprovalState(self.session_id)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        if isinstance(item, Delivered):
-            log.debug("%s: nak %s", self.session_id, item)
-            await item.msg.nak(delay=self.service.lease_policy.retry_s)
+
+    def later(self, item: Item, delay_s: float) -> object:
+        return self.service.mailboxes.deliver_later(self.session_id, item, delay_s)
 
     async def commit(self, item: Item) -> ApprovalDecision:
         """Decide `item` (a fact, or a wake-up) and append what it decides."""
         svc = self.service
-        if not svc.leases.holds(self.session_id):  # e.g. paused past the TTL since `handle`
-            match owned := await svc.leases.ensure(self.session_id):
-                case Ownership.ELSEWHERE:
-                    raise LeaseLost(self.session_id)
-                case Ownership.NEW:
-                    await self.reload(item)
-                case Ownership.KEPT:
-                    pass
-                case _:
-                    assert_never(owned)
+        # e.g. paused past the TTL since `handle`: taken anew, the log is read again
+        if not self.lease.holds(self.session_id) and await self.take_again():
+            await self.reload(item)
         fact = Fact(item.event) if isinstance(item, Delivered) else Tick()
         decision = approval.decide_input(self.state, fact, svc.config, svc.clock(), svc.source)
         if decision.events:
@@ -223,16 +177,10 @@ class ApprovalService:
         self.config = config
         self.clock = clock
         self.source = source_name("approval")
-        self.lease_policy = LeasePolicy.from_settings(settings)
-        self.leases = LeaseTable(
-            bus.js,
-            bus.subjects,
-            self.lease_policy.owner(self.source),
-            ttl_s=self.lease_policy.ttl_s,
-            namespace=LEASES,
-        )
-        self.holders: dict[str, str] = {}
-        """Who holds each session's approval lease, as the lease watch last saw it."""
+        policy = self.lease_policy = LeasePolicy.from_settings(settings)
+        table = LeaseTable.on(bus, policy.owner(self.source), ttl_s=policy.ttl_s, namespace=LEASES)
+        self.leases = SessionLeases(table, policy, resume=self._on_start, watch_holders=True)
+        """The sessions' approval leases; the watch tells who holds each (`unread`)."""
         self.mailboxes: Mailboxes[Item] = Mailboxes(lambda key: ApprovalActor(self, key))
 
     async def serve(self, stop: asyncio.Event) -> None:
@@ -250,20 +198,8 @@ class ApprovalService:
             self.config.default_mode,
         )
         try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(
-                    keep_leases(self.leases, self.lease_policy, self.has_open_work, self.wake, stop)
-                )
-                tasks.create_task(
-                    serve_sessions(
-                        self.bus,
-                        self.mailboxes,
-                        APPROVAL,
-                        Delivered.of,
-                        stop,
-                        partial(self._on_start, stop),
-                    )
-                )
+            served = Served(self.bus, self.mailboxes, APPROVAL, self.has_open_work, self.wake)
+            await self.leases.serve(served, stop)
         finally:
             for sub in api_subs:
                 await sub.unsubscribe()
@@ -277,20 +213,11 @@ class ApprovalService:
         """Have the session's actor look at its session again (e.g. take over its lease)."""
         self.mailboxes.deliver(session_id, Tick())
 
-    def _seen_holder(self, session_id: str, owner: str | None) -> None:
-        if owner is None:
-            self.holders.pop(session_id, None)
-        else:
-            self.holders[session_id] = owner
-
-    async def _on_start(self, stop: asyncio.Event) -> None:
-        """Once sessions can be served: resume open prompts, then take over the sessions of
-        instances that stop renewing their leases (died, paused, or handed over) until
-        `stop`."""
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self.leases.watch_expiries(self.wake, stop, self._seen_holder))
-            resumed = retried("the sessions with a prompt open", self._resume_open_prompts)
-            await stoppable(resumed, stop)  # NATS slow: asked again, never an exit
+    async def _on_start(self, _served: Served[Item], stop: asyncio.Event) -> None:
+        """Once sessions can be served (and the lease watch takes over the sessions of
+        instances that stop renewing their leases): resume open prompts."""
+        resumed = retried("the sessions with a prompt open", self._resume_open_prompts)
+        await stoppable(resumed, stop)  # NATS slow: asked again, never an exit
 
     async def _resume_open_prompts(self) -> None:
         """After a restart: load every session that may have a prompt still open, so its

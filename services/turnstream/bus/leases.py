@@ -30,16 +30,18 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from nats.js.errors import APIError, NotFoundError
+from typing import TYPE_CHECKING, Any
 
 from turnstream.bus.appender import LogFull
+from turnstream.bus.errors import JetStreamError, NotFound
 from turnstream.bus.full import ALARM, noted
 from turnstream.bus.kv import watch
 from turnstream.bus.store import WRONG_LAST_SEQUENCE
 from turnstream.bus.streams import LEASE_MARKER_TTL_S
 from turnstream.core.subjects import Subjects, session_from_key, session_key
+
+if TYPE_CHECKING:
+    from turnstream.bus.connection import Bus
 
 log = logging.getLogger("turnstream.bus")
 RUNNER_NAMESPACE = "session"
@@ -89,6 +91,13 @@ class LeaseTable:
         self.freed: dict[str, int] = {}
         """The revision at which a lease was seen free: our release's delete, or a delete or
         an expiry marker seen by `watch_expiries` (`ensure` first writes on it)."""
+
+    @classmethod
+    def on(
+        cls, bus: Bus, owner: str, *, ttl_s: float, namespace: str = RUNNER_NAMESPACE
+    ) -> LeaseTable:
+        """The leases `owner` holds in `namespace` of `bus`'s leases bucket."""
+        return cls(bus.js, bus.subjects, owner, ttl_s=ttl_s, namespace=namespace)
 
     def subject(self, session_id: str) -> str:
         return f"$KV.{self.bucket}.{self.key_prefix}{session_key(session_id)}"
@@ -169,7 +178,7 @@ class LeaseTable:
             headers.update({"KV-Operation": "PURGE", "Nats-TTL": f"{LEASE_MARKER_TTL_S:g}s"})
         try:
             ack = await self.js.publish(self.subject(session_id), b"", headers=headers)
-        except APIError as exc:
+        except JetStreamError as exc:
             if exc.err_code not in WRONG_LAST_SEQUENCE:
                 raise
             return
@@ -187,7 +196,7 @@ class LeaseTable:
         """The key's last revision (0: none) and its owner (None: free, deleted or expired)."""
         try:
             msg = await self.js.get_last_msg(self.stream, self.subject(session_id))
-        except NotFoundError:
+        except NotFound:
             return 0, None
         headers = msg.headers or {}
         # an expired key can come back as a marker with no value rather than "not found"
@@ -202,7 +211,7 @@ class LeaseTable:
             ack = await self.js.publish(
                 self.subject(session_id), self.owner.encode(), headers=headers
             )
-        except APIError as exc:
+        except JetStreamError as exc:
             if exc.err_code in WRONG_LAST_SEQUENCE:
                 return None
             if noted(exc, self.subject(session_id)):

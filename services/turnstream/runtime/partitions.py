@@ -60,9 +60,9 @@ class PartitionOwner:
         self.policy = policy
         self.count = partitions
         self.me = member_key(owner)
-        js, subjects, ttl = bus.js, bus.subjects, policy.ttl_s
-        self.parts = LeaseTable(js, subjects, owner, ttl_s=ttl, namespace=f"{service}.part")
-        self.members = LeaseTable(js, subjects, owner, ttl_s=ttl, namespace=f"{service}.member")
+        ttl = policy.ttl_s
+        self.parts = LeaseTable.on(bus, owner, ttl_s=ttl, namespace=f"{service}.part")
+        self.members = LeaseTable.on(bus, owner, ttl_s=ttl, namespace=f"{service}.member")
         self.holders: dict[int, str] = {}
         """Partition → holder, as the lease watch last saw it (absent: free)."""
         self.alive: set[str] = set()

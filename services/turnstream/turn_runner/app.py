@@ -40,6 +40,7 @@ from turnstream.runtime import (
     tool_infos,
     watch_hooks,
 )
+from turnstream.runtime.leased import Served
 from turnstream.runtime.leasing import LeasePolicy
 from turnstream.runtime.mailbox import Mailboxes
 from turnstream.runtime.manifest import watch_tools
@@ -48,7 +49,7 @@ from turnstream.tools import ToolRegistry
 from turnstream.turn_runner import snapshots
 from turnstream.turn_runner.attachments import AttachmentCache
 from turnstream.turn_runner.context import LOADS_IN_FLIGHT, ActorContext, Item
-from turnstream.turn_runner.ownership import Served, session_ownership
+from turnstream.turn_runner.ownership import session_ownership
 from turnstream.turn_runner.session import SessionActor
 
 log = logging.getLogger("turnstream.turn_runner")
@@ -92,12 +93,8 @@ class Runner:
         self.source = source_name("turn-runner")
         runner_id = settings.runner_id if settings is not None else None
         self.lease_policy = LeasePolicy.from_settings(settings, runner_id)
-        self.leases = LeaseTable(
-            bus.js,
-            bus.subjects,
-            self.lease_policy.owner(self.source),
-            ttl_s=self.lease_policy.ttl_s,
-        )
+        owner = self.lease_policy.owner(self.source)
+        self.leases = LeaseTable.on(bus, owner, ttl_s=self.lease_policy.ttl_s)
         """Per-session leases: used when the log is one stream (`ownership.py`)."""
         self.ownership = session_ownership(bus, self.leases, self.lease_policy)
         self.mailboxes: Mailboxes[Item] = Mailboxes(

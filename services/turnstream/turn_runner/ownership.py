@@ -1,8 +1,9 @@
 """Which turn-runner acts for a session, chosen in one place: `SessionOwnership`.
 
-    log of one stream (N = 1)    SessionLeases: a lease per session (`session.<key>`); every
-                                 runner consumes the one stream, a fact for a session
-                                 leased elsewhere is nak'd for `lease_retry_s` (a bounce)
+    log of one stream (N = 1)    SessionLeases (`runtime/leased.py`): a lease per session
+                                 (`session.<key>`); every runner consumes the one stream,
+                                 a fact for a session leased elsewhere is nak'd for
+                                 `lease_retry_s` (a bounce)
     partitioned log (N > 1)      PartitionSessions: a runner holds whole log partitions
                                  (`turn-runner.part.<k>`, `runtime/partitions.py`), binds
                                  the `turn-runner` consumer of those alone and acts for
@@ -20,23 +21,22 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
-
-from nats.js.errors import NotFoundError
 
 from turnstream.bus import Bus
 from turnstream.bus.consume import Subscriptions, log_push
 from turnstream.bus.durables import Durable
+from turnstream.bus.errors import NotFound
 from turnstream.bus.full import noted_at_limit
 from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import open_sessions, scan_log
 from turnstream.bus.streams import StreamsMissing
 from turnstream.core.events import decode
-from turnstream.runtime.leasing import LeasePolicy, keep_leases
-from turnstream.runtime.mailbox import Delivered, Mailboxes, serve_sessions
+from turnstream.runtime.leased import Served, SessionLease, SessionLeases
+from turnstream.runtime.leasing import LeasePolicy
+from turnstream.runtime.mailbox import Delivered, Mailboxes
 from turnstream.runtime.partitions import PartitionOwner
 from turnstream.turn_runner.items import Item
 
@@ -55,33 +55,8 @@ FULL_CHECK_S = 5.0
 """How long the check whether the log is full at start may take (`_full_at_start`)."""
 
 
-@dataclass(frozen=True)
-class Served:
-    """What an ownership serves: the runner's consumer, mailboxes and wake-ups."""
-
-    bus: Bus
-    mailboxes: Mailboxes[Item]
-    consumer: Durable
-    """The runner's durable on the log (`bus.durables.TURN_RUNNER`)."""
-    open_work: Callable[[str], bool]
-    """Whether a session's actor has open work (its lease is kept)."""
-    wake: Callable[[str], None]
-    """Have a session's actor look at its session again (take it over, or let it go)."""
-
-
-class SessionOwnership(Protocol):
-    owner: str
-    """This runner's name in the leases it writes."""
-    retry_s: float
-    """How long a fact for a session owned elsewhere waits before it is redelivered."""
-
-    def holds(self, session_id: str) -> bool:
-        """Whether this runner acts for the session now (no round trip)."""
-        ...
-
-    async def ensure(self, session_id: str) -> Ownership:
-        """KEPT: ours, state current; NEW: ours now, reload; ELSEWHERE: not ours."""
-        ...
+class SessionOwnership(SessionLease, Protocol):
+    """Which sessions this runner acts for (`SessionLease`), and how it serves them."""
 
     async def confirm(self, session_id: str) -> bool:
         """Ask the bucket, not our clock, whether the session is still ours."""
@@ -91,7 +66,7 @@ class SessionOwnership(Protocol):
         """The session's actor is gone: what was kept for it goes too (a new actor reloads)."""
         ...
 
-    async def serve(self, served: Served, stop: asyncio.Event) -> None:
+    async def serve(self, served: Served[Item], stop: asyncio.Event) -> None:
         """Consume into the mailboxes and keep what is owned until `stop`; then hand over."""
         ...
 
@@ -123,7 +98,7 @@ async def wake_unacked(
     stream = stream or bus.subjects.log_stream
     try:
         info = await bus.js.consumer_info(stream, durable.name)
-    except NotFoundError:  # no setup step yet: binding the consumer says so
+    except NotFound:  # no setup step yet: binding the consumer says so
         return
     if not info.num_ack_pending:
         return
@@ -163,7 +138,9 @@ async def _full_at_start(bus: Bus, stream: str | None) -> None:
         log.debug("the log's storage not checked at start: %r", exc)
 
 
-async def wake_waiting(served: Served, stop: asyncio.Event, stream: str | None = None) -> None:
+async def wake_waiting(
+    served: Served[Item], stop: asyncio.Event, stream: str | None = None
+) -> None:
     """Wake every session waiting on the runner that takes it (in `stream` only, if
     given): open work (`wake_open`) and facts delivered and not acked (`wake_unacked`).
     Each is asked again while NATS does not answer (`bus.retry`), until `stop`: a runner
@@ -176,52 +153,6 @@ async def wake_waiting(served: Served, stop: asyncio.Event, stream: str | None =
         return
     unacked = lambda: wake_unacked(bus, wake, served.consumer, stream)  # noqa: E731
     await stoppable(retried(f"the facts not acked on {where}", unacked), stop)
-
-
-class SessionLeases:
-    """One lease per session (`bus/leases.LeaseTable`): the log of one stream."""
-
-    def __init__(self, leases: LeaseTable, policy: LeasePolicy) -> None:
-        self.leases = leases
-        self.policy = policy
-        self.owner = leases.owner
-        self.retry_s = policy.retry_s
-
-    def holds(self, session_id: str) -> bool:
-        return self.leases.holds(session_id)
-
-    async def ensure(self, session_id: str) -> Ownership:
-        return await self.leases.ensure(session_id)
-
-    async def confirm(self, session_id: str) -> bool:
-        return await self.leases.confirm(session_id)
-
-    def forget(self, session_id: str) -> None:
-        """Nothing kept per actor: the lease goes by `keep_leases` (idle, released)."""
-
-    async def serve(self, served: Served, stop: asyncio.Event) -> None:
-        async def resume() -> None:
-            # one still leased elsewhere is woken again when its lease expires
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self.leases.watch_expiries(served.wake, stop))
-                await wake_waiting(served, stop)
-
-        policy, open_work = self.policy, served.open_work
-        async with asyncio.TaskGroup() as tasks:
-            # an idle session's lease released, its actor goes too: the next input reloads
-            retire = served.mailboxes.retire
-            keeping = keep_leases(self.leases, policy, open_work, served.wake, stop, retire)
-            tasks.create_task(keeping)
-            tasks.create_task(
-                serve_sessions(
-                    served.bus,
-                    served.mailboxes,
-                    served.consumer,
-                    Delivered.of,
-                    stop,
-                    resume,
-                )
-            )
 
 
 class PartitionSessions:
@@ -273,7 +204,7 @@ class PartitionSessions:
         `seen` holds the sessions with an actor, not every session seen."""
         self.seen.pop(session_id, None)
 
-    async def serve(self, served: Served, stop: asyncio.Event) -> None:
+    async def serve(self, served: Served[Item], stop: asyncio.Event) -> None:
         actors_stop = asyncio.Event()  # the actors outlive the partitions: they nak what they hold
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(served.mailboxes.run(actors_stop))
@@ -285,7 +216,7 @@ class PartitionSessions:
                 actors_stop.set()
 
     async def _serve_partition(
-        self, served: Served, k: int, owns: Callable[[], bool], stop: asyncio.Event
+        self, served: Served[Item], k: int, owns: Callable[[], bool], stop: asyncio.Event
     ) -> None:
         """Partition k's worker: its consumer bound here, its open sessions woken, until
         `stop`; then unbound and its actors dropped (a fact they hold is nak'd)."""
@@ -334,4 +265,5 @@ def session_ownership(bus: Bus, leases: LeaseTable, policy: LeasePolicy) -> Sess
     """Per-session leases on a log of one stream, partition ownership on a partitioned one."""
     if bus.subjects.partitioned:
         return PartitionSessions(bus, policy, leases.owner)
-    return SessionLeases(leases, policy)
+    # an idle session's lease released, its actor goes too: the next input reloads
+    return SessionLeases(leases, policy, resume=wake_waiting, retire_released=True)

@@ -25,17 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from datetime import datetime
 from typing import assert_never
 
-import orjson
-
 from turnstream.bus import AppendConflict
 from turnstream.bus.appender import LogFull
-from turnstream.bus.full import backoff_s
-from turnstream.bus.leases import Ownership
-from turnstream.bus.permissions import PermissionDenied
 from turnstream.core.events import Event
 from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.core.session import SessionState
@@ -45,7 +39,6 @@ from turnstream.core.session.decider import (
     Input,
     ProviderDone,
     Providers,
-    Published,
     RunStageHooks,
     RunToolHooks,
     RunWorkflowHook,
@@ -53,7 +46,6 @@ from turnstream.core.session.decider import (
     StageHooksSaid,
     StorageRefused,
     TimeTurns,
-    ToolCallReady,
     ToolHooksSaid,
     decide_session,
 )
@@ -61,17 +53,15 @@ from turnstream.core.session.outbound import Outbound
 from turnstream.core.session.subturns import waiting_on
 from turnstream.core.turn import (
     Context,
-    ProviderFailure,
     ProviderRequest,
-    ToolCall,
     TurnConfig,
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext
 from turnstream.runtime.interpreter import run_until_quiet
+from turnstream.runtime.leased import LeasedActor, LeaseLost
 from turnstream.runtime.mailbox import Delivered
-from turnstream.turn_runner import snapshots
+from turnstream.turn_runner import calls, snapshots
 from turnstream.turn_runner.context import ActorContext, Item
-from turnstream.turn_runner.leasing import LeaseLost
 
 log = logging.getLogger("turnstream.turn_runner")
 MAX_CONFLICT_RETRIES = 20
@@ -82,10 +72,13 @@ MAX_HOOK_ROUNDS = 20
 """Hook answers in a row for one item (hooks may let the turn reach more hooks)."""
 
 
-class SessionActor:
+class SessionActor(LeasedActor[Item]):
+    log = logging.getLogger("turnstream.turn_runner")
+
     def __init__(self, ctx: ActorContext, session_id: str) -> None:
         self.ctx = ctx
         self.session_id = session_id
+        self.lease = ctx.leases
         self.state = SessionState.of(session_id)
         self.last_seq = 0
         self.input_mark = 0
@@ -127,61 +120,27 @@ class SessionActor:
 
     async def failed(self, item: Item) -> None:
         self.loaded = False  # reload from the log before the next item
-        if isinstance(item, Delivered):
-            await item.msg.nak(delay=RETRY_S)
-        else:  # our own input (a model call's end, a wake-up): nobody else would bring it back
-            self.ctx.deliver_later(self.session_id, item, RETRY_S)
+        await self.again(item, RETRY_S)
 
     async def handle(self, item: Item) -> None:
         """Handle `item` if the session is this runner's (its lease, taken if it is free; or
-        its partition, `ownership.py`). A session not loaded yet waits for one of the
-        runner's load slots first (`context.LOADS_IN_FLIGHT`): a burst is taken in at the
-        rate it can be served, and a lease is taken only when its session's turn comes."""
+        its partition, `ownership.py`): `LeasedActor.leased`. A session not loaded yet waits
+        for one of the runner's load slots first (`context.LOADS_IN_FLIGHT`): a burst is
+        taken in at the rate it can be served, and a lease is taken only when its session's
+        turn comes."""
         if self.loaded:
-            await self._handle(item)
+            await self.leased(item)
             return
         async with self.ctx.loads:
-            await self._handle(item)
-
-    async def _handle(self, item: Item) -> None:
-        try:
-            ownership = await self.ctx.leases.ensure(self.session_id)
-        except LogFull as exc:  # the lease bucket is full too (the server's store is)
-            await self.storage_wait(item, exc)
-            return
-        log.debug("%s: %s, %s", self.session_id, _named(item), ownership.value)
-        match ownership:
-            case Ownership.ELSEWHERE:
-                await self.let_go(item)
-                return
-            case Ownership.NEW:
-                self.loaded = False  # another runner may have acted: the log knows
-            case Ownership.KEPT:
-                pass
-            case _:
-                assert_never(ownership)
-        try:
-            await self.step(item)
-        except LeaseLost:
-            await self.let_go(item)
-        except LogFull as exc:
-            await self.storage_wait(item, exc)
+            await self.leased(item)
 
     async def storage_wait(self, item: Item, exc: LogFull) -> None:
         """The log (or the lease bucket) refused even the end of the turns in flight: try
-        `item` again later, backing off (the process's alarm said so once, at ERROR; not per
-        message); the turns live now end `storage_full` once their ends fit. The state is
-        read from the log again then."""
+        `item` again later, backing off; the turns live now end `storage_full` once their
+        ends fit."""
         if self.refused is None and self.loaded and self.working():
             self.refused = exc.description
-        self.loaded = False
-        self.refusals += 1
-        delay = backoff_s(self.refusals)
-        log.info("%s: appends refused for storage; trying again in %.0f s", self.session_id, delay)
-        if isinstance(item, Delivered):
-            await item.msg.nak(delay=delay)
-        else:
-            self.ctx.deliver_later(self.session_id, item, delay)
+        await super().storage_wait(item, exc)
 
     def refusal_standing(self) -> str | None:
         """Why the turns just reloaded are refused, if this process's appends to the log are
@@ -193,20 +152,16 @@ class SessionActor:
             return None
         return self.ctx.storage_refused(self.session_id)
 
-    async def let_go(self, item: Item) -> None:
-        """Another runner holds the session: stop acting for it, never fight over it. A
-        fact goes back to the consumer, to be redelivered until the holder takes it."""
-        if self.loaded:
-            log.info("session %s is leased elsewhere now; letting it go", self.session_id)
-        self.loaded = False
+    def unload(self) -> None:
+        """Let go (`LeasedActor.let_go`): the calls in flight and the timers go too."""
         for task in self.provider_tasks.values():
             task.cancel()
         self.provider_tasks.clear()
         self.untime_turns()
         self.unwake()
-        if isinstance(item, Delivered):
-            log.debug("%s: nak %s", self.session_id, item)
-            await item.msg.nak(delay=self.ctx.leases.retry_s)
+
+    def later(self, item: Item, delay_s: float) -> object:
+        return self.ctx.deliver_later(self.session_id, item, delay_s)
 
     async def step(self, item: Item) -> None:
         """Run `item` through the decider, and every hook answer after it, until quiet."""
@@ -252,15 +207,12 @@ class SessionActor:
         is appended. Once the batch is in, this runner owns the decision. A decision held
         back (`holds`) goes out with the next one, first.
         """
-        store, leases = self.ctx.store, self.ctx.leases
+        store, lease = self.ctx.store, self.lease
         for _ in range(MAX_CONFLICT_RETRIES):
-            if not leases.holds(self.session_id):  # e.g. this process was paused past the TTL
-                match await leases.ensure(self.session_id):
-                    case Ownership.ELSEWHERE:
-                        raise LeaseLost(self.session_id)
-                    case Ownership.NEW:
-                        await self.reload()
-                        item = _refold(item)
+            # e.g. this process was paused past the TTL: taken anew, the log is read again
+            if not lease.holds(self.session_id) and await self.take_again():
+                await self.reload()
+                item = _refold(item)
             if self.refused is not None:  # the turns in flight end first, and nothing else
                 item = StorageRefused(self.refused)
             decision = decide_session(self.state, item, self.config, self.context()).after(
@@ -276,7 +228,7 @@ class SessionActor:
                     self.session_id, decision, expected_last_seq=self.last_seq
                 )
             except AppendConflict:
-                if not await leases.confirm(self.session_id):
+                if not await self.ctx.leases.confirm(self.session_id):
                     raise LeaseLost(self.session_id) from None  # another runner appended
                 await self.reload()
                 item = _refold(item)
@@ -296,7 +248,7 @@ class SessionActor:
             # so a delivery of our own events (a verdict we judged) is not decided again
             self.input_mark = max(self.input_mark, last)
             self.ctx.observe(decision.events)
-            if not leases.holds(self.session_id):
+            if not lease.holds(self.session_id):
                 # paused past the TTL while appending: the next holder goes on from the log
                 self.loaded = False
                 raise LeaseLost(self.session_id)
@@ -381,22 +333,8 @@ class SessionActor:
         self.wake_timer = self.wakeup = None
 
     async def deliver(self, messages: tuple[Outbound, ...]) -> Input:
-        """Publish each message to its session's inbound subject, its key as `Nats-Msg-Id`
-        (a redo after a crash is deduplicated there); recorded once all are acknowledged,
-        or refused by the server (then never sent: asking again would be refused again)."""
-        publish = self.ctx.publish_inbound
-        outcomes = await asyncio.gather(
-            *(publish(m.to, m.payload(), m.key) for m in messages), return_exceptions=True
-        )
-        refused: list[tuple[str, str]] = []
-        for message, outcome in zip(messages, outcomes, strict=True):
-            if isinstance(outcome, PermissionDenied):
-                log.error("%s: %s", self.session_id, outcome)
-                refused.append((message.key, str(outcome)))
-            elif isinstance(outcome, BaseException):
-                raise outcome
-        done = frozenset(m.key for m in messages) - {key for key, _ in refused}
-        return Published(done, tuple(refused))
+        """Publish the messages to their sessions (`calls.deliver`)."""
+        return await calls.deliver(self.ctx, self.session_id, messages)
 
     @property
     def config(self) -> TurnConfig:
@@ -428,64 +366,11 @@ class SessionActor:
         return Context(now=self.ctx.now(), new_id=self.ctx.new_id, source=self.ctx.source)
 
     def start_provider_call(self, request: ProviderRequest) -> None:
-        """Call the model for `request`'s turn on a side task; its outcome comes back as an
-        input, and so does each tool call it streams complete."""
-        ctx, session_id = self.ctx, self.session_id
-        agent = self.state.agent
-        provider = (agent and ctx.agent_provider(agent)) or ctx.session(session_id)[0]
-        index = 0
-        first_byte_at: datetime | None = None
-
-        async def on_delta(text: str) -> None:
-            nonlocal index, first_byte_at
-            first_byte_at = first_byte_at or ctx.now()
-            payload = {"turnId": request.turn_id, "iteration": request.iteration}
-            delta = orjson.dumps({**payload, "index": index, "delta": text})
-            await ctx.publish_live(session_id, request.turn_id, delta)
-            index += 1
-            # let the flusher write it now: an SDK parsing a burst of buffered chunks never
-            # yields on its own, and the token would wait for the whole burst
-            await asyncio.sleep(0)
-
-        async def on_tool_call(call: ToolCall) -> None:
-            at = first_byte_at or ctx.now()
-            ctx.deliver(session_id, ToolCallReady(request.turn_id, call, at))
-
-        async def call() -> None:
-            try:
-                files = await _files(ctx, request)
-                asked = replace(request, files=files) if files else request
-                outcome = await provider.complete(asked, on_delta, on_tool_call)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a provider bug must still end the turn
-                log.exception("provider %s raised", provider.name)
-                outcome = ProviderFailure(
-                    error_class="internal",
-                    message=f"{type(exc).__name__}: {exc}",
-                    retryable=False,
-                    failed_at=ctx.now(),
-                )
-            ctx.deliver(session_id, ProviderDone(request.turn_id, outcome))
-
-        self.provider_tasks[request.turn_id] = ctx.spawn(call(), f"provider:{session_id}")
+        """Call the model for `request`'s turn on a side task (`calls.call_model`)."""
+        task = calls.call_model(self.ctx, self.session_id, self.state.agent, request)
+        self.provider_tasks[request.turn_id] = task
 
 
 def _refold(item: Input) -> Input:
     """After a reload the log holds every fact: a delivered one is decided as a Tick."""
     return Tick() if isinstance(item, Fact) else item
-
-
-def _named(item: Item) -> object:
-    """An item as the debug log names it: a delivered fact formats itself when written."""
-    return item if isinstance(item, Delivered) else type(item).__name__
-
-
-async def _files(ctx: ActorContext, request: ProviderRequest) -> dict[str, bytes]:
-    """The bytes of the request's attachments the object store has, by SHA-256 (one not
-    found becomes a note naming the file: the turn goes on)."""
-    wanted = {a.sha256 for m in request.messages for a in m.attachments}
-    if not wanted or ctx.attachment is None:
-        return {}
-    found = await asyncio.gather(*(ctx.attachment(sha) for sha in wanted))
-    return {sha: data for sha, data in zip(wanted, found, strict=True) if data is not None}

@@ -1,0 +1,98 @@
+"""What a session actor does outside the log: the model call, on a side task whose outcome
+(and each tool call it streams) comes back through the session's inbox, and the messages
+a turn delivers to other sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from datetime import datetime
+
+import orjson
+
+from turnstream.bus.permissions import PermissionDenied
+from turnstream.core.events import SessionConfiguredData
+from turnstream.core.session.decider import Input, ProviderDone, Published, ToolCallReady
+from turnstream.core.session.outbound import Outbound
+from turnstream.core.turn import ProviderFailure, ProviderRequest, ToolCall
+from turnstream.turn_runner.context import ActorContext
+
+log = logging.getLogger("turnstream.turn_runner")
+
+
+def call_model(
+    ctx: ActorContext,
+    session_id: str,
+    agent: SessionConfiguredData | None,
+    request: ProviderRequest,
+) -> asyncio.Task[None]:
+    """Call the model for `request`'s turn on a side task (the session's `agent`'s provider,
+    if its profile names one); its outcome comes back as an input, and so does each tool
+    call it streams complete."""
+    provider = (agent and ctx.agent_provider(agent)) or ctx.session(session_id)[0]
+    index = 0
+    first_byte_at: datetime | None = None
+
+    async def on_delta(text: str) -> None:
+        nonlocal index, first_byte_at
+        first_byte_at = first_byte_at or ctx.now()
+        payload = {"turnId": request.turn_id, "iteration": request.iteration}
+        delta = orjson.dumps({**payload, "index": index, "delta": text})
+        await ctx.publish_live(session_id, request.turn_id, delta)
+        index += 1
+        # let the flusher write it now: an SDK parsing a burst of buffered chunks never
+        # yields on its own, and the token would wait for the whole burst
+        await asyncio.sleep(0)
+
+    async def on_tool_call(call: ToolCall) -> None:
+        at = first_byte_at or ctx.now()
+        ctx.deliver(session_id, ToolCallReady(request.turn_id, call, at))
+
+    async def call() -> None:
+        try:
+            files = await _files(ctx, request)
+            asked = replace(request, files=files) if files else request
+            outcome = await provider.complete(asked, on_delta, on_tool_call)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a provider bug must still end the turn
+            log.exception("provider %s raised", provider.name)
+            outcome = ProviderFailure(
+                error_class="internal",
+                message=f"{type(exc).__name__}: {exc}",
+                retryable=False,
+                failed_at=ctx.now(),
+            )
+        ctx.deliver(session_id, ProviderDone(request.turn_id, outcome))
+
+    return ctx.spawn(call(), f"provider:{session_id}")
+
+
+async def _files(ctx: ActorContext, request: ProviderRequest) -> dict[str, bytes]:
+    """The bytes of the request's attachments the object store has, by SHA-256 (one not
+    found becomes a note naming the file: the turn goes on)."""
+    wanted = {a.sha256 for m in request.messages for a in m.attachments}
+    if not wanted or ctx.attachment is None:
+        return {}
+    found = await asyncio.gather(*(ctx.attachment(sha) for sha in wanted))
+    return {sha: data for sha, data in zip(wanted, found, strict=True) if data is not None}
+
+
+async def deliver(ctx: ActorContext, session_id: str, messages: tuple[Outbound, ...]) -> Input:
+    """Publish each message to its session's inbound subject, its key as `Nats-Msg-Id`
+    (a redo after a crash is deduplicated there); recorded once all are acknowledged,
+    or refused by the server (then never sent: asking again would be refused again)."""
+    publish = ctx.publish_inbound
+    outcomes = await asyncio.gather(
+        *(publish(m.to, m.payload(), m.key) for m in messages), return_exceptions=True
+    )
+    refused: list[tuple[str, str]] = []
+    for message, outcome in zip(messages, outcomes, strict=True):
+        if isinstance(outcome, PermissionDenied):
+            log.error("%s: %s", session_id, outcome)
+            refused.append((message.key, str(outcome)))
+        elif isinstance(outcome, BaseException):
+            raise outcome
+    done = frozenset(m.key for m in messages) - {key for key, _ in refused}
+    return Published(done, tuple(refused))
