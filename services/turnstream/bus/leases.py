@@ -41,7 +41,7 @@ from turnstream.bus.streams import LEASE_MARKER_TTL_S
 from turnstream.core.subjects import Subjects, session_from_key, session_key
 
 if TYPE_CHECKING:
-    from turnstream.bus.connection import Bus
+    from turnstream.bus.port import Bus
 
 log = logging.getLogger("turnstream.bus")
 RUNNER_NAMESPACE = "session"

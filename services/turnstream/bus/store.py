@@ -137,11 +137,19 @@ class JetStreamEventStore:
         after_seq: int = 0,
         subject: str | None = None,
         stream: str | None = None,
+        until_seq: int | None = None,
     ) -> int:
         """`scan.scan_log` of this store's log: every event after `after_seq` (on `subject`)
-        up to the last one now, to `on_event(seq, subject, data)`; the last sequence."""
+        up to the last one now (or `until_seq`), to `on_event(seq, subject, data)`; the
+        last sequence."""
         return await scan_log(
-            self.js, self.subjects, on_event, after_seq=after_seq, subject=subject, stream=stream
+            self.js,
+            self.subjects,
+            on_event,
+            after_seq=after_seq,
+            subject=subject,
+            stream=stream,
+            until_seq=until_seq,
         )
 
     async def read_session(

@@ -25,13 +25,12 @@ from functools import partial
 from typing import Any, Protocol
 
 from turnstream.bus import Bus
-from turnstream.bus.consume import Subscriptions, log_push
+from turnstream.bus.consume import Subscriptions
 from turnstream.bus.durables import Durable
 from turnstream.bus.errors import NotFound
-from turnstream.bus.full import noted_at_limit
 from turnstream.bus.leases import LeaseTable, Ownership
 from turnstream.bus.retry import retried, stoppable
-from turnstream.bus.scan import open_sessions, scan_log
+from turnstream.bus.scan import open_sessions
 from turnstream.bus.streams import StreamsMissing
 from turnstream.core.events import decode
 from turnstream.runtime.leased import Served, SessionLease, SessionLeases
@@ -97,13 +96,14 @@ async def wake_unacked(
     one reload each.)"""
     stream = stream or bus.subjects.log_stream
     try:
-        info = await bus.js.consumer_info(stream, durable.name)
+        info = await bus.consumer_info(stream, durable.name)
     except NotFound:  # no setup step yet: binding the consumer says so
         return
     if not info.num_ack_pending:
         return
     floor = info.ack_floor.stream_seq if info.ack_floor else 0
-    until = min(info.delivered.stream_seq, floor + UNACKED_SCAN_MAX)
+    delivered = info.delivered.stream_seq if info.delivered else floor  # a server fills it
+    until = min(delivered, floor + UNACKED_SCAN_MAX)
     found: set[str] = set()
     subjects, taken = bus.subjects, frozenset(durable.kinds or ())
 
@@ -111,14 +111,7 @@ async def wake_unacked(
         if subjects.type_from_log(subject) in taken:
             found.add(subjects.session_from_log(subject))
 
-    await scan_log(
-        bus.js,
-        subjects,
-        on_event,
-        after_seq=floor,
-        stream=stream,
-        until_seq=until,
-    )
+    await bus.store.scan(on_event, after_seq=floor, stream=stream, until_seq=until)
     if found:
         log.info("waking %d session(s) with a fact not acked yet", len(found))
     for session_id in found:
@@ -133,7 +126,7 @@ async def _full_at_start(bus: Bus, stream: str | None) -> None:
     streams = [stream] if stream else bus.subjects.log_streams
     try:
         async with asyncio.timeout(FULL_CHECK_S):
-            await noted_at_limit(bus.js, streams, bus.subjects.log_all)
+            await bus.noted_at_limit(streams, bus.subjects.log_all)
     except Exception as exc:
         log.debug("the log's storage not checked at start: %r", exc)
 
@@ -231,7 +224,7 @@ class PartitionSessions:
         bus = served.bus
         subs = Subscriptions()
         try:
-            bound = log_push(bus.js, bus.subjects, served.consumer, on_msg, partitions=[k])
+            bound = bus.log_push(served.consumer, on_msg, partitions=[k])
             subs = await stoppable(bound, stop) or subs  # NATS slow: until the lease goes
             if stop.is_set():
                 return
