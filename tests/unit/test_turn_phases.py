@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.unit.factories import accepted, failure, run_turn, success
+from tests.unit.factories import accepted, failure, run_turn, succeed, success
 from turnstream.core.events import (
     ProviderRequestStarted,
     RequestChange,
@@ -112,3 +112,50 @@ def test_every_phase_survives_a_snapshot(phase: Phase) -> None:
     turn = ActiveTurn("t1", "in1", "c1", "trace1", "key1", None, "e1", phase=phase)
     state = replace(state, chat=replace(state.chat, active=turn))
     assert state_from_json(state_to_json(state)) == state
+
+
+def moves(start: SessionState, log: list) -> set[tuple[str, str]]:
+    """Each change of the active turn's phase kind as `log` is folded onto `start`."""
+    out: set[tuple[str, str]] = set()
+    state = start
+    for event in unmerged(log):
+        before = state.chat.active
+        state = evolve(state, event)
+        after = state.chat.active
+        if before is not None and after is not None and before.turn_id == after.turn_id:
+            if before.phase.kind != after.phase.kind:
+                out.add((before.phase.kind, after.phase.kind))
+    return out
+
+
+def test_a_turn_moves_only_to_the_successors_its_phase_names() -> None:
+    """`SUCCESSORS` against what folding turns of every shape does: text, a failed model
+    call, a continuation, a compaction after a prompt too long, tools, interrupts."""
+    from tests.unit.factories import Ids, interrupt
+    from tests.unit.test_turn_tools import CONFIG, Driver, approve
+    from turnstream.core.turn import ProviderFailure
+    from turnstream.core.turn.phases import SUCCESSORS
+
+    seen: set[tuple[str, str]] = set()
+    one = fold(SessionState.of("s1"), [accepted(1, "hello")])
+    for replies in (
+        [success("hi")],
+        [failure()],
+        [success("part one, ", "max_tokens"), success("part two")],
+    ):
+        seen |= moves(one, run_turn(one, replies)[1])
+    state, _ = run_turn(fold(SessionState.of("s1"), [accepted(1, "first " * 50)]), [success()])
+    state = fold(state, [accepted(2, "second")])
+    too_long = ProviderFailure("prompt_too_long", "too long", False, success().finished_at)
+    seen |= moves(state, run_turn(state, [too_long, success("two")], ids=Ids("z"))[1])
+    for stop in (None, "hard", "graceful"):
+        d = Driver(CONFIG, "read_file", "grep")
+        d.feed(approve(d.inv(0)), approve(d.inv(1)))
+        if stop is not None:
+            d.feed(interrupt(stop))
+        d.feed(succeed(d.inv(0)), succeed(d.inv(1)))
+        seen |= moves(one, d.log)
+    assert {("awaiting_model", "model_failed"), ("calling_tools", "composing")} <= seen
+    assert ("model_failed", "requesting") in seen or ("model_failed", "awaiting_model") in seen
+    strays = {(a, b) for a, b in seen if b != "ended" and b not in SUCCESSORS[a]}
+    assert not strays, f"moves the phases do not name: {sorted(strays)}"

@@ -211,6 +211,22 @@ Phase = Annotated[
     | Ended,
     Field(discriminator="kind"),
 ]
+SUCCESSORS: dict[str, frozenset[str]] = {
+    "receiving": frozenset({"composing", "requesting"}),
+    "composing": frozenset({"requesting"}),
+    "requesting": frozenset({"awaiting_model", "responded"}),
+    "awaiting_model": frozenset({"requesting", "responded", "model_failed"}),
+    "model_failed": frozenset({"requesting", "awaiting_model"}),
+    "responded": frozenset({"calling_tools", "composing", "rendering", "requesting"}),
+    "calling_tools": frozenset({"composing", "rendering"}),
+    "rendering": frozenset(),
+    "ended": frozenset(),
+}
+"""The phases each phase (by `kind`) may move to, besides staying (opened or closed) and
+`ended`, which any phase may reach: the diagram above as data. A fold that moves a turn
+another way fails `tests/unit/test_turn_phases.py`. (`requesting` after `receiving` or
+`responded`, `awaiting_model` after `model_failed`: a response lost in a crash between
+batches, or a compacted history, is asked for again.)"""
 START = Receiving()
 """A turn's phase before its first event (a turn is folded from `SessionTurnStart`)."""
 Staged = Receiving | Composing | Requesting | Responded | CallingTools | Rendering
