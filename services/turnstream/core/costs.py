@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from turnstream.core.events import Usage
 
@@ -64,6 +65,23 @@ class Tokens:
     def cache_hit_ratio(self) -> float | None:
         """The share of the input read from the prompt cache; None without input."""
         return self.cache_read / self.all_input if self.all_input else None
+
+
+class Counts(Protocol):
+    """A projection's running token counts (a session's summary, a turn's row)."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_write_tokens: int
+    cache_read_tokens: int
+
+
+def count_usage(into: Counts, usage: Usage) -> None:
+    """Add one model call's `usage` to `into`'s counts."""
+    into.input_tokens += usage.input_tokens
+    into.output_tokens += usage.output_tokens
+    into.cache_write_tokens += usage.cache_write_tokens
+    into.cache_read_tokens += usage.cache_read_tokens
 
 
 def model_key(provider: str | None, model: str | None) -> str:

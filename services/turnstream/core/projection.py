@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from turnstream.core.costs import add_tokens, add_usage, model_key
+from turnstream.core.costs import add_tokens, add_usage, count_usage, model_key
 from turnstream.core.events import (
     Event,
     FailureClass,
@@ -182,10 +182,7 @@ def _fold(view: SessionView, turn: TurnView, event: Event, spawned: dict[str, Ch
         case ProviderRequestStarted():
             turn.provider_calls += 1
         case ProviderRequestCompleted(data=data):
-            turn.input_tokens += data.usage.input_tokens
-            turn.output_tokens += data.usage.output_tokens
-            turn.cache_write_tokens += data.usage.cache_write_tokens
-            turn.cache_read_tokens += data.usage.cache_read_tokens
+            count_usage(turn, data.usage)
             add_usage(turn.models, model_key(data.provider, data.model), data.usage)
         case TurnEnded(data=data):
             view.terminal_events += 1

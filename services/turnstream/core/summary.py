@@ -21,7 +21,7 @@ from typing import Any, Literal
 import orjson
 from pydantic.alias_generators import to_camel
 
-from turnstream.core.costs import add_usage, model_key
+from turnstream.core.costs import add_usage, count_usage, model_key
 from turnstream.core.events import (
     AuditViolation,
     Event,
@@ -123,10 +123,7 @@ def evolve_summary(summary: SessionSummary, seq: int, event: Event) -> SessionSu
         case InputRejected():
             summary.turns += 1
         case ProviderRequestCompleted(data=data):
-            summary.input_tokens += data.usage.input_tokens
-            summary.output_tokens += data.usage.output_tokens
-            summary.cache_write_tokens += data.usage.cache_write_tokens
-            summary.cache_read_tokens += data.usage.cache_read_tokens
+            count_usage(summary, data.usage)
             key = model_key(data.provider, data.model)
             summary.models = add_usage(summary.models or {}, key, data.usage)
         case ToolInvocationRequested():
