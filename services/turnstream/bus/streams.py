@@ -13,7 +13,6 @@ from nats.js import api
 from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 
 from turnstream.bus.kv import open_or_create
-from turnstream.bus.retry import cannot_place
 from turnstream.core.subjects import Subjects
 
 DAY_S = 86_400.0
@@ -307,6 +306,10 @@ async def _align_bucket(js: Any, config: api.KeyValueConfig) -> None:
     await js.update_stream(config=made)
 
 
+STREAM_NAME_IN_USE = 10058
+"""JetStream's `stream name already in use with a different configuration`."""
+
+
 async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> None:
     """The setup step: create or update the streams, create the buckets missing (one that
     exists keeps its settings, but its age and expiry markers: `_align_bucket`);
@@ -317,9 +320,9 @@ async def ensure_streams(js: Any, subjects: Subjects, limits: StreamLimits) -> N
         try:
             await js.add_stream(config=config)
         except BadRequestError as exc:
-            if cannot_place(exc):
-                raise  # not "it exists": a cluster still forming, which `retried` waits for
-            await js.update_stream(config=config)
+            if exc.err_code != STREAM_NAME_IN_USE:
+                raise  # e.g. a cluster that cannot place it yet, which `retried` waits for
+            await js.update_stream(config=config)  # it exists with another configuration
     for kv_config in bucket_configs(subjects, limits):
         await open_or_create(js, kv_config)
         await _align_bucket(js, kv_config)
