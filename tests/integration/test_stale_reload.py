@@ -211,7 +211,7 @@ async def test_a_tool_result_is_decided_though_a_replica_behind_it_answers_the_r
         assert msg.settled == "ack" and not lease.ensured
         assert "ProviderRequestStarted" in after, f"the result was acked undecided: {after}"
     finally:
-        for task in actor.provider_tasks.values():
+        for task in actor.model_calls.tasks.values():
             task.cancel()
 
 
@@ -316,5 +316,5 @@ async def test_a_runner_taking_a_session_over_reads_its_previous_holder_s_last_a
         assert len(ended) == 1
     finally:
         for actor in (a, b):
-            for task in actor.provider_tasks.values():
+            for task in actor.model_calls.tasks.values():
                 task.cancel()

@@ -5,7 +5,8 @@ appends the decision's events (as one batch, conditional on `last_seq`; on a con
 reloads the session and decides the same input again), performs the effects the new
 state asks for (model calls, hooks, timers), and feeds a hook's answer back as the next
 input, until the session is quiet (`turnstream.runtime.interpreter.run_until_quiet`). A
-model call runs on a side task; its outcome (and each tool call it streams) comes back
+model call runs on a side task, started beside the append of its `ProviderRequestStarted`
+(`calls.ModelCalls.beside`); its outcome (and each tool call it streams) comes back
 through the inbox, so an input that arrives meanwhile is handled (queued or steered)
 while the model streams. The actor knows one entry point of the core (`decide_session`, once per
 input); a decision that asks only in-process context providers is held (`holds`) and
@@ -53,7 +54,6 @@ from turnstream.core.session.outbound import Outbound
 from turnstream.core.session.subturns import waiting_on
 from turnstream.core.turn import (
     Context,
-    ProviderRequest,
     TurnConfig,
 )
 from turnstream.core.turn.context import ContextGathered, GatherContext
@@ -85,8 +85,7 @@ class SessionActor(LeasedActor[Item]):
         self.held: tuple[Event, ...] = ()
         """Decided events not appended yet: `state` has them folded in (`holds`)."""
         self.loaded = False
-        self.provider_tasks: dict[str, asyncio.Task[None]] = {}
-        """Provider calls in flight by turn id (a workflow's parallel stages call at once)."""
+        self.model_calls = calls.ModelCalls(ctx, session_id)
         self.timed_turns: frozenset[str] = frozenset()
         self.turn_timers: list[asyncio.TimerHandle] = []
         """The wall-time timers of the live turns: cancelled once none is live, so a quiet
@@ -116,7 +115,7 @@ class SessionActor(LeasedActor[Item]):
             or waiting_on(self.state)
             or bool(self.state.unanswered)
         )
-        return bool(self.provider_tasks) or (self.loaded and open_work)
+        return bool(self.model_calls) or (self.loaded and open_work)
 
     async def failed(self, item: Item) -> None:
         self.loaded = False  # reload from the log before the next item
@@ -154,9 +153,7 @@ class SessionActor(LeasedActor[Item]):
 
     def unload(self) -> None:
         """Let go (`LeasedActor.let_go`): the calls in flight and the timers go too."""
-        for task in self.provider_tasks.values():
-            task.cancel()
-        self.provider_tasks.clear()
+        self.model_calls.cancel()
         self.untime_turns()
         self.unwake()
 
@@ -179,7 +176,7 @@ class SessionActor(LeasedActor[Item]):
             await item.msg.ack()
             return
         if isinstance(item, ProviderDone):
-            self.provider_tasks.pop(item.turn_id, None)  # the call is over (a late one too)
+            self.model_calls.ended(item.turn_id)
         await self.run(item)
 
     async def fact(self, item: Delivered) -> Input | None:
@@ -207,7 +204,7 @@ class SessionActor(LeasedActor[Item]):
         is appended. Once the batch is in, this runner owns the decision. A decision held
         back (`holds`) goes out with the next one, first.
         """
-        store, lease = self.ctx.store, self.lease
+        lease = self.lease
         for _ in range(MAX_CONFLICT_RETRIES):
             # e.g. this process was paused past the TTL: taken anew, the log is read again
             if not lease.holds(self.session_id) and await self.take_again():
@@ -224,9 +221,7 @@ class SessionActor(LeasedActor[Item]):
                 self.state, self.held = decision.state, decision.events
                 return decision
             try:
-                last = await store.append_decision(
-                    self.session_id, decision, expected_last_seq=self.last_seq
-                )
+                last = await self.append(decision)
             except AppendConflict:
                 if not await self.ctx.leases.confirm(self.session_id):
                     raise LeaseLost(self.session_id) from None  # another runner appended
@@ -255,6 +250,17 @@ class SessionActor(LeasedActor[Item]):
             return decision
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
 
+    async def append(self, decision: SessionDecision) -> int:
+        """Append `decision` conditional on `last_seq`, its model calls started meanwhile
+        (`calls.ModelCalls.beside`)."""
+        store = self.ctx.store
+        return await self.model_calls.beside(
+            decision,
+            lambda: store.append_decision(
+                self.session_id, decision, expected_last_seq=self.last_seq
+            ),
+        )
+
     def holds(self, decision: SessionDecision) -> bool:
         """Whether to hold `decision` back: it asks in-process context providers only, so
         their answer (`perform` gathers it) is decided next and both go out in one batch;
@@ -273,11 +279,8 @@ class SessionActor(LeasedActor[Item]):
         for effect in effects:
             match effect:
                 case Providers(live=live, calls=calls):
-                    for turn_id in [t for t in self.provider_tasks if t not in live]:
-                        self.provider_tasks.pop(turn_id).cancel()  # the turn it was for is over
-                    for request in calls:
-                        if request.turn_id not in self.provider_tasks:
-                            self.start_provider_call(request)
+                    self.model_calls.keep_only(live)
+                    self.model_calls.start(calls, self.state.agent)
                 case RunToolHooks(turn_id=turn_id, calls=calls):
                     hooks = self.ctx.hooks
                     verdicts = await hooks.run_tool_hooks(self.session_id, turn_id, list(calls))
@@ -364,11 +367,6 @@ class SessionActor(LeasedActor[Item]):
 
     def context(self) -> Context:
         return Context(now=self.ctx.now(), new_id=self.ctx.new_id, source=self.ctx.source)
-
-    def start_provider_call(self, request: ProviderRequest) -> None:
-        """Call the model for `request`'s turn on a side task (`calls.call_model`)."""
-        task = calls.call_model(self.ctx, self.session_id, self.state.agent, request)
-        self.provider_tasks[request.turn_id] = task
 
 
 def _refold(item: Input) -> Input:
