@@ -1,7 +1,8 @@
 """The model call starts beside the append of its `ProviderRequestStarted` (issue 41): the
 turn does not wait a round trip before the call, and nothing of the call reaches the
 session's inbox or live subject before that append is stored; refused, the call is
-cancelled and what it returned is never decided."""
+cancelled and what it returned is never decided. A call that answers within the grace
+has its outcome decided at once, and both decisions go out in one append."""
 
 from __future__ import annotations
 
@@ -48,11 +49,13 @@ class GatedStore(InMemoryEventStore):
         super().__init__()
         self.gate = asyncio.Event()
         self.conflict = conflict
+        self.batches: list[list[str]] = []
 
     async def append_decision(
         self, session_id: str, events: Sequence[EventBase], *, expected_last_seq: int
     ) -> int:
         await self.gate.wait()
+        self.batches.append([e.type for e in events])
         if self.conflict:
             self.conflict = False
             raise AppendConflict(session_id, expected_last_seq, "another writer")
@@ -65,13 +68,17 @@ class GatedStore(InMemoryEventStore):
 
 
 class Model:
-    """Answers each call at once (as the scripted provider does), numbering its replies."""
+    """Answers each call at once (as the scripted provider does), numbering its replies;
+    a slow one waits for `release` after its first token."""
 
-    def __init__(self) -> None:
+    def __init__(self, slow: bool = False) -> None:
         self.name = "test"
         self.calls = 0
         self.called = asyncio.Event()
         self.cancelled = 0
+        self.release = asyncio.Event()
+        if not slow:
+            self.release.set()
 
     async def complete(self, request: ProviderRequest, on_delta: Any, on_tool_call: Any) -> Any:
         self.calls += 1
@@ -79,6 +86,7 @@ class Model:
         self.called.set()
         try:
             await on_delta(f"token of call {n}")
+            await self.release.wait()
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
@@ -141,39 +149,75 @@ async def start_turn(store: GatedStore, actor: SessionActor) -> asyncio.Task[Non
     return asyncio.create_task(actor.handle(Delivered(Msg(), seq, accepted(1))))
 
 
-async def test_the_call_runs_while_its_start_is_appended_and_yields_only_once_it_is_stored() -> (
-    None
-):
+async def test_a_quick_call_s_outcome_goes_out_in_the_append_of_its_start() -> None:
     store, model, inbox = GatedStore(), Model(), Inbox()
-    actor = actor_over(store, model, inbox)
-    handling = await start_turn(store, actor)
-    await asyncio.wait_for(model.called.wait(), GUARD_S)  # called with the append held up
-    for _ in range(20):
-        await asyncio.sleep(0)  # the call has all it needs to finish meanwhile
-    assert "ProviderRequestStarted" not in store.kinds()
-    assert inbox.items == [] and inbox.live == []  # nothing of it is out yet
-    store.gate.set()
-    await asyncio.wait_for(handling, GUARD_S)
-    await asyncio.wait_for(actor.model_calls.tasks["turn1"], GUARD_S)
-    assert "ProviderRequestStarted" in store.kinds()
-    [done] = inbox.items
-    assert isinstance(done, ProviderDone) and done.turn_id == "turn1"
-    assert len(inbox.live) == 1
-
-
-async def test_a_refused_append_cancels_its_call_and_the_redone_decision_calls_again() -> None:
-    store, model, inbox = GatedStore(conflict=True), Model(), Inbox()
     actor = actor_over(store, model, inbox)
     handling = await start_turn(store, actor)
     await asyncio.wait_for(model.called.wait(), GUARD_S)
     for _ in range(20):
         await asyncio.sleep(0)
+    assert store.batches == []
+    assert len(inbox.live) == 1  # its token goes out before the reply is stored
+    store.gate.set()
+    await asyncio.wait_for(handling, GUARD_S)
+    [batch] = store.batches
+    assert batch[0] == "SessionTurnStart" and "ProviderRequestStarted" in batch
+    assert batch.index("ProviderRequestStarted") < batch.index("ProviderRequestCompleted")
+    assert batch[-1] == "SessionTurnEnd"  # the whole text turn in one round trip
+    assert inbox.items == []  # the outcome was decided there, not handed to the inbox
+    assert [b"token of call 1" in p for p in inbox.live] == [True]
+    assert not actor.model_calls  # and the call is over
+
+
+async def test_a_slow_call_runs_while_its_start_is_appended_and_yields_once_it_is_stored() -> None:
+    store, model, inbox = GatedStore(), Model(slow=True), Inbox()
+    actor = actor_over(store, model, inbox)
+    handling = await start_turn(store, actor)
+    await asyncio.wait_for(model.called.wait(), GUARD_S)  # called with the append held up
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert store.batches == [] and inbox.live == []  # nothing of it is out yet
+    store.gate.set()
+    await asyncio.wait_for(handling, GUARD_S)
+    [batch] = store.batches
+    assert "ProviderRequestStarted" in batch and "ProviderRequestCompleted" not in batch
+    assert len(inbox.live) == 1  # its token, once the start is stored
+    model.release.set()
+    await asyncio.wait_for(actor.model_calls.tasks["turn1"], GUARD_S)
+    [done] = inbox.items
+    assert isinstance(done, ProviderDone) and done.turn_id == "turn1"
+
+
+async def test_a_refused_append_cancels_its_call_and_the_redone_decision_calls_again() -> None:
+    store, model, inbox = GatedStore(conflict=True), Model(slow=True), Inbox()
+    actor = actor_over(store, model, inbox)
+    handling = await start_turn(store, actor)
+    await asyncio.wait_for(model.called.wait(), GUARD_S)
     store.gate.set()  # the first append is refused; the decision is made again from the log
     await asyncio.wait_for(handling, GUARD_S)
-    await asyncio.wait_for(actor.model_calls.tasks["turn1"], GUARD_S)
     assert (model.calls, model.cancelled) == (2, 1)
+    model.release.set()
+    await asyncio.wait_for(actor.model_calls.tasks["turn1"], GUARD_S)
     [done] = inbox.items  # the refused decision's call yielded nothing
     assert isinstance(done, ProviderDone)
     assert done.outcome.text == "reply of call 2"  # type: ignore[union-attr]
     assert [b"token of call 2" in p for p in inbox.live] == [True]
+    assert [k.count("ProviderRequestStarted") for k in store.batches] == [1, 1]
     assert store.kinds().count("ProviderRequestStarted") == 1
+
+
+async def test_a_refused_append_of_a_quick_call_s_outcome_drops_it_and_calls_again() -> None:
+    store, model, inbox = GatedStore(conflict=True), Model(), Inbox()
+    actor = actor_over(store, model, inbox)
+    handling = await start_turn(store, actor)
+    await asyncio.wait_for(model.called.wait(), GUARD_S)
+    store.gate.set()
+    await asyncio.wait_for(handling, GUARD_S)
+    assert model.calls == 2 and len(store.batches) == 2
+    assert inbox.items == []  # call 1's outcome decided nothing
+    # its token was out (a preview); the call made again streams again, from index 0
+    assert [(b"of call 1" in p, b'"index":0' in p) for p in inbox.live] == [
+        (True, True),
+        (False, True),
+    ]
+    assert store.kinds().count("ProviderRequestCompleted") == 1

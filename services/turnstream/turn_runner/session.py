@@ -6,11 +6,12 @@ reloads the session and decides the same input again), performs the effects the 
 state asks for (model calls, hooks, timers), and feeds a hook's answer back as the next
 input, until the session is quiet (`turnstream.runtime.interpreter.run_until_quiet`). A
 model call runs on a side task, started beside the append of its `ProviderRequestStarted`
-(`calls.ModelCalls.beside`); its outcome (and each tool call it streams) comes back
-through the inbox, so an input that arrives meanwhile is handled (queued or steered)
-while the model streams. The actor knows one entry point of the core (`decide_session`, once per
-input); a decision that asks only in-process context providers is held (`holds`) and
-appended with the next one, which decides their answer.
+(`model_calls`: a quick call's outcome goes out in that same append); its outcome (and
+each tool call it streams) comes back through the inbox, so an input that arrives
+meanwhile is handled (queued or steered) while the model streams. The actor knows one
+entry point of the core (`decide_session`, once per input); a decision that asks only
+in-process context providers is held (`holds`) and appended with the next one, which
+decides their answer.
 
 Bookkeeping: `last_seq` is the session's last log sequence we know (the condition of our
 next append); `input_mark` is the highest sequence of a delivered fact folded, so a
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from datetime import datetime
 from typing import assert_never
 
@@ -62,6 +64,7 @@ from turnstream.runtime.leased import LeasedActor, LeaseLost
 from turnstream.runtime.mailbox import Delivered
 from turnstream.turn_runner import calls, snapshots
 from turnstream.turn_runner.context import ActorContext, Item
+from turnstream.turn_runner.model_calls import Gate, ModelCalls
 
 log = logging.getLogger("turnstream.turn_runner")
 MAX_CONFLICT_RETRIES = 20
@@ -85,7 +88,9 @@ class SessionActor(LeasedActor[Item]):
         self.held: tuple[Event, ...] = ()
         """Decided events not appended yet: `state` has them folded in (`holds`)."""
         self.loaded = False
-        self.model_calls = calls.ModelCalls(ctx, session_id)
+        self.model_calls = ModelCalls(ctx, session_id)
+        self.quick: ProviderDone | None = None
+        """A held decision's call's outcome (`ModelCalls.quick`): `perform`'s answer."""
         self.timed_turns: frozenset[str] = frozenset()
         self.turn_timers: list[asyncio.TimerHandle] = []
         """The wall-time timers of the live turns: cancelled once none is live, so a quiet
@@ -220,8 +225,12 @@ class SessionActor(LeasedActor[Item]):
             if not decision or self.holds(decision):
                 self.state, self.held = decision.state, decision.events
                 return decision
+            gate, started, self.quick = await self.model_calls.quick(decision)
+            if self.quick is not None:  # its call has answered: both go out in one append
+                self.state, self.held = decision.state, decision.events
+                return decision
             try:
-                last = await self.append(decision)
+                last = await self.append(decision, gate, started)
             except AppendConflict:
                 if not await self.ctx.leases.confirm(self.session_id):
                     raise LeaseLost(self.session_id) from None  # another runner appended
@@ -250,16 +259,14 @@ class SessionActor(LeasedActor[Item]):
             return decision
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
 
-    async def append(self, decision: SessionDecision) -> int:
-        """Append `decision` conditional on `last_seq`, its model calls started meanwhile
-        (`calls.ModelCalls.beside`)."""
-        store = self.ctx.store
-        return await self.model_calls.beside(
-            decision,
-            lambda: store.append_decision(
-                self.session_id, decision, expected_last_seq=self.last_seq
-            ),
-        )
+    async def append(self, decision: SessionDecision, gate: Gate, started: list[str]) -> int:
+        """Append `decision` conditional on `last_seq`, beside the calls it `started`."""
+        store, expected = self.ctx.store, self.last_seq
+
+        def append() -> Awaitable[int]:
+            return store.append_decision(self.session_id, decision, expected_last_seq=expected)
+
+        return await self.model_calls.beside(gate, started, append)
 
     def holds(self, decision: SessionDecision) -> bool:
         """Whether to hold `decision` back: it asks in-process context providers only, so
@@ -320,6 +327,9 @@ class SessionActor(LeasedActor[Item]):
             self.unwake()  # e.g. the sub-turn whose deadline it timed has ended
         if answer is None and messages:
             answer = await self.deliver(messages)
+        if self.quick is not None:  # the held decision asked nothing else (`QUIET_EFFECTS`)
+            answer, self.quick = self.quick, None
+            self.model_calls.ended(answer.turn_id)
         return answer
 
     def untime_turns(self) -> None:
@@ -359,7 +369,7 @@ class SessionActor(LeasedActor[Item]):
             kv, self.ctx.store, self.session_id, known, at_least=seen, latest=True
         )
         self.input_mark = self.last_seq
-        self.held = ()
+        self.held, self.quick = (), None
         self.loaded = True
         self.ctx.reloaded(read)
         if read > snapshots.EVERY:

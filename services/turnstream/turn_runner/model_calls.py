@@ -1,0 +1,249 @@
+"""A session's model calls: each on a side task whose outcome (and each tool call it
+streams) comes back through the session's inbox, started beside the append of the
+decision that asks for it (issue 41: a call does not wait a round trip for its
+`ProviderRequestStarted`).
+
+Started so, a call yields through a `Gate`: its tokens, tool calls and outcome are kept
+until that append is stored (`open`), and dropped if it is refused (the decision is made
+again from the log, and asks again). A call that ends within `CALL_GRACE_S` with nothing
+but its outcome (a quick model: the scripted one, a cache) has its outcome `taken`: the
+actor holds the decision and decides the outcome next, and both go out in one append, one
+round trip fewer per model call. A slower call's decision is appended at the grace's end.
+A taken call's tokens go out before that append: should it be refused (another writer
+appended to the session within those milliseconds), the call is made again and its tokens
+stream again from index 0 (live tokens are a preview, DESIGN §3: not stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import replace
+from datetime import datetime
+
+import orjson
+
+from turnstream.core.events import SessionConfiguredData
+from turnstream.core.inputs import WakeAt
+from turnstream.core.session.decider import (
+    Input,
+    ProviderDone,
+    Providers,
+    SessionDecision,
+    TimeTurns,
+    ToolCallReady,
+)
+from turnstream.core.turn import ProviderFailure, ProviderOutcome, ProviderRequest, ToolCall
+from turnstream.turn_runner.context import ActorContext
+
+log = logging.getLogger("turnstream.turn_runner")
+CALL_GRACE_S = 0.003
+"""How long a decision that only starts a model call waits for the call to end, to go out
+with what its outcome decides. A real model answers in hundreds of milliseconds: its
+`ProviderRequestStarted` is stored this much later, the call itself is not delayed."""
+QUIET_EFFECTS = (Providers, TimeTurns, WakeAt)
+"""What a decision held for its call's outcome may ask besides the call (no hook, no
+delivery: their answers would have to be decided first)."""
+
+
+class Gate:
+    """What the calls started beside one decision's append yield, kept until it is stored."""
+
+    def __init__(self, ctx: ActorContext, session_id: str) -> None:
+        self.ctx, self.session_id = ctx, session_id
+        self.opened = self.dropped = False
+        self.live: list[tuple[str, bytes]] = []
+        self.inbox: list[Input] = []
+        self.running = 0
+        self.ended = asyncio.Event()
+
+    async def publish_live(self, turn_id: str, payload: bytes) -> None:
+        if self.opened:
+            await self.ctx.publish_live(self.session_id, turn_id, payload)
+        elif not self.dropped:
+            self.live.append((turn_id, payload))
+
+    def deliver(self, item: Input) -> None:
+        if self.opened:
+            self.ctx.deliver(self.session_id, item)
+        elif not self.dropped:
+            self.inbox.append(item)
+
+    def call_ended(self) -> None:
+        self.running -= 1
+        if self.running == 0:
+            self.ended.set()
+
+    async def open(self) -> None:
+        """The decision is stored: what was kept goes out, in order, and the rest as it comes."""
+        self.opened = True
+        live, inbox, self.live, self.inbox = self.live, self.inbox, [], []
+        for turn_id, payload in live:
+            await self.ctx.publish_live(self.session_id, turn_id, payload)
+        for item in inbox:
+            self.ctx.deliver(self.session_id, item)
+
+    def drop(self) -> None:
+        """The decision was refused: nothing of its calls goes out."""
+        self.dropped = True
+        self.live.clear()
+        self.inbox.clear()
+
+    async def taken(self, grace_s: float) -> ProviderDone | None:
+        """The outcome of its one call, taken, if the call ends within `grace_s` with
+        nothing else for the inbox (a streamed tool call is decided on its own)."""
+        if self.running != 1:
+            return None
+        try:
+            async with asyncio.timeout(grace_s):
+                await self.ended.wait()
+        except TimeoutError:
+            return None
+        done = self.inbox[0] if len(self.inbox) == 1 else None
+        if not isinstance(done, ProviderDone):
+            return None
+        self.inbox.clear()
+        return done
+
+
+class ModelCalls:
+    """A session's model calls in flight, by turn id (a workflow's parallel stages call at
+    once), and the gates of the decisions held for their calls' outcomes."""
+
+    def __init__(self, ctx: ActorContext, session_id: str) -> None:
+        self.ctx, self.session_id = ctx, session_id
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.tasks)
+
+    def start(
+        self,
+        requests: Iterable[ProviderRequest],
+        agent: SessionConfiguredData | None,
+        gate: Gate | None = None,
+    ) -> list[str]:
+        """Start the calls not in flight yet, with `agent`'s provider; their turn ids."""
+        started = []
+        for request in requests:
+            if request.turn_id not in self.tasks:
+                task = call_model(self.ctx, self.session_id, agent, request, gate)
+                self.tasks[request.turn_id] = task
+                started.append(request.turn_id)
+                if gate is not None:
+                    gate.running += 1
+        return started
+
+    def keep_only(self, live: Collection[str]) -> None:
+        """Cancel the calls of turns no longer live."""
+        self.cancel([turn_id for turn_id in self.tasks if turn_id not in live])
+
+    def cancel(self, turn_ids: Iterable[str] | None = None) -> None:
+        """Cancel these calls (None: all of them)."""
+        for turn_id in list(self.tasks if turn_ids is None else turn_ids):
+            self.tasks.pop(turn_id).cancel()
+
+    def ended(self, turn_id: str) -> None:
+        """The turn's call is over (a late outcome too)."""
+        self.tasks.pop(turn_id, None)
+
+    async def quick(self, decision: SessionDecision) -> tuple[Gate, list[str], ProviderDone | None]:
+        """Start the calls `decision` asks for behind a gate; if it asks nothing else and
+        its one call ends within `CALL_GRACE_S`, that call's outcome, taken (its tokens
+        go out now: the live subject's deltas are a preview, and the reply they make must
+        be seen before the turn's end is)."""
+        gate = Gate(self.ctx, self.session_id)
+        requests = [r for e in decision.effects if type(e) is Providers for r in e.calls]
+        started = self.start(requests, decision.state.agent, gate)
+        if not started or not all(type(e) in QUIET_EFFECTS for e in decision.effects):
+            return gate, started, None
+        done = await gate.taken(CALL_GRACE_S)
+        if done is not None:
+            await gate.open()
+        return gate, started, done
+
+    async def beside(
+        self, gate: Gate, started: list[str], append: Callable[[], Awaitable[int]]
+    ) -> int:
+        """`append()` the decision whose calls `started` behind `gate`; stored, the gate
+        opens; refused, those calls are cancelled and nothing of them goes out."""
+        try:
+            last = await append()
+        except BaseException:
+            self.cancel(started)
+            gate.drop()
+            raise
+        await gate.open()
+        return last
+
+
+def call_model(
+    ctx: ActorContext,
+    session_id: str,
+    agent: SessionConfiguredData | None,
+    request: ProviderRequest,
+    gate: Gate | None = None,
+) -> asyncio.Task[None]:
+    """Call the model for `request`'s turn on a side task (the session's `agent`'s provider,
+    if its profile names one); its outcome comes back as an input, and so does each tool
+    call it streams complete (through `gate`, if the call was started beside an append)."""
+    provider = (agent and ctx.agent_provider(agent)) or ctx.session(session_id)[0]
+    index = 0
+    first_byte_at: datetime | None = None
+
+    async def publish_live(turn_id: str, payload: bytes) -> None:
+        await ctx.publish_live(session_id, turn_id, payload)
+
+    def deliver(item: Input) -> None:
+        ctx.deliver(session_id, item)
+
+    live, inbox = (gate.publish_live, gate.deliver) if gate else (publish_live, deliver)
+
+    async def on_delta(text: str) -> None:
+        nonlocal index, first_byte_at
+        first_byte_at = first_byte_at or ctx.now()
+        payload = {"turnId": request.turn_id, "iteration": request.iteration}
+        await live(request.turn_id, orjson.dumps({**payload, "index": index, "delta": text}))
+        index += 1
+        # let the flusher write it now: an SDK parsing a burst of buffered chunks never
+        # yields on its own, and the token would wait for the whole burst
+        await asyncio.sleep(0)
+
+    async def on_tool_call(call: ToolCall) -> None:
+        inbox(ToolCallReady(request.turn_id, call, first_byte_at or ctx.now()))
+
+    async def outcome() -> ProviderOutcome:
+        try:
+            files = await _files(ctx, request)
+            asked = replace(request, files=files) if files else request
+            return await provider.complete(asked, on_delta, on_tool_call)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a provider bug must still end the turn
+            log.exception("provider %s raised", provider.name)
+            return ProviderFailure(
+                error_class="internal",
+                message=f"{type(exc).__name__}: {exc}",
+                retryable=False,
+                failed_at=ctx.now(),
+            )
+
+    async def call() -> None:
+        try:
+            inbox(ProviderDone(request.turn_id, await outcome()))
+        finally:
+            if gate is not None:
+                gate.call_ended()
+
+    return ctx.spawn(call(), f"provider:{session_id}")
+
+
+async def _files(ctx: ActorContext, request: ProviderRequest) -> dict[str, bytes]:
+    """The bytes of the request's attachments the object store has, by SHA-256 (one not
+    found becomes a note naming the file: the turn goes on)."""
+    wanted = {a.sha256 for m in request.messages if m.attachments for a in m.attachments}
+    if not wanted or ctx.attachment is None:
+        return {}
+    found = await asyncio.gather(*(ctx.attachment(sha) for sha in wanted))
+    return {sha: data for sha, data in zip(wanted, found, strict=True) if data is not None}
