@@ -16,20 +16,24 @@ Then a one-tool turn (a `read_file` call approved by `auto` mode, then a text re
 each decided at once with a fresh `Context` of the real clock and UUIDv7 ids, 20 turns in a
 row in one session. `--against REV` measures it for this tree and for git REV's (exported
 to a temporary directory) in alternate subprocesses, round after round, and prints both
-and their ratio.
+and their ratio, then the state copies (`with_changes`) each tree makes per one-tool turn,
+by the type copied (`--copies` prints this tree's alone).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 import timeit
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 # appended: a PYTHONPATH goes first (`--against` measures another tree's core that way)
 sys.path.append(str(Path(__file__).parents[1]))
@@ -56,6 +60,12 @@ TURNS_IN_A_ROW = 20
 def main() -> None:
     if "--one-tool" in sys.argv:  # one round for `--against`: µs per one-tool turn
         print(one_tool_µs(rounds=5))
+        return
+    if "--copies-json" in sys.argv:  # for `--against`: copies per one-tool turn, by type
+        print(json.dumps(copies_per_turn()))
+        return
+    if "--copies" in sys.argv:
+        print_copies({"this tree": copies_per_turn()})
         return
     if "--against" in sys.argv:
         against(sys.argv[sys.argv.index("--against") + 1])
@@ -128,6 +138,49 @@ def one_tool_session(facts: list[tuple[Event, Event]]) -> SessionState:
     return state
 
 
+def copies_per_turn() -> dict[str, float]:
+    """The `with_changes` copies of one one-tool turn, by the type copied: counted over
+    `TURNS_IN_A_ROW` turns by a counting `with_changes` put wherever a module of the core
+    holds it (not here: the bench's own copies are not counted)."""
+    import turnstream.core.immutable as immutable
+
+    original, copied = immutable.with_changes, Counter[str]()
+
+    def counting(obj: Any, **changes: Any) -> Any:
+        copied[type(obj).__name__] += 1
+        return original(obj, **changes)
+
+    facts = [
+        (accepted(n), succeed("", "file text", f"turn{n}")) for n in range(1, TURNS_IN_A_ROW + 1)
+    ]
+    held = [
+        (module, name)
+        for module in list(sys.modules.values())
+        if getattr(module, "__name__", "").startswith("turnstream")
+        for name, value in list(vars(module).items())
+        if value is original
+    ]
+    for module, name in held:
+        setattr(module, name, counting)
+    try:
+        one_tool_session(facts)
+    finally:
+        for module, name in held:
+            setattr(module, name, original)
+    return {kind: n / TURNS_IN_A_ROW for kind, n in copied.most_common()}
+
+
+def print_copies(trees: dict[str, dict[str, float]]) -> None:
+    kinds = sorted(
+        {k for c in trees.values() for k in c},
+        key=lambda k: -max(c.get(k, 0) for c in trees.values()),
+    )
+    print(f"{'with_changes copies per one-tool turn':>36}: " + "".join(f"{t:>14}" for t in trees))
+    for kind in ["all", *kinds]:
+        row = [sum(c.values()) if kind == "all" else c.get(kind, 0) for c in trees.values()]
+        print(f"{kind:>36}: " + "".join(f"{n:14.1f}" for n in row))
+
+
 def runner_context() -> Context:
     return Context(now=now(), new_id=new_event_id, source="turn-runner/bench-1")
 
@@ -147,15 +200,24 @@ def against(rev: str) -> None:
         best = dict.fromkeys(trees, float("inf"))
         for _ in range(rounds):
             for name, tree in trees.items():
-                path = {"PYTHONPATH": f"{tree / 'services'}{os.pathsep}{tree}"}
-                cmd = [sys.executable, __file__, "--one-tool"]
-                done = subprocess.run(
-                    cmd, check=True, capture_output=True, text=True, env={**os.environ, **path}
-                )
-                best[name] = min(best[name], float(done.stdout))
+                best[name] = min(best[name], float(_run_with(tree, "--one-tool")))
+        copies = {
+            name: json.loads(_run_with(tree, "--copies-json")) for name, tree in trees.items()
+        }
     for name, µs in best.items():
         print(f"{'a one-tool turn, ' + name:>36}: {µs:6.0f} µs (best of {rounds} rounds)")
     print(f"{'':>36}  this tree / {rev}: {best['this tree'] / best[rev]:.2f}")
+    print_copies(copies)
+
+
+def _run_with(tree: Path, flag: str) -> str:
+    """What this bench prints with `flag`, run on `tree`'s core and tests."""
+    path = {"PYTHONPATH": f"{tree / 'services'}{os.pathsep}{tree}"}
+    cmd = [sys.executable, __file__, flag]
+    done = subprocess.run(
+        cmd, check=True, capture_output=True, text=True, env={**os.environ, **path}
+    )
+    return done.stdout
 
 
 def text_turn(state: SessionState, fold_again: bool) -> SessionState:

@@ -210,6 +210,20 @@ def test_steer_during_a_turn_is_injected_before_the_next_compose() -> None:
     assert [m.text for m in request.messages] == ["first", "long…", "go shorter"]
 
 
+def test_a_steer_recorded_for_another_turn_still_leaves_the_pending_inputs() -> None:
+    """Its input steered a turn (the log says so): it does not wait to start one, whichever
+    turn the chat holds now, and that turn hears nothing of it."""
+    config, c = TurnConfig(), ctx()
+    state = with_input(accepted(1, "first"))
+    state = fold(state, follow_session(state, config, c))
+    state = evolve(state, accepted(2, "go shorter", kind="steer"))
+    [steer] = follow_session(state, config, c)
+    assert isinstance(steer, SteeringInjected) and state.chat.pending
+    elsewhere = evolve(state, steer.model_copy(update={"turn_id": "turn9"}))
+    assert elsewhere.chat.pending == ()
+    assert elsewhere.chat.active == state.chat.active
+
+
 def test_steer_with_no_active_turn_starts_one() -> None:
     _, log = run_turn(with_input(accepted(1, "steer me", kind="steer")), [success()])
     assert kinds(log) == TEXT_TURN

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from turnstream.core.events import Event
-from turnstream.core.session import SessionState, evolve, state_from_json, state_to_json
+from turnstream.core.session import SessionState, fold, state_from_json, state_to_json
 from turnstream.core.subjects import session_key
 
 log = logging.getLogger("turnstream.turn_runner")
@@ -97,7 +97,6 @@ async def rebuild(
         latest=latest,
         events_before=found.events,
     )
-    for item in stored:
-        state = evolve(state, item.event)
+    state = fold(state, [item.event for item in stored])
     events = None if found.events is None else found.events + len(stored)
     return state, (stored[-1].seq if stored else found.seq), len(stored), events

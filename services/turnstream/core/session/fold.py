@@ -3,6 +3,7 @@ stage turn (lane) it belongs to, or to the chat."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from turnstream.core.approval import session_mode
@@ -35,7 +36,6 @@ from turnstream.core.events import (
     WorkflowAttached,
     WorkflowExit,
 )
-from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
 from turnstream.core.session import subturns
 from turnstream.core.session.state import SessionState, Unanswered
@@ -112,7 +112,25 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     return with_changes(state, workflow=_replace(run, with_changes(ex, lane=lane, failure=failure)))
 
 
-fold = projector(evolve)
+def evolve_all(state: SessionState, events: Iterable[Event]) -> SessionState:
+    """`evolve` of each event in order, with one copy of the session per run of events that
+    only its chat takes (no run attached, not a `SESSION_KINDS` event: most of a turn's)
+    instead of one per event: they are folded into the chat, then the session rebuilt."""
+    chat = state.chat  # ahead of `state` by the chat's events since the last rebuild
+    for event in events:
+        if state.workflow is None and type(event) not in SESSION_KINDS:
+            chat = evolve_turn(chat, event)
+            continue
+        if chat is not state.chat:
+            state = with_changes(state, chat=chat)
+        state = evolve(state, event)
+        chat = state.chat
+    return state if chat is state.chat else with_changes(state, chat=chat)
+
+
+fold = evolve_all
+"""The session's fold (`turnstream.core.fold.projector`'s contract: `evolve` of each event
+in order), batched (`evolve_all`)."""
 
 
 def _chat(state: SessionState, event: Event) -> SessionState:
@@ -142,7 +160,7 @@ def _chat(state: SessionState, event: Event) -> SessionState:
         case SessionTurnEnd():
             closing = is_active(state.chat, event)
     state = with_changes(state, chat=evolve_turn(state.chat, event))
-    return subturns.orphans_kept(state) if closing else state
+    return subturns.orphans_kept(state) if closing and state.early else state
 
 
 def _owed(state: SessionState, event: InputRejected) -> SessionState:

@@ -34,11 +34,12 @@ from turnstream.core.events import (
 from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.immutable import with_changes
 from turnstream.core.session import outbound, subturns
-from turnstream.core.session.fold import fold
+from turnstream.core.session.fold import SESSION_KINDS, fold
 from turnstream.core.session.run_steps import after_executions, enter_step
 from turnstream.core.session.state import SessionState
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.decide import next_step
+from turnstream.core.turn.evolve import fold as fold_chat
 from turnstream.core.turn.state import ChatState, Context, StageSpec, TurnConfig
 from turnstream.core.workflow.build import (
     assert_events,
@@ -84,8 +85,34 @@ def decide_chat(state: SessionState, config: TurnConfig, ctx: Context) -> Decisi
 def chat_steps(state: SessionState, config: TurnConfig, ctx: Context) -> Decision[SessionState]:
     """Every event the session's chat decides, in order: at each step a sub-turn's end or
     result first (`subturns`), then its turn's next step, a `spawn` judged against the
-    turn's children (`subturns.spawned_by`)."""
-    return until_quiet(state, partial(_chat_step, config=config, ctx=ctx), fold)
+    turn's children (`subturns.spawned_by`).
+
+    While the session has nothing of its own in the steps (no run, no sub-turns, no stage
+    spend to count) they are the chat's alone: decided and folded on the chat, and the
+    session rebuilt once, or at a step with an event of its own (`SESSION_KINDS`: a
+    turn's end, a spawn, a call's mode), which it folds, and so on: the same events and
+    state as `until_quiet` of `_chat_step` with the session's fold, with one copy of the
+    session instead of one per step."""
+    events: list[Event] = []
+    while (
+        state.workflow is None and not state.children and not (config.budget and state.stage_spent)
+    ):
+        chat = state.chat
+        while (step := next_step(chat, config, ctx)) and not _of_session(step):
+            events += step
+            chat = fold_chat(chat, step)
+        if chat is not state.chat:
+            state = with_changes(state, chat=chat)
+        if not step:
+            return Decision(tuple(events), state)
+        events += step
+        state = fold(state, step)
+    return until_quiet(state, partial(_chat_step, config=config, ctx=ctx), fold, events)
+
+
+def _of_session(step: Sequence[Event]) -> bool:
+    """A step with an event the session folds into more than its chat."""
+    return any(type(event) in SESSION_KINDS for event in step)
 
 
 def _chat_step(state: SessionState, config: TurnConfig, ctx: Context) -> Sequence[Event]:

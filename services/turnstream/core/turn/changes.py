@@ -4,9 +4,13 @@ inputs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from turnstream.core.events import EventBase
 from turnstream.core.immutable import with_changes
-from turnstream.core.turn.state import ChatState
+from turnstream.core.turn.state import ChatState, PendingInput
+
+NO_CHANGES: Mapping[str, object] = {}
 
 
 def is_active(state: ChatState, event: EventBase) -> bool:
@@ -14,12 +18,17 @@ def is_active(state: ChatState, event: EventBase) -> bool:
     return state.active is not None and state.active.turn_id == event.turn_id
 
 
-def turn_changed(state: ChatState, event: EventBase, **changes: object) -> ChatState:
-    """The active turn with `changes`, and `event` as its last (if it is the event's turn)."""
+def turn_changed(
+    state: ChatState, event: EventBase, chat: Mapping[str, object] = NO_CHANGES, **changes: object
+) -> ChatState:
+    """The active turn with `changes`, and `event` as its last (if it is the event's turn),
+    in a chat with `chat` (changes to its own fields, made whichever turn is active): one
+    copy of the chat for both."""
     if not is_active(state, event):
-        return state
+        return with_changes(state, **chat) if chat else state
     assert state.active is not None
-    return with_changes(state, active=with_changes(state.active, last_event_id=event.id, **changes))
+    turn = with_changes(state.active, last_event_id=event.id, **changes)
+    return with_changes(state, active=turn, **chat)
 
 
 def call_changed(
@@ -54,6 +63,6 @@ def joined(round_reply: tuple[str, str], text: str) -> str:
     return before + separator + text if before and text else before + text
 
 
-def pending_dropped(state: ChatState, input_id: str) -> ChatState:
-    """The chat without the pending input `input_id` (its turn started, or it steered one)."""
-    return with_changes(state, pending=tuple(p for p in state.pending if p.input_id != input_id))
+def pending_without(state: ChatState, input_id: str) -> tuple[PendingInput, ...]:
+    """The chat's pending inputs but `input_id` (its turn started, or it steered one)."""
+    return tuple(p for p in state.pending if p.input_id != input_id)

@@ -86,7 +86,7 @@ from turnstream.core.events import (
 )
 from turnstream.core.fold import projector
 from turnstream.core.immutable import with_changes
-from turnstream.core.turn.changes import is_active, pending_dropped, turn_changed
+from turnstream.core.turn.changes import is_active, pending_without, turn_changed
 from turnstream.core.turn.evolve_inputs import evolve_input, evolve_message, evolve_subturn
 from turnstream.core.turn.evolve_model import evolve_context, evolve_provider, evolve_stage
 from turnstream.core.turn.evolve_tools import evolve_call, evolve_hook
@@ -219,25 +219,26 @@ def _lifecycle(
         case StagePreFired(data=data):
             if not is_active(state, event):
                 return state
+            history = state.history
             changes: dict[str, object] = {}
             assert state.active is not None
             phase: Phase = state.active.phase
             if data.previous is not None:  # it stands for the stage's StagePostFired too
-                state, changes = _left(state, data.previous.stage)
+                history, changes = _left(state, data.previous.stage)
                 phase = _closed_in(phase, data.previous.stage)
-            assert state.active is not None
             if data.stage is Stage.COMPOSE_REQUEST and state.active.steering:
                 steered = tuple(Message("user", text) for text in state.active.steering)
-                state = with_changes(state, history=state.history + steered)
+                history += steered
                 changes["steering"] = ()
             changes.update(phase=_entered(phase, data.stage), iteration=data.iteration)
-            # one copy of the turn for all the event changes (it may stand for two events)
-            return turn_changed(state, event, **changes)
+            # one copy of the chat and the turn for all the event changes (it may stand
+            # for two events)
+            return turn_changed(state, event, _history(state, history), **changes)
         case StagePostFired(data=data):
             if not is_active(state, event):
                 return state
-            state, changes = _left(state, data.stage)
-            return turn_changed(state, event, **changes)
+            history, changes = _left(state, data.stage)
+            return turn_changed(state, event, _history(state, history), **changes)
         case RenderEmitted():
             turn = state.active
             if turn is None or not isinstance(turn.phase, Rendering):
@@ -255,18 +256,24 @@ def _lifecycle(
             assert_never(event)
 
 
-def _left(state: ChatState, stage: Stage) -> tuple[ChatState, dict[str, object]]:
-    """The chat, and the changes to its active turn, as the turn leaves `stage` (a
-    `StagePostFired`, or the `previous` a `StagePreFired` carries)."""
+def _left(state: ChatState, stage: Stage) -> tuple[tuple[Message, ...], dict[str, object]]:
+    """The chat's history, and the changes to its active turn, as the turn leaves `stage`
+    (a `StagePostFired`, or the `previous` a `StagePreFired` carries)."""
+    history = state.history
     changes: dict[str, object] = {}
     if stage is Stage.TOOL_CALL:
-        state = _append_tool_results(state)
+        history += _tool_results(state)
         changes["calls"] = ()
     if stage is Stage.COMPOSE_REQUEST:
         changes["context_gathered"] = True
     assert state.active is not None
     changes["phase"] = _closed_in(state.active.phase, stage)
-    return state, changes
+    return history, changes
+
+
+def _history(state: ChatState, history: tuple[Message, ...]) -> dict[str, object]:
+    """The chat's changes when its history is `history`."""
+    return {} if history is state.history else {"history": history}
 
 
 def _entered(phase: Phase, stage: Stage) -> Phase:
@@ -335,7 +342,8 @@ def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
         history_start=len(state.history),
     )
     return with_changes(
-        pending_dropped(state, data.input_id),
+        state,
+        pending=pending_without(state, data.input_id),
         active=turn,
         history=(*state.history, Message("user", data.text, attachments=attached)),
     )
@@ -356,14 +364,13 @@ def _closed(state: ChatState, event: SessionTurnEnd) -> ChatState:
     )
 
 
-def _append_tool_results(state: ChatState) -> ChatState:
-    """The round's results join the history in the model's call order."""
+def _tool_results(state: ChatState) -> tuple[Message, ...]:
+    """The round's results, as they join the history: in the model's call order."""
     assert state.active is not None
-    results = tuple(
+    return tuple(
         Message("tool", call.result, tool_call_id=call.call_id, is_error=call.is_error)
         for call in sorted(state.active.calls, key=lambda c: c.index)
     )
-    return with_changes(state, history=state.history + results)
 
 
 fold = projector(evolve)

@@ -22,7 +22,7 @@ from turnstream.core.events import (
     SubTurnSpawned,
 )
 from turnstream.core.immutable import with_changes
-from turnstream.core.turn.changes import call_changed, pending_dropped, turn_changed
+from turnstream.core.turn.changes import call_changed, pending_without, turn_changed
 from turnstream.core.turn.state import ChatState, Interrupt, PendingInput
 
 INTERRUPT_INPUT = "interrupt:"
@@ -43,12 +43,12 @@ def evolve_input(
             )
             return with_changes(state, pending=pending)
         case SteeringInjected(data=data):
-            state = pending_dropped(state, data.input_id)
+            left = {"pending": pending_without(state, data.input_id)}
             if state.active is None:
-                return state
+                return with_changes(state, **left)
             asked = state.active.summary_asked or data.input_id.startswith(INTERRUPT_INPUT)
             steering = (*state.active.steering, data.text)
-            return turn_changed(state, event, steering=steering, summary_asked=asked)
+            return turn_changed(state, event, left, steering=steering, summary_asked=asked)
         case InterruptReceived():
             return _interrupted(state, event)
         case _:

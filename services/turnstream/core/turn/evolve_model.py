@@ -58,8 +58,8 @@ def evolve_context(
             before = state.active.history_start
             dropped = min(data.dropped_messages, before)
             summary = running_summary(state.summary, state.history[:dropped], data.summary)
-            state = with_changes(state, history=state.history[dropped:], summary=summary)
-            return turn_changed(state, event, history_start=before - dropped, compacted=True)
+            chat = {"history": state.history[dropped:], "summary": summary}
+            return turn_changed(state, event, chat, history_start=before - dropped, compacted=True)
         case _:
             assert_never(event)
 
@@ -77,11 +77,11 @@ def evolve_provider(
                 return state
             assert state.active is not None
             phase = state.active.phase
-            state = with_changes(state, provider_calls=state.provider_calls + 1)
             if not isinstance(phase, Ended):
                 change = phase.change if isinstance(phase, Requesting | AwaitingModel) else None
                 phase = AwaitingModel(phase.stage, phase.open, change)
-            return turn_changed(state, event, phase=phase)
+            counted = {"provider_calls": state.provider_calls + 1}
+            return turn_changed(state, event, counted, phase=phase)
         case ProviderRequestCompleted():
             return _completed(state, event)
         case ProviderFallback():
@@ -108,15 +108,14 @@ def _completed(state: ChatState, event: ProviderRequestCompleted) -> ChatState:
     calls = tuple(ToolCall.of(b) for b in message.tool_calls)
     entry = Message("assistant", message.text, tool_calls=calls)
     used, key = Tokens.of(data.usage), model_key(data.provider, data.model)
-    state = with_changes(
-        state, history=(*state.history, entry), spent=add_spent(state.spent, key, used)
-    )
+    chat = {"history": (*state.history, entry), "spent": add_spent(state.spent, key, used)}
     # a new round (after tool calls, a stop hook's `iterate`) starts a new paragraph
     # of the reply; a continuation (max_tokens) joins seamlessly
     before = (turn.reply, "" if turn.stop_reason == "max_tokens" else "\n\n")
     return turn_changed(
         state,
         event,
+        chat,
         phase=_response_in(turn.phase, Response(calls, before)),
         stop_reason=data.stop_reason,
         reply=joined(before, message.text),
@@ -163,14 +162,13 @@ def _completion_checked(state: ChatState, event: StageCompletionChecked) -> Chat
     data = event.data
     detail = data.detail or ""
     if data.outcome == "no_call":
-        state = with_changes(state, history=(*state.history, Message("user", detail)))
+        history = (*state.history, Message("user", detail))
     else:
         is_error = data.outcome != "accepted"
         answers = tuple(
             Message("tool", detail, tool_call_id=call_id, is_error=is_error)
             for call_id in data.call_ids
         )
-        state = with_changes(state, history=state.history + answers)
-    assert state.active is not None
+        history = state.history + answers
     answered = with_response(state.active.phase, lambda r: with_changes(r, calls=()))
-    return turn_changed(state, event, phase=answered)
+    return turn_changed(state, event, {"history": history}, phase=answered)

@@ -170,7 +170,7 @@ def _modified(state: ChatState, event: HookDecided) -> ChatState:
             *rest, last = state.history
             if last.role == "user":
                 changed = with_changes(last, text=data.text)
-                state = with_changes(state, history=(*rest, changed))
+                return turn_changed(state, event, {"history": (*rest, changed)})
     return turn_changed(state, event)
 
 
@@ -198,7 +198,6 @@ def _response_changed(state: ChatState, event: HookDecided) -> ChatState:
     history = state.history
     if history and history[-1].role == "assistant":
         history = history[:-1]
-    state = with_changes(state, history=(*history, entry))
     stop = "tool_use" if calls else turn.stop_reason
     if stop == "tool_use" and not calls:
         stop = "end_turn"
@@ -206,6 +205,7 @@ def _response_changed(state: ChatState, event: HookDecided) -> ChatState:
     return turn_changed(
         state,
         event,
+        {"history": (*history, entry)},
         reply=joined(before, data.response.text),
         phase=with_response(turn.phase, lambda _: Response(calls, before)),
         stop_reason=stop,
