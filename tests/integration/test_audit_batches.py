@@ -146,11 +146,11 @@ async def test_a_redelivery_after_a_restart_is_checked_once(
     )
     path = tmp_path / "audit.jsonl"
 
-    async def no_ack(msg: Msg) -> None:
+    async def no_ack(intake: Intake, msg: Any) -> None:
         pass
 
     with monkeypatch.context() as patch:
-        patch.setattr(Msg, "ack", no_ack)
+        patch.setattr(Intake, "ack", no_ack)
         async with serving(bus, path) as service:
             await bus.store.append_facts([*turn("again", "t1"), ended("again", "t1")])
             found = await until(lambda: violations_of(bus, "again"))
