@@ -43,6 +43,7 @@ from turnstream.audit.report import NotOwner, report_once
 from turnstream.bus import Bus
 from turnstream.bus.durables import AUDIT
 from turnstream.bus.full import ALARM, backoff_s, noted
+from turnstream.bus.kv import KvWrites
 from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import stream_seq
 from turnstream.core.subjects import is_session_id, session_key
@@ -94,6 +95,7 @@ class PartitionAudit:
         self.clock = clock
         self.tick_s = tick_s
         self.kv: Any = None
+        self.writes = KvWrites(bus.store.appender, bus.subjects.sessions_bucket)
         self.quiet = QuietTrim()
         """Gives the free memory a burst of batches left back once they pause."""
 
@@ -265,7 +267,7 @@ class PartitionAudit:
                     violations = []
                 if not self.owns():
                     raise NotOwner(self.stream)
-                await put_all(self.kv, summaries)
+                await put_all(self.writes, summaries)
                 ALARM.stored(AUDIT_WRITES)
                 return True
             except NotOwner:
