@@ -41,6 +41,7 @@ from turnstream.audit.projections import put_all
 from turnstream.audit.rebuild import rebuild
 from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
+from turnstream.bus.kv import KvWrites
 from turnstream.bus.scan import scan_log
 from turnstream.bus.streams import StreamLimits, ensure_streams
 from turnstream.core.events import EVENT_ADAPTER, Event, decode, encode
@@ -216,8 +217,8 @@ async def service_start(bus: Bus, folder: Path) -> float:
     with Journal(folder / f"audit-{time.monotonic_ns()}.jsonl") as journal:
         await scan_log(bus.js, bus.subjects, partial(fold_message, auditor, journal))
         journal.flush()
-        kv = await bus.js.key_value(bus.subjects.sessions_bucket)
-        await put_all(kv, auditor.take_dirty())
+        writes = KvWrites(bus.store.appender, bus.subjects.sessions_bucket)
+        await put_all(writes, auditor.take_dirty())
     return time.perf_counter() - start
 
 

@@ -81,7 +81,10 @@ def run_side(pythonpath: str | None, script: str, turns: int, new_sessions: bool
     command = [sys.executable, __file__, "--one", script, "--turns", str(turns)]
     command += ["--new-sessions"] if new_sessions else []
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    # the last JSON line: the supervisor may say something after it (a service that did not
+    # serve, e.g. the HTTP face's port taken by another stack on a shared machine)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    result: dict[str, Any] = json.loads(lines[-1])
     return result
 
 

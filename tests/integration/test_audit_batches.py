@@ -20,9 +20,11 @@ from turnstream.audit.chain import verify
 from turnstream.audit.checks import CheckConfig
 from turnstream.audit.intake import Intake
 from turnstream.bus import Bus
+from turnstream.bus.appender import PipelinedAppender
 from turnstream.bus.consume import define_pull, durable_push
 from turnstream.bus.durables import ensure_durables
 from turnstream.core.events import StagePreFired
+from turnstream.core.subjects import session_key
 
 
 @contextlib.asynccontextmanager
@@ -146,11 +148,11 @@ async def test_a_redelivery_after_a_restart_is_checked_once(
     )
     path = tmp_path / "audit.jsonl"
 
-    async def no_ack(msg: Msg) -> None:
+    async def no_ack(intake: Intake, msg: Any) -> None:
         pass
 
     with monkeypatch.context() as patch:
-        patch.setattr(Msg, "ack", no_ack)
+        patch.setattr(Intake, "ack", no_ack)
         async with serving(bus, path) as service:
             await bus.store.append_facts([*turn("again", "t1"), ended("again", "t1")])
             found = await until(lambda: violations_of(bus, "again"))
@@ -214,3 +216,28 @@ async def test_a_refused_pull_is_not_asked_again_at_once(
         await bus.store.append_facts(turn("refused", "t1"))  # the waiting request ends
         await asyncio.sleep(2.5)
     assert 1 <= len(asked) <= 5  # about one a second, not a loop
+
+
+async def test_the_summaries_of_a_batch_are_written_in_one_flight(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns that start together are written at once, all in one pipelined flight (one
+    reply subscription for the acks), not a request each."""
+    flights: list[list[str]] = []
+    publish = PipelinedAppender.publish
+
+    async def counted(self: PipelinedAppender, items: Any, timeout: float) -> list[int]:
+        flights.append([subject for subject, _, _ in items])
+        return await publish(self, items, timeout)
+
+    monkeypatch.setattr(PipelinedAppender, "publish", counted)
+    subjects = bus.subjects  # the durable (a test before may have deleted it)
+    await define_pull(bus.js, subjects.log_stream, worker.DURABLE, [subjects.log_all], ack_all=True)
+    sessions = [f"flight-{n}" for n in range(5)]
+    async with serving(bus, tmp_path / "audit.jsonl"):
+        await bus.store.append_facts([start(s, "t1") for s in sessions])
+        summaries = [await current_summary(bus, s) for s in sessions]
+    assert [s.status for s in summaries] == ["active"] * 5
+    keys = {f"$KV.{bus.subjects.sessions_bucket}.{session_key(s)}" for s in sessions}
+    written = [flight for flight in flights if keys & set(flight)]
+    assert len(written) == 1 and keys <= set(written[0])

@@ -8,7 +8,8 @@ until they are asked for: one waiting request (`batch` 1) tells that something c
 then after `linger_s` one `no_wait` request takes everything waiting (up to the batch
 size) in one burst, so a batch costs a few wake-ups, and one ack (`AckPolicy.ALL`)
 covers it. Deliveries arrive in stream order on one inbox whatever request they answer,
-so a late answer to an earlier request just joins the next batch.
+so a late answer to an earlier request just joins the next batch. They are taken as the
+connection parses them (`bus/raw.py`): the audit reads only their bytes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 
 from turnstream.bus.consume import pull_next_subject
+from turnstream.bus.raw import Delivery, RawSubscription, raw_subscribe
 
 log = logging.getLogger("turnstream.audit")
 ANSWER_S = 2.0
@@ -40,17 +42,17 @@ class Intake:
         self.nc = nc
         self.next_subject = pull_next_subject(stream, durable)
         self.inbox: str = nc.new_inbox()
-        self.msgs: list[Any] = []
+        self.msgs: list[Delivery] = []
         """Delivered and not yet handed out, in stream order."""
         self.until = 0
         """The request waited on is over once `msgs` holds this many (or a status came)."""
         self.answered = asyncio.Event()
         self.status = ""
         """Of the last request that ended without filling its batch."""
-        self.sub: Any = None
+        self.sub: RawSubscription | None = None
 
     async def start(self) -> Intake:
-        self.sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
+        self.sub = await raw_subscribe(self.nc, self.inbox, self._on_msg)
         return self
 
     async def stop(self) -> None:
@@ -58,20 +60,24 @@ class Intake:
             with contextlib.suppress(Exception):
                 await self.sub.unsubscribe()
 
-    async def _on_msg(self, msg: Any) -> None:
+    async def ack(self, msg: Delivery) -> None:
+        """Ack `msg` (with `AckPolicy.ALL`: and every message before it)."""
+        await self.nc.publish(msg.reply, b"+ACK")
+
+    def _on_msg(self, msg: Delivery) -> None:
         if msg.reply:  # a delivery (`$JS.ACK.…`); the end of a request has no reply
             self.msgs.append(msg)
             if len(self.msgs) >= self.until:
                 self.answered.set()
         else:  # 404 no messages, 408 expired, 409 (e.g. the consumer was deleted)
-            self.status = (msg.headers or {}).get("Status", "")
+            self.status = msg.status
             if self.status not in ("404", "408"):
                 log.warning("audit: the pull was refused: %s %s", self.status, msg.headers)
             self.answered.set()
 
     async def next_batch(
         self, wait_s: float, linger_s: float, limit: int, stop: asyncio.Event
-    ) -> list[Any]:
+    ) -> list[Delivery]:
         """The first message within `wait_s`, then what is waiting `linger_s` after it,
         up to `limit` messages; [] when none came or `stop` was set meanwhile."""
         if not self.msgs:

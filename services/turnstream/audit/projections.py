@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from turnstream.bus.errors import KeyChanged, KeyMissing
+from turnstream.bus.kv import KvWrites
 from turnstream.core.subjects import is_session_id, session_key
 from turnstream.core.summary import SessionSummary
 
@@ -25,12 +26,13 @@ def _writable(summaries: Sequence[SessionSummary]) -> list[SessionSummary]:
     return ok
 
 
-async def put_all(kv: Any, summaries: Sequence[SessionSummary]) -> None:
-    """Write each summary (the audit service: the one live writer, in log order)."""
+async def put_all(writes: KvWrites, summaries: Sequence[SessionSummary]) -> None:
+    """Write each summary (the audit service: the one live writer, in log order), a chunk
+    in one flight (one reply subscription for the acks: no request, task and decoded ack
+    each)."""
     payloads = [(session_key(s.session_id), s.to_json()) for s in _writable(summaries)]
     for start in range(0, len(payloads), CHUNK):
-        chunk = payloads[start : start + CHUNK]
-        await asyncio.gather(*(kv.put(key, value) for key, value in chunk))
+        await writes.put_all(payloads[start : start + CHUNK])
 
 
 async def put_newer(kv: Any, summaries: Sequence[SessionSummary]) -> int:

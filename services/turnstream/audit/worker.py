@@ -43,6 +43,7 @@ from turnstream.audit.report import NotOwner, report_once
 from turnstream.bus import Bus
 from turnstream.bus.durables import AUDIT
 from turnstream.bus.full import ALARM, backoff_s, noted
+from turnstream.bus.kv import KvWrites
 from turnstream.bus.retry import retried, stoppable
 from turnstream.bus.scan import stream_seq
 from turnstream.core.subjects import is_session_id, session_key
@@ -94,6 +95,7 @@ class PartitionAudit:
         self.clock = clock
         self.tick_s = tick_s
         self.kv: Any = None
+        self.writes = KvWrites(bus.store.appender, bus.subjects.sessions_bucket)
         self.quiet = QuietTrim()
         """Gives the free memory a burst of batches left back once they pause."""
 
@@ -173,14 +175,15 @@ class PartitionAudit:
             wait_s = min(COUNTERS_S / 2, self.tick_s) if self.auditor.dirty else self.tick_s
             wait_s = max(0.05, min(wait_s, next_tick - time.monotonic()))
             batch = await intake.next_batch(wait_s, LINGER_S, BATCH, stop)
-            if batch and stream_seq(batch[0]) > self.auditor.last_seq + 1:
+            seqs = [stream_seq(msg) for msg in batch]
+            if seqs and seqs[0] > self.auditor.last_seq + 1:
                 if not await self._fill_gap(stop):
                     return
-            new = [msg for msg in batch if stream_seq(msg) > self.auditor.last_seq]
-            if not await self._recall([msg.subject for msg in new], stop):
+            last = self.auditor.last_seq
+            new = [(seq, msg) for seq, msg in zip(seqs, batch, strict=True) if seq > last]
+            if not await self._recall([msg.subject for _, msg in new], stop):
                 return  # stopping: the batch comes again
-            for msg in new:
-                seq = stream_seq(msg)
+            for seq, msg in new:
                 fold_message(self.auditor, self.journal, seq, msg.subject, msg.data)
             if time.monotonic() >= next_tick:
                 next_tick = time.monotonic() + self.tick_s
@@ -193,7 +196,7 @@ class PartitionAudit:
                 return  # stopping (or not the holder) before it was written: it comes again
             self._forget()
             if batch:
-                await batch[-1].ack()  # the consumer acks all: one covers the batch
+                await intake.ack(batch[-1])  # the consumer acks all: one covers the batch
                 telemetry.audited(batch)
                 self.quiet.touch()
 
@@ -264,7 +267,7 @@ class PartitionAudit:
                     violations = []
                 if not self.owns():
                     raise NotOwner(self.stream)
-                await put_all(self.kv, summaries)
+                await put_all(self.writes, summaries)
                 ALARM.stored(AUDIT_WRITES)
                 return True
             except NotOwner:

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from nats.js.errors import BadRequestError
 
-from turnstream.bus.appender import AppendError, PipelinedAppender
+from turnstream.bus.appender import AppendError, Item, PipelinedAppender
 from turnstream.bus.retry import cannot_place, retried, stoppable
 from turnstream.bus.scan import subject_counts
 from turnstream.bus.store import APPEND_TIMEOUT_S, WRONG_LAST_SEQUENCE
@@ -52,7 +52,12 @@ class KvWrites:
         return await self.create_all([(key, value)])
 
     async def put(self, key: str, value: bytes) -> None:
-        await self.appender.publish([(self.prefix + key, value, {})], APPEND_TIMEOUT_S)
+        await self.put_all([(key, value)])
+
+    async def put_all(self, entries: Sequence[tuple[str, bytes]]) -> None:
+        """Write each value over whatever its key holds, in order, in one flight."""
+        items: list[Item] = [(self.prefix + key, value, {}) for key, value in entries]
+        await self.appender.publish(items, APPEND_TIMEOUT_S)
 
 
 PLACEMENT_WITHIN_S = 30.0
