@@ -19,10 +19,12 @@ from turnstream.bus.ordered import ordered_subscribe
 from turnstream.bus.scan import (
     DirectGetError,
     DirectReads,
+    last_seq_on,
     log_count,
     log_last_seq,
     scan_log,
     stream_seq,
+    subject_counts,
 )
 from turnstream.bus.tracing import msg_headers
 from turnstream.core.events import Event, EventBase, decode, encode
@@ -114,12 +116,8 @@ class JetStreamEventStore:
 
     async def last_seq(self, session_id: str) -> int:
         subjects = self.subjects
-        return await log_last_seq(
-            self.js,
-            subjects,
-            subjects.log_session(session_id),
-            stream=subjects.log_stream_of(session_id),
-        )
+        stream = subjects.log_stream_of(session_id)
+        return await last_seq_on(self.nc, stream, subjects.log_session(session_id))
 
     async def last_seq_on(self, subject: str | None = None, *, stream: str | None = None) -> int:
         """`scan.log_last_seq` on this store's log: the last sequence on `subject` (default
@@ -182,10 +180,10 @@ class JetStreamEventStore:
     async def extent(self, session_id: str) -> Extent:
         stream = self.subjects.log_stream_of(session_id)
         subject = self.subjects.log_session(session_id)
-        last, total = await asyncio.gather(
-            self.last_seq(session_id), log_count(self.js, self.subjects, subject, stream=stream)
+        last, counts = await asyncio.gather(
+            last_seq_on(self.nc, stream, subject), subject_counts(self.nc, stream, subject)
         )
-        return Extent(last, total)
+        return Extent(last, sum(counts.values()))
 
     async def last_of_kind(self, session_id: str, event_type: str) -> Event | None:
         """The session's last event of one kind, asked of the stream's leader (one request);
