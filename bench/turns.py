@@ -13,7 +13,8 @@ up` does), then measures:
   depth     turns 1-5 against turns 46-50 of the same sessions (nothing may grow)
   CPU       what each process (services, nats-server, this client) spent per turn at K = 50:
             the sum bounds throughput on this machine's cores; the sum at K = 1 and 10 too
-  first     turns that each open a new session (K = 50): CPU per turn against a later turn
+  first     turns that each open a new session (K = 50): CPU per turn against a later turn,
+            per process too
   writes    log events and session-summary KV writes per turn at K = 50 (what the server
             stores for each turn)
 """
@@ -206,15 +207,15 @@ async def scenario(
         first_before = cpu_seconds(pids)
         first = await concurrent(watcher, 50, args.turns // 2, f"{name}-new", new_sessions=True)
         first_after = cpu_seconds(pids)
-        first["cpu_ms_per_turn"] = (
-            sum(first_after[p] - first_before[p] for p in pids) * 1000 / first["turns"]
-        )
+        first_cpu = {p: (first_after[p] - first_before[p]) * 1000 / first["turns"] for p in pids}
+        first["cpu_ms_per_turn"] = sum(first_cpu.values())
         result: dict[str, Any] = {
             "turns": turns,
             "cpu_ms_per_turn_k50": cpu,
             "cpu_ms_per_turn_total_by_k": cpu_by_k,
             "stored_per_turn_k50": writes,
             "first_turns_k50": first,
+            "first_turns_cpu_ms_k50": first_cpu,
         }
         if name == "text":
             result["depth"] = await depth(watcher)
@@ -255,13 +256,16 @@ def report(result: dict[str, Any]) -> None:
                 f"{row['p50_ms'] / path_floor:.1f}× of {path_floor:.2f}",
             )
     console.print(table)
-    cpu = Table("CPU ms per turn at K = 50", *SCRIPTS, title_justify="left")
+    firsts = [f"{name}, first turns" for name in SCRIPTS]
+    cpu = Table("CPU ms per turn at K = 50", *SCRIPTS, *firsts, title_justify="left")
     names = list(result["text"]["cpu_ms_per_turn_k50"])
     for process in [*names, "total"]:
         cells = []
-        for name in SCRIPTS:
-            spent = result[name]["cpu_ms_per_turn_k50"]
-            cells.append(f"{sum(spent.values()) if process == 'total' else spent[process]:.2f}")
+        for key in ("cpu_ms_per_turn_k50", "first_turns_cpu_ms_k50"):
+            for name in SCRIPTS:
+                spent = result[name].get(key, {})  # older results have no first turns'
+                figure = sum(spent.values()) if process == "total" else spent.get(process, 0)
+                cells.append(f"{figure:.2f}")
         cpu.add_row(process, *cells)
     console.print(cpu)
     stored_line = "; ".join(

@@ -73,6 +73,52 @@ async def test_a_counted_read_asks_for_exactly_the_sessions_events(bus: Bus) -> 
     assert [s.seq for s in after] == expected[3:]
 
 
+def counting(store: JetStreamEventStore) -> list[int]:
+    """The direct gets `store` asks from here on (one entry per batch asked)."""
+    asked: list[int] = []
+    batch = store.direct.batch
+
+    async def counted(*args: Any, **kwargs: Any) -> int:
+        asked.append(kwargs["batch"])
+        return await batch(*args, **kwargs)
+
+    store.direct.batch = counted  # type: ignore[method-assign]
+    return asked
+
+
+async def test_a_new_sessions_delivered_first_event_is_all_it_reads(bus: Bus) -> None:
+    """A runner's first read of a new session (issue 41): counted on the leader, the log
+    holds only the event delivered, which is taken as it came; no read is asked."""
+    store = JetStreamEventStore(bus.nc, bus.js, bus.subjects)
+    asked = counting(store)
+    mine = "direct-first"
+    first = ev(mine)
+    [seq] = await store.append_facts([first])
+    [read] = await store.read_session(mine, known={seq: first}, latest=True)
+    assert read.seq == seq and read.event is first
+    assert asked == []
+    # one more event than the delivered one: read, and the delivered one taken as it is
+    [seq2] = await store.append_facts([second := ev(mine)])
+    read2 = await store.read_session(mine, known={seq2: second}, latest=True)
+    assert [(x.seq, x.event.id) for x in read2] == [(seq, first.id), (seq2, second.id)]
+    assert read2[1].event is second and asked == [2]
+
+
+async def test_known_events_from_a_snapshot_on_are_read_all_the_same(bus: Bus) -> None:
+    """From a snapshot on, a count that comes out right (a log trimmed before the snapshot,
+    one unknown event after it) does not spare the read: the unknown one is found."""
+    store = JetStreamEventStore(bus.nc, bus.js, bus.subjects)
+    asked = counting(store)
+    mine = "direct-trimmed"
+    seqs = await store.append_facts([ev(mine), unknown := ev(mine), delivered := ev(mine)])
+    # as if the snapshot at seqs[0] counted two events, one of them trimmed since
+    read = await store.read_session(
+        mine, after_seq=seqs[0], known={seqs[2]: delivered}, latest=True, events_before=2
+    )
+    assert [x.event.id for x in read] == [unknown.id, delivered.id]
+    assert asked
+
+
 async def test_1500_sessions_read_at_once_open_no_consumer(bus: Bus) -> None:
     sessions = [f"direct-many-{i}" for i in range(1500)]
     await bus.store.append_facts([ev(s) for s in sessions])
@@ -250,7 +296,7 @@ async def test_every_read_of_a_session_from_its_start_is_counted(bus: Bus) -> No
     assert tail == expected[5:]
     assert asked.counts == [8, 8, 3]
     assert await store.read_session("counted-nobody") == []  # counted 0: nothing asked
-    assert asked.counts[-1] == 0
+    assert asked.counts == [8, 8, 3]
 
 
 async def test_the_http_faces_pages_ask_for_no_more_than_remain(bus: Bus) -> None:

@@ -75,6 +75,18 @@ async def test_sessions_are_kept_apart(store) -> None:
     assert await store.last_seq(session()) == 0
 
 
+async def test_the_extent_is_a_sessions_last_sequence_and_how_many_events_it_has(store) -> None:
+    s, other = session(), session()
+    assert await store.extent(s) == (0, 0)
+    seqs = await store.append(s, [ev(s), ev(s)])
+    await store.append(other, [ev(other)])
+    last = await store.append(s, [ev(s)])
+    assert await store.extent(s) == (last[-1], 3) and seqs[-1] < last[-1]
+    # read as `latest` reads, with the extent asked first
+    read = await store.read_session(s, latest=True, extent=await store.extent(s))
+    assert [x.seq for x in read] == [*seqs, *last]
+
+
 async def test_read_after_returns_only_the_tail(store) -> None:
     s = session()
     seqs = await store.append(s, [ev(s) for _ in range(4)])

@@ -23,6 +23,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.integration.test_direct_read import BehindReplica
@@ -134,19 +135,26 @@ async def kinds_after(bus: Bus, session: str, seq: int) -> list[str]:
 
 
 class PausedLeader:
-    """The JetStream context, but the last message of `subject` is answered as of `upto`:
-    a leader paused (a stop, a long GC) answers from its store until it hears it is not
-    the leader any more."""
+    """The connection, but the last message of `subject` is answered as of `upto`: a
+    leader paused (a stop, a long GC) answers from its store until it hears it is not the
+    leader any more."""
 
-    def __init__(self, js: Any, subject: str, upto: int) -> None:
-        self.js, self.subject, self.upto = js, subject, upto
+    def __init__(self, nc: Any, subject: str, upto: int) -> None:
+        self.nc, self.subject, self.upto = nc, subject, upto
+        self.asked = 0
 
-    async def get_last_msg(self, stream: str, subject: str) -> Any:
-        found = await self.js.get_last_msg(stream, subject)
-        return SimpleNamespace(seq=self.upto) if subject == self.subject else found
+    async def request(self, subject: str, payload: bytes, **how: Any) -> Any:
+        reply = await self.nc.request(subject, payload, **how)
+        asked = subject.startswith("$JS.API.STREAM.MSG.GET.") and orjson.loads(payload)
+        if not asked or asked.get("last_by_subj") != self.subject:
+            return reply
+        self.asked += 1
+        answer = orjson.loads(reply.data)
+        answer["message"]["seq"] = self.upto
+        return SimpleNamespace(data=orjson.dumps(answer))
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.js, name)
+        return getattr(self.nc, name)
 
 
 @pytest.mark.parametrize(
@@ -185,10 +193,11 @@ async def test_a_tool_result_is_decided_though_a_replica_behind_it_answers_the_r
             # leader asked for the session's last sequence)
             lease.lapse()
             store.direct = BehindReplica(store.direct, behind=1)  # type: ignore[assignment]
+            paused = PausedLeader(bus.nc, bus.subjects.log_session(session), actor.last_seq)
             if why == "a paused leader answers too":
-                subject = bus.subjects.log_session(session)
-                store.js = PausedLeader(bus.js, subject, actor.last_seq)
+                store.nc = paused
             seq, msg = await deliver(bus, actor, result)
+            assert paused.asked == (why == "a paused leader answers too")
         else:
             # the append is refused: an event the runner does not consume (a verdict, a
             # start) landed after the result; the replica answering the reload has neither

@@ -20,6 +20,15 @@ class StoredEvent(NamedTuple):
     event: Event
 
 
+class Extent(NamedTuple):
+    """How far a session's log goes, as the stream's leader said (`EventStore.extent`)."""
+
+    last: int
+    """The sequence of its last event (0: none)."""
+    events: int
+    """How many events it has."""
+
+
 class AppendConflict(Exception):
     """The session's log moved past `expected_last_seq`: reload and decide again."""
 
@@ -55,6 +64,7 @@ class EventStore(Protocol):
         at_least: int = 0,
         latest: bool = False,
         events_before: int | None = None,
+        extent: Extent | None = None,
     ) -> list[StoredEvent]:
         """The session's events after `after_seq`, in order. `known`: events the caller has
         decoded already, by sequence (a delivered fact), taken as they are. The read goes
@@ -64,7 +74,14 @@ class EventStore(Protocol):
         (`TimeoutError`). Where `events_before` (how many it has up to `after_seq`) is
         known or `after_seq` is 0, its events are counted first (one request) and the log
         is asked for exactly them: a read asking for more than remain costs the server
-        the rest of the stream."""
+        the rest of the stream. Counted, the `known` events may be all there is: then
+        nothing is read. `extent`: the caller asked the leader already (`extent`), as
+        `latest` would: nothing more is asked before the read."""
+        ...
+
+    async def extent(self, session_id: str) -> Extent:
+        """The session's last sequence and how many events it has, asked of the stream's
+        leader at once (one round trip): what `read_session(latest=True)` asks first."""
         ...
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:

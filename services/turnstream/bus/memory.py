@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from turnstream.bus.contract import AppendConflict, StoredEvent
+from turnstream.bus.contract import AppendConflict, Extent, StoredEvent
 from turnstream.core.events import Event, EventBase
 
 
@@ -56,8 +56,13 @@ class InMemoryEventStore:
         at_least: int = 0,
         latest: bool = False,
         events_before: int | None = None,
+        extent: Extent | None = None,
     ) -> list[StoredEvent]:
         return [s for s in self.log[after_seq:] if s.event.session_id == session_id]
+
+    async def extent(self, session_id: str) -> Extent:
+        events = sum(1 for s in self.log if s.event.session_id == session_id)
+        return Extent(self._last.get(session_id, 0), events)
 
     async def read_all(self, *, after_seq: int = 0) -> list[StoredEvent]:
         return self.log[after_seq:]

@@ -16,13 +16,15 @@ from typing import Any
 
 import orjson
 from nats.js import api
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from turnstream.bus.ordered import ordered_subscribe
 from turnstream.core.subjects import Subjects
 
 IDLE_TIMEOUT_S = 30.0
 """A scan that receives nothing for this long fails (a whole scan may take far longer)."""
+API_TIMEOUT_S = 5.0
+"""A JetStream API request's answer is awaited this long (the nats client's default)."""
 
 
 def stream_seq(msg: Any) -> int:
@@ -64,6 +66,25 @@ async def log_last_seq(
     except NotFoundError:
         return 0
     return int(msg.seq)
+
+
+async def last_seq_on(nc: Any, stream: str, subject: str) -> int:
+    """`log_last_seq` for a caller that holds the connection: the same request, of which
+    only the sequence is read (the client's `get_last_msg` decodes the message and parses
+    its headers as MIME, a fifth of a millisecond a session's reload spent for nothing).
+    The leader answers; 0 when there is none; any other error raised as the client does."""
+    reply = await nc.request(
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+        orjson.dumps({"last_by_subj": subject}),
+        timeout=API_TIMEOUT_S,
+    )
+    answer = orjson.loads(reply.data)
+    error = answer.get("error")
+    if error is None:
+        return int(answer["message"]["seq"])
+    if error.get("code") == 404:
+        return 0
+    raise APIError.from_error(error)
 
 
 async def log_count(js: Any, subjects: Subjects, subject: str, *, stream: str) -> int:

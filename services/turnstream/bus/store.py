@@ -14,15 +14,17 @@ from nats.js import api
 from nats.js.errors import NotFoundError
 
 from turnstream.bus.appender import AppendError, PipelinedAppender
-from turnstream.bus.contract import AppendConflict, StoredEvent
+from turnstream.bus.contract import AppendConflict, Extent, StoredEvent
 from turnstream.bus.ordered import ordered_subscribe
 from turnstream.bus.scan import (
     DirectGetError,
     DirectReads,
+    last_seq_on,
     log_count,
     log_last_seq,
     scan_log,
     stream_seq,
+    subject_counts,
 )
 from turnstream.bus.tracing import msg_headers
 from turnstream.core.events import Event, EventBase, decode, encode
@@ -114,12 +116,8 @@ class JetStreamEventStore:
 
     async def last_seq(self, session_id: str) -> int:
         subjects = self.subjects
-        return await log_last_seq(
-            self.js,
-            subjects,
-            subjects.log_session(session_id),
-            stream=subjects.log_stream_of(session_id),
-        )
+        stream = subjects.log_stream_of(session_id)
+        return await last_seq_on(self.nc, stream, subjects.log_session(session_id))
 
     async def last_seq_on(self, subject: str | None = None, *, stream: str | None = None) -> int:
         """`scan.log_last_seq` on this store's log: the last sequence on `subject` (default
@@ -161,24 +159,31 @@ class JetStreamEventStore:
         at_least: int = 0,
         latest: bool = False,
         events_before: int | None = None,
+        extent: Extent | None = None,
     ) -> list[StoredEvent]:
         stream = self.subjects.log_stream_of(session_id)
         subject = self.subjects.log_session(session_id)
-        expected = None
-        if latest:  # a replica behind the leader may answer the read (R3): ask the leader
-            if events_before is not None or after_seq == 0:  # the count is worth asking
-                last, total = await asyncio.gather(
-                    self.last_seq(session_id),
-                    log_count(self.js, self.subjects, subject, stream=stream),
-                )
-                expected = total - (events_before or 0)
+        counted = events_before is not None or after_seq == 0  # the count is worth asking
+        count = None
+        if latest and extent is None:  # a replica behind the leader may answer the read (R3)
+            if counted:
+                extent = await self.extent(session_id)
             else:
-                last = await self.last_seq(session_id)
-            at_least = max(at_least, last)
-        elif events_before is not None or after_seq == 0:  # counted, as a reload's read
-            counted = await log_count(self.js, self.subjects, subject, stream=stream)
-            expected = counted - (events_before or 0)
+                at_least = max(at_least, await self.last_seq(session_id))
+        if extent is not None:
+            at_least, count = max(at_least, extent.last), extent.events
+        elif counted:  # as a reload's read
+            count = await log_count(self.js, self.subjects, subject, stream=stream)
+        expected = count - (events_before or 0) if counted and count is not None else None
         return await self._read(stream, subject, after_seq, known or {}, at_least, expected)
+
+    async def extent(self, session_id: str) -> Extent:
+        stream = self.subjects.log_stream_of(session_id)
+        subject = self.subjects.log_session(session_id)
+        last, counts = await asyncio.gather(
+            last_seq_on(self.nc, stream, subject), subject_counts(self.nc, stream, subject)
+        )
+        return Extent(last, sum(counts.values()))
 
     async def last_of_kind(self, session_id: str, event_type: str) -> Event | None:
         """The session's last event of one kind, asked of the stream's leader (one request);
@@ -232,7 +237,8 @@ class JetStreamEventStore:
     ) -> list[StoredEvent]:
         """From `after_seq + 1` up to the last event that exists now, and at least up to
         the last `known` one and `at_least`; `expected`: how many events that is, where
-        the caller counted them (the server is asked for exactly that many).
+        the caller counted them (the server is asked for exactly that many; none at all
+        when they are the `known` ones).
 
         A session is read with batched direct gets (no consumer: nats-server caps a
         stream's consumers, and a runner reloading 1,500 sessions at once went past it);
@@ -244,6 +250,12 @@ class JetStreamEventStore:
             out.append(StoredEvent(seq, decode(data) if event is None else event))
 
         floor = max(max(known, default=0), at_least)
+        if after_seq == 0 and expected == len(known) and max(known, default=0) >= floor:
+            # counted on the leader from the session's start, the events known are all it
+            # has (say a new session's first, delivered): nothing to read. From a snapshot
+            # on it is not so sure: a log trimmed before the snapshot (archived, aged out)
+            # could make the sum come out right with an unknown event in between.
+            return [StoredEvent(seq, known[seq]) for seq in sorted(known)]
 
         async def scan() -> None:
             await scan_log(

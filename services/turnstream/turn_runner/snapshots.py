@@ -8,6 +8,7 @@ that would lose it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,8 +87,17 @@ async def rebuild(
     """The session from its latest snapshot and the log after it: the state, the sequence
     it is as of, how many events had to be read (`known`, `at_least`, `latest`: how far to
     read, as `EventStore.read_session` takes them), and how many events the session has
-    up to there (None: not known, an older snapshot's)."""
-    found = await load(kv, session_id) or Snapshot(SessionState.of(session_id), 0, 0)
+    up to there (None: not known, an older snapshot's).
+
+    With `latest`, the snapshot and how far the log goes on the leader are asked at once
+    (one round trip, not two): a snapshot is the fold of a prefix of the log, which never
+    changes, so whenever it was written it is a sound start."""
+    extent = None
+    if latest:
+        snapshot, extent = await asyncio.gather(load(kv, session_id), store.extent(session_id))
+    else:
+        snapshot = await load(kv, session_id)
+    found = snapshot or Snapshot(SessionState.of(session_id), 0, 0)
     state = found.state
     stored = await store.read_session(
         session_id,
@@ -96,6 +106,7 @@ async def rebuild(
         at_least=at_least,
         latest=latest,
         events_before=found.events,
+        extent=extent,
     )
     state = fold(state, [item.event for item in stored])
     events = None if found.events is None else found.events + len(stored)
