@@ -5,7 +5,8 @@ applies the approval rules itself), so before claiming a call the executor re-de
 approval from facts the runner cannot append (`core.justification`, `grounds.py`): the
 session's security mode (its agent profile's, else this executor's default) or allowlist,
 an attached workflow's stage tools, or a person's approval of this very call. One that is
-not justified is failed `policy_denied` (`approval_not_justified`) and never claimed.
+not justified is failed `policy_denied` (`approval_not_justified`) and never run (the
+check and the claim's create go at once: its claim is then marked done).
 
 At most once per invocation id: the claim `invocation.<id>` is created in the KV bucket
 before the tool runs (`claims.py`: a redelivery, a claim left `running` by an executor that
@@ -163,10 +164,7 @@ class Executor:
             await msg.ack()  # a redelivery of what this executor is running right now
             return
         async with self.slots:
-            if not await self._justified(request):
-                await msg.ack()
-                return
-            facts = await self.claims.claim(request)
+            facts = await self._claim_if_justified(request)
             if facts is None:
                 await msg.ack()
                 return
@@ -191,32 +189,49 @@ class Executor:
             await self.claims.done(invocation_id)
             await _ack(msg)
 
-    async def _justified(self, request: ToolInvocationRequested) -> bool:
-        """Whether the log justifies running the call (`core.justification`). One that it
-        does not is failed `policy_denied` and never run, unless it was claimed before (it
-        was justified then: a redelivery after its facts changed, `_claim` handles it)."""
-        verdict = await self.grounds.check(request)
-        if isinstance(verdict, Justified):
-            return True
-        invocation_id = request.data.invocation_id
-        if await self.claims.claimed(invocation_id):
-            return True
+    async def _claim_if_justified(self, request: ToolInvocationRequested) -> Facts | None:
+        """Facts to run the call with, once claimed, if the log justifies it
+        (`core.justification`); None: nothing to run. The check and the claim's create
+        are asked at once (one round trip, not two, before a call runs). A call claimed
+        now that is not justified is failed `policy_denied` and its claim marked done; one
+        claimed before was justified then (a redelivery after its facts changed):
+        `Claims.existing` decides it."""
+        if self.claims.expired(request):
+            verdict = await self.grounds.check(request)
+            if not isinstance(verdict, Justified) and not await self.claims.claimed(
+                request.data.invocation_id
+            ):
+                await self._deny(request, verdict.reason)
+                return None
+            return await self.claims.claim(request)
+        verdict, created = await asyncio.gather(
+            self.grounds.check(request), self.claims.create(request)
+        )
+        if not created:
+            return await self.claims.existing(request)
+        if not isinstance(verdict, Justified):
+            await self._deny(request, verdict.reason)
+            await self.claims.done(request.data.invocation_id)
+            return None
+        return Facts(request, self.source)
+
+    async def _deny(self, request: ToolInvocationRequested, reason: str) -> None:
+        """Fail a call the log does not justify: `policy_denied`, never run."""
         log.warning(
             "invocation %s of session %s not run: %s",
-            invocation_id,
+            request.data.invocation_id,
             request.session_id,
-            verdict.reason,
+            reason,
         )
         facts = Facts(request, self.source)
         await self._append(
             facts.failed(
                 FailureClass.POLICY_DENIED,
                 "approval_not_justified",
-                f"{verdict.reason}; the tool-executor did not run it",
+                f"{reason}; the tool-executor did not run it",
                 self.clock(),
             )
         )
-        return False
 
     async def _run(self, facts: Facts) -> None:
         data = facts.request.data

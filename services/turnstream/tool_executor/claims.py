@@ -67,12 +67,24 @@ class Claims:
 
     async def claim(self, request: ToolInvocationRequested) -> Facts | None:
         """Facts for this attempt, or None when there is nothing (more) to do."""
-        invocation_id = request.data.invocation_id
-        if self.runs_until is not None and self.clock() - request.time > self.runs_until:
+        if self.expired(request):
             await self._expire(request)
             return None
-        if await self.writes.create(invocation_id, RUNNING):
+        if await self.create(request):
             return Facts(request, self.source)
+        return await self.existing(request)
+
+    def expired(self, request: ToolInvocationRequested) -> bool:
+        """Older than its claim surely lives: not run (`claim` fails it)."""
+        return self.runs_until is not None and self.clock() - request.time > self.runs_until
+
+    async def create(self, request: ToolInvocationRequested) -> bool:
+        """Create the request's claim; False: it was claimed before (`existing`)."""
+        return bool(await self.writes.create(request.data.invocation_id, RUNNING))
+
+    async def existing(self, request: ToolInvocationRequested) -> Facts | None:
+        """`claim` for a request claimed before: a redelivery, or an executor that died."""
+        invocation_id = request.data.invocation_id
         entry = await self.kv.get(invocation_id)
         if entry.value == DONE:
             return None
