@@ -5,12 +5,13 @@ decision that asks for it (issue 41: a call does not wait a round trip for its
 
 Started so, a call yields through a `Gate`: its tokens, tool calls and outcome are kept
 until that append is stored (`open`), and dropped if it is refused (the decision is made
-again from the log, and asks again). A call that ends within `CALL_GRACE_S` with nothing
+again from the log, and asks again). A call that ends within `QUICK_ROUNDS` with nothing
 but its outcome (a quick model: the scripted one, a cache) has its outcome `taken`: the
 actor holds the decision and decides the outcome next, and both go out in one append, one
-round trip fewer per model call. A slower call's decision is appended at the grace's end.
+round trip fewer per model call. A slower call's decision is appended once those rounds
+have passed (microseconds on a quiet loop).
 A taken call's tokens go out before that append: should it be refused (another writer
-appended to the session within those milliseconds), the call is made again and its tokens
+appended to the session meanwhile), the call is made again and its tokens
 stream again from index 0 (live tokens are a preview, DESIGN §3: not stored).
 """
 
@@ -38,10 +39,12 @@ from turnstream.core.turn import ProviderFailure, ProviderOutcome, ProviderReque
 from turnstream.turn_runner.context import ActorContext
 
 log = logging.getLogger("turnstream.turn_runner")
-CALL_GRACE_S = 0.003
-"""How long a decision that only starts a model call waits for the call to end, to go out
-with what its outcome decides. A real model answers in hundreds of milliseconds: its
-`ProviderRequestStarted` is stored this much later, the call itself is not delayed."""
+QUICK_ROUNDS = 16
+"""How many rounds of the event loop a decision that only starts a model call lets pass
+for the call to end, to go out with what its outcome decides: one that makes no I/O (the
+scripted provider, a cache) ends in a few; one that waits on the network does not, and its
+decision is appended at once. Rounds, not a timer: on a busy loop (K = 50) a timer's grace
+ran out before the call's turn came, and every such decision waited it out."""
 QUIET_EFFECTS = (Providers, TimeTurns, WakeAt)
 """What a decision held for its call's outcome may ask besides the call (no hook, no
 delivery: their answers would have to be decided first)."""
@@ -90,17 +93,17 @@ class Gate:
         self.live.clear()
         self.inbox.clear()
 
-    async def taken(self, grace_s: float) -> ProviderDone | None:
-        """The outcome of its one call, taken, if the call ends within `grace_s` with
-        nothing else for the inbox (a streamed tool call is decided on its own)."""
+    async def taken(self, rounds: int) -> ProviderDone | None:
+        """The outcome of its one call, taken, if the call ends within `rounds` of the
+        event loop with nothing else for the inbox (a streamed tool call is decided on its
+        own)."""
         if self.running != 1:
             return None
-        try:
-            async with asyncio.timeout(grace_s):
-                await self.ended.wait()
-        except TimeoutError:
-            return None
-        done = self.inbox[0] if len(self.inbox) == 1 else None
+        for _ in range(rounds):
+            if self.ended.is_set():
+                break
+            await asyncio.sleep(0)
+        done = self.inbox[0] if self.ended.is_set() and len(self.inbox) == 1 else None
         if not isinstance(done, ProviderDone):
             return None
         self.inbox.clear()
@@ -150,7 +153,7 @@ class ModelCalls:
 
     async def quick(self, decision: SessionDecision) -> tuple[Gate, list[str], ProviderDone | None]:
         """Start the calls `decision` asks for behind a gate; if it asks nothing else and
-        its one call ends within `CALL_GRACE_S`, that call's outcome, taken (its tokens
+        its one call ends within `QUICK_ROUNDS`, that call's outcome, taken (its tokens
         go out now: the live subject's deltas are a preview, and the reply they make must
         be seen before the turn's end is)."""
         gate = Gate(self.ctx, self.session_id)
@@ -158,7 +161,7 @@ class ModelCalls:
         started = self.start(requests, decision.state.agent, gate)
         if not started or not all(type(e) in QUIET_EFFECTS for e in decision.effects):
             return gate, started, None
-        done = await gate.taken(CALL_GRACE_S)
+        done = await gate.taken(QUICK_ROUNDS)
         if done is not None:
             await gate.open()
         return gate, started, done
