@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 from nats.js import api
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError
 
 from turnstream.bus.ordered import ordered_subscribe
 from turnstream.core.subjects import Subjects
@@ -61,18 +61,16 @@ async def log_last_seq(
 ) -> int:
     """Sequence of the last event in the log stream `stream` (on `subject`, say a
     session's); 0 for none. `stream` may be left out when the log is one stream."""
-    try:
-        msg = await js.get_last_msg(one_log_stream(subjects, stream), subject or subjects.log_all)
-    except NotFoundError:
-        return 0
-    return int(msg.seq)
+    stream = one_log_stream(subjects, stream)
+    return await last_seq_of(js._nc, stream, subject or subjects.log_all)
 
 
-async def last_seq_on(nc: Any, stream: str, subject: str) -> int:
-    """`log_last_seq` for a caller that holds the connection: the same request, of which
-    only the sequence is read (the client's `get_last_msg` decodes the message and parses
-    its headers as MIME, a fifth of a millisecond a session's reload spent for nothing).
-    The leader answers; 0 when there is none; any other error raised as the client does."""
+async def last_seq_of(nc: Any, stream: str, subject: str) -> int:
+    """The sequence of the last message of `stream` on `subject`, asked of its leader; 0
+    when there is none. Only the sequence is read from the answer (the client's
+    `get_last_msg` decodes the message and parses its headers as MIME: a fifth of a
+    millisecond a session's reload spent for nothing); any other error is raised as the
+    client raises it."""
     reply = await nc.request(
         f"$JS.API.STREAM.MSG.GET.{stream}",
         orjson.dumps({"last_by_subj": subject}),
@@ -89,9 +87,8 @@ async def last_seq_on(nc: Any, stream: str, subject: str) -> int:
 
 async def log_count(js: Any, subjects: Subjects, subject: str, *, stream: str) -> int:
     """How many messages the log stream `stream` has on `subject` (a session's: one count
-    per event kind, summed), asked of the stream's leader."""
-    info = await js.stream_info(stream, subjects_filter=subject)
-    return sum((info.state.subjects or {}).values())
+    per event kind, summed), asked of the stream's leader (`subject_counts`)."""
+    return sum((await subject_counts(js._nc, stream, subject)).values())
 
 
 async def scan_log(

@@ -19,7 +19,7 @@ from turnstream.bus.ordered import ordered_subscribe
 from turnstream.bus.scan import (
     DirectGetError,
     DirectReads,
-    last_seq_on,
+    last_seq_of,
     log_count,
     log_last_seq,
     scan_log,
@@ -117,7 +117,7 @@ class JetStreamEventStore:
     async def last_seq(self, session_id: str) -> int:
         subjects = self.subjects
         stream = subjects.log_stream_of(session_id)
-        return await last_seq_on(self.nc, stream, subjects.log_session(session_id))
+        return await last_seq_of(self.nc, stream, subjects.log_session(session_id))
 
     async def last_seq_on(self, subject: str | None = None, *, stream: str | None = None) -> int:
         """`scan.log_last_seq` on this store's log: the last sequence on `subject` (default
@@ -181,7 +181,7 @@ class JetStreamEventStore:
         stream = self.subjects.log_stream_of(session_id)
         subject = self.subjects.log_session(session_id)
         last, counts = await asyncio.gather(
-            last_seq_on(self.nc, stream, subject), subject_counts(self.nc, stream, subject)
+            last_seq_of(self.nc, stream, subject), subject_counts(self.nc, stream, subject)
         )
         return Extent(last, sum(counts.values()))
 
