@@ -51,15 +51,17 @@ delivery: their answers would have to be decided first)."""
 
 
 class Gate:
-    """What the calls started beside one decision's append yield, kept until it is stored."""
+    """What the calls started beside one decision's append yield, kept until it is stored
+    (`opened`: as they come, for a call started once its decision was)."""
 
-    def __init__(self, ctx: ActorContext, session_id: str) -> None:
+    def __init__(self, ctx: ActorContext, session_id: str, opened: bool = False) -> None:
         self.ctx, self.session_id = ctx, session_id
-        self.opened = self.dropped = False
+        self.opened, self.dropped = opened, False
         self.live: list[tuple[str, bytes]] = []
         self.inbox: list[Input] = []
+        self.turn_ids: list[str] = []
+        """The turns whose calls were started behind it."""
         self.running = 0
-        self.ended = asyncio.Event()
 
     async def publish_live(self, turn_id: str, payload: bytes) -> None:
         if self.opened:
@@ -72,11 +74,6 @@ class Gate:
             self.ctx.deliver(self.session_id, item)
         elif not self.dropped:
             self.inbox.append(item)
-
-    def call_ended(self) -> None:
-        self.running -= 1
-        if self.running == 0:
-            self.ended.set()
 
     async def open(self) -> None:
         """The decision is stored: what was kept goes out, in order, and the rest as it comes."""
@@ -100,10 +97,10 @@ class Gate:
         if self.running != 1:
             return None
         for _ in range(rounds):
-            if self.ended.is_set():
+            if not self.running:
                 break
             await asyncio.sleep(0)
-        done = self.inbox[0] if self.ended.is_set() and len(self.inbox) == 1 else None
+        done = self.inbox[0] if not self.running and len(self.inbox) == 1 else None
         if not isinstance(done, ProviderDone):
             return None
         self.inbox.clear()
@@ -112,7 +109,7 @@ class Gate:
 
 class ModelCalls:
     """A session's model calls in flight, by turn id (a workflow's parallel stages call at
-    once), and the gates of the decisions held for their calls' outcomes."""
+    once)."""
 
     def __init__(self, ctx: ActorContext, session_id: str) -> None:
         self.ctx, self.session_id = ctx, session_id
@@ -126,17 +123,18 @@ class ModelCalls:
         requests: Iterable[ProviderRequest],
         agent: SessionConfiguredData | None,
         gate: Gate | None = None,
-    ) -> list[str]:
-        """Start the calls not in flight yet, with `agent`'s provider; their turn ids."""
-        started = []
+    ) -> Gate | None:
+        """Start the calls not in flight yet, with `agent`'s provider, behind `gate` (None:
+        their decision is stored, what they yield goes out as it comes); the gate, if any
+        call started."""
         for request in requests:
-            if request.turn_id not in self.tasks:
-                task = call_model(self.ctx, self.session_id, agent, request, gate)
-                self.tasks[request.turn_id] = task
-                started.append(request.turn_id)
-                if gate is not None:
-                    gate.running += 1
-        return started
+            if request.turn_id in self.tasks:
+                continue
+            gate = gate or Gate(self.ctx, self.session_id, opened=True)
+            self.tasks[request.turn_id] = call_model(self.ctx, agent, request, gate)
+            gate.turn_ids.append(request.turn_id)
+            gate.running += 1
+        return gate if gate is not None and gate.turn_ids else None
 
     def keep_only(self, live: Collection[str]) -> None:
         """Cancel the calls of turns no longer live."""
@@ -151,30 +149,31 @@ class ModelCalls:
         """The turn's call is over (a late outcome too)."""
         self.tasks.pop(turn_id, None)
 
-    async def quick(self, decision: SessionDecision) -> tuple[Gate, list[str], ProviderDone | None]:
-        """Start the calls `decision` asks for behind a gate; if it asks nothing else and
-        its one call ends within `QUICK_ROUNDS`, that call's outcome, taken (its tokens
-        go out now: the live subject's deltas are a preview, and the reply they make must
-        be seen before the turn's end is)."""
-        gate = Gate(self.ctx, self.session_id)
+    async def quick(self, decision: SessionDecision) -> tuple[Gate | None, ProviderDone | None]:
+        """Start the calls `decision` asks for behind a gate (None: it starts none); if it
+        asks nothing else and its one call ends within `QUICK_ROUNDS`, that call's
+        outcome, taken (its tokens go out now: the live subject's deltas are a preview,
+        and the reply they make must be seen before the turn's end is)."""
         requests = [r for e in decision.effects if type(e) is Providers for r in e.calls]
-        started = self.start(requests, decision.state.agent, gate)
-        if not started or not all(type(e) in QUIET_EFFECTS for e in decision.effects):
-            return gate, started, None
+        if not requests:
+            return None, None
+        gate = self.start(requests, decision.state.agent, Gate(self.ctx, self.session_id))
+        if gate is None or not all(type(e) in QUIET_EFFECTS for e in decision.effects):
+            return gate, None
         done = await gate.taken(QUICK_ROUNDS)
         if done is not None:
             await gate.open()
-        return gate, started, done
+        return gate, done
 
-    async def beside(
-        self, gate: Gate, started: list[str], append: Callable[[], Awaitable[int]]
-    ) -> int:
-        """`append()` the decision whose calls `started` behind `gate`; stored, the gate
+    async def beside(self, gate: Gate | None, append: Callable[[], Awaitable[int]]) -> int:
+        """`append()` the decision whose calls were started behind `gate`; stored, the gate
         opens; refused, those calls are cancelled and nothing of them goes out."""
+        if gate is None:
+            return await append()
         try:
             last = await append()
         except BaseException:
-            self.cancel(started)
+            self.cancel(gate.turn_ids)
             gate.drop()
             raise
         await gate.open()
@@ -183,38 +182,32 @@ class ModelCalls:
 
 def call_model(
     ctx: ActorContext,
-    session_id: str,
     agent: SessionConfiguredData | None,
     request: ProviderRequest,
-    gate: Gate | None = None,
+    gate: Gate,
 ) -> asyncio.Task[None]:
     """Call the model for `request`'s turn on a side task (the session's `agent`'s provider,
     if its profile names one); its outcome comes back as an input, and so does each tool
-    call it streams complete (through `gate`, if the call was started beside an append)."""
+    call it streams complete, through `gate`."""
+    session_id = gate.session_id
     provider = (agent and ctx.agent_provider(agent)) or ctx.session(session_id)[0]
     index = 0
     first_byte_at: datetime | None = None
-
-    async def publish_live(turn_id: str, payload: bytes) -> None:
-        await ctx.publish_live(session_id, turn_id, payload)
-
-    def deliver(item: Input) -> None:
-        ctx.deliver(session_id, item)
-
-    live, inbox = (gate.publish_live, gate.deliver) if gate else (publish_live, deliver)
 
     async def on_delta(text: str) -> None:
         nonlocal index, first_byte_at
         first_byte_at = first_byte_at or ctx.now()
         payload = {"turnId": request.turn_id, "iteration": request.iteration}
-        await live(request.turn_id, orjson.dumps({**payload, "index": index, "delta": text}))
+        await gate.publish_live(
+            request.turn_id, orjson.dumps({**payload, "index": index, "delta": text})
+        )
         index += 1
         # let the flusher write it now: an SDK parsing a burst of buffered chunks never
         # yields on its own, and the token would wait for the whole burst
         await asyncio.sleep(0)
 
     async def on_tool_call(call: ToolCall) -> None:
-        inbox(ToolCallReady(request.turn_id, call, first_byte_at or ctx.now()))
+        gate.deliver(ToolCallReady(request.turn_id, call, first_byte_at or ctx.now()))
 
     async def outcome() -> ProviderOutcome:
         try:
@@ -234,10 +227,9 @@ def call_model(
 
     async def call() -> None:
         try:
-            inbox(ProviderDone(request.turn_id, await outcome()))
+            gate.deliver(ProviderDone(request.turn_id, await outcome()))
         finally:
-            if gate is not None:
-                gate.call_ended()
+            gate.running -= 1
 
     return ctx.spawn(call(), f"provider:{session_id}")
 

@@ -225,12 +225,12 @@ class SessionActor(LeasedActor[Item]):
             if not decision or self.holds(decision):
                 self.state, self.held = decision.state, decision.events
                 return decision
-            gate, started, self.quick = await self.model_calls.quick(decision)
+            gate, self.quick = await self.model_calls.quick(decision)
             if self.quick is not None:  # its call has answered: both go out in one append
                 self.state, self.held = decision.state, decision.events
                 return decision
             try:
-                last = await self.append(decision, gate, started)
+                last = await self.append(decision, gate)
             except AppendConflict:
                 if not await self.ctx.leases.confirm(self.session_id):
                     raise LeaseLost(self.session_id) from None  # another runner appended
@@ -259,14 +259,14 @@ class SessionActor(LeasedActor[Item]):
             return decision
         raise RuntimeError(f"session {self.session_id}: {MAX_CONFLICT_RETRIES} conflicts in a row")
 
-    async def append(self, decision: SessionDecision, gate: Gate, started: list[str]) -> int:
-        """Append `decision` conditional on `last_seq`, beside the calls it `started`."""
+    async def append(self, decision: SessionDecision, gate: Gate | None) -> int:
+        """Append `decision` conditional on `last_seq`, beside the calls it started."""
         store, expected = self.ctx.store, self.last_seq
 
         def append() -> Awaitable[int]:
             return store.append_decision(self.session_id, decision, expected_last_seq=expected)
 
-        return await self.model_calls.beside(gate, started, append)
+        return await self.model_calls.beside(gate, append)
 
     def holds(self, decision: SessionDecision) -> bool:
         """Whether to hold `decision` back: it asks in-process context providers only, so
