@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,13 @@ import pytest
 from tests.integration.test_tools_path import registry
 from tests.recovery.harness import deployment, events
 from tests.recovery.test_many_open_sessions import counts, until
+from tests.unit.factories import tool_requested
 from turnstream.bus import Bus, connect
 from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.streams import StreamLimits
 from turnstream.client import message_command, publish_command
 from turnstream.core.events import (
     ToolInvocationFailed,
-    ToolInvocationRequested,
-    ToolInvocationRequestedData,
     ToolInvocationSucceeded,
     TurnEnded,
 )
@@ -70,29 +68,6 @@ async def test_services_outlive_a_broker_outage_and_keep_tool_results(tmp_path: 
         assert all(proc.poll() is None for proc in d.procs.values())
 
 
-def requested(session: str, tool: str, **args: Any) -> ToolInvocationRequested:
-    return ToolInvocationRequested(
-        id="01a20000-0000-7000-8000-00000000fa11",
-        time=datetime.now(UTC),
-        session_id=session,
-        chat_id="c",
-        turn_id="t",
-        trace_id="tr",
-        correlation_id="k",
-        source="turn-runner/test",
-        data=ToolInvocationRequestedData(
-            invocation_id=f"inv-{session}",
-            call_id="call-1",
-            tool=tool,
-            args=args,
-            read_only=True,
-            idempotent=True,
-            timeout_ms=5000,
-            iteration=1,
-        ),
-    )
-
-
 @contextlib.asynccontextmanager
 async def one_executor(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedServer, Bus, asyncio.Event]]:
     """A server, a connection to it, and a tool-executor (in this process) told to stop
@@ -128,7 +103,7 @@ async def started_one(bus: Bus, session: str, ms: int) -> None:
     sub = await bus.nc.subscribe(
         bus.subjects.log_live(session, "ToolInvocationStarted"), cb=started.put
     )
-    await bus.store.append_facts([requested(session, "slow_read", ms=ms)])
+    await bus.store.append_facts([tool_requested(session, "slow_read", ms=ms)])
     await asyncio.wait_for(started.get(), 10)
     await sub.unsubscribe()
 

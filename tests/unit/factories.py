@@ -15,6 +15,8 @@ from turnstream.core.events import (
     InterruptReceived,
     InterruptReceivedData,
     Sender,
+    ToolInvocationRequested,
+    ToolInvocationRequestedData,
     Usage,
 )
 from turnstream.core.fold import Decision
@@ -188,3 +190,28 @@ def run_turn(
     session = InMemory(state, config, ids, replies)
     session.run(Tick(), max_rounds=len(replies) + 1)
     return session.state, session.log
+
+
+def tool_requested(session: str, tool: str, **args: Any) -> ToolInvocationRequested:
+    """A read-only, idempotent call's request, as the runner appends it (invocation
+    `inv-<session>`), for the executor's tests."""
+    return ToolInvocationRequested(
+        id="01a20000-0000-7000-8000-00000000fa11",
+        time=datetime.now(UTC),
+        session_id=session,
+        chat_id="c",
+        turn_id="t",
+        trace_id="tr",
+        correlation_id="k",
+        source="turn-runner/test",
+        data=ToolInvocationRequestedData(
+            invocation_id=f"inv-{session}",
+            call_id="call-1",
+            tool=tool,
+            args=args,
+            read_only=True,
+            idempotent=True,
+            timeout_ms=5000,
+            iteration=1,
+        ),
+    )

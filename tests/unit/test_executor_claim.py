@@ -9,36 +9,14 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from turnstream.core.events import ToolInvocationRequested, ToolInvocationRequestedData
+from tests.unit.factories import tool_requested
+from turnstream.core.events import ToolInvocationRequested
 from turnstream.core.justification import Justified, Unjustified
 from turnstream.tool_executor.app import Executor as ToolExecutor
 from turnstream.tool_executor.outcome import Facts
 
 GUARD_S = 10.0
 """Only a broken change waits this long (then the test fails): no timing is asserted."""
-
-
-def request() -> ToolInvocationRequested:
-    return ToolInvocationRequested(
-        id="01a20000-0000-7000-8000-00000000fa11",
-        time=datetime.now(UTC),
-        session_id="s1",
-        chat_id="c",
-        turn_id="t",
-        trace_id="tr",
-        correlation_id="k",
-        source="turn-runner/test",
-        data=ToolInvocationRequestedData(
-            invocation_id="inv-1",
-            call_id="call-1",
-            tool="write_file",
-            args={},
-            read_only=False,
-            idempotent=False,
-            timeout_ms=5000,
-            iteration=1,
-        ),
-    )
 
 
 class Executor:
@@ -95,7 +73,7 @@ class Executor:
 
 async def claim(executor: Executor) -> Facts | None:
     return await asyncio.wait_for(
-        ToolExecutor._claim_if_justified(executor, request()),  # type: ignore[arg-type]
+        ToolExecutor._claim_if_justified(executor, tool_requested("s1", "write_file")),  # type: ignore[arg-type]
         GUARD_S,
     )
 
@@ -113,7 +91,7 @@ async def test_an_unjustified_call_claimed_now_is_failed_and_its_claim_marked_do
     [failed] = executor.appended
     assert failed.type == "ToolInvocationFailed"
     assert failed.data.error.kind == "approval_not_justified"
-    assert executor.done == ["inv-1"]  # a redelivery finds it done: not run either
+    assert executor.done == ["inv-s1"]  # a redelivery finds it done: not run either
 
 
 async def test_a_call_claimed_before_is_decided_by_its_claim_as_it_was() -> None:
