@@ -9,7 +9,7 @@ again from the log, and asks again). A call that ends within `QUICK_ROUNDS` with
 but its outcome (a quick model: the scripted one, a cache) has its outcome `taken`: the
 actor holds the decision and decides the outcome next, and both go out in one append, one
 round trip fewer per model call. A slower call's decision is appended once those rounds
-have passed (microseconds on a quiet loop).
+have passed.
 A taken call's tokens go out before that append: should it be refused (another writer
 appended to the session meanwhile), the call is made again and its tokens
 stream again from index 0 (live tokens are a preview, DESIGN §3: not stored).
