@@ -107,11 +107,12 @@ async def test_a_log_written_before_still_folds_replays_and_verifies(
 ) -> None:
     settings = settings_for(nats_server, tmp, script=script(tmp, *ROUND_TRIP, '{text: "again"}'))
 
-    def as_version_1(events: Sequence[Event]) -> tuple[Event, ...]:
+    def as_version_1(recorded: Sequence[Event], followed: Sequence[Event]) -> tuple[Event, ...]:
         """What a runner of schema version 1 decided: the stage events separate."""
+        events = unmerged([*recorded, *followed])
         return tuple(e.model_copy(update={"schema_version": 1}) for e in events)
 
-    with patch("turnstream.core.session.decider.merged_stages", as_version_1):
+    with patch("turnstream.core.session.decider.joined", as_version_1):
         async with running_services(settings, bus, tools=registry()):
             first = await send_and_wait(bus, message_command("legacy", "read"), timeout=15)
             await asyncio.sleep(0.2)

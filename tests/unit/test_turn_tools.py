@@ -120,7 +120,7 @@ def test_consecutive_read_only_calls_are_requested_together() -> None:
     # the read after the write waits for the write
     assert requested(d.feed(succeed(d.inv(2)))) == ["read_file"]
     end = d.feed(succeed(d.inv(3)))
-    assert [e.type for e in end][:2] == ["StagePostFired", "StagePreFired"]
+    assert [e.type for e in unmerged(end)][:2] == ["StagePostFired", "StagePreFired"]
 
 
 def test_requests_carry_the_tool_timeout_and_idempotency() -> None:
@@ -326,7 +326,8 @@ def test_a_tool_call_complete_mid_stream_is_proposed_and_run_before_the_stream_e
     state = fold(state, log)
     call = ToolCall("c0", "read_file", {"path": "p0"})
     early = on_tool_call_ready(state.chat, call, T0, CONFIG, c)
-    assert [e.type for e in early] == ["StagePostFired", "StagePreFired", "ToolInvocationProposed"]
+    early_kinds = [e.type for e in unmerged(early)]
+    assert early_kinds == ["StagePostFired", "StagePreFired", "ToolInvocationProposed"]
     state = fold(state, early)
     assert list(on_tool_call_ready(state.chat, call, T0, CONFIG, c)) == []  # once
     inv = early[-1].data.invocation_id
@@ -338,7 +339,7 @@ def test_a_tool_call_complete_mid_stream_is_proposed_and_run_before_the_stream_e
     rest = on_provider_result(state.chat, reply, CONFIG, c)
     proposals = [e for e in rest if isinstance(e, ToolInvocationProposed)]
     assert [p.data.call_id for p in proposals] == ["c1"]  # c0 is not proposed twice
-    assert [e.type for e in rest][:2] == ["ProviderRequestCompleted", "StagePostFired"]
+    assert [e.type for e in unmerged(rest)][:2] == ["ProviderRequestCompleted", "StagePostFired"]
     state = fold(state, rest)
     assert [c.call_id for c in state.chat.active.calls] == ["c0", "c1"]
     assert [c.index for c in state.chat.active.calls] == [0, 1]

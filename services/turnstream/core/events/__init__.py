@@ -106,7 +106,7 @@ from turnstream.core.events.provider import (
     Usage,
 )
 from turnstream.core.events.push import PushNotificationAbandoned, PushNotificationAbandonedData
-from turnstream.core.events.stages import merged_stages, stage_left, unmerged
+from turnstream.core.events.stages import joined, stage_left, unmerged
 from turnstream.core.events.tools import (
     Authority,
     CompactionChange,
@@ -310,7 +310,7 @@ __all__ = [
     "WorkflowExitData",
     "decode",
     "encode",
-    "merged_stages",
+    "joined",
     "stage_left",
     "stamp",
     "unmerged",

@@ -7,10 +7,12 @@ decision, by the `StagePreFired` of the same turn is stored as that `StagePreFir
     Post(A, ok) ─▶ HookDecided …          Post(A, ok) ─▶ HookDecided …   (not followed by a Pre)
     … Post(A, ok)   (the decision ends)   … Post(A, ok)
 
-`merged_stages` is applied once, where the session's decider hands its events out;
-`stage_left` and `unmerged` give a reader the `StagePostFired` a merged event stands for.
-A log written before (separate events) reads the same: every reader takes `previous` as
-the `StagePostFired` before the `StagePreFired`.
+The deciders make the merged event themselves: a step that closes a stage goes on at once
+(`turnstream.core.turn.builder.Builder.leave`, `turnstream.core.turn.onward`), and where an
+answer's events end with a close and the decider's start with the next stage, `joined`
+makes the two one. `stage_left` and `unmerged` give a reader the `StagePostFired` a merged
+event stands for. A log written before (separate events) reads the same: every reader
+takes `previous` as the `StagePostFired` before the `StagePreFired`.
 """
 
 from __future__ import annotations
@@ -32,32 +34,15 @@ if TYPE_CHECKING:
     from turnstream.core.events.codec import Event
 
 
-def merged_stages(events: Sequence[Event]) -> tuple[Event, ...]:
-    """`events` (one decision's, in order) with each `StagePostFired` that the next event,
-    a `StagePreFired` of the same turn caused by it, follows at once carried in that
-    event's `previous`. The merged event keeps the `StagePreFired`'s id and takes the
-    `StagePostFired`'s causation; a later event caused by the dropped one names the merged
-    event instead."""
-    if not any(type(event) is StagePostFired for event in events):
-        return tuple(events)
-    out: list[Event] = []
-    renamed: dict[str, str] = {}
-    i, count = 0, len(events)
-    while i < count:
-        event = events[i]
-        follower = events[i + 1] if i + 1 < count else None
-        if isinstance(event, StagePostFired) and isinstance(follower, StagePreFired):
-            if _pair(event, follower):
-                out.append(_merged(event, follower, renamed))
-                renamed[event.id] = follower.id
-                i += 2
-                continue
-        cause = event.causation_id
-        if cause is not None and cause in renamed:
-            event = changed(event, causation_id=renamed[cause])
-        out.append(event)
-        i += 1
-    return tuple(out)
+def joined(recorded: Sequence[Event], followed: Sequence[Event]) -> tuple[Event, ...]:
+    """An answer's events, then the events the decider decided after them: a stage the
+    answer closed last and the next one the decider entered first are one event, which
+    keeps the `StagePreFired`'s id and takes the `StagePostFired`'s causation."""
+    if recorded and followed:
+        post, pre = recorded[-1], followed[0]
+        if type(post) is StagePostFired and type(pre) is StagePreFired and _pair(post, pre):
+            return (*recorded[:-1], _merged(post, pre), *followed[1:])
+    return (*recorded, *followed)
 
 
 def _pair(post: StagePostFired, pre: StagePreFired) -> bool:
@@ -76,7 +61,7 @@ def _pair(post: StagePostFired, pre: StagePreFired) -> bool:
     )
 
 
-def _merged(post: StagePostFired, pre: StagePreFired, renamed: dict[str, str]) -> StagePreFired:
+def _merged(post: StagePostFired, pre: StagePreFired) -> StagePreFired:
     left = post.data
     if post.time == pre.time:  # as in one decision: the same few, so validated once each
         previous = _left_at_once(left.stage, left.iteration, left.outcome)
@@ -84,12 +69,7 @@ def _merged(post: StagePostFired, pre: StagePreFired, renamed: dict[str, str]) -
         previous = PreviousStage(
             stage=left.stage, iteration=left.iteration, outcome=left.outcome, ended_at=post.time
         )
-    cause = post.causation_id
-    return changed(
-        pre,
-        causation_id=renamed.get(cause, cause) if cause is not None else None,
-        data=changed(pre.data, previous=previous),
-    )
+    return changed(pre, causation_id=post.causation_id, data=changed(pre.data, previous=previous))
 
 
 @lru_cache(maxsize=1024)

@@ -32,12 +32,12 @@ and what the new state asks the shell to do (`effects_of`), every time:
                                  reply, a send_message, a sub-turn's input, an interrupt),
                                  each with its derived `Nats-Msg-Id`; then `Published`
 
-A `StagePostFired` followed at once by the next `StagePreFired` of its turn goes out as
-one event (`merged_stages`). The shell (`turnstream.turn_runner.session`) appends the
-events, performs the effects and feeds their answers back: it knows this module and
-nothing else of the core's steps. Both lists are unions (`Input`, `Effect`) matched to the
-end (`assert_never`) here (`_step`, `effects_of`) and in the shell (`perform`): a new input
-or effect one of them forgets fails the type checker.
+A stage left and the next entered go out as one event (`turnstream.core.events.stages`).
+The shell (`turnstream.turn_runner.session`) appends the events, performs the effects and
+feeds their answers back: it knows this module and nothing else of the core's steps. Both
+lists are unions (`Input`, `Effect`) matched to the end (`assert_never`) here (`_step`,
+`effects_of`) and in the shell (`perform`): a new input or effect one of them forgets
+fails the type checker.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import assert_never
 
-from turnstream.core.events import merged_stages
+from turnstream.core.events import joined
 from turnstream.core.fold import Decision
 from turnstream.core.inputs import Fact, Tick, WakeAt
 from turnstream.core.session import outbound, subturns
@@ -237,9 +237,9 @@ def decide_session(
         state = evolve(state, input.event)
     config = with_agent(config, state.agent, state.security_mode)
     step = _step(state, input, config, ctx)
-    decided = follow_session(step.state, config, ctx).after(step)
-    # a stage left and the next entered are one event: it folds to the same state
-    events = merged_stages(decided.events)
+    decided = follow_session(step.state, config, ctx)
+    # a stage the answer closed and the next the decider entered are one event
+    events = joined(step.events, decided.events)
     return Decision(events, decided.state, effects_of(decided.state, config, ctx.now))
 
 

@@ -24,6 +24,7 @@ from turnstream.core.events import (
     ProviderRequestFailedData,
     Stage,
     TextBlock,
+    joined,
 )
 from turnstream.core.fold import Decision
 from turnstream.core.turn.builder import Builder
@@ -46,6 +47,7 @@ from turnstream.core.turn.provider import (
 )
 from turnstream.core.turn.runtime_tools import is_runtime_tool
 from turnstream.core.turn.state import (
+    ActiveTurn,
     ChatState,
     Context,
     ToolCall,
@@ -66,7 +68,8 @@ def then_decide(
     nothing to record, and nothing follows)."""
     if recorded is None:
         return Decision((), state)
-    return decide_turn(recorded.state, config, ctx).after(recorded)
+    decided = decide_turn(recorded.state, config, ctx)
+    return Decision(joined(recorded.events, decided.events), decided.state)
 
 
 def on_stage_hooks(
@@ -101,10 +104,7 @@ def record_provider_result(
     events: list[Event] = attempt_events(b, outcome, turn.iteration)
     match outcome:
         case ProviderSuccess():
-            if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
-                events.append(b.post(Stage.SEND_REQUEST, "ok", outcome.first_byte_at))
-            if not (turn.stage is Stage.STREAM_RESPONSE and turn.stage_open):
-                events.append(b.pre(Stage.STREAM_RESPONSE, outcome.first_byte_at))
+            events += streaming(b, turn, outcome.first_byte_at)
             content: list[ContentBlock] = []
             if outcome.text:
                 content.append(TextBlock(text=outcome.text))
@@ -135,6 +135,15 @@ def record_provider_result(
         case _:
             assert_never(outcome)
     return Decision(tuple(events), fold(state, events))
+
+
+def streaming(b: Builder, turn: ActiveTurn, first_byte_at: datetime) -> list[Event]:
+    """The model's first byte: SEND_REQUEST closed and STREAM_RESPONSE entered (one event),
+    unless a call streamed complete opened it already."""
+    if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
+        b.leave(Stage.SEND_REQUEST, "ok", first_byte_at)
+    streams = turn.stage is Stage.STREAM_RESPONSE and turn.stage_open
+    return b.closed([] if streams else [b.pre(Stage.STREAM_RESPONSE, first_byte_at)])
 
 
 def on_context(
@@ -215,10 +224,7 @@ def record_tool_call_ready(
         return None  # the whole response decides: the bound ends the turn then
     b = Builder(state.session_id, turn, ctx)
     events: list[Event] = []
-    if turn.stage is Stage.SEND_REQUEST and turn.stage_open:
-        events.append(b.post(Stage.SEND_REQUEST, "ok", first_byte_at))
-    if not (turn.stage is Stage.STREAM_RESPONSE and turn.stage_open):
-        events.append(b.pre(Stage.STREAM_RESPONSE, first_byte_at))
+    events += streaming(b, turn, first_byte_at)
     events += propose_calls(b, turn, config, [call], len(turn.calls))
     return Decision(tuple(events), fold(state, events))
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 from functools import partial
 from typing import assert_never
 
-from turnstream.core.costs import model_key
 from turnstream.core.events import (
     Event,
     FailureClass,
@@ -44,24 +43,19 @@ from turnstream.core.events import (
     SessionTurnStart,
     SessionTurnStartData,
     Stage,
-    StageCompletionChecked,
     SteeringInjected,
     SteeringInjectedData,
 )
 from turnstream.core.fold import Decision, until_quiet
 from turnstream.core.turn import runtime_calls
-from turnstream.core.turn.budget import over_budget
 from turnstream.core.turn.builder import Builder
-from turnstream.core.turn.completion import check_response
 from turnstream.core.turn.context import (
     awaiting_context,
 )
 from turnstream.core.turn.evolve import fold
 from turnstream.core.turn.evolve_inputs import INTERRUPT_INPUT
-from turnstream.core.turn.interceptors import (
-    hook_point,
-    proceed,
-)
+from turnstream.core.turn.interceptors import CLOSES, hook_point, proceed
+from turnstream.core.turn.onward import leave, onward, over_budget_end
 from turnstream.core.turn.phases import (
     AwaitingModel,
     CallingTools,
@@ -81,7 +75,6 @@ from turnstream.core.turn.state import (
     PendingInput,
     TurnConfig,
 )
-from turnstream.core.turn.steps import compose_or_stop, compose_request, continues, request_model
 from turnstream.core.turn.tool_call import (
     approvals,
     executable,
@@ -135,8 +128,12 @@ def next_step(
         return [requested(b, call, config, call.args) for call in ready]
     point = hook_point(state, config)
     if point is not None:
-        # the shell runs the hooks there first, then `on_stage_hooks`
-        return [] if point in config.stage_hooks else proceed(point, b, state, config)
+        if point in config.stage_hooks:
+            return []  # the shell runs the hooks there first, then `on_stage_hooks`
+        closes = CLOSES.get(point)
+        if closes is not None:
+            return leave(b, closes, state, config)
+        return proceed(point, b, state, config)
     return _in_phase(b, state, turn, config, spawned)
 
 
@@ -204,29 +201,26 @@ def _model_failed(b: Builder, failed: ModelFailed) -> list[Event]:
 def _in_phase(
     b: Builder, state: ChatState, turn: ActiveTurn, config: TurnConfig, spawned: Spawned
 ) -> list[Event]:
-    """The step of the phase the turn is in (past its hook points: `hook_point`)."""
+    """The step of the phase the turn is in (past its hook points: `hook_point`). A step
+    that closes a stage goes on at once (`onward.leave`); a closed phase goes on as that
+    step would have."""
     match turn.phase:
-        case Receiving(open=False):
-            return compose_or_stop(b, turn, config)
         case Composing(open=True):
             if awaiting_context(state, config) is not None:
                 return []  # the shell asks the context providers, then `on_context`
-            return [b.post(Stage.COMPOSE_REQUEST, "ok")]
-        case Composing():
-            return over_budget_end(b, state, config) or [b.pre(Stage.SEND_REQUEST)]
-        case Responded(open=False):
-            return _responded(b, turn, config)
+            return leave(b, Stage.COMPOSE_REQUEST, state, config)
         case CallingTools(open=True):
             refused = runtime_calls.refuse(b, state, turn, config, spawned)
-            return refused or tool_step(b, turn, config)
-        case CallingTools():
-            if turn.interrupt is not None and turn.iteration > turn.interrupt.round:
-                return [b.pre(Stage.RENDER)]  # the summary round is done: no more rounds
-            return compose_or_stop(b, turn, config)
+            if refused:
+                return refused
+            step = tool_step(b, turn, config)
+            return leave(b, Stage.TOOL_CALL, state, config) if step is None else step
         case Rendering(open=True):
-            return [b.post(Stage.RENDER, "ok")]  # rendered (`hook_point` renders first)
+            return leave(b, Stage.RENDER, state, config)  # rendered (`hook_point` renders first)
+        case Receiving(open=False) | Composing() | Responded(open=False) | CallingTools():
+            return onward(b, turn.phase.stage, state, config)
         case Rendering():
-            return [b.end("completed", reply=turn.reply)]
+            return onward(b, turn.phase.stage, state, config)
         case ModelFailed(open=False) as failed:
             return _model_failed(b, failed)
         case Receiving() | Requesting() | Responded() | ModelFailed():
@@ -237,32 +231,6 @@ def _in_phase(
             return []  # the model's answer, or the turn's close, is decided before
         case _:
             assert_never(turn.phase)
-
-
-def _responded(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
-    """The model's response is in: a stage judges it, calls are made, the model goes on,
-    or the turn renders."""
-    spec = config.stage
-    if spec is not None and spec.act.checked < turn.iteration:
-        checked = check_response(spec, turn.requested_calls, turn.iteration)
-        if checked is not None and turn.interrupt is not None and not checked.parsed:
-            # a graceful interrupt mid-Act: no completion is asked for any more; the
-            # summary round's answer ends the Act
-            if turn.iteration > turn.interrupt.round:
-                stopped = checked.model_copy(
-                    update={"outcome": "interrupted", "call_ids": [], "detail": None}
-                )
-                return [b.make(StageCompletionChecked, stopped)]
-            checked = None
-        if checked is not None:
-            return [b.make(StageCompletionChecked, checked)]
-    if spec is not None and not turn.requested_calls:
-        return compose_or_stop(b, turn, config)
-    if turn.requested_calls:
-        return [b.pre(Stage.TOOL_CALL)]
-    if continues(turn, config):
-        return compose_or_stop(b, turn, config)
-    return [b.pre(Stage.RENDER)]  # past its last round (or interrupted): no stop hook
 
 
 def _start_turn(state: ChatState, ctx: Context) -> list[Event]:
@@ -317,19 +285,3 @@ def _reply_dropped(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Eve
         to=turn.reply_to, reason="hop_limit", hops=turn.hops + 1, cause="replyTo"
     )
     return [b.make(MessageDropped, data)]
-
-
-def over_budget_end(b: Builder, state: ChatState, config: TurnConfig) -> list[Event]:
-    """The turn's end when its next model call could take it or its session over a budget;
-    [] when the call may go (or there is no budget)."""
-    turn = state.active
-    if not config.budget or turn is None:
-        return []
-    key = model_key(*request_model(turn, config))
-    request = compose_request(state, config)
-    session = config.session_spent if config.session_spent is not None else state.spent
-    over = over_budget(config.budget, turn.spent, session, request, key, config.prices)
-    if over is None:
-        return []
-    reason, next_action = over
-    return b.fail(FailureClass.BUDGET_EXCEEDED, reason, next_action)

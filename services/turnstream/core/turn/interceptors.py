@@ -34,6 +34,7 @@ from turnstream.core.fold import Decision
 from turnstream.core.turn.builder import Builder
 from turnstream.core.turn.evolve import fold
 from turnstream.core.turn.hooks import HookPoint, StageHookVerdict
+from turnstream.core.turn.onward import would_stop
 from turnstream.core.turn.phases import (
     CallingTools,
     ModelFailed,
@@ -56,12 +57,19 @@ from turnstream.core.turn.steps import (
     compaction_cut,
     compose_or_stop,
     compose_request,
-    continues,
     render,
     request_model,
     request_started,
 )
 from turnstream.core.turn.tool_call import call_decided
+
+CLOSES: dict[HookPoint, Stage] = {
+    HookPoint.RECEIVE_INPUT: Stage.RECEIVE_INPUT,
+    HookPoint.STREAM_RESPONSE: Stage.STREAM_RESPONSE,
+    HookPoint.TOOL_RESULT: Stage.TOOL_CALL,
+}
+"""The points the turn moves on from by closing a stage (`decide_turn` goes on at once,
+`onward`; after the hooks, the decider goes on in the same decision)."""
 
 EXECUTED = frozenset({"succeeded", "failed"})
 """The calls whose results the tool interceptor sees (a denied or skipped call never ran)."""
@@ -102,7 +110,7 @@ def hook_point(state: ChatState, config: TurnConfig) -> HookPoint | None:
             return HookPoint.SEND_REQUEST
         case Responded(open=True) if turn.round_reply is not None:
             return HookPoint.STREAM_RESPONSE
-        case Responded(open=False) if _would_stop(turn, config):
+        case Responded(open=False) if would_stop(turn, config):
             return HookPoint.STOP
         case CallingTools(open=True) if _results_in(turn):
             return HookPoint.TOOL_RESULT
@@ -149,14 +157,10 @@ def proceed(
     turn = state.active
     assert turn is not None
     match point:
-        case HookPoint.RECEIVE_INPUT:
-            return [b.post(Stage.RECEIVE_INPUT, "ok")]
+        case HookPoint.RECEIVE_INPUT | HookPoint.STREAM_RESPONSE | HookPoint.TOOL_RESULT:
+            return [b.post(CLOSES[point], "ok")]
         case HookPoint.SEND_REQUEST:
             return request_started(b, state, config)
-        case HookPoint.STREAM_RESPONSE:
-            return [b.post(Stage.STREAM_RESPONSE, "ok")]
-        case HookPoint.TOOL_RESULT:
-            return [b.post(Stage.TOOL_CALL, "ok")]
         case HookPoint.COMPACT:
             return compact(b, state, turn, change)
         case HookPoint.STOP:
@@ -267,19 +271,6 @@ def _recorded(b: Builder, point: HookPoint, verdict: StageHookVerdict) -> list[E
         compaction=verdict.compaction,
     )
     return [b.make(HookDecided, data)]
-
-
-def _would_stop(turn: ActiveTurn, config: TurnConfig) -> bool:
-    """The model answered without tool calls and the turn would render now: a stop hook
-    may ask for another round, while the turn has rounds left (not a workflow stage's Act,
-    not an interrupted turn's summary)."""
-    return (
-        config.stage is None
-        and not turn.requested_calls
-        and not continues(turn, config)
-        and turn.interrupt is None
-        and turn.iteration < config.max_iterations
-    )
 
 
 def _results_in(turn: ActiveTurn) -> bool:

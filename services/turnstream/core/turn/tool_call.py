@@ -87,7 +87,9 @@ def dispatchable(calls: tuple[ToolCallState, ...]) -> list[ToolCallState]:
     return ready
 
 
-def tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
+def tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event] | None:
+    """The round's calls moved on: skipped, proposed, judged, requested; [] while they wait,
+    None once all are done."""
     calls = turn.calls
     if turn.interrupt is not None:
         skipped = skip_remaining(b, turn, config)
@@ -102,7 +104,7 @@ def tool_step(b: Builder, turn: ActiveTurn, config: TurnConfig) -> list[Event]:
     if ready and not config.tool_hooks:
         return [requested(b, call, config, call.args) for call in ready]
     if all(call.done for call in calls):
-        return [b.post(Stage.TOOL_CALL, "ok")]
+        return None  # the round's calls are done: TOOL_CALL closes
     return []  # waiting for approvals, hooks or results
 
 
