@@ -6,7 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.unit.factories import Ids, accepted, ctx, success
-from turnstream.core.events import ContextCompacted, ContextCompactedData, ContextProvided, Event
+from turnstream.core.events import (
+    Attachment,
+    ContextCompacted,
+    ContextCompactedData,
+    ContextProvided,
+    Event,
+)
 from turnstream.core.immutable import with_changes
 from turnstream.core.inputs import Tick
 from turnstream.core.session import SessionState, fold
@@ -121,6 +127,42 @@ def test_compaction_keeps_a_running_summary_of_what_it_dropped() -> None:
     assert after.chat.summary == summary and [m.text for m in after.chat.history] == [
         "what is in AGENTS.md?"
     ]
+
+
+def _compacted(dropped: int) -> ContextCompacted:
+    data = ContextCompactedData(dropped_messages=dropped, tokens_before=100, tokens_after=10)
+    return ContextCompacted(
+        id=f"cc{dropped}",
+        time=accepted(1).time,
+        session_id="s1",
+        chat_id="c1",
+        turn_id="turn2",
+        trace_id="t",
+        correlation_id="k",
+        source="test",
+        data=data,
+    )
+
+
+def test_a_request_names_the_attachments_its_history_holds_until_compaction_drops_them() -> None:
+    photo = Attachment(name="a.png", media_type="image/png", size=3, sha256="a" * 64)
+    first = accepted(1, "look")
+    first = first.model_copy(
+        update={"data": first.data.model_copy(update={"attachments": [photo]})}
+    )
+    config = replace(CONFIG, context_providers=False)
+    state = fold(SessionState.of("s1"), [first])
+    state = decide_session(state, Tick(), config, ctx(Ids("a"))).state
+    state = decide_session(state, ProviderDone("turn1", success("a cat")), config, ctx()).state
+    state = decide_session(fold(state, [accepted(2, "and now?")]), Tick(), config, ctx()).state
+    assert state.chat.attachments == (photo,)
+    assert compose_request(state.chat, config).attachments == (photo,)
+    assert state.chat.active is not None and state.chat.active.history_start == 2
+    kept = fold(state, [_compacted(0)])
+    assert compose_request(kept.chat, config).attachments == (photo,)
+    dropped = fold(state, [_compacted(2)])  # the first turn's messages, the photo's with them
+    assert [m.text for m in dropped.chat.history] == ["and now?"]
+    assert compose_request(dropped.chat, config).attachments == ()
 
 
 def test_a_runner_restarted_while_a_turn_waits_for_context_asks_again() -> None:

@@ -576,6 +576,7 @@ def test_the_state_json_keeps_the_chat_s_fields_at_the_top_as_snapshots_had_them
         "pending",
         "active",
         "history",
+        "attachments",
         "provider_calls",
         "turns_ended",
         "last_turn_id",

@@ -237,7 +237,7 @@ def call_model(
 async def _files(ctx: ActorContext, request: ProviderRequest) -> dict[str, bytes]:
     """The bytes of the request's attachments the object store has, by SHA-256 (one not
     found becomes a note naming the file: the turn goes on)."""
-    wanted = {a.sha256 for m in request.messages if m.attachments for a in m.attachments}
+    wanted = {a.sha256 for a in request.attachments}
     if not wanted or ctx.attachment is None:
         return {}
     found = await asyncio.gather(*(ctx.attachment(sha) for sha in wanted))

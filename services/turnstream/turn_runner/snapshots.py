@@ -25,11 +25,12 @@ EVERY = 200
 """A reload that had to read more events than this writes a snapshot."""
 MAX_BYTES = 900_000
 """Larger snapshots are not kept (a KV value must fit in one message)."""
-FORMAT = 3
+FORMAT = 4
 """The shape of the state a snapshot holds: one of another shape is not read (the log is
 replayed instead). 2: a turn's phase (`core/turn/phases.py`), its interrupt and abort as
 records, a stage's Act its stage execution's (`StageRun.act`). 3: a round's data is
-its phases' (the request an interceptor changed, the response and the calls it asks for)."""
+its phases' (the request an interceptor changed, the response and the calls it asks for).
+4: a chat lists the attachments its history holds (`ChatState.attachments`)."""
 
 
 @dataclass(frozen=True)

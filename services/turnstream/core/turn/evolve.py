@@ -346,6 +346,7 @@ def _started(state: ChatState, event: SessionTurnStart) -> ChatState:
         pending=pending_without(state, data.input_id),
         active=turn,
         history=(*state.history, Message("user", data.text, attachments=attached)),
+        attachments=state.attachments + attached if attached else state.attachments,
     )
 
 

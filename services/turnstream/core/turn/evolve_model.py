@@ -58,7 +58,10 @@ def evolve_context(
             before = state.active.history_start
             dropped = min(data.dropped_messages, before)
             summary = running_summary(state.summary, state.history[:dropped], data.summary)
-            chat = {"history": state.history[dropped:], "summary": summary}
+            kept = state.history[dropped:]
+            chat: dict[str, object] = {"history": kept, "summary": summary}
+            if state.attachments:  # those of the dropped messages go with them
+                chat["attachments"] = tuple(a for m in kept for a in m.attachments)
             return turn_changed(state, event, chat, history_start=before - dropped, compacted=True)
         case _:
             assert_never(event)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from turnstream.core.events import StopReason, Usage
+from turnstream.core.events import Attachment, StopReason, Usage
 from turnstream.core.turn.state import Message, ToolCall, ToolInfo
 
 
@@ -35,6 +35,8 @@ class ProviderRequest:
     """Where in `system` the prompt's own text ends and the turn's stable context blocks
     begin: a provider's prompt cache keeps the first part when only the context changes
     (a compaction's new summary). None: one part."""
+    attachments: tuple[Attachment, ...] = ()
+    """The attachments its messages carry (the shell puts their bytes in `files`)."""
     files: Mapping[str, bytes] = field(default_factory=dict)
     """The bytes of the history's attachments by SHA-256, put in by the shell from the
     object store just before the call (the core composes requests without them)."""

@@ -262,6 +262,9 @@ class ChatState:
     pending: tuple[PendingInput, ...] = ()
     active: ActiveTurn | None = None
     history: tuple[Message, ...] = ()
+    attachments: tuple[Attachment, ...] = ()
+    """The attachments its history's messages carry, in order (a model call finds the files
+    it needs here, not by reading the whole history)."""
     provider_calls: int = 0
     turns_ended: int = 0
     last_turn_id: str | None = None

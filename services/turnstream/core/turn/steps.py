@@ -49,13 +49,13 @@ def compose_request(state: ChatState, config: TurnConfig) -> ProviderRequest:
         if config.system_prompt and system != config.system_prompt
         else None
     )
-    messages, model = state.history, None
+    messages, attachments, model = state.history, state.attachments, None
     change = turn.request_change
     if change is not None:
         if change.system is not None:
             system, split = change.system, None
-        if change.messages is not None:
-            messages = tuple(message_of(m) for m in change.messages)
+        if change.messages is not None:  # a hook's messages carry no files
+            messages, attachments = tuple(message_of(m) for m in change.messages), ()
         if change.tools is not None:
             offered = {t.name: t for t in tools}
             tools = tuple(offered[name] for name in change.tools if name in offered)
@@ -67,6 +67,7 @@ def compose_request(state: ChatState, config: TurnConfig) -> ProviderRequest:
         call_index=state.provider_calls - 1,
         system=system,
         messages=messages,
+        attachments=attachments,
         tools=tools,
         stage=spec.stage_id if spec else None,
         trace_id=turn.trace_id,
