@@ -125,3 +125,23 @@ def test_a_profiles_budget_replaces_the_deployments_limit_by_limit(tmp_path: Pat
         load(write(tmp_path, "a", head.replace("turnTokens: 5000", "turnTokenz: -1") + "b\n"))
     (problem,) = caught.value.problems
     assert problem.field == "budget" and "turnTokenz" in str(problem)
+
+
+def test_a_sessions_configuration_follows_its_agent_and_mode_each_decision() -> None:
+    """`with_agent` keeps its answers by what it was given: the same deployment config
+    and agent record give the same answer, a new agent record or mode a new one."""
+    from turnstream.core.approval import ApprovalConfig
+    from turnstream.core.events import SessionConfiguredData
+    from turnstream.core.session.agent import with_agent
+    from turnstream.core.turn import TurnConfig
+
+    deployment = TurnConfig(model="m0", approval=ApprovalConfig(default_mode="ask"))
+    first = SessionConfiguredData(agent="a", idempotency_key="k1", model="m1")
+    config = with_agent(deployment, first, "auto")
+    assert (config.model, config.approval and config.approval.default_mode) == ("m1", "auto")
+    assert with_agent(deployment, first, "auto") is config  # nothing copied again
+    again = SessionConfiguredData(agent="a", idempotency_key="k2", model="m2")
+    assert with_agent(deployment, again, "auto").model == "m2"
+    ask = with_agent(deployment, first, "ask")
+    assert ask.approval is not None and ask.approval.default_mode == "ask"
+    assert with_agent(deployment, None).model == "m0"

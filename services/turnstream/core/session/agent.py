@@ -10,6 +10,16 @@ from turnstream.core.immutable import with_changes
 from turnstream.core.turn.runtime_tools import RUNTIME_TOOLS
 from turnstream.core.turn.state import TurnConfig
 
+_APPLIED: dict[
+    tuple[int, int, SecurityMode | None],
+    tuple[TurnConfig, SessionConfiguredData | None, TurnConfig],
+] = {}
+"""`with_agent`'s answers by the identity of what it was given: the shell hands every
+decision the same deployment configuration, and a session keeps its agent record, so
+each decision need not copy the configuration anew (the objects are kept with the
+answer: an id is not reused while they live)."""
+APPLIED_KEPT = 256
+
 
 def with_agent(
     config: TurnConfig, agent: SessionConfiguredData | None, mode: SecurityMode | None = None
@@ -18,6 +28,19 @@ def with_agent(
     runtime's tools offered beside the registered ones, then the profile's allowlist,
     model, bound and system prompt; its calls judged in the session's fixed `mode` (None:
     the deployment's default)."""
+    key = (id(config), id(agent), mode)
+    kept = _APPLIED.get(key)
+    if kept is not None and kept[0] is config and kept[1] is agent:
+        return kept[2]
+    if len(_APPLIED) >= APPLIED_KEPT:
+        _APPLIED.clear()
+    applied = _APPLIED[key] = (config, agent, _applied(config, agent, mode))
+    return applied[2]
+
+
+def _applied(
+    config: TurnConfig, agent: SessionConfiguredData | None, mode: SecurityMode | None
+) -> TurnConfig:
     rules = config.approval
     if mode is not None and rules is not None and rules.default_mode != mode:
         config = with_changes(config, approval=with_changes(rules, default_mode=mode))
