@@ -7,9 +7,10 @@ The machines are shared and their speed drifts by a quarter within minutes, so t
 benchmark runs minutes apart do not compare. This alternates short runs of the baseline
 (a `git worktree` of REV) and of this checkout, `--rounds` times, each one
 `bench/turns.py`'s K = 50 measurement (what each process spent per turn, the turns/s) and
-K = 1 p50, and reports each process's ratio as the geometric mean of the ratios of
-neighbouring runs. `--new-sessions`: every turn opens a new session (so each is a first
-load of its session, as a chat whose turns are further apart than a lease's renewal is).
+K = 1's (p50, the runner's and the total CPU per turn), and reports each process's ratio
+as the geometric mean of the ratios of neighbouring runs. `--new-sessions`: every turn
+opens a new session (so each is a first load of its session, as a chat whose turns are
+further apart than a lease's renewal is).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,9 @@ from turns import SCRIPTS, TurnWatcher, concurrent, cpu_seconds
 
 console = Console(highlight=False)
 ROOT = Path(__file__).parents[1]
+K1_TURNS = 300
+"""Turns one after the other at K = 1: what each process spends is read in 10 ms ticks, so
+enough of them that a tick is a few percent of the runner's."""
 
 
 async def measure(url: str, pids: dict[str, int], turns: int, new: bool) -> dict[str, Any]:
@@ -47,14 +52,21 @@ async def measure(url: str, pids: dict[str, int], turns: int, new: bool) -> dict
     await watcher.start()
     try:
         await concurrent(watcher, 10, 200, "warm")
-        k1 = await concurrent(watcher, 1, 100, "k1", new_sessions=new)
         before = cpu_seconds(pids)
+        k1 = await concurrent(watcher, 1, K1_TURNS, "k1", new_sessions=new)
+        after_k1 = cpu_seconds(pids)
         k50 = await concurrent(watcher, 50, turns, "k50", new_sessions=new)
         after = cpu_seconds(pids)
     finally:
         await bus.close()
-    cpu = {p: (after[p] - before[p]) * 1000 / k50["turns"] for p in pids}
-    return {"k1_p50_ms": k1["p50_ms"], "turns_per_s": k50["turns_per_s"], "cpu": cpu}
+    cpu = {p: (after[p] - after_k1[p]) * 1000 / k50["turns"] for p in pids}
+    cpu_k1 = {p: (after_k1[p] - before[p]) * 1000 / k1["turns"] for p in pids}
+    return {
+        "k1_p50_ms": k1["p50_ms"],
+        "turns_per_s": k50["turns_per_s"],
+        "cpu": cpu,
+        "cpu_k1": cpu_k1,
+    }
 
 
 def one_run(script: str, turns: int, new_sessions: bool) -> None:
@@ -104,13 +116,16 @@ def report(base: list[dict[str, Any]], head: list[dict[str, Any]], rev: str) -> 
             f"{statistics.median(h):.2f}",
             f"{ratio:.2f}",
         )
-    for key, label in (
-        ("total", "total CPU ms"),
-        ("turns_per_s", "turns/s at K = 50"),
-        ("k1_p50_ms", "p50 ms at K = 1"),
-    ):
-        b = [sum(r["cpu"].values()) if key == "total" else r[key] for r in base]
-        h = [sum(r["cpu"].values()) if key == "total" else r[key] for r in head]
+    rows: tuple[tuple[str, Callable[[dict[str, Any]], float]], ...] = (
+        ("total CPU ms", lambda r: sum(r["cpu"].values())),
+        ("turns/s at K = 50", lambda r: r["turns_per_s"]),
+        ("p50 ms at K = 1", lambda r: r["k1_p50_ms"]),
+        ("turn_runner CPU ms at K = 1", lambda r: r["cpu_k1"]["turn_runner"]),
+        ("total CPU ms at K = 1", lambda r: sum(r["cpu_k1"].values())),
+    )
+    for label, of in rows:
+        b = [of(r) for r in base]
+        h = [of(r) for r in head]
         ratio = geomean([y / x for x, y in zip(b, h, strict=True)])
         table.add_row(
             label, f"{statistics.median(b):.2f}", f"{statistics.median(h):.2f}", f"{ratio:.2f}"
