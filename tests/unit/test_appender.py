@@ -19,11 +19,15 @@ class Silent:
 
     def __init__(self) -> None:
         self.published: list[str] = []
+        self.stats = {"in_msgs": 0, "in_bytes": 0}
 
     def new_inbox(self) -> str:
         return "_INBOX.t"
 
-    async def subscribe(self, subject: str, cb: Any) -> None:
+    async def subscribe(self, subject: str, cb: Any) -> Any:
+        return type("Sub", (), {"_id": 1})()
+
+    async def _process_msg(self, *message: Any) -> None:  # what the acks would come through
         return None
 
     async def publish(self, subject: str, payload: bytes, reply: str, headers: Any) -> None:

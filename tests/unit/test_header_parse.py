@@ -1,4 +1,4 @@
-"""bus/connection.parse_header_lines gives exactly what nats-py's own header parse gives."""
+"""bus/headers.parse_header_lines gives exactly what nats-py's own header parse gives."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from turnstream.bus import connection
-from turnstream.bus.connection import (
+from turnstream.bus import headers
+from turnstream.bus.headers import (
     LIBRARY_HEADER_PARSE,
     _checked_library_parse,
     install_header_parse,
@@ -26,9 +26,9 @@ def library() -> Callable[[bytes], dict[str, str]]:
 @pytest.fixture(autouse=True)
 def no_names_known() -> Iterator[None]:
     """Each test starts with no header name remembered (and leaves none behind)."""
-    connection._HEADER_NAMES.clear()
+    headers._HEADER_NAMES.clear()
     yield
-    connection._HEADER_NAMES.clear()
+    headers._HEADER_NAMES.clear()
 
 
 def same_as_library(raw: bytes) -> None:
@@ -120,10 +120,10 @@ def test_header_lines_parse_as_the_library_parses_them(
 def test_names_past_the_limit_are_parsed_without_being_remembered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(connection, "_HEADER_NAMES_MAX", 2)
+    monkeypatch.setattr(headers, "_HEADER_NAMES_MAX", 2)
     raw = b"A: 1\r\nB: 2\r\nC: 3\r\nD\x1c: 4\r\n"
     same_as_library(raw)
-    assert connection._HEADER_NAMES == {b"A": "A", b"B": "B"}
+    assert headers._HEADER_NAMES == {b"A": "A", b"B": "B"}
 
 
 def test_installed_for_every_client() -> None:

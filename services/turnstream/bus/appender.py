@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from turnstream.bus.full import ALARM, full_code
+from turnstream.bus.raw import Delivery, raw_subscribe
 
 Item = tuple[str, bytes, dict[str, str]]
 """subject, payload, headers"""
@@ -147,7 +148,10 @@ class PipelinedAppender:
         async with self._starting:
             if self.inbox is None:
                 inbox = self.nc.new_inbox()
-                await self.nc.subscribe(inbox + ".>", cb=self._on_reply)
+                # acks come as the connection parses them (`bus.raw`): each append's own
+                # two (a batch's) or one a message would otherwise take a `Msg`, a queue
+                # hop and a task's turn
+                await raw_subscribe(self.nc, inbox + ".>", self._on_reply)
                 self.inbox = inbox
         return self.inbox
 
@@ -231,13 +235,13 @@ class PipelinedAppender:
                 batch.future.set_exception(TimeoutError())
         self._ticking = loop.call_later(TICK_S, self._tick) if batches else None
 
-    async def _on_reply(self, msg: Any) -> None:
+    def _on_reply(self, msg: Delivery) -> None:
         if msg.subject.endswith(".$FI"):
             self._on_fast_reply(msg)
         else:
-            await self._on_ack(msg)
+            self._on_ack(msg)
 
-    def _on_fast_reply(self, msg: Any) -> None:
+    def _on_fast_reply(self, msg: Delivery) -> None:
         # <inbox>.<key>.<flow>.fail.<index>.<op>.$FI
         tokens = msg.subject.rsplit(".", 6)
         batch = self.fast.get(tokens[1])
@@ -262,7 +266,7 @@ class PipelinedAppender:
         else:
             batch.future.set_result(int(reply["seq"]))
 
-    async def _on_ack(self, msg: Any) -> None:
+    def _on_ack(self, msg: Delivery) -> None:
         _, key, index = msg.subject.rsplit(".", 2)
         batch = self.batches.get(key)
         if batch is None or batch.future.done():

@@ -24,7 +24,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from turnstream.bus.connection import parse_header_lines
+from turnstream.bus.headers import parse_header_lines
 
 log = logging.getLogger("turnstream.bus")
 _STATUS_LINE = b"NATS/1.0"

@@ -177,7 +177,7 @@ M = TypeVar("M", bound=BaseModel)
 def changed(model: M, **update: Any) -> M:
     """`model.model_copy(update=update)`, field for field (tests/unit/test_stamp.py), for
     a model with no extra fields or private attributes (every event and its data): without
-    pydantic's general copy, which `merged_stages` would pay for twice per stage."""
+    pydantic's general copy, which joining two stage events would pay for twice."""
     if model.__pydantic_extra__ is not None or model.__pydantic_private__ is not None:
         return model.model_copy(update=update)
     copy = _new(type(model))

@@ -20,7 +20,9 @@
 
 A turn's position is its phase (`turnstream.core.turn.phases`), folded from its events, so
 `decide_turn` continues a turn from wherever the log left it: `next_step` asks what ends the
-turn whatever its phase (`_ending`), then matches the phase to the end (`_in_phase`). Pure:
+turn whatever its phase (`_ending`), then matches the phase to the end (`_in_phase`); a step
+that closes a stage goes on in the same step with what follows it (`onward`), so the stage
+left and the next entered are one event, made once and folded once. Pure:
 the clock and the id factory come in `Context`. The shell's answers (`on_*` above) are
 recorded in `answers`; `next_step` is one step, which the session's chat takes after its
 sub-turns' (`turnstream.core.session.run.chat_steps`) and a stage's turn with its stage.
