@@ -44,10 +44,14 @@ from turnstream.bus.embedded import EmbeddedServer
 from turnstream.bus.kv import KvWrites
 from turnstream.bus.scan import scan_log
 from turnstream.bus.streams import StreamLimits, ensure_streams
+from turnstream.core.approval import ApprovalConfig
 from turnstream.core.events import EVENT_ADAPTER, Event, decode, encode
 from turnstream.core.subjects import Subjects
 
 console = Console(highlight=False, soft_wrap=True)
+CHECKS = CheckConfig(approval=ApprovalConfig(default_mode="auto"))
+"""The deployment the log is of: its calls approved by `auto` mode, as `bench/turns.py`'s
+(with the default `ask`, every one of its mode approvals is unjustified)."""
 WORDS = "the quick brown fox jumps over the lazy dog while the log keeps every fact".split()
 CONCURRENT = 50
 
@@ -213,7 +217,7 @@ async def service_start(bus: Bus, folder: Path) -> float:
     """What the audit service does on start: fold + audit file + every summary written."""
     await empty_sessions_bucket(bus)
     start = time.perf_counter()
-    auditor = Auditor.with_config(CheckConfig())
+    auditor = Auditor.with_config(CHECKS)
     with Journal(folder / f"audit-{time.monotonic_ns()}.jsonl") as journal:
         await scan_log(bus.js, bus.subjects, partial(fold_message, auditor, journal))
         journal.flush()
@@ -223,7 +227,7 @@ async def service_start(bus: Bus, folder: Path) -> float:
 
 
 def fold_alone(events: list[Event]) -> float:
-    auditor = Auditor.with_config(CheckConfig())
+    auditor = Auditor.with_config(CHECKS)
     start = time.perf_counter()
     for seq, event in enumerate(events, 1):
         auditor.apply(seq, event)
@@ -241,7 +245,7 @@ def fold_per_message(log: list[Event], rounds: int, folder: Path) -> None:
     best = float("inf")
     for round_ in range(rounds):
         gc.collect()  # a round does not pay for the last one's garbage
-        auditor = Auditor.with_config(CheckConfig())
+        auditor = Auditor.with_config(CHECKS)
         journal = Journal(folder / f"fold-{round_}.jsonl")
         start = time.process_time()  # CPU: other processes' share of the machine aside
         for seq, subject, data in wire:
@@ -282,7 +286,7 @@ async def main(args: argparse.Namespace) -> None:
                 assert count == len(log)
                 reads.append(count / seconds)
                 await empty_sessions_bucket(bus)
-                done = await rebuild(bus, CheckConfig(), datetime.now(UTC))
+                done = await rebuild(bus, CHECKS, datetime.now(UTC))
                 assert done.events == len(log) and done.written == args.sessions
                 assert done.unreported == 0, "a clean log must give no violations"
                 rebuilds.append(done.rate)
