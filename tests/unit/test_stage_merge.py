@@ -247,3 +247,17 @@ def test_the_cli_line_of_a_merged_event_says_both_the_stage_left_and_the_one_ent
     (merged,) = joined([post("p1", "x0", Stage.TOOL_CALL)], [pre("q1", "p1", Stage.RENDER)])
     assert summarize(merged) == "TOOL_CALL ◂ ok · RENDER ▸ (round 1)"
     assert summarize(pre("q1", "p1", Stage.RENDER)) == "RENDER ▸ (round 1)"
+
+
+def test_a_failure_closes_the_stage_the_step_stands_in_as_failed() -> None:
+    b = _builder()  # the turn stands in RECEIVE_INPUT, open
+    entered = b.pre(Stage.COMPOSE_REQUEST, iteration=1)
+    closed, ended = b.fail(FailureClass.BUDGET_EXCEEDED, "over", "raise it")
+    assert isinstance(closed, StagePostFired) and closed.causation_id == entered.id
+    assert (closed.data.stage, closed.data.outcome) == (Stage.COMPOSE_REQUEST, "failed")
+    assert isinstance(ended, TurnEnded)
+    b = _builder()
+    b.leave(Stage.RECEIVE_INPUT)
+    (left, ended) = b.closed(b.fail(FailureClass.LIMIT_EXCEEDED, "bound", "raise it"))
+    assert isinstance(left, StagePostFired) and left.data.outcome == "ok"
+    assert isinstance(ended, TurnEnded)

@@ -47,15 +47,16 @@ class Builder:
     ctx: Context
     last_id: str = field(init=False)
     envelope: Envelope = field(init=False)
+    stage: Stage = field(init=False)
     stage_open: bool = field(init=False)
-    """The turn's stage is open as of the events made so far."""
+    """The turn's stage, and whether it is open, as of the events made so far."""
     left: _Left | None = field(init=False, default=None)
     """The stage `leave` closed, its `StagePostFired` not made yet."""
 
     def __post_init__(self) -> None:
         self.last_id = self.turn.last_event_id
         turn = self.turn
-        self.stage_open = turn.stage_open
+        self.stage, self.stage_open = turn.stage, turn.stage_open
         self.envelope = Envelope(
             self.session_id, turn.chat_id, turn.turn_id, turn.trace_id, turn.correlation_id
         )
@@ -93,12 +94,12 @@ class Builder:
             event = self.make(StagePreFired, data, at, event_id=left.event_id)
         else:
             event = self.make(StagePreFired, data, at)
-        self.stage_open = True
+        self.stage, self.stage_open = stage, True
         return event
 
     def post(self, stage: Stage, outcome: StageOutcome, at: datetime | None = None) -> Event:
         data = _post_data(stage, self.turn.iteration, outcome)
-        self.stage_open = False
+        self.stage, self.stage_open = stage, False
         return self.make(StagePostFired, data, at)
 
     def leave(self, stage: Stage, outcome: StageOutcome = "ok", at: datetime | None = None) -> None:
@@ -108,7 +109,7 @@ class Builder:
         event_id = self.ctx.new_id()
         self.left = _Left(data, at or self.ctx.now, event_id, self.last_id)
         self.last_id = event_id
-        self.stage_open = False
+        self.stage, self.stage_open = stage, False
 
     def closed(self, then: list[Event]) -> list[Event]:
         """`then`, made after `leave`: as it is if its first event carried the close,
@@ -151,7 +152,7 @@ class Builder:
         """End the turn failed, closing the stage it was in."""
         events: list[Event] = []
         if self.stage_open:
-            events.append(self.post(self.turn.stage, "failed"))
+            events.append(self.post(self.stage, "failed"))
         events.append(self.end("failed", failure, reason=reason, next_action=next_action))
         return events
 
