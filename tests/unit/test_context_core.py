@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.unit.factories import Ids, accepted, ctx, success
+from tests.unit.factories import Ids, accepted, ctx, fact, success
 from turnstream.core.events import (
     Attachment,
     ContextCompacted,
@@ -100,6 +100,13 @@ def test_without_providers_nothing_waits() -> None:
     assert not any(isinstance(e, GatherContext) for e in decision.effects)
 
 
+def _compacted(dropped: int, turn: str) -> ContextCompacted:
+    """The runner's record of a compaction of turn `turn` that dropped `dropped` messages."""
+    data = {"dropped_messages": dropped, "tokens_before": 100, "tokens_after": 10}
+    compacted: ContextCompacted = fact(ContextCompacted, ContextCompactedData, turn, **data)
+    return compacted
+
+
 def test_compaction_keeps_a_running_summary_of_what_it_dropped() -> None:
     dropped = (Message("user", "first question " * 30), Message("assistant", "first answer"))
     summary = running_summary("", dropped)
@@ -112,36 +119,10 @@ def test_compaction_keeps_a_running_summary_of_what_it_dropped() -> None:
     active = with_changes(state.chat.active, history_start=2)
     chat = with_changes(state.chat, history=(*dropped, *state.chat.history), active=active)
     state = with_changes(state, chat=chat)
-    compacted = ContextCompacted(
-        id="cc",
-        time=accepted(1).time,
-        session_id="s1",
-        chat_id="c1",
-        turn_id="turn1",
-        trace_id="t",
-        correlation_id="k",
-        source="test",
-        data=ContextCompactedData(dropped_messages=2, tokens_before=100, tokens_after=10),
-    )
-    after = fold(state, [compacted])
+    after = fold(state, [_compacted(2, "turn1")])
     assert after.chat.summary == summary and [m.text for m in after.chat.history] == [
         "what is in AGENTS.md?"
     ]
-
-
-def _compacted(dropped: int) -> ContextCompacted:
-    data = ContextCompactedData(dropped_messages=dropped, tokens_before=100, tokens_after=10)
-    return ContextCompacted(
-        id=f"cc{dropped}",
-        time=accepted(1).time,
-        session_id="s1",
-        chat_id="c1",
-        turn_id="turn2",
-        trace_id="t",
-        correlation_id="k",
-        source="test",
-        data=data,
-    )
 
 
 def test_a_request_names_the_attachments_its_history_holds_until_compaction_drops_them() -> None:
@@ -158,9 +139,11 @@ def test_a_request_names_the_attachments_its_history_holds_until_compaction_drop
     assert state.chat.attachments == (photo,)
     assert compose_request(state.chat, config).attachments == (photo,)
     assert state.chat.active is not None and state.chat.active.history_start == 2
-    kept = fold(state, [_compacted(0)])
+    kept = fold(state, [_compacted(0, "turn2")])
     assert compose_request(kept.chat, config).attachments == (photo,)
-    dropped = fold(state, [_compacted(2)])  # the first turn's messages, the photo's with them
+    dropped = fold(
+        state, [_compacted(2, "turn2")]
+    )  # the first turn's messages, the photo's with them
     assert [m.text for m in dropped.chat.history] == ["and now?"]
     assert compose_request(dropped.chat, config).attachments == ()
 

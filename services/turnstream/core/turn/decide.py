@@ -219,9 +219,13 @@ def _in_phase(
             return leave(b, Stage.TOOL_CALL, state, config) if step is None else step
         case Rendering(open=True):
             return leave(b, Stage.RENDER, state, config)  # rendered (`hook_point` renders first)
-        case Receiving(open=False) | Composing() | Responded(open=False) | CallingTools():
-            return onward(b, turn.phase.stage, state, config)
-        case Rendering():
+        case (
+            Receiving(open=False)
+            | Composing()
+            | Responded(open=False)
+            | CallingTools()
+            | Rendering()
+        ):
             return onward(b, turn.phase.stage, state, config)
         case ModelFailed(open=False) as failed:
             return _model_failed(b, failed)
