@@ -17,7 +17,7 @@ each decided at once with a fresh `Context` of the real clock and UUIDv7 ids, 20
 row in one session. `--against REV` measures it for this tree and for git REV's (exported
 to a temporary directory) in alternate subprocesses, round after round, and prints both
 and their ratio, then the state copies (`with_changes`) each tree makes per one-tool turn,
-by the type copied (`--copies` prints this tree's alone).
+by the type copied, and its decider steps (`--copies` prints this tree's alone).
 """
 
 from __future__ import annotations
@@ -138,47 +138,63 @@ def one_tool_session(facts: list[tuple[Event, Event]]) -> SessionState:
     return state
 
 
+STEPS = "decider steps"
+"""The row of `copies_per_turn` that counts `next_step` calls, not copies."""
+
+
 def copies_per_turn() -> dict[str, float]:
-    """The `with_changes` copies of one one-tool turn, by the type copied: counted over
-    `TURNS_IN_A_ROW` turns by a counting `with_changes` put wherever a module of the core
-    holds it (not here: the bench's own copies are not counted)."""
+    """The `with_changes` copies of one one-tool turn, by the type copied, and its decider
+    steps (`next_step` calls, `STEPS`): counted over `TURNS_IN_A_ROW` turns by counting
+    stand-ins put wherever a module of the core holds either (not here: the bench's own
+    copies are not counted)."""
     import turnstream.core.immutable as immutable
+    import turnstream.core.turn.decide as decide
 
-    original, copied = immutable.with_changes, Counter[str]()
+    copy, step, counted = immutable.with_changes, decide.next_step, Counter[str]()
 
-    def counting(obj: Any, **changes: Any) -> Any:
-        copied[type(obj).__name__] += 1
-        return original(obj, **changes)
+    def counting_copy(obj: Any, **changes: Any) -> Any:
+        counted[type(obj).__name__] += 1
+        return copy(obj, **changes)
+
+    def counting_step(*args: Any, **kwargs: Any) -> Any:
+        counted[STEPS] += 1
+        return step(*args, **kwargs)
 
     facts = [
         (accepted(n), succeed("", "file text", f"turn{n}")) for n in range(1, TURNS_IN_A_ROW + 1)
     ]
+    stand_ins = {id(copy): counting_copy, id(step): counting_step}
     held = [
-        (module, name)
+        (module, name, value)
         for module in list(sys.modules.values())
         if getattr(module, "__name__", "").startswith("turnstream")
         for name, value in list(vars(module).items())
-        if value is original
+        if value is copy or value is step
     ]
-    for module, name in held:
-        setattr(module, name, counting)
+    for module, name, value in held:
+        setattr(module, name, stand_ins[id(value)])
     try:
         one_tool_session(facts)
     finally:
-        for module, name in held:
-            setattr(module, name, original)
-    return {kind: n / TURNS_IN_A_ROW for kind, n in copied.most_common()}
+        for module, name, value in held:
+            setattr(module, name, value)
+    return {kind: n / TURNS_IN_A_ROW for kind, n in counted.most_common()}
 
 
 def print_copies(trees: dict[str, dict[str, float]]) -> None:
     kinds = sorted(
-        {k for c in trees.values() for k in c},
+        {k for c in trees.values() for k in c if k != STEPS},
         key=lambda k: -max(c.get(k, 0) for c in trees.values()),
     )
     print(f"{'with_changes copies per one-tool turn':>36}: " + "".join(f"{t:>14}" for t in trees))
     for kind in ["all", *kinds]:
-        row = [sum(c.values()) if kind == "all" else c.get(kind, 0) for c in trees.values()]
+        row = [
+            sum(n for k, n in c.items() if k != STEPS) if kind == "all" else c.get(kind, 0)
+            for c in trees.values()
+        ]
         print(f"{kind:>36}: " + "".join(f"{n:14.1f}" for n in row))
+    steps = "".join(f"{c.get(STEPS, 0):14.1f}" for c in trees.values())
+    print(f"{STEPS + ' per one-tool turn':>36}: " + steps)
 
 
 def runner_context() -> Context:
